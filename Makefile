@@ -1,0 +1,50 @@
+# Everyday entry points. Every target installs what it needs itself (idempotently).
+.PHONY: help venv lint format typecheck docs test test-full services-up services-down services-status demo bench clean
+
+help:
+	@echo "make demo         run the flagship pipeline on embedded defaults"
+	@echo "make test         set up everything and run lint, types, docs and the test suite"
+	@echo "make test-full    the same with the full test volumes named in the issues"
+	@echo "make services-up  start Kafka, NATS, S3 (moto) and the ClickHouse HTTP front on 127.0.0.1"
+	@echo "make lint | format | typecheck | docs | bench | clean"
+
+venv:
+	scripts/bootstrap.sh
+
+lint: venv
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: venv
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
+typecheck: venv
+	.venv/bin/mypy
+
+docs: venv
+	.venv/bin/mkdocs build --strict
+
+test:
+	scripts/test.sh
+
+test-full:
+	SPATE_TEST_SCALE=1 scripts/test.sh
+
+services-up: venv
+	scripts/services.sh up
+
+services-down:
+	scripts/services.sh down
+
+services-status:
+	scripts/services.sh status
+
+demo: venv
+	scripts/demo.sh
+
+bench: venv
+	scripts/bench.sh
+
+clean:
+	rm -rf .venv .bootstrap-stamp .services site dist build .pytest_cache .mypy_cache .ruff_cache

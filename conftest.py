@@ -1,0 +1,10 @@
+"""Root pytest configuration: registers the project's fixture plugins.
+
+Each module under ``tests/support`` owns the fixtures of one service or tool; add a
+module here when it is created. Fixtures that need a service fail (never skip) when
+the service is not reachable, with the tail of its log.
+"""
+
+pytest_plugins = [
+    "tests.support.scale",
+]

@@ -1,0 +1,3 @@
+"""Avro deserializer and schema-registry client for spate (fastavro)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""Synthetic storefront events for spate demos, tests and benchmarks."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Create .venv and install every distribution editable plus the development tools.
+# Idempotent: re-runs pip only when a pyproject.toml or this script changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "bootstrap: Python >= 3.11 is required (found $("$PY" --version 2>&1))" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+
+stamp_input=$(cat pyproject.toml packages/*/pyproject.toml requirements-dev.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+if [ -f .bootstrap-stamp ] && [ "$(cat .bootstrap-stamp)" = "$stamp_input" ]; then
+  exit 0
+fi
+
+.venv/bin/python -m pip install --quiet --upgrade pip
+editables=()
+for d in packages/*/; do
+  editables+=(-e "$d")
+done
+# Every connector with its optional extras, so the whole suite can run.
+.venv/bin/python -m pip install --quiet \
+  -r requirements-dev.txt \
+  "${editables[@]}" \
+  -e "packages/spate-coordination[nats]" \
+  -e "packages/spate-clickhouse[embedded]"
+echo "$stamp_input" > .bootstrap-stamp
