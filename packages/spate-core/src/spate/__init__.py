@@ -1,3 +1,60 @@
-"""Engine, configuration, metrics, admin server, CLI and plugin registry of spate."""
+"""spate: at-least-once Kafka to ClickHouse ETL with connector plugins.
+
+The public API is what ``__all__`` lists; everything else is internal.
+"""
+
+from spate._clock import Clock, ManualClock, SystemClock
+from spate.checkpoint import AckStatus, AckToken
+from spate.errors import (
+    ConfigError,
+    DeserError,
+    DeserErrorKind,
+    ErrorClass,
+    ErrorPolicy,
+    FatalError,
+    MissingConnectorError,
+    PluginError,
+    SinkError,
+    SourceError,
+    SpateError,
+)
+from spate.ops import NO_RECORD, Deserializer, ManyDeserializer
+from spate.plugins import BuildContext, ComponentFactory, PluginKind
+from spate.records import Lane, PayloadBatch, RecordMeta
+from spate.sink import Offer, Sink
+from spate.source import Source, SourceEvents
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "NO_RECORD",
+    "AckStatus",
+    "AckToken",
+    "BuildContext",
+    "Clock",
+    "ComponentFactory",
+    "ConfigError",
+    "DeserError",
+    "DeserErrorKind",
+    "Deserializer",
+    "ErrorClass",
+    "ErrorPolicy",
+    "FatalError",
+    "Lane",
+    "ManualClock",
+    "ManyDeserializer",
+    "MissingConnectorError",
+    "Offer",
+    "PayloadBatch",
+    "PluginError",
+    "PluginKind",
+    "RecordMeta",
+    "Sink",
+    "SinkError",
+    "Source",
+    "SourceError",
+    "SourceEvents",
+    "SpateError",
+    "SystemClock",
+    "__version__",
+]

@@ -1,0 +1,114 @@
+"""The framework's own config sections and their defaults (DESIGN §8, B17).
+
+Connector sections (``source``, ``deserializer``, each sink) are validated by the
+connector's own model; these are the sections spate itself owns. Every field has a
+default, documented in the configuration reference (generated from these models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spate.config._decode import ByteSize, Duration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSection:
+    """``pipeline:`` — identity and threads."""
+
+    name: str = "spate"
+    """Pipeline name: the ``pipeline`` label of every metric and the dedup-token prefix."""
+    io_threads: int = 2
+    """Sink and I/O worker threads."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.name.strip():
+            yield "name", "must not be empty"
+        if self.io_threads < 1:
+            yield "io_threads", "must be at least 1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointConfig:
+    """``checkpoint:`` — commit cadence, pending bound, drain and stall limits."""
+
+    interval: Duration = 5.0
+    """How often watermarks are computed, handed to the source and partial buffers sealed."""
+    max_pending_batches: int = 1024
+    """Hard bound on unresolved batches per lane, checked before polling more (B6)."""
+    drain_timeout: Duration = 30.0
+    """How long a drain may write before the rest is abandoned (B14)."""
+    stalled_fail_after: Duration = 60.0
+    """How long a failed batch may block the head of a lane before the pipeline fails (B5)."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.interval < 0.1:
+            yield "interval", "must be at least 100ms"
+        if self.max_pending_batches < 1:
+            yield "max_pending_batches", "must be at least 1"
+        if self.drain_timeout <= 0:
+            yield "drain_timeout", "must be positive"
+        if self.stalled_fail_after <= 0:
+            yield "stalled_fail_after", "must be positive"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackpressureConfig:
+    """``backpressure:`` — the in-flight byte budget and its hysteresis (B7)."""
+
+    max_inflight_bytes: ByteSize = 256 * 1024 * 1024
+    """Estimated bytes of buffered rows held by unresolved batches."""
+    high_ratio: float = 0.9
+    """Pause the source at this fraction of the budget."""
+    low_ratio: float = 0.5
+    """Resume under this fraction (and after ``min_pause``)."""
+    min_pause: Duration = 0.1
+    """Shortest pause, so the source does not flap."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_inflight_bytes <= 0:
+            yield "max_inflight_bytes", "must be positive"
+        if not 0 < self.high_ratio <= 1:
+            yield "high_ratio", "must be in (0, 1]"
+        if not 0 < self.low_ratio < self.high_ratio:
+            yield "low_ratio", "must be greater than 0 and less than high_ratio"
+        if self.min_pause < 0:
+            yield "min_pause", "must not be negative"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminConfig:
+    """``admin:`` — the HTTP server for ``/metrics``, ``/healthz`` and ``/readyz`` (B22)."""
+
+    listen: str = "0.0.0.0:9090"
+    """``host:port`` to bind (port 0 picks a free port), or ``none`` to bind nothing."""
+    stall_after: Duration = 30.0
+    """``/healthz`` turns 503 when the pipeline thread or a sink worker made no progress
+    for this long, or the watermark is stuck while data flows."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.listen == "none":
+            return
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            yield "listen", f"expected host:port or none, got {self.listen!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsConfig:
+    """``metrics:`` — which exporter serves the metrics."""
+
+    exporter: Literal["prometheus", "none"] = "prometheus"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkSections:
+    """The framework-owned top-level sections, decoded together."""
+
+    pipeline: PipelineSection = field(default_factory=PipelineSection)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)

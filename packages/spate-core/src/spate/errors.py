@@ -1,0 +1,147 @@
+"""The exception tree of spate, and the error classes and policies.
+
+```text
+SpateError
+├── ConfigError            bad configuration: dotted key path (+ file, line, column)
+├── PluginError            a plugin could not be loaded or is not a factory
+│   └── MissingConnectorError (also ImportError) names `pip install "spate[x]"`
+├── SourceError            a source failed (ErrorClass + reason)
+├── SinkError              a sink write failed (ErrorClass + reason)
+├── DeserError             a payload could not be decoded (DeserErrorKind)
+└── FatalError             the pipeline cannot go on (component + reason)
+```
+
+Expected outcomes on the hot path are results, not exceptions; these are for the edges.
+Upholds B28 (record errors are classified, never crash) and B29 (clear start-up errors).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorClass(enum.Enum):
+    """How the framework reacts to an error raised by a component."""
+
+    RETRYABLE = "retryable"
+    """Transient (network, overload, timeout): retry with backoff."""
+    RECORD = "record"
+    """Only this record is bad: follow the record error policy."""
+    FATAL = "fatal"
+    """Retrying cannot help (schema, auth, syntax): fail the batch at once."""
+
+
+class ErrorPolicy(enum.Enum):
+    """What to do with a record that failed: skip it (counted) or fail the pipeline."""
+
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+class SpateError(Exception):
+    """Root of every error spate raises."""
+
+
+class ConfigError(SpateError):
+    """An invalid configuration value, reported with its dotted key path (B17, B29)."""
+
+    def __init__(
+        self,
+        path: str,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        self.path = path
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file
+            if self.line is not None:
+                where += f":{self.line}"
+                if self.column is not None:
+                    where += f":{self.column}"
+            where += ": "
+        return f"{where}{self.path or '<root>'}: {self.message}"
+
+    def with_location(
+        self, *, file: str | None = None, line: int | None = None, column: int | None = None
+    ) -> ConfigError:
+        """A copy that also names where in which file the key stands."""
+        return ConfigError(
+            self.path,
+            self.message,
+            file=file if file is not None else self.file,
+            line=line if line is not None else self.line,
+            column=column if column is not None else self.column,
+        )
+
+
+class PluginError(SpateError):
+    """A plugin could not be loaded, or the loaded object is not a factory."""
+
+
+class MissingConnectorError(PluginError, ImportError):
+    """The configuration names a connector whose distribution is not installed (B26)."""
+
+    def __init__(self, kind: str, name: str, install: str | None) -> None:
+        self.kind = kind
+        self.name = name
+        self.install = install
+        hint = f"; install it with: {install}" if install else ""
+        super().__init__(f"no {kind} named {name!r} is installed{hint}")
+
+
+class SourceError(SpateError):
+    """A source failed; ``error_class`` says whether retrying can help."""
+
+    def __init__(self, reason: str, error_class: ErrorClass = ErrorClass.RETRYABLE) -> None:
+        self.reason = reason
+        self.error_class = error_class
+        super().__init__(reason)
+
+
+class SinkError(SpateError):
+    """A sink write failed; ``error_class`` decides retry, record policy or fail."""
+
+    def __init__(self, reason: str, error_class: ErrorClass = ErrorClass.RETRYABLE) -> None:
+        self.reason = reason
+        self.error_class = error_class
+        super().__init__(reason)
+
+
+class DeserErrorKind(enum.Enum):
+    """Why a payload could not be decoded."""
+
+    MALFORMED = "malformed"
+    """The bytes are not a valid encoding: a record error (skip or fail by policy)."""
+    SCHEMA_UNAVAILABLE = "schema_unavailable"
+    """The schema is known not to exist (e.g. a registry 404): a record error."""
+    NOT_READY = "not_ready"
+    """The schema cannot be fetched right now: retry the record later, never drop (B21)."""
+
+
+class DeserError(SpateError):
+    """A payload could not be decoded; ``kind`` decides what happens to the record."""
+
+    def __init__(self, reason: str, kind: DeserErrorKind = DeserErrorKind.MALFORMED) -> None:
+        self.reason = reason
+        self.kind = kind
+        super().__init__(reason)
+
+
+class FatalError(SpateError):
+    """The pipeline cannot continue; ``component`` names who gave up."""
+
+    def __init__(self, component: str, reason: str) -> None:
+        self.component = component
+        self.reason = reason
+        super().__init__(f"{component}: {reason}")

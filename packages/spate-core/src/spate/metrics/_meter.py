@@ -1,0 +1,106 @@
+"""The per-pipeline meter: creates labelled prometheus-client series on its own registry.
+
+There is no module-level registry: each pipeline gets a :class:`Meter` with a fresh
+``CollectorRegistry`` (or one it is handed), so several pipelines can share a process
+and tests never reset global state. Every series carries ``pipeline``, ``component`` and
+``component_type`` labels plus the family's own labels (DESIGN §9, B23).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, cast
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from spate.metrics.names import BASE_LABELS, MetricFamily
+
+
+class CounterSeries(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class GaugeSeries(Protocol):
+    def set(self, value: float) -> None: ...
+    def inc(self, amount: float = 1) -> None: ...
+    def dec(self, amount: float = 1) -> None: ...
+
+
+class HistogramSeries(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class Meter:
+    """Hands out metric series for one pipeline. Thread-safe."""
+
+    def __init__(self, pipeline: str, registry: CollectorRegistry | None = None) -> None:
+        self.pipeline = pipeline
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._collectors: dict[str, Counter | Gauge | Histogram] = {}
+
+    def _collector(self, family: MetricFamily) -> Counter | Gauge | Histogram:
+        with self._lock:
+            existing = self._collectors.get(family.name)
+            if existing is not None:
+                return existing
+            labels = (*BASE_LABELS, *family.labels)
+            collector: Counter | Gauge | Histogram
+            if family.kind == "counter":
+                collector = Counter(family.name, family.help, labels, registry=self.registry)
+            elif family.kind == "gauge":
+                collector = Gauge(family.name, family.help, labels, registry=self.registry)
+            else:
+                collector = Histogram(
+                    family.name,
+                    family.help,
+                    labels,
+                    registry=self.registry,
+                    buckets=family.buckets or Histogram.DEFAULT_BUCKETS,
+                )
+            self._collectors[family.name] = collector
+            return collector
+
+    def _labels(
+        self, family: MetricFamily, component: str, component_type: str, labels: dict[str, str]
+    ) -> dict[str, str]:
+        if set(labels) != set(family.labels):
+            raise ValueError(
+                f"{family.name} takes labels {sorted(family.labels)}, got {sorted(labels)}"
+            )
+        return {
+            "pipeline": self.pipeline,
+            "component": component,
+            "component_type": component_type,
+            **labels,
+        }
+
+    def counter(
+        self, family: MetricFamily, *, component: str, component_type: str, **labels: str
+    ) -> CounterSeries:
+        if family.kind != "counter":
+            raise ValueError(f"{family.name} is a {family.kind}, not a counter")
+        collector = self._collector(family)
+        return cast(Counter, collector).labels(
+            **self._labels(family, component, component_type, labels)
+        )
+
+    def gauge(
+        self, family: MetricFamily, *, component: str, component_type: str, **labels: str
+    ) -> GaugeSeries:
+        if family.kind != "gauge":
+            raise ValueError(f"{family.name} is a {family.kind}, not a gauge")
+        collector = self._collector(family)
+        return cast(Gauge, collector).labels(
+            **self._labels(family, component, component_type, labels)
+        )
+
+    def histogram(
+        self, family: MetricFamily, *, component: str, component_type: str, **labels: str
+    ) -> HistogramSeries:
+        if family.kind != "histogram":
+            raise ValueError(f"{family.name} is a {family.kind}, not a histogram")
+        collector = self._collector(family)
+        return cast(Histogram, collector).labels(
+            **self._labels(family, component, component_type, labels)
+        )

@@ -1,0 +1,135 @@
+"""Every metric family spate exports: name, kind, help and extra labels (DESIGN §9, B23).
+
+Names exist only here. All start with ``spate_``; counters end in ``_total``; measured
+values carry a unit suffix. Every series also has the :data:`BASE_LABELS`. The monitoring
+guide in the docs is checked against :data:`ALL_FAMILIES` by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+BASE_LABELS: tuple[str, ...] = ("pipeline", "component", "component_type")
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricFamily:
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+
+def _c(name: str, help: str, *labels: str) -> MetricFamily:
+    return MetricFamily(name, "counter", help, labels)
+
+
+def _g(name: str, help: str, *labels: str) -> MetricFamily:
+    return MetricFamily(name, "gauge", help, labels)
+
+
+def _h(name: str, help: str, *labels: str) -> MetricFamily:
+    return MetricFamily(name, "histogram", help, labels, _LATENCY_BUCKETS)
+
+
+# Source
+SOURCE_RECORDS = _c("spate_source_records_total", "Records polled from the source.", "lane")
+SOURCE_BYTES = _c("spate_source_bytes_total", "Payload bytes polled from the source.", "lane")
+SOURCE_POLL_SECONDS = _h("spate_source_poll_duration_seconds", "Time spent in one source poll.")
+SOURCE_LAG = _g(
+    "spate_source_lag_records", "Records behind the end of the lane; 0 when not owned.", "lane"
+)
+SOURCE_REBALANCES = _c(
+    "spate_source_rebalances_total", "Lane assignment changes seen by the source.", "event"
+)
+
+# Deserializer
+DESER_RECORDS = _c(
+    "spate_deser_records_total",
+    "Payloads through the deserializer by outcome (ok, skipped, failed, not_ready, empty).",
+    "outcome",
+)
+DESER_DROPPED = _c(
+    "spate_deser_dropped_total", "Records the deserializer dropped, by reason.", "reason"
+)
+
+# Operators
+OPS_IN = _c("spate_operator_records_in_total", "Records entering the operator chain.")
+OPS_OUT = _c("spate_operator_records_out_total", "Rows the chain emitted to sinks.", "sink")
+OPS_DROPPED = _c(
+    "spate_operator_dropped_total",
+    "Records the chain dropped on purpose (filter, skip policy, unrouted), by reason.",
+    "reason",
+)
+OPS_ERRORS = _c("spate_operator_errors_total", "Operator exceptions, by policy taken.", "policy")
+
+# Backpressure
+BP_PAUSED = _g("spate_backpressure_paused", "1 while the source is paused for backpressure.")
+BP_PAUSE_EVENTS = _c(
+    "spate_backpressure_pause_events_total", "Times the source was paused, by cause.", "cause"
+)
+BP_INFLIGHT_BYTES = _g(
+    "spate_backpressure_inflight_bytes", "Estimated bytes held by unresolved batches."
+)
+
+# Sinks (per shard)
+SINK_RECORDS = _c("spate_sink_records_total", "Rows durably written.", "shard")
+SINK_BYTES = _c("spate_sink_bytes_total", "Encoded bytes durably written.", "shard")
+SINK_FLUSHES = _c(
+    "spate_sink_flushes_total",
+    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain).",
+    "shard",
+    "reason",
+)
+SINK_WRITE_SECONDS = _h(
+    "spate_sink_write_duration_seconds", "Duration of one batch write attempt.", "shard", "outcome"
+)
+SINK_RETRIES = _c("spate_sink_retries_total", "Batch write retries.", "shard")
+SINK_ERRORS = _c("spate_sink_errors_total", "Write errors by class.", "shard", "error_class")
+SINK_INFLIGHT = _g("spate_sink_inflight_batches", "Batches being written.", "shard")
+SINK_HEALTHY = _g(
+    "spate_sink_replica_healthy", "1 when the replica's breaker is closed.", "shard", "replica"
+)
+SINK_BREAKER_STATE = _g(
+    "spate_sink_breaker_open",
+    "1 while the replica's circuit breaker is open or half-open.",
+    "shard",
+    "replica",
+)
+SINK_ABANDONED = _c(
+    "spate_sink_abandoned_rows_total", "Rows abandoned without a successful write.", "shard"
+)
+
+# Checkpoint
+CKPT_PENDING = _g("spate_checkpoint_pending_batches", "Unresolved batches per lane.", "lane")
+CKPT_COMMITS = _c("spate_checkpoint_commits_total", "Commits handed to the source.", "outcome")
+CKPT_WATERMARK_AGE = _g(
+    "spate_checkpoint_watermark_age_seconds",
+    "Seconds since the lane's committable watermark last advanced while work was pending.",
+    "lane",
+)
+
+# Coordination
+COORD_OWNED = _g("spate_coordination_owned_splits", "Splits this instance owns.")
+COORD_COMPLETED = _c("spate_coordination_completed_splits_total", "Splits completed.")
+COORD_LIVE_WORKERS = _g("spate_coordination_live_workers", "Live workers seen.")
+COORD_LEADER = _g("spate_coordination_leader", "1 while this instance is the leader.")
+COORD_ACQUISITIONS = _c("spate_coordination_acquisitions_total", "Splits acquired.")
+COORD_LOSSES = _c("spate_coordination_losses_total", "Splits lost or revoked.")
+COORD_STORE_SECONDS = _h(
+    "spate_coordination_store_op_duration_seconds", "Coordination store operations.", "op"
+)
+
+# End to end
+E2E_LATENCY = _h(
+    "spate_end_to_end_latency_seconds",
+    "From the record's source timestamp to its durable write.",
+)
+
+ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    value for value in list(globals().values()) if isinstance(value, MetricFamily)
+)

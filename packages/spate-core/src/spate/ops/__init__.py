@@ -1,0 +1,5 @@
+"""Operator chains (compiled into one fused loop per batch) and the deserializer stage."""
+
+from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer
+
+__all__ = ["NO_RECORD", "Deserializer", "ManyDeserializer"]

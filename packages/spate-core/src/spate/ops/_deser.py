@@ -1,0 +1,59 @@
+"""The deserializer contract: one borrowed payload view in, decoded value(s) out.
+
+A deserializer turns the ``memoryview`` of a payload into the value the operator chain
+sees. It runs on the pipeline thread, once per record, so it must not parse schemas or
+build clients per call. When the view spans a whole object (a Kafka message's
+``bytes``), ``payload.obj`` returns that object without a copy; decoders that accept
+``bytes`` should use it. A slice (an S3 line) must be decoded from the view itself.
+
+Outcomes:
+
+* a value — one record;
+* :data:`NO_RECORD` — the payload holds no record (an empty ``single`` JSON payload);
+  counted as dropped with reason ``empty`` and acknowledged as delivered (B3, B21);
+* ``DeserError(kind=MALFORMED | SCHEMA_UNAVAILABLE)`` — a record error: skipped or fatal
+  by the deserializer's ``on_error`` policy, always counted (B28);
+* ``DeserError(kind=NOT_READY)`` — the record cannot be decoded *yet* (schema registry
+  unreachable): the runtime retries it later and never drops it (B21).
+
+A deserializer whose framing yields several records per payload (``ndjson``, ``array``)
+sets ``many = True`` and implements :meth:`ManyDeserializer.deserialize_many`, which
+returns a list whose items are values or ``DeserError`` instances (one bad line is one
+bad record), or raises ``DeserError`` when the whole payload is bad.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final, Protocol, final
+
+
+@final
+class _NoRecord:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_RECORD"
+
+
+NO_RECORD: Final = _NoRecord()
+"""Returned by a deserializer for a payload that holds no record."""
+
+
+class Deserializer(Protocol):
+    """Decodes one payload into one value (``many`` is False)."""
+
+    many: ClassVar[bool]
+
+    def deserialize(self, payload: memoryview) -> object:
+        """Return the decoded value or ``NO_RECORD``; raise ``DeserError``. Never blocks."""
+        ...
+
+
+class ManyDeserializer(Protocol):
+    """Decodes one payload into any number of values (``many`` is True)."""
+
+    many: ClassVar[bool]
+
+    def deserialize_many(self, payload: memoryview) -> list[object]:
+        """Return values and ``DeserError`` items in order; raise for a wholly bad payload."""
+        ...

@@ -1,0 +1,75 @@
+"""What an entry point names: a factory carrying its config model and a build method.
+
+Entry-point groups, one per kind (entry name = YAML tag)::
+
+    [project.entry-points."spate.sinks"]
+    clickhouse = "spate_clickhouse:ClickHouseSinkFactory"
+
+The object an entry point loads is a :class:`ComponentFactory` (an instance, or a class
+with these attributes as class attributes / classmethods). The registry checks the
+shape when it loads one. ``config_model`` is a frozen ``kw_only`` dataclass decoded with
+:func:`spate.config.decode` from the connector's YAML body at ``<path>.<tag>``; ``build``
+turns a decoded config into the component. Nothing in spate-core knows connectors by
+name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
+
+from spate._clock import Clock
+from spate.flow._contract import ByteBudget
+from spate.metrics._meter import Meter
+
+
+class PluginKind(enum.Enum):
+    """The kinds of plugin and their entry-point groups."""
+
+    SOURCE = "source"
+    SINK = "sink"
+    DESERIALIZER = "deserializer"
+    COORDINATION_STORE = "coordination_store"
+
+    @property
+    def group(self) -> str:
+        return f"spate.{self.value}s"
+
+
+COMMANDS_GROUP = "spate.commands"
+"""Entry-point group for CLI subcommands contributed by other distributions."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildContext:
+    """What a factory gets besides its config: names, meter, clock and shared budget.
+
+    ``component`` is the name the component's metrics and logs carry (``source``,
+    ``deserializer`` or the sink's name). ``run_nonce`` is unique per process run (dedup
+    tokens, B9). ``budget`` is the pipeline's in-flight byte budget (sinks count what
+    they hold against it). ``io_threads`` is ``pipeline.io_threads``.
+    """
+
+    pipeline: str
+    component: str
+    meter: Meter
+    clock: Clock
+    run_nonce: str
+    budget: ByteBudget
+    io_threads: int = 2
+
+
+ConfigT = TypeVar("ConfigT")
+ComponentT_co = TypeVar("ComponentT_co", covariant=True)
+
+
+@runtime_checkable
+class ComponentFactory(Protocol[ConfigT, ComponentT_co]):
+    """Builds one kind of component from its decoded config."""
+
+    config_model: type[ConfigT]
+
+    def build(self, config: ConfigT, context: BuildContext) -> ComponentT_co:
+        """Build the component; raise ``ConfigError`` for config it cannot use."""
+        ...

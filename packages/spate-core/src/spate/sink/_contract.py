@@ -1,0 +1,69 @@
+"""The sink contract as the runtime and the operator chain see it.
+
+The chain hands each output row to :meth:`Sink.offer` together with the ack token of
+the source batch it came from. A sink that accepts a row becomes a holder of that token
+(``ack.retain()`` once per buffer and batch) and later releases it with ``ok=True``
+once the buffer is durably written, or ``ok=False`` when it is abandoned or failed
+fatally (B2, B4). A sink that cannot take more answers :attr:`Offer.REJECTED`; the
+chain then stops where it is and the runtime pauses intake and offers the same row
+again later (B7, B8).
+
+Sinks compose: a sink that wraps another (a spool tier, a tee) implements this same
+protocol and forwards rows and acks.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from spate.checkpoint._ack import AckToken
+from spate.records import Lane
+
+
+class Offer(enum.Enum):
+    """Result of :meth:`Sink.offer`."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class Sink(Protocol):
+    """A destination for rows; everything below this seam belongs to the sink."""
+
+    name: str
+
+    def start(self) -> None:
+        """Connect and probe every endpoint; raise ``SinkError`` naming it on failure (B29)."""
+        ...
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        """Take one row for writing, or refuse it for now. Never blocks.
+
+        A value that cannot be encoded raises ``SinkError`` with ``ErrorClass.RECORD``;
+        the chain applies the record error policy to it.
+        """
+        ...
+
+    def tick(self) -> None:
+        """Checkpoint tick: seal partial buffers so their acks can resolve (B10)."""
+        ...
+
+    def flush(self, deadline: float) -> bool:
+        """Seal every buffer and wait until all are written or ``deadline`` (monotonic).
+
+        Returns True when nothing is left unwritten. Called on drain and revocation.
+        """
+        ...
+
+    def abandon(self) -> int:
+        """Fail the acks of everything not yet written (B4); return how many rows."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether the sink's probe passed (feeds ``/readyz``)."""
+        ...
+
+    def close(self) -> None:
+        """Stop workers. Anything still held is failed first (B4)."""
+        ...

@@ -1,0 +1,74 @@
+"""The source contract: what the runtime needs from Kafka, S3 and every other source.
+
+The runtime drives a source from the pipeline thread only:
+
+1. ``start(events)`` connects (failing with the endpoint named, B29) and subscribes.
+2. ``poll(timeout)`` returns zero or more :class:`~spate.records.PayloadBatch` objects,
+   at most one per lane per call. A source may call ``events.assigned`` and
+   ``events.revoked`` from *inside* ``poll`` (librdkafka does); ``revoked`` returns only
+   after the runtime drained those lanes and committed them synchronously (B15). A
+   bounded source calls ``events.drained()`` once it has handed out everything, then
+   keeps returning no batches.
+3. ``commit(offsets, sync=...)`` receives, per lane, the next offset to consume. The
+   runtime only ever passes positions behind delivered data (B1); a source must never
+   commit anything else. ``sync=False`` may only store them for the source's own commit
+   cadence (Kafka ``commit_interval``); ``sync=True`` commits before returning.
+4. ``pause(lanes)`` / ``resume(lanes)`` stop and restart fetching while ``poll`` keeps
+   being called (B7).
+5. ``close()`` releases everything; the runtime has already committed what it could.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
+
+from spate.records import Lane, PayloadBatch
+
+
+class SourceEvents(Protocol):
+    """Callbacks the runtime gives a source; called on the pipeline thread."""
+
+    def assigned(self, lanes: Collection[Lane]) -> None:
+        """The source now owns ``lanes`` (a new ownership epoch for each)."""
+        ...
+
+    def revoked(self, lanes: Collection[Lane]) -> None:
+        """The source is losing ``lanes``. Blocks until they are drained and committed.
+
+        This is the revoke barrier: when it returns, every delivered batch of those lanes
+        is committed through ``Source.commit(..., sync=True)`` and the rest abandoned.
+        """
+        ...
+
+    def drained(self) -> None:
+        """A bounded source has handed out all of its input."""
+        ...
+
+
+class Source(Protocol):
+    """A stream of payload batches with commit, pause and resume."""
+
+    def start(self, events: SourceEvents) -> None:
+        """Connect and subscribe; raise ``SourceError`` naming the endpoint on failure."""
+        ...
+
+    def poll(self, timeout: float) -> Sequence[PayloadBatch]:
+        """Return available batches (possibly none) within ``timeout`` seconds."""
+        ...
+
+    def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
+        """Record that everything before ``offsets[lane]`` is delivered, per lane."""
+        ...
+
+    def pause(self, lanes: Collection[Lane]) -> None:
+        """Stop fetching from ``lanes``; ``poll`` keeps being called."""
+        ...
+
+    def resume(self, lanes: Collection[Lane]) -> None:
+        """Fetch from ``lanes`` again."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Called once, after the final commit."""
+        ...
