@@ -1,0 +1,46 @@
+"""The seam between the runtime and a compiled operator chain.
+
+The runtime polls a batch, registers it with the partition tracker (getting its
+:class:`~spate.checkpoint.AckToken`, which starts with one hold: the chain's), then calls
+:meth:`BatchProcessor.process`. The processor deserializes each payload, runs the fused
+operators and offers every output row to its sink with the batch's ack.
+
+* It returns ``None`` when the whole batch is processed; the runtime then releases the
+  chain's hold (``ack.release(True)``).
+* It returns :class:`Stalled` when it cannot go on right now: a sink answered
+  ``Offer.REJECTED`` (``reason="sink_full"``) or the deserializer said a record is not
+  ready yet (``reason="not_ready"``, B21). The runtime keeps polling with intake paused
+  and later calls ``process(batch, ack, resume=stalled.cursor)``, which continues from
+  exactly the record (and flat_map child) where it stopped, so no operator runs twice on
+  a record (B8).
+* A record error under the ``fail`` policy raises :class:`~spate.errors.FatalError`; the
+  runtime fails the ack and the pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from spate.checkpoint._ack import AckToken
+from spate.records import PayloadBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Stalled:
+    """Processing stopped early; hand ``cursor`` back to resume at the same record."""
+
+    cursor: object
+    reason: Literal["sink_full", "not_ready"]
+    sink: str | None = None
+    """The sink that refused a row (for ``sink_full``)."""
+
+
+class BatchProcessor(Protocol):
+    """One compiled chain: payload batch in, rows offered to sinks."""
+
+    def process(
+        self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
+    ) -> Stalled | None:
+        """Process ``batch`` from the start (or from ``resume``). Runs on the pipeline thread."""
+        ...
