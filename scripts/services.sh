@@ -1,0 +1,452 @@
+#!/usr/bin/env bash
+# Local services for the integration and end-to-end tests, without Docker, all on 127.0.0.1:
+#   kafka       Apache Kafka 4.x, one KRaft broker+controller, run from Maven Central jars
+#   nats        nats-server with JetStream (Debian package, installed when missing)
+#   s3          moto's S3 server
+#   clickhouse  the ClickHouse HTTP front over chDB (tests/support/chfront.py)
+#
+# Usage: scripts/services.sh COMMAND [SERVICE...]      (no SERVICE = all four)
+#   up | start    start what is not running, wait until it answers, write .services/env
+#   down | stop   stop what runs (data is kept, so `start kafka` brings the same topics back)
+#   restart       stop, then start
+#   status        one line per service; exit 0 only when every named service answers
+#   env           print the addresses as `export` lines (eval "$(scripts/services.sh env)")
+#   clean         stop everything and delete .services/ (data and logs; the jar cache stays)
+#   tools         install the Debian packages the services and tests need (nats-server,
+#                 docker-compose); `up` does this too
+#
+# Every command is idempotent. Ports (override with the environment variables):
+#   SPATE_KAFKA_PORT=19092  SPATE_KAFKA_CONTROLLER_PORT=19093  SPATE_NATS_PORT=14222
+#   SPATE_S3_PORT=15000     SPATE_CLICKHOUSE_PORT=18123
+# Data, logs and pid files live under .services/; Kafka jars are cached under .cache/kafka/.
+# When a service does not come up, the tail of its log is printed and the exit code is 1.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+SERVICES_DIR="$ROOT/.services"
+LOG_DIR="$SERVICES_DIR/logs"
+RUN_DIR="$SERVICES_DIR/run"
+ENV_FILE="$SERVICES_DIR/env"
+KAFKA_CACHE="$ROOT/.cache/kafka"
+KAFKA_CONF_DIR="$ROOT/scripts/kafka"
+PY="$ROOT/.venv/bin/python"
+
+KAFKA_PORT=${SPATE_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${SPATE_KAFKA_CONTROLLER_PORT:-19093}
+NATS_PORT=${SPATE_NATS_PORT:-14222}
+S3_PORT=${SPATE_S3_PORT:-15000}
+CLICKHOUSE_PORT=${SPATE_CLICKHOUSE_PORT:-18123}
+KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
+READY_TIMEOUT=${SPATE_SERVICES_READY_TIMEOUT:-120}
+STOP_TIMEOUT=${SPATE_SERVICES_STOP_TIMEOUT:-60}
+ALL_SERVICES=(kafka nats s3 clickhouse)
+
+die() {
+  echo "services: $*" >&2
+  exit 1
+}
+
+usage() {
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+}
+
+# ---------------------------------------------------------------- service table
+
+service_port() {
+  case $1 in
+    kafka) echo "$KAFKA_PORT" ;;
+    nats) echo "$NATS_PORT" ;;
+    s3) echo "$S3_PORT" ;;
+    clickhouse) echo "$CLICKHOUSE_PORT" ;;
+  esac
+}
+
+service_address() {
+  case $1 in
+    kafka) echo "127.0.0.1:$KAFKA_PORT" ;;
+    nats) echo "nats://127.0.0.1:$NATS_PORT" ;;
+    s3) echo "http://127.0.0.1:$S3_PORT" ;;
+    clickhouse) echo "http://127.0.0.1:$CLICKHOUSE_PORT" ;;
+  esac
+}
+
+log_file() { echo "$LOG_DIR/$1.log"; }
+pid_file() { echo "$RUN_DIR/$1.pid"; }
+
+# ---------------------------------------------------------------- processes
+
+# The pid in the pid file, if that process is alive and is ours (its command line names
+# this repository, so a recycled pid is never mistaken for the service).
+running_pid() {
+  local pf pid
+  pf=$(pid_file "$1")
+  [ -f "$pf" ] || return 1
+  pid=$(cat "$pf")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$ROOT" || return 1
+  echo "$pid"
+}
+
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+log_tail() {
+  local log
+  log=$(log_file "$1")
+  echo "---- last lines of $log ----" >&2
+  if [ -f "$log" ]; then
+    tail -n "${SPATE_SERVICES_LOG_LINES:-40}" "$log" >&2
+  else
+    echo "(no log written)" >&2
+  fi
+  echo "----" >&2
+}
+
+# Runs "$@" in its own session (so stopping it stops its children too), detached from this
+# shell, with stdout and stderr appended to the service log.
+launch() {
+  local name=$1
+  shift
+  local log
+  log=$(log_file "$name")
+  echo "==== $(date -u '+%Y-%m-%dT%H:%M:%SZ') starting: $*" >>"$log"
+  # fd 9 holds this script's lock: the service must not inherit it.
+  setsid "$@" </dev/null >>"$log" 2>&1 9>&- &
+  echo $! >"$(pid_file "$name")"
+}
+
+stop_service() {
+  local name=$1 pid waited=0
+  if ! pid=$(running_pid "$name"); then
+    rm -f "$(pid_file "$name")"
+    echo "$name: not running"
+    return 0
+  fi
+  # setsid made the service a process-group leader: signal the whole group.
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge $((STOP_TIMEOUT * 10)) ]; then
+      echo "$name: still running after ${STOP_TIMEOUT}s, killing pid $pid" >&2
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  rm -f "$(pid_file "$name")"
+  echo "==== $(date -u '+%Y-%m-%dT%H:%M:%SZ') stopped" >>"$(log_file "$name")"
+  echo "$name: stopped (pid $pid)"
+}
+
+# ---------------------------------------------------------------- readiness probes
+
+# One attempt each; exit status 0 means the service answers like the real thing.
+probe() {
+  local name=$1
+  case $name in
+    kafka)
+      "$PY" - "127.0.0.1:$KAFKA_PORT" 2>/dev/null <<'EOF'
+import sys
+
+from confluent_kafka.admin import AdminClient
+
+# The broker is ready once it answers metadata and lists itself (an unfenced broker).
+admin = AdminClient({"bootstrap.servers": sys.argv[1], "log_level": 0})
+metadata = admin.list_topics(timeout=3)
+sys.exit(0 if metadata.brokers else 1)
+EOF
+      ;;
+    nats)
+      # The server greets every connection with INFO {...}; JetStream must be on.
+      local line
+      line=$( (exec 4<>"/dev/tcp/127.0.0.1/$NATS_PORT" && read -r -t 3 greeting <&4 &&
+        echo "$greeting") 2>/dev/null) || return 1
+      [[ $line == INFO* && $line == *'"jetstream":true'* ]]
+      ;;
+    s3 | clickhouse)
+      local url
+      if [ "$name" = s3 ]; then url="http://127.0.0.1:$S3_PORT/"; else url="http://127.0.0.1:$CLICKHOUSE_PORT/ping"; fi
+      "$PY" - "$url" "$name" 2>/dev/null <<'EOF'
+import sys
+import urllib.request
+
+url, name = sys.argv[1], sys.argv[2]
+with urllib.request.urlopen(url, timeout=3) as response:
+    body = response.read()
+# moto answers the bucket listing; the ClickHouse front answers /ping like ClickHouse.
+ok = response.status == 200 and (name == "s3" or body == b"Ok.\n")
+sys.exit(0 if ok else 1)
+EOF
+      ;;
+  esac
+}
+
+wait_ready() {
+  local name=$1 deadline pid
+  deadline=$((SECONDS + READY_TIMEOUT))
+  while true; do
+    if ! pid=$(running_pid "$name"); then
+      echo "services: $name exited while starting ($(service_address "$name"))" >&2
+      log_tail "$name"
+      rm -f "$(pid_file "$name")"
+      return 1
+    fi
+    if probe "$name"; then
+      echo "$name: ready at $(service_address "$name") (pid $pid)"
+      return 0
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "services: $name did not answer at $(service_address "$name") within ${READY_TIMEOUT}s" >&2
+      log_tail "$name"
+      stop_service "$name" >/dev/null || true
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# ---------------------------------------------------------------- installation
+
+apt_install() {
+  local runner=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "need root (or sudo) to apt-get install $*"
+    runner=(sudo)
+  fi
+  echo "services: installing $* (apt-get)"
+  "${runner[@]}" apt-get update -qq >/dev/null ||
+    die "apt-get update failed; install $* by hand"
+  DEBIAN_FRONTEND=noninteractive "${runner[@]}" apt-get install -y -qq --no-install-recommends "$@" \
+    >/dev/null || die "apt-get install $* failed"
+}
+
+nats_server_bin() {
+  command -v nats-server 2>/dev/null || { [ -x /usr/sbin/nats-server ] && echo /usr/sbin/nats-server; }
+}
+
+ensure_tools() {
+  local missing=()
+  nats_server_bin >/dev/null || missing+=(nats-server)
+  # docker-compose only checks docker/compose.yaml in a test; it never runs containers here.
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+  fi
+}
+
+require_venv() {
+  [ -x "$PY" ] || die "$PY not found: run scripts/bootstrap.sh first"
+}
+
+kafka_version() {
+  sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KAFKA_CONF_DIR/pom.xml"
+}
+
+# Prints the directory holding the broker's jars, fetching them once per pom.xml content.
+kafka_jars() {
+  local key dir tmp
+  key=$(sha256sum "$KAFKA_CONF_DIR/pom.xml" | cut -c1-12)
+  dir="$KAFKA_CACHE/$(kafka_version)-$key"
+  if [ ! -f "$dir/.complete" ]; then
+    command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka jars"
+    echo "kafka: fetching Apache Kafka $(kafka_version) jars from Maven Central" >&2
+    tmp="$dir.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    if ! mvn -q -B -f "$KAFKA_CONF_DIR/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp" >"$KAFKA_CACHE/mvn.log" 2>&1; then
+      tail -n 30 "$KAFKA_CACHE/mvn.log" >&2
+      rm -rf "$tmp"
+      die "could not fetch the Kafka jars (full output in $KAFKA_CACHE/mvn.log)"
+    fi
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+    touch "$dir/.complete"
+  fi
+  echo "$dir"
+}
+
+java_bin() {
+  local java=${JAVA_HOME:+$JAVA_HOME/bin/}java
+  command -v "$java" >/dev/null || die "Java 17 or newer is needed for Kafka ($java not found)"
+  local major
+  major=$("$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+  [ "${major:-0}" -ge 17 ] || die "Kafka 4 needs Java 17 or newer (found ${major:-unknown})"
+  echo "$java"
+}
+
+# ---------------------------------------------------------------- per-service start
+
+start_kafka() {
+  local java jars home data props stamp
+  java=$(java_bin)
+  jars=$(kafka_jars)
+  home="$SERVICES_DIR/kafka"
+  data="$home/data"
+  props="$home/server.properties"
+  mkdir -p "$home"
+  # A KRaft log remembers its controller's address: new ports need a new data dir.
+  stamp="$(kafka_version) $KAFKA_PORT $KAFKA_CONTROLLER_PORT"
+  if [ -f "$home/ports" ] && [ "$(cat "$home/ports")" != "$stamp" ]; then
+    echo "kafka: version or ports changed, starting from an empty data dir"
+    rm -rf "$data"
+  fi
+  sed -e "s|@PORT@|$KAFKA_PORT|g" \
+    -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
+    -e "s|@DATA_DIR@|$data|g" \
+    "$KAFKA_CONF_DIR/server.properties.in" >"$props"
+  local jvm=(-Dlog4j2.configurationFile="$KAFKA_CONF_DIR/log4j2.xml" -Djava.awt.headless=true)
+  if [ ! -f "$data/meta.properties" ]; then
+    local cluster_id
+    rm -rf "$data"
+    cluster_id=$("$java" "${jvm[@]}" -cp "$jars/*" kafka.tools.StorageTool random-uuid 2>>"$(log_file kafka)")
+    "$java" "${jvm[@]}" -cp "$jars/*" kafka.tools.StorageTool format --standalone \
+      -t "$cluster_id" -c "$props" >>"$(log_file kafka)" 2>&1 || {
+      log_tail kafka
+      die "kafka: formatting the KRaft storage in $data failed"
+    }
+    echo "$stamp" >"$home/ports"
+  fi
+  # shellcheck disable=SC2086  # the heap options are meant to split into words
+  launch kafka "$java" $KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 "${jvm[@]}" \
+    -cp "$jars/*" kafka.Kafka "$props"
+}
+
+start_nats() {
+  local bin
+  bin=$(nats_server_bin) || die "nats-server not found (scripts/services.sh tools installs it)"
+  mkdir -p "$SERVICES_DIR/nats"
+  launch nats "$bin" -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$SERVICES_DIR/nats"
+}
+
+start_s3() {
+  [ -x "$ROOT/.venv/bin/moto_server" ] || die "moto_server not found in .venv (install moto[server])"
+  # Through the venv's python so the command line names this repository (see running_pid).
+  launch s3 "$PY" "$ROOT/.venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
+}
+
+start_clickhouse() {
+  [ -f "$ROOT/tests/support/chfront.py" ] || [ -d "$ROOT/tests/support/chfront" ] ||
+    die "clickhouse: the HTTP front tests/support/chfront is missing"
+  mkdir -p "$SERVICES_DIR/clickhouse"
+  launch clickhouse "$PY" -m tests.support.chfront --host 127.0.0.1 --port "$CLICKHOUSE_PORT" \
+    --data-dir "$SERVICES_DIR/clickhouse"
+}
+
+# ---------------------------------------------------------------- commands
+
+write_env() {
+  cat >"$ENV_FILE.tmp" <<EOF
+SPATE_KAFKA_BOOTSTRAP=$(service_address kafka)
+SPATE_NATS_URL=$(service_address nats)
+SPATE_S3_ENDPOINT=$(service_address s3)
+SPATE_CLICKHOUSE_URL=$(service_address clickhouse)
+EOF
+  mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+cmd_up() {
+  local name pid failed=0 started=()
+  require_venv
+  ensure_tools
+  write_env
+  # Start everything first and wait afterwards: the JVM and chDB take seconds to load.
+  for name in "$@"; do
+    if pid=$(running_pid "$name"); then
+      echo "$name: already running (pid $pid)"
+    else
+      port_open "$(service_port "$name")" &&
+        die "$name: port $(service_port "$name") on 127.0.0.1 is taken by another process" \
+          "(stop it, or choose another port with SPATE_${name^^}_PORT)"
+      "start_$name"
+    fi
+    started+=("$name")
+  done
+  for name in "${started[@]}"; do
+    wait_ready "$name" || failed=1
+  done
+  [ "$failed" -eq 0 ] || die "some services did not start (logs in $LOG_DIR)"
+  echo "services: addresses in $ENV_FILE"
+}
+
+cmd_down() {
+  local i
+  # Reverse order, so the broker goes last (nothing here depends on it, but logs read better).
+  for ((i = $# ; i > 0; i--)); do
+    stop_service "${!i}"
+  done
+}
+
+cmd_status() {
+  local name pid all_ok=0
+  for name in "$@"; do
+    if pid=$(running_pid "$name"); then
+      if probe "$name"; then
+        printf '%-11s running  pid %-8s %s\n' "$name" "$pid" "$(service_address "$name")"
+      else
+        printf '%-11s starting pid %-8s %s (not answering yet)\n' "$name" "$pid" \
+          "$(service_address "$name")"
+        all_ok=3
+      fi
+    else
+      local note=""
+      if [ "$name" = clickhouse ] && [ ! -e "$ROOT/tests/support/chfront.py" ] &&
+        [ ! -d "$ROOT/tests/support/chfront" ]; then
+        note=" (tests/support/chfront is missing)"
+      elif port_open "$(service_port "$name")"; then
+        note=" (port $(service_port "$name") is held by another process)"
+      fi
+      printf '%-11s stopped%s\n' "$name" "$note"
+      all_ok=3
+    fi
+  done
+  return "$all_ok"
+}
+
+main() {
+  [ $# -ge 1 ] || usage
+  local command=$1
+  shift
+  local services=("$@") name
+  [ ${#services[@]} -gt 0 ] || services=("${ALL_SERVICES[@]}")
+  for name in "${services[@]}"; do
+    case " ${ALL_SERVICES[*]} " in
+      *" $name "*) ;;
+      *) die "unknown service '$name' (known: ${ALL_SERVICES[*]})" ;;
+    esac
+  done
+
+  mkdir -p "$LOG_DIR" "$RUN_DIR"
+  # One invocation at a time per checkout: concurrent `up`s must not start two brokers.
+  exec 9>"$RUN_DIR/lock"
+  flock -w 600 9 || die "another scripts/services.sh is still running (lock $RUN_DIR/lock)"
+
+  case $command in
+    up | start) cmd_up "${services[@]}" ;;
+    down | stop) cmd_down "${services[@]}" ;;
+    restart)
+      cmd_down "${services[@]}"
+      cmd_up "${services[@]}"
+      ;;
+    status) cmd_status "${services[@]}" ;;
+    env)
+      write_env
+      sed 's/^/export /' "$ENV_FILE"
+      ;;
+    clean)
+      cmd_down "${ALL_SERVICES[@]}"
+      exec 9>&-
+      rm -rf "$SERVICES_DIR"
+      echo "services: removed $SERVICES_DIR"
+      ;;
+    tools) ensure_tools ;;
+    -h | --help | help) usage ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

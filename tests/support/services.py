@@ -1,0 +1,447 @@
+"""Fixtures and helpers for the local services that ``scripts/services.sh`` runs.
+
+Owns: finding each service's address (environment variable first, then ``.services/env``
+written by ``scripts/services.sh up``), proving it answers before a test uses it, and a few
+small helpers that integration and fault tests share on the real Kafka broker (create a
+topic, produce keyed records, read committed and end offsets, stop and start the broker).
+
+Does not own: starting services for a test run (``scripts/test.sh`` runs
+``scripts/services.sh up`` first) or any connector logic.
+
+A fixture whose service does not answer fails the test with the endpoint and the tail of the
+service's log; it never skips, so a broken environment cannot pass for a green run (B29's
+"name the endpoint" applies to our own test tooling too).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVICES_DIR = REPO_ROOT / ".services"
+ENV_FILE = SERVICES_DIR / "env"
+LOG_DIR = SERVICES_DIR / "logs"
+SERVICES_SCRIPT = REPO_ROOT / "scripts" / "services.sh"
+
+# Short timeouts: a service that is up answers in milliseconds.
+_PROBE_TIMEOUT = 5.0
+_LOG_TAIL_LINES = 40
+
+
+class ServiceUnavailableError(RuntimeError):
+    """A local service has no known address or does not answer at it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """One service run by ``scripts/services.sh``: its name there and its address variable."""
+
+    name: str
+    env_var: str
+
+    @property
+    def log_path(self) -> Path:
+        return LOG_DIR / f"{self.name}.log"
+
+
+KAFKA = Service("kafka", "SPATE_KAFKA_BOOTSTRAP")
+NATS = Service("nats", "SPATE_NATS_URL")
+S3 = Service("s3", "SPATE_S3_ENDPOINT")
+CLICKHOUSE = Service("clickhouse", "SPATE_CLICKHOUSE_URL")
+
+
+def _read_env_file(path: Path = ENV_FILE) -> dict[str, str]:
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def service_address(service: Service) -> str:
+    """The address of ``service``: its environment variable, else ``.services/env``.
+
+    Raises ServiceUnavailableError when neither names it (services never started here).
+    """
+    value = os.environ.get(service.env_var) or _read_env_file().get(service.env_var)
+    if not value:
+        raise ServiceUnavailableError(
+            f"{service.name}: {service.env_var} is not set and {ENV_FILE} does not name it; "
+            f"start the services with `scripts/services.sh up {service.name}`"
+        )
+    return value
+
+
+def log_tail(service: Service, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the service's log, or a note that there is none."""
+    try:
+        text = service.log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"(no log at {service.log_path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- probes
+
+
+def _tcp_connect(host: str, port: int) -> socket.socket:
+    try:
+        return socket.create_connection((host, port), timeout=_PROBE_TIMEOUT)
+    except OSError as exc:
+        raise ServiceUnavailableError(f"cannot connect to {host}:{port}: {exc}") from exc
+
+
+def _split_host_port(address: str, default_port: int) -> tuple[str, int]:
+    hostport = address.split("://", 1)[-1].split("/", 1)[0].split(",", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep:
+        return hostport, default_port
+    return host, int(port)
+
+
+def probe_kafka(bootstrap: str) -> None:
+    """The broker answers a metadata request and lists at least one (unfenced) broker."""
+    from confluent_kafka.admin import AdminClient
+
+    host, port = _split_host_port(bootstrap, 9092)
+    # Fail fast on a closed port instead of waiting out librdkafka's retries.
+    _tcp_connect(host, port).close()
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=_PROBE_TIMEOUT)
+    except Exception as exc:
+        raise ServiceUnavailableError(
+            f"Kafka metadata request to {bootstrap} failed: {exc}"
+        ) from exc
+    if not metadata.brokers:
+        raise ServiceUnavailableError(f"Kafka at {bootstrap} lists no live broker")
+
+
+def probe_nats(url: str) -> None:
+    """The server greets with INFO and has JetStream enabled."""
+    host, port = _split_host_port(url, 4222)
+    with _tcp_connect(host, port) as sock:
+        greeting = sock.makefile("rb").readline(65536)
+    if not greeting.startswith(b"INFO"):
+        raise ServiceUnavailableError(f"{url} does not speak NATS (got {greeting[:60]!r})")
+    if b'"jetstream":true' not in greeting:
+        raise ServiceUnavailableError(f"NATS at {url} runs without JetStream (-js)")
+
+
+def _http_get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ServiceUnavailableError(f"GET {url} failed: {exc}") from exc
+
+
+def probe_s3(endpoint: str) -> None:
+    """The S3 endpoint answers the bucket listing."""
+    status, _ = _http_get(endpoint.rstrip("/") + "/")
+    if status != 200:
+        raise ServiceUnavailableError(f"S3 at {endpoint} answered HTTP {status} to GET /")
+
+
+def probe_clickhouse(url: str) -> None:
+    """The ClickHouse HTTP interface answers ``GET /ping`` with ``Ok.``."""
+    status, body = _http_get(url.rstrip("/") + "/ping")
+    if status != 200 or body != b"Ok.\n":
+        raise ServiceUnavailableError(f"ClickHouse at {url}: GET /ping gave {status} {body[:60]!r}")
+
+
+def require_service(service: Service, probe: Callable[[str], None]) -> str:
+    """The service's address once ``probe`` passed; otherwise fail the test (never skip).
+
+    The failure names the endpoint and shows the tail of the service's log.
+    """
+    try:
+        address = service_address(service)
+        probe(address)
+    except ServiceUnavailableError as exc:
+        reason = str(exc)
+    else:
+        return address
+    # Outside the except block, so the report shows this message and not a chained traceback.
+    pytest.fail(
+        f"{service.name} is not available: {reason}\n"
+        f"---- last lines of {service.log_path} ----\n{log_tail(service)}\n----\n"
+        f"(start it with `scripts/services.sh up {service.name}`)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """``host:port`` of the real Kafka broker (KRaft, single node)."""
+    return require_service(KAFKA, probe_kafka)
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    """``nats://host:port`` of nats-server with JetStream."""
+    return require_service(NATS, probe_nats)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """``http://host:port`` of moto's S3 server (any access key works; path-style)."""
+    return require_service(S3, probe_s3)
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url() -> str:
+    """``http://host:port`` of the ClickHouse HTTP front over chDB."""
+    return require_service(CLICKHOUSE, probe_clickhouse)
+
+
+# ---------------------------------------------------------------- Kafka helpers
+
+
+def unique_name(prefix: str) -> str:
+    """``prefix`` plus a random suffix, for topics, groups and buckets no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    *,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create ``name`` with ``partitions`` partitions and wait until every one has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(
+        name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+    )
+    futures = admin.create_topics([topic], operation_timeout=timeout, request_timeout=timeout)
+    futures[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+        if (
+            metadata is not None
+            and metadata.error is None
+            and len(metadata.partitions) == partitions
+            and all(p.leader >= 0 for p in metadata.partitions.values())
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name} on {bootstrap} has no leader for every partition")
+        time.sleep(0.1)
+
+
+def produce_keyed(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    *,
+    key: Callable[[int], bytes] = lambda i: b"k%d" % i,
+    value: Callable[[int], bytes] = lambda i: b"v%d" % i,
+    partition: int | None = None,
+    config: Mapping[str, str | int] | None = None,
+    timeout: float = 60.0,
+) -> dict[bytes, tuple[int, int]]:
+    """Produce ``n`` records (idempotent, ``acks=all``) and return key -> (partition, offset).
+
+    Keys are partitioned by librdkafka's default partitioner unless ``partition`` is given.
+    When ``key`` repeats a key, the last record's position wins in the result.
+    Raises RuntimeError on the first failed delivery.
+    """
+    from confluent_kafka import KafkaError, Message, Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            **(config or {}),
+        }
+    )
+    positions: dict[bytes, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+            return
+        positions[msg.key()] = (msg.partition(), msg.offset())
+
+    extra = {} if partition is None else {"partition": partition}
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value(i), key(i), on_delivery=on_delivery, **extra)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if errors:
+        raise RuntimeError(f"{len(errors)} deliveries to {topic} failed, first: {errors[0]}")
+    if remaining:
+        raise TimeoutError(f"{remaining} records to {topic} undelivered after {timeout}s")
+    return positions
+
+
+class ConsumedRecord(NamedTuple):
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    n: int,
+    *,
+    timeout: float = 60.0,
+    commit: bool = True,
+    config: Mapping[str, str | int] | None = None,
+) -> list[ConsumedRecord]:
+    """Join ``group``, read ``n`` records of ``topic`` from the earliest offset, then leave.
+
+    With ``commit`` the positions after the read records are committed synchronously.
+    Raises TimeoutError (with the count read so far) when fewer than ``n`` arrive in time.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            **(config or {}),
+        }
+    )
+    records: list[ConsumedRecord] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(records) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(records)} of {n} records from {topic} in {timeout}s")
+            for msg in consumer.consume(num_messages=min(500, n - len(records)), timeout=0.5):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                records.append(
+                    ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset())
+                )
+        if commit and records:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return records
+
+
+def _partitions(bootstrap: str, topic: str, timeout: float) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        reason = "missing" if metadata is None else metadata.error
+        raise RuntimeError(f"topic {topic} on {bootstrap}: {reason}")
+    return sorted(metadata.partitions)
+
+
+def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[int, int]:
+    """Partition -> high watermark (the offset the next record will get)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {
+        TopicPartition(topic, p): OffsetSpec.latest()
+        for p in _partitions(bootstrap, topic, timeout)
+    }
+    futures = admin.list_offsets(request, request_timeout=timeout)
+    return {tp.partition: future.result(timeout=timeout).offset for tp, future in futures.items()}
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, *, timeout: float = 30.0
+) -> dict[int, int]:
+    """Partition -> offset committed by ``group``; partitions without a commit are left out."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic, timeout)]
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=timeout
+    )
+    result = futures[group].result(timeout=timeout)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+# ---------------------------------------------------------------- stopping and starting
+
+
+def _services_command(*args: str, timeout: float = 180.0) -> str:
+    proc = subprocess.run(
+        [str(SERVICES_SCRIPT), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"scripts/services.sh {' '.join(args)} exited {proc.returncode}:\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
+    logger.info("scripts/services.sh %s: %s", " ".join(args), proc.stdout.strip())
+    return proc.stdout
+
+
+def stop_service(name: str) -> None:
+    """Stop one service, keeping its data (for fault tests). Blocks until it has exited."""
+    _services_command("stop", name)
+
+
+def start_service(name: str) -> None:
+    """Start one service again; blocks until it answers (or raises with its log tail)."""
+    _services_command("start", name)
+
+
+def stop_kafka() -> None:
+    """Stop the broker (a clean shutdown); topics, records and commits stay on disk."""
+    stop_service(KAFKA.name)
+
+
+def start_kafka() -> None:
+    """Start the broker again on the same data and port; returns once it answers metadata."""
+    start_service(KAFKA.name)
