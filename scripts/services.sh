@@ -329,9 +329,12 @@ start_s3() {
   launch s3 "$PY" "$ROOT/.venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
 }
 
+chfront_present() {
+  [ -f "$ROOT/tests/support/chfront.py" ] || [ -f "$ROOT/tests/support/chfront/__main__.py" ]
+}
+
 start_clickhouse() {
-  [ -f "$ROOT/tests/support/chfront.py" ] || [ -d "$ROOT/tests/support/chfront" ] ||
-    die "clickhouse: the HTTP front tests/support/chfront is missing"
+  chfront_present || die "clickhouse: the HTTP front (python -m tests.support.chfront) is missing"
   mkdir -p "$SERVICES_DIR/clickhouse"
   launch clickhouse "$PY" -m tests.support.chfront --host 127.0.0.1 --port "$CLICKHOUSE_PORT" \
     --data-dir "$SERVICES_DIR/clickhouse"
@@ -394,9 +397,8 @@ cmd_status() {
       fi
     else
       local note=""
-      if [ "$name" = clickhouse ] && [ ! -e "$ROOT/tests/support/chfront.py" ] &&
-        [ ! -d "$ROOT/tests/support/chfront" ]; then
-        note=" (tests/support/chfront is missing)"
+      if [ "$name" = clickhouse ] && ! chfront_present; then
+        note=" (python -m tests.support.chfront is missing)"
       elif port_open "$(service_port "$name")"; then
         note=" (port $(service_port "$name") is held by another process)"
       fi

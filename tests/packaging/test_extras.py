@@ -1,0 +1,236 @@
+"""B26: each extra of the front door installs its own client libraries and nothing else.
+
+Builds wheels of the front door and all eight distributions from this checkout once per
+module, then installs ``spate[clickhouse]==0.1.0`` and ``spate[kafka]==0.1.0`` into fresh
+virtual environments (spate's wheels from the local wheel directory, third-party
+dependencies from the package index) and checks, inside each new environment, which
+client libraries are installed and importable and what ``spate plugins`` lists.
+
+The version pin matters: an unrelated project holds the name ``spate`` on the public index,
+with no 0.1.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.packaging
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DISTRIBUTION_DIRS = [REPO_ROOT, *sorted((REPO_ROOT / "packages").glob("spate-*"))]
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+# Client library (distribution name) -> its import name.
+CLIENT_LIBRARIES = {
+    "confluent-kafka": "confluent_kafka",
+    "fastavro": "fastavro",
+    "orjson": "orjson",
+    "aioboto3": "aioboto3",
+    "nats-py": "nats",
+    "clickhouse-connect": "clickhouse_connect",
+    "chdb": "chdb",
+}
+
+# Run inside the new environment: what is installed and what imports.
+_INSPECT = """
+import importlib.metadata, importlib.util, json, re, sys
+names = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version
+         for d in importlib.metadata.distributions()}
+modules = {m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}
+print(json.dumps({"distributions": names, "importable": modules}))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """A fresh virtual environment with one extra of the front door installed."""
+
+    root: Path
+    distributions: dict[str, str]
+    importable: dict[str, bool]
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    def plugins(self) -> list[dict[str, str]]:
+        """Rows of ``spate plugins`` (header ``NAME KIND DISTRIBUTION VERSION``)."""
+        proc = _run([str(self.bin / "spate"), "plugins"], cwd=self.root)
+        lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+        assert lines, f"`spate plugins` printed nothing:\n{proc.stderr}"
+        header, *rows = lines
+        assert header == ["NAME", "KIND", "DISTRIBUTION", "VERSION"], proc.stdout
+        assert all(len(row) == 4 for row in rows), proc.stdout
+        return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def _run(cmd: list[str], *, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+            f"\n--- stderr\n{proc.stderr[-4000:]}",
+            pytrace=False,
+        )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels of all nine distributions, built once (hatchling is in the dev venv)."""
+    out = tmp_path_factory.mktemp("wheels")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            *map(str, DISTRIBUTION_DIRS),
+        ],
+        cwd=out,
+    )
+    wheels = sorted(p.name for p in out.glob("*.whl"))
+    assert len(wheels) == len(DISTRIBUTION_DIRS), wheels
+    assert all(f"-{VERSION}-" in name for name in wheels), wheels
+    return out
+
+
+def _install(extra: str, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    root = tmp_path_factory.mktemp(f"venv-{extra}")
+    # No pip inside the new venv: the dev venv's pip installs into it (--python), faster.
+    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
+    python = root / "bin" / "python"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--find-links",
+            str(wheelhouse),
+            f"spate[{extra}]=={VERSION}",
+        ],
+        cwd=root,
+    )
+    proc = _run([str(python), "-c", _INSPECT, *CLIENT_LIBRARIES.values()], cwd=root)
+    report = json.loads(proc.stdout)
+    return Environment(root, report["distributions"], report["importable"])
+
+
+@pytest.fixture(scope="module")
+def clickhouse_env(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    return _install("clickhouse", wheelhouse, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def kafka_env(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    return _install("kafka", wheelhouse, tmp_path_factory)
+
+
+def _assert_installed(env: Environment, present: set[str], absent: set[str]) -> None:
+    for dist in sorted(present):
+        assert dist in env.distributions, f"{dist} is not installed in {env.root}"
+        if dist in CLIENT_LIBRARIES:
+            assert env.importable[CLIENT_LIBRARIES[dist]], f"{dist} does not import"
+    for dist in sorted(absent):
+        assert dist not in env.distributions, f"{dist} was installed into {env.root}"
+        if dist in CLIENT_LIBRARIES:
+            assert not env.importable[CLIENT_LIBRARIES[dist]], f"{dist} imports"
+
+
+def _mentions(row: dict[str, str], words: set[str]) -> bool:
+    text = f"{row['NAME']} {row['DISTRIBUTION']}".lower()
+    return any(re.search(rf"\b{word}\b", text) for word in words)
+
+
+def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
+    clickhouse_env: Environment,
+) -> None:
+    _assert_installed(
+        clickhouse_env,
+        present={"spate", "spate-core", "spate-clickhouse", "clickhouse-connect"},
+        absent={
+            "confluent-kafka",
+            "fastavro",
+            "orjson",
+            "aioboto3",
+            "nats-py",
+            "chdb",
+            "spate-kafka",
+            "spate-avro",
+            "spate-json",
+            "spate-s3",
+            "spate-coordination",
+            "spate-datagen",
+        },
+    )
+    spate_dists = {d: v for d, v in clickhouse_env.distributions.items() if d.startswith("spate")}
+    assert set(spate_dists.values()) == {VERSION}, spate_dists
+
+
+def test_b26_clickhouse_extra_lists_no_kafka_s3_avro_json_or_nats_plugin(
+    clickhouse_env: Environment,
+) -> None:
+    rows = clickhouse_env.plugins()
+    unwanted = [row for row in rows if _mentions(row, {"kafka", "s3", "avro", "json", "nats"})]
+    assert unwanted == [], unwanted
+    assert any(
+        row["NAME"] == "clickhouse" and row["DISTRIBUTION"] == "spate-clickhouse" for row in rows
+    ), rows
+
+
+def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
+    kafka_env: Environment,
+) -> None:
+    _assert_installed(
+        kafka_env,
+        present={
+            "spate",
+            "spate-core",
+            "spate-kafka",
+            "spate-avro",
+            "spate-json",
+            "confluent-kafka",
+            "fastavro",
+            "orjson",
+        },
+        absent={
+            "clickhouse-connect",
+            "chdb",
+            "aioboto3",
+            "nats-py",
+            "spate-clickhouse",
+            "spate-s3",
+            "spate-coordination",
+        },
+    )
+
+
+def test_b26_kafka_extra_lists_kafka_avro_json_plugins_and_no_clickhouse(
+    kafka_env: Environment,
+) -> None:
+    rows = kafka_env.plugins()
+    unwanted = [row for row in rows if _mentions(row, {"clickhouse", "s3", "nats"})]
+    assert unwanted == [], unwanted
+    distributions = {row["DISTRIBUTION"] for row in rows}
+    assert {"spate-kafka", "spate-avro", "spate-json"} <= distributions, rows
