@@ -1,3 +1,12 @@
-"""Kafka source and sink for spate (confluent-kafka)."""
+"""Kafka source (and sink) for spate, on confluent-kafka.
+
+``source: {kafka: {brokers, topic, group_id, ...}}`` — see :class:`KafkaSourceConfig`.
+"""
+
+from spate_kafka._factory import KafkaSourceFactory
+from spate_kafka._source import KafkaSource
+from spate_kafka.config import CONSUMER_DEFAULTS, KafkaSourceConfig
 
 __version__ = "0.1.0"
+
+__all__ = ["CONSUMER_DEFAULTS", "KafkaSource", "KafkaSourceConfig", "KafkaSourceFactory"]

@@ -1,0 +1,446 @@
+"""The Kafka source: one confluent-kafka consumer, eager rebalances, manual commits.
+
+Owns the consumer and everything the runtime must not see of it: partition bookkeeping,
+the commit cadence, bounded mode and lag statistics. Upholds, together with the runtime:
+
+* B1 — offsets are committed only as handed over by the checkpointer (never auto-commit);
+* B7 — ``pause``/``resume`` stop fetching per partition while ``poll`` keeps the group alive;
+* B15 — the revoke callback runs the runtime's drain barrier and commits synchronously
+  before it returns, so the next owner starts behind nothing undelivered;
+* B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
+* B29 — unreachable brokers fail ``start`` naming them.
+
+Payloads are ``memoryview(message.value())``: a view over the ``bytes`` librdkafka
+returned, so ``view.obj`` gives the original object back without a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from spate.errors import ErrorClass, SourceError
+from spate.metrics import GaugeSeries, Meter
+from spate.metrics import names as metric_names
+from spate.records import Lane, PayloadBatch
+from spate.source import SourceEvents
+
+from spate_kafka.config import KafkaSourceConfig
+
+logger = logging.getLogger(__name__)
+
+_EMPTY = memoryview(b"")
+
+# Errors after which the consumer cannot go on; everything else librdkafka retries itself.
+_FATAL_CODES = {
+    KafkaError._FATAL,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+    KafkaError._INVALID_ARG,
+}
+
+
+def _partition_lag(info: Mapping[str, Any]) -> int | None:
+    """Records behind the end of a partition from librdkafka's statistics.
+
+    Lag is measured against the committed offset when there is one; before the first
+    commit, against the consumed position (so a fresh group still reports its backlog).
+    """
+    lag = info.get("consumer_lag", -1)
+    if isinstance(lag, int) and lag >= 0:
+        return lag
+    high = info.get("hi_offset", -1)
+    position = info.get("app_offset", -1)
+    if isinstance(high, int) and isinstance(position, int) and high >= 0 and position >= 0:
+        return max(0, high - position)
+    return None
+
+
+class KafkaSource:
+    """A :class:`spate.source.Source` over one topic in one consumer group."""
+
+    def __init__(
+        self,
+        config: KafkaSourceConfig,
+        *,
+        meter: Meter | None = None,
+        component: str = "source",
+    ) -> None:
+        self._config = config
+        self._topic = config.topic
+        self._meter = meter
+        self._component = component
+        self._consumer: Consumer | None = None
+        self._events: SourceEvents | None = None
+        self._assigned: set[int] = set()
+        self._paused: set[int] = set()
+        self._pending_commit: dict[int, int] = {}
+        self._last_commit = time.monotonic()
+        self._closing = False
+        self._end_offsets: dict[int, int] | None = None
+        self._done: set[int] = set()
+        self._drained = False
+        self._last_assignment_change = time.monotonic()
+        self._lag_lock = threading.Lock()
+        self._lag: dict[int, GaugeSeries] = {}
+        self._revoked_in_call: set[int] = set()
+        self._fatal: SourceError | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self, events: SourceEvents) -> None:
+        """Connect, check the topic exists, read end offsets for bounded mode, subscribe."""
+        self._events = events
+        settings: dict[str, Any] = dict(self._config.consumer_settings())
+        settings["error_cb"] = self._on_error
+        if self._config.statistics_interval > 0:
+            settings["stats_cb"] = self._on_stats
+        try:
+            consumer = Consumer(settings)
+        except KafkaException as exc:
+            raise SourceError(
+                f"kafka: cannot create a consumer for {self._config.brokers}: {exc}",
+                ErrorClass.FATAL,
+            ) from exc
+        self._consumer = consumer
+        try:
+            metadata = consumer.list_topics(self._topic, timeout=self._config.startup_timeout)
+        except KafkaException as exc:
+            consumer.close()
+            raise SourceError(
+                f"kafka: brokers {self._config.brokers} unreachable within "
+                f"{self._config.startup_timeout:g}s: {exc.args[0]}",
+                ErrorClass.FATAL,
+            ) from exc
+        topic_meta = metadata.topics.get(self._topic)
+        if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
+            consumer.close()
+            reason = topic_meta.error if topic_meta is not None else "not found"
+            raise SourceError(
+                f"kafka: topic {self._topic!r} is not available on {self._config.brokers}: "
+                f"{reason}",
+                ErrorClass.FATAL,
+            )
+        if self._config.stop_at == "end":
+            self._end_offsets = {}
+            for partition in topic_meta.partitions:
+                _low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, partition),
+                    timeout=self._config.startup_timeout,
+                    cached=False,
+                )
+                self._end_offsets[partition] = high
+            logger.info(
+                "bounded mode: stopping at end offsets",
+                extra={"topic": self._topic, "end_offsets": dict(self._end_offsets)},
+            )
+        consumer.subscribe(
+            [self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        self._last_assignment_change = time.monotonic()
+        logger.info(
+            "kafka source subscribed topic=%s group=%s brokers=%s",
+            self._topic,
+            self._config.group_id,
+            self._config.brokers,
+        )
+
+    def close(self) -> None:
+        """Leave the group. The final revoke during close does not call back the runtime."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        self._closing = True
+        self._flush_pending_commit(sync=True)
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("kafka consumer close failed: %s", exc)
+        self._consumer = None
+        for partition in list(self._lag):
+            self._set_lag(partition, 0)
+
+    # -- polling -------------------------------------------------------------------
+
+    def poll(self, timeout: float) -> Sequence[PayloadBatch]:
+        consumer = self._require_consumer()
+        if self._fatal is not None:
+            raise self._fatal
+        self._maybe_commit()
+        self._check_assignment_timeout()
+        if self._drained:
+            # Keep serving group events (heartbeats, rebalances) without fetching.
+            consumer.poll(timeout=min(timeout, 0.1))
+            return ()
+        self._revoked_in_call.clear()
+        messages = consumer.consume(num_messages=self._config.consume_batch, timeout=timeout)
+        if self._fatal is not None:
+            raise self._fatal
+        batches = self._group(messages) if messages else ()
+        if self._end_offsets is not None:
+            self._check_bounded_end(batches)
+        return batches
+
+    def _group(self, messages: list[Message]) -> list[PayloadBatch]:
+        by_partition: dict[int, PayloadBatch] = {}
+        end_offsets = self._end_offsets
+        revoked = self._revoked_in_call
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._handle_message_error(error)
+                continue
+            partition = message.partition()
+            offset = message.offset()
+            if partition in revoked or partition not in self._assigned:
+                # Fetched under an ownership that ended during this call: the next owner
+                # reads it again from the committed offset.
+                continue
+            if end_offsets is not None and offset >= end_offsets.get(partition, 0):
+                continue
+            batch = by_partition.get(partition)
+            if batch is None:
+                batch = PayloadBatch(
+                    lane=Lane(self._topic, partition),
+                    offsets=[],
+                    payloads=[],
+                    keys=[],
+                    timestamps=[],
+                    next_offset=offset + 1,
+                )
+                by_partition[partition] = batch
+            value = message.value()
+            batch.payloads.append(memoryview(value) if value is not None else _EMPTY)
+            batch.offsets.append(offset)
+            batch.keys.append(message.key())
+            batch.timestamps.append(message.timestamp()[1])
+            batch.next_offset = offset + 1
+        return list(by_partition.values())
+
+    def _handle_message_error(self, error: KafkaError) -> None:
+        if error.fatal() or error.code() in _FATAL_CODES:
+            raise SourceError(f"kafka: {error.str()}", ErrorClass.FATAL)
+        logger.warning("kafka consumer error (retried by librdkafka): %s", error.str())
+
+    # -- bounded mode --------------------------------------------------------------
+
+    def _check_bounded_end(self, batches: Sequence[PayloadBatch]) -> None:
+        end_offsets = self._end_offsets
+        consumer = self._consumer
+        if end_offsets is None or consumer is None or not self._assigned:
+            return
+        for batch in batches:
+            if batch.next_offset >= end_offsets.get(batch.lane.partition, 0):
+                self._done.add(batch.lane.partition)
+        undone = [p for p in self._assigned if p not in self._done]
+        if undone:
+            positions = consumer.position([TopicPartition(self._topic, p) for p in undone])
+            for tp in positions:
+                if tp.offset >= 0 and tp.offset >= end_offsets.get(tp.partition, 0):
+                    self._done.add(tp.partition)
+        if all(p in self._done for p in self._assigned):
+            self._drained = True
+            consumer.pause([TopicPartition(self._topic, p) for p in self._assigned])
+            logger.info("bounded mode: reached the end offsets of every assigned partition")
+            if self._events is not None:
+                self._events.drained()
+
+    def _mark_done_from_committed(self, partitions: Collection[int]) -> None:
+        end_offsets = self._end_offsets
+        consumer = self._consumer
+        if end_offsets is None or consumer is None:
+            return
+        tps = [TopicPartition(self._topic, p) for p in partitions]
+        committed = consumer.committed(tps, timeout=self._config.startup_timeout)
+        for tp in committed:
+            end = end_offsets.get(tp.partition, 0)
+            if end == 0 or (tp.offset != OFFSET_INVALID and tp.offset >= end):
+                self._done.add(tp.partition)
+        for partition in partitions:
+            low, _high = consumer.get_watermark_offsets(
+                TopicPartition(self._topic, partition), timeout=self._config.startup_timeout
+            )
+            if low >= end_offsets.get(partition, 0):
+                self._done.add(partition)
+
+    # -- commits ---------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
+        """Take the checkpointer's watermarks; commit now when ``sync``, else on cadence."""
+        for lane, offset in offsets.items():
+            if lane.stream == self._topic:
+                self._pending_commit[lane.partition] = offset
+        if sync:
+            self._flush_pending_commit(sync=True)
+
+    def _maybe_commit(self) -> None:
+        if self._pending_commit and (
+            time.monotonic() - self._last_commit >= self._config.commit_interval
+        ):
+            self._flush_pending_commit(sync=False)
+
+    def _flush_pending_commit(self, *, sync: bool) -> None:
+        consumer = self._consumer
+        self._last_commit = time.monotonic()
+        if consumer is None or not self._pending_commit:
+            return
+        owned = {p: o for p, o in self._pending_commit.items() if p in self._assigned}
+        self._pending_commit.clear()
+        if not owned:
+            return
+        tps = [TopicPartition(self._topic, p, o) for p, o in sorted(owned.items())]
+        try:
+            consumer.commit(offsets=tps, asynchronous=not sync)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
+                return
+            if sync:
+                raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
+            logger.warning("kafka commit failed (retried on the next cadence): %s", exc)
+            for p, o in owned.items():
+                self._pending_commit.setdefault(p, o)
+
+    # -- flow control ----------------------------------------------------------------
+
+    def pause(self, lanes: Collection[Lane]) -> None:
+        consumer = self._require_consumer()
+        parts = [lane.partition for lane in lanes if lane.partition in self._assigned]
+        fresh = [p for p in parts if p not in self._paused]
+        if fresh:
+            consumer.pause([TopicPartition(self._topic, p) for p in fresh])
+            self._paused.update(fresh)
+
+    def resume(self, lanes: Collection[Lane]) -> None:
+        consumer = self._require_consumer()
+        parts = [lane.partition for lane in lanes if lane.partition in self._paused]
+        if self._drained:
+            self._paused.difference_update(parts)
+            return
+        if parts:
+            consumer.resume([TopicPartition(self._topic, p) for p in parts])
+            self._paused.difference_update(parts)
+
+    # -- rebalance callbacks (called inside consume/poll on the pipeline thread) -----
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        parts = [tp.partition for tp in partitions]
+        self._assigned = set(parts)
+        self._paused.clear()
+        self._revoked_in_call.difference_update(parts)
+        self._last_assignment_change = time.monotonic()
+        self._count_rebalance("assigned")
+        logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
+        if self._end_offsets is not None:
+            self._done.difference_update(parts)
+            self._mark_done_from_committed(parts)
+        if self._events is not None and not self._closing:
+            self._events.assigned([Lane(self._topic, p) for p in parts])
+        if self._end_offsets is not None and self._assigned and not self._drained:
+            self._check_bounded_end(())
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        parts = [tp.partition for tp in partitions]
+        self._count_rebalance("revoked")
+        logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
+        if self._events is not None and not self._closing:
+            # The barrier: drains these lanes and commits them through commit(sync=True).
+            self._events.revoked([Lane(self._topic, p) for p in parts])
+        self._flush_pending_commit(sync=True)
+        self._assigned.difference_update(parts)
+        self._paused.difference_update(parts)
+        self._revoked_in_call.update(parts)
+        self._last_assignment_change = time.monotonic()
+        for p in parts:
+            self._pending_commit.pop(p, None)
+            self._set_lag(p, 0)
+
+    def _check_assignment_timeout(self) -> None:
+        limit = self._config.assignment_timeout
+        if limit is None or self._assigned:
+            return
+        idle = time.monotonic() - self._last_assignment_change
+        if idle >= limit:
+            raise SourceError(
+                f"kafka: no partition of {self._topic!r} assigned to group "
+                f"{self._config.group_id!r} for {idle:.0f}s (assignment_timeout)",
+                ErrorClass.FATAL,
+            )
+
+    # -- librdkafka callbacks --------------------------------------------------------
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = SourceError(f"kafka: fatal client error: {error.str()}", ErrorClass.FATAL)
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+            logger.warning("kafka: all brokers down (%s); retrying", self._config.brokers)
+        else:
+            logger.debug("kafka client error: %s", error.str())
+
+    def _on_stats(self, raw: str) -> None:
+        try:
+            stats = json.loads(raw)
+            partitions = stats["topics"][self._topic]["partitions"]
+        except (ValueError, KeyError, TypeError):
+            return
+        for key, info in partitions.items():
+            try:
+                partition = int(key)
+            except ValueError:
+                continue
+            if partition < 0 or partition not in self._assigned:
+                continue
+            lag = _partition_lag(info)
+            if lag is not None:
+                self._set_lag(partition, lag)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _set_lag(self, partition: int, value: int) -> None:
+        meter = self._meter
+        if meter is None:
+            return
+        with self._lag_lock:
+            gauge = self._lag.get(partition)
+            if gauge is None:
+                gauge = meter.gauge(
+                    metric_names.SOURCE_LAG,
+                    component=self._component,
+                    component_type="kafka",
+                    lane=str(Lane(self._topic, partition)),
+                )
+                self._lag[partition] = gauge
+        gauge.set(value)
+
+    def _count_rebalance(self, event: str) -> None:
+        if self._meter is not None:
+            self._meter.counter(
+                metric_names.SOURCE_REBALANCES,
+                component=self._component,
+                component_type="kafka",
+                event=event,
+            ).inc()
+
+    def _require_consumer(self) -> Consumer:
+        if self._consumer is None:
+            raise SourceError("kafka: the source is not started", ErrorClass.FATAL)
+        return self._consumer
+
+    @property
+    def assigned_partitions(self) -> frozenset[int]:
+        """Partitions currently owned (for tests and health)."""
+        return frozenset(self._assigned)

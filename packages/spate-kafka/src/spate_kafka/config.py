@@ -1,0 +1,90 @@
+"""Configuration models of the Kafka source (``source: {kafka: ...}``).
+
+Defaults are chosen for a Python consumer's throughput (see the Kafka connector page):
+librdkafka's default fetch backoff of one second leaves a fast consumer waiting on an
+empty queue, so the source lowers it; everything else keeps librdkafka's defaults unless
+set through the ``rdkafka:`` passthrough, which refuses the keys spate owns (B19).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spate.config import Duration
+
+from spate_kafka._passthrough import CONSUMER_OWNED, passthrough_errors
+
+CONSUMER_DEFAULTS: Mapping[str, str] = {
+    # A new group reads the topic from the start, as Kafka Connect sinks do.
+    "auto.offset.reset": "earliest",
+    # librdkafka's 1000ms backoff starves a consumer that drains its queue quickly.
+    "fetch.queue.backoff.ms": "100",
+    # Short enough for tests and rebalances, long enough for a busy pipeline thread.
+    "session.timeout.ms": "45000",
+    "max.poll.interval.ms": "300000",
+}
+"""Consumer settings applied before the passthrough (which overrides them)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaSourceConfig:
+    """``source: {kafka: ...}``."""
+
+    brokers: str
+    """Bootstrap servers, ``host:port[,host:port...]``."""
+    topic: str
+    """The topic to consume (one per pipeline)."""
+    group_id: str
+    """Consumer group; scale out by running more processes with the same group."""
+    commit_interval: Duration = 5.0
+    """How often offsets handed over by the checkpointer are committed to the broker."""
+    startup_timeout: Duration = 30.0
+    """Brokers must answer within this time at start, or the pipeline fails naming them."""
+    assignment_timeout: Duration | None = None
+    """Fail when no partition has been assigned for this long (off by default)."""
+    statistics_interval: Duration = 5.0
+    """librdkafka statistics cadence, which feeds the per-partition lag gauge; 0 disables."""
+    stop_at: Literal["never", "end"] = "never"
+    """``end``: bounded mode — stop at the end offsets seen at start, drain, exit 0."""
+    consume_batch: int = 5000
+    """Messages taken per ``consume()`` call."""
+    rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
+    """Other librdkafka consumer settings (TLS, SASL, fetch tuning), passed through."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.brokers.strip():
+            yield "brokers", "must name at least one host:port"
+        if not self.topic.strip():
+            yield "topic", "must not be empty"
+        if not self.group_id.strip():
+            yield "group_id", "must not be empty"
+        if self.commit_interval < 0.1:
+            yield "commit_interval", "must be at least 100ms"
+        if self.startup_timeout <= 0:
+            yield "startup_timeout", "must be positive"
+        if self.assignment_timeout is not None and self.assignment_timeout <= 0:
+            yield "assignment_timeout", "must be positive"
+        if self.statistics_interval < 0:
+            yield "statistics_interval", "must not be negative"
+        if self.consume_batch < 1:
+            yield "consume_batch", "must be at least 1"
+        for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
+            yield f"rdkafka.{key}", message
+
+    def consumer_settings(self) -> dict[str, str | int | float | bool]:
+        """The librdkafka configuration this source runs with (callbacks added later)."""
+        settings: dict[str, str | int | float | bool] = dict(CONSUMER_DEFAULTS)
+        settings.update(self.rdkafka)
+        settings.update(
+            {
+                "bootstrap.servers": self.brokers,
+                "group.id": self.group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "statistics.interval.ms": int(self.statistics_interval * 1000),
+            }
+        )
+        return settings

@@ -1,0 +1,94 @@
+"""Kafka source configuration: required keys, defaults and passthrough refusal (B17, B19)."""
+
+from __future__ import annotations
+
+import pytest
+from spate.config import decode
+from spate.errors import ConfigError
+from spate_kafka import CONSUMER_DEFAULTS, KafkaSourceConfig
+
+BASE = {"brokers": "127.0.0.1:9092", "topic": "events", "group_id": "etl"}
+
+
+def load(**extra: object) -> KafkaSourceConfig:
+    return decode(KafkaSourceConfig, {**BASE, **extra}, "source.kafka")
+
+
+def test_defaults_apply() -> None:
+    cfg = load()
+    assert cfg.commit_interval == 5.0
+    assert cfg.startup_timeout == 30.0
+    assert cfg.assignment_timeout is None
+    assert cfg.statistics_interval == 5.0
+    assert cfg.stop_at == "never"
+    settings = cfg.consumer_settings()
+    assert settings["enable.auto.commit"] is False
+    assert settings["enable.auto.offset.store"] is False
+    assert settings["fetch.queue.backoff.ms"] == CONSUMER_DEFAULTS["fetch.queue.backoff.ms"]
+    assert settings["statistics.interval.ms"] == 5000
+
+
+@pytest.mark.parametrize("missing", ["brokers", "topic", "group_id"])
+def test_required_keys_named_with_their_path(missing: str) -> None:
+    raw = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(ConfigError) as info:
+        decode(KafkaSourceConfig, raw, "source.kafka")
+    assert info.value.path == f"source.kafka.{missing}"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "enable.auto.commit",
+        "auto.commit.enable",
+        "enable.auto.offset.store",
+        "auto.commit.interval.ms",
+        "enable.partition.eof",
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "group.id",
+        "statistics.interval.ms",
+        "group.protocol",
+    ],
+)
+def test_b19_owned_passthrough_keys_are_refused(key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(rdkafka={key: "x"})
+    assert info.value.path == f"source.kafka.rdkafka.{key}"
+    assert "owned by spate" in info.value.message
+
+
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range,cooperative-sticky"])
+def test_b19_cooperative_assignor_is_refused(strategy: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(rdkafka={"partition.assignment.strategy": strategy})
+    assert info.value.path == "source.kafka.rdkafka.partition.assignment.strategy"
+    assert "cooperative" in info.value.message
+
+
+def test_eager_assignor_and_tls_pass_through() -> None:
+    cfg = load(
+        rdkafka={
+            "partition.assignment.strategy": "roundrobin",
+            "security.protocol": "SSL",
+            "fetch.min.bytes": 1024,
+            "auto.offset.reset": "latest",
+        }
+    )
+    settings = cfg.consumer_settings()
+    assert settings["partition.assignment.strategy"] == "roundrobin"
+    assert settings["security.protocol"] == "SSL"
+    assert settings["auto.offset.reset"] == "latest"
+
+
+def test_units_and_bounded_mode_parse() -> None:
+    cfg = load(commit_interval="250ms", assignment_timeout="2m", stop_at="end")
+    assert cfg.commit_interval == 0.25
+    assert cfg.assignment_timeout == 120.0
+    assert cfg.stop_at == "end"
+
+
+def test_unknown_key_is_refused_with_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(comit_interval="5s")
+    assert info.value.path == "source.kafka.comit_interval"
