@@ -23,7 +23,10 @@ class MockCluster:
     def produce(self, topic: str, count: int, *, partitions: int = 4, prefix: str = "k") -> None:
         for i in range(count):
             self.producer.produce(
-                topic, value=f"value-{i}".encode(), key=f"{prefix}{i}".encode(), partition=i % partitions
+                topic,
+                value=f"value-{i}".encode(),
+                key=f"{prefix}{i}".encode(),
+                partition=i % partitions,
             )
             if i % 10_000 == 0:
                 self.producer.poll(0)

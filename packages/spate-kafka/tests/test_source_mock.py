@@ -53,9 +53,7 @@ def drain(source: KafkaSource, want: int, deadline: float = 30.0) -> list[Payloa
 def committed(cluster: MockCluster, topic: str, group: str, partitions: int = 4) -> dict[int, int]:
     probe = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
     try:
-        tps = probe.committed(
-            [TopicPartition(topic, p) for p in range(partitions)], timeout=10
-        )
+        tps = probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {tp.partition: tp.offset for tp in tps}
     finally:
         probe.close()

@@ -54,7 +54,10 @@ def passthrough_errors(
         elif key.endswith("_cb") or key in ("on_commit", "on_delivery", "logger"):
             yield key, "callbacks cannot be set from configuration"
         elif key == "partition.assignment.strategy" and _COOPERATIVE in str(value):
-            yield key, (
-                "cooperative assignors are refused: spate drains and commits revoked "
-                "partitions with the eager protocol"
+            yield (
+                key,
+                (
+                    "cooperative assignors are refused: spate drains and commits revoked "
+                    "partitions with the eager protocol"
+                ),
             )

@@ -148,9 +148,7 @@ class KafkaSource:
                 "bounded mode: stopping at end offsets",
                 extra={"topic": self._topic, "end_offsets": dict(self._end_offsets)},
             )
-        consumer.subscribe(
-            [self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+        consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._last_assignment_change = time.monotonic()
         logger.info(
             "kafka source subscribed topic=%s group=%s brokers=%s",
