@@ -204,6 +204,8 @@ class KafkaSource:
                 continue
             partition = message.partition()
             offset = message.offset()
+            if partition is None or offset is None:
+                continue
             if partition in revoked or partition not in self._assigned:
                 # Fetched under an ownership that ended during this call: the next owner
                 # reads it again from the committed offset.
@@ -302,7 +304,10 @@ class KafkaSource:
             return
         tps = [TopicPartition(self._topic, p, o) for p, o in sorted(owned.items())]
         try:
-            consumer.commit(offsets=tps, asynchronous=not sync)
+            if sync:
+                consumer.commit(offsets=tps, asynchronous=False)
+            else:
+                consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
