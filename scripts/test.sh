@@ -16,13 +16,28 @@ mypy
 echo "== mkdocs build --strict"
 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 
+# Services that were already running (a developer's own `make services-up`) are reused and
+# left running; the ones this run starts are stopped again on exit, unless
+# SPATE_KEEP_SERVICES=1. A run that finds none running starts from empty service data.
+services_started=""
 cleanup() {
-  if [ -x scripts/services.sh ]; then
-    scripts/services.sh down || true
+  if [ -n "$services_started" ] && [ "${SPATE_KEEP_SERVICES:-0}" != 1 ]; then
+    # shellcheck disable=SC2086  # a list of service names
+    scripts/services.sh down $services_started || true
   fi
 }
 trap cleanup EXIT
 if [ -x scripts/services.sh ]; then
+  echo "== services"
+  running=$(scripts/services.sh status 2>/dev/null | awk '$2 == "running" { print $1 }' || true)
+  if [ -z "$running" ]; then
+    scripts/services.sh clean >/dev/null
+  fi
+  for name in kafka nats s3 clickhouse; do
+    if ! grep -qx "$name" <<<"$running"; then
+      services_started="$services_started $name"
+    fi
+  done
   scripts/services.sh up
 fi
 echo "== pytest (SPATE_TEST_SCALE=$SPATE_TEST_SCALE)"
