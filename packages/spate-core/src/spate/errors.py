@@ -92,12 +92,14 @@ class PluginError(SpateError):
 class MissingConnectorError(PluginError, ImportError):
     """The configuration names a connector whose distribution is not installed (B26)."""
 
-    def __init__(self, kind: str, name: str, install: str | None) -> None:
+    def __init__(self, kind: str, name: str, install: str | None, *, path: str = "") -> None:
         self.kind = kind
         self.name = name
         self.install = install
+        self.path = path
         hint = f"; install it with: {install}" if install else ""
-        super().__init__(f"no {kind} named {name!r} is installed{hint}")
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}no {kind} named {name!r} is installed{hint}")
 
 
 class SourceError(SpateError):

@@ -1,15 +1,50 @@
 """Configuration: YAML loading, interpolation, units and strict decoding into models."""
 
 from spate.config._decode import ByteSize, Duration, decode, join_path
+from spate.config._interpolate import interpolate, interpolate_string
+from spate.config._loader import (
+    RESERVED_SINK_NAMES,
+    TOP_LEVEL_KEYS,
+    ConnectorResolver,
+    decode_connector,
+    load_config,
+    parse_config,
+)
 from spate.config._units import format_duration, format_size, parse_duration, parse_size
+from spate.config.models import (
+    AdminConfig,
+    BackpressureConfig,
+    CheckpointConfig,
+    ConnectorSpec,
+    FrameworkSections,
+    MetricsConfig,
+    PipelineConfig,
+    PipelineSection,
+)
 
 __all__ = [
+    "RESERVED_SINK_NAMES",
+    "TOP_LEVEL_KEYS",
+    "AdminConfig",
+    "BackpressureConfig",
     "ByteSize",
+    "CheckpointConfig",
+    "ConnectorResolver",
+    "ConnectorSpec",
     "Duration",
+    "FrameworkSections",
+    "MetricsConfig",
+    "PipelineConfig",
+    "PipelineSection",
     "decode",
+    "decode_connector",
     "format_duration",
     "format_size",
+    "interpolate",
+    "interpolate_string",
     "join_path",
+    "load_config",
+    "parse_config",
     "parse_duration",
     "parse_size",
 ]

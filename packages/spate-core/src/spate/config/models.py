@@ -7,7 +7,7 @@ default, documented in the configuration reference (generated from these models)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -112,3 +112,61 @@ class FrameworkSections:
     backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectorSpec:
+    """One connector section: ``{tag: body}`` under ``source``, ``deserializer`` or a sink.
+
+    ``tag`` is the connector's name (its entry-point name, e.g. ``kafka``), ``body`` the
+    interpolated YAML under it, ``path`` the dotted path of the body (e.g.
+    ``sinks.payments.clickhouse``) and ``component`` the name the built component's
+    metrics and logs carry (``source``, ``deserializer``, or the sink's name).
+    ``config`` is the body decoded by the connector's own model, or None when the
+    configuration was loaded without checking connectors.
+    """
+
+    kind: Literal["source", "deserializer", "sink"]
+    tag: str
+    component: str
+    path: str
+    body: Mapping[str, object]
+    config: object | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineConfig:
+    """A whole pipeline configuration: framework sections plus connector sections.
+
+    Exactly one of ``sink:`` and ``sinks:`` is given in YAML. A single ``sink:`` becomes
+    ``sinks == {"sink": spec}`` with ``sinks_map`` False; a ``sinks:`` map keeps its
+    names (``sink`` and the empty name are reserved) and sets ``sinks_map``, which makes
+    an operator chain mandatory (there is no implicit routing between several sinks).
+    ``coordination`` is kept as an opaque mapping; spate-coordination validates it.
+    """
+
+    pipeline: PipelineSection = field(default_factory=PipelineSection)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    source: ConnectorSpec
+    deserializer: ConnectorSpec | None = None
+    sinks: Mapping[str, ConnectorSpec]
+    sinks_map: bool = False
+    coordination: Mapping[str, object] | None = None
+    file: str | None = None
+    """The file the configuration was read from, if any (for error messages)."""
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name (``pipeline.name``)."""
+        return self.pipeline.name
+
+    def connectors(self) -> list[ConnectorSpec]:
+        """Every connector section in build order: source, deserializer, sinks."""
+        specs = [self.source]
+        if self.deserializer is not None:
+            specs.append(self.deserializer)
+        specs.extend(self.sinks.values())
+        return specs

@@ -1,5 +1,17 @@
 """Plugin discovery through entry points, and the factory protocol connectors implement."""
 
+from spate.plugins._command import Command
 from spate.plugins._factory import COMMANDS_GROUP, BuildContext, ComponentFactory, PluginKind
+from spate.plugins._registry import COMMAND_KIND, PluginInfo, Registry, default_registry
 
-__all__ = ["COMMANDS_GROUP", "BuildContext", "ComponentFactory", "PluginKind"]
+__all__ = [
+    "COMMANDS_GROUP",
+    "COMMAND_KIND",
+    "BuildContext",
+    "Command",
+    "ComponentFactory",
+    "PluginInfo",
+    "PluginKind",
+    "Registry",
+    "default_registry",
+]

@@ -1,0 +1,281 @@
+"""Load a pipeline configuration: YAML, then interpolation, then strict decoding (B17, B18).
+
+Order matters and is fixed:
+
+1. the YAML is parsed (one document, a mapping at the top, no duplicate keys), keeping
+   where each key stands so an error can say ``file:line:column``;
+2. string values are interpolated from the environment (:mod:`spate.config._interpolate`),
+   so substituted text is never parsed as YAML;
+3. the framework sections are decoded into their models, ``sink``/``sinks`` checked, and
+   each connector body decoded by that connector's own model, which the
+   :class:`ConnectorResolver` (normally the plugin registry) supplies.
+
+Every problem is one :class:`~spate.errors.ConfigError` naming the dotted key path, or a
+:class:`~spate.errors.MissingConnectorError` naming the path, the connector and the
+install command (B26, B29).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import yaml
+
+from spate.config._decode import decode, join_path
+from spate.config._interpolate import interpolate
+from spate.config.models import (
+    AdminConfig,
+    BackpressureConfig,
+    CheckpointConfig,
+    ConnectorSpec,
+    MetricsConfig,
+    PipelineConfig,
+    PipelineSection,
+)
+from spate.errors import ConfigError
+
+RESERVED_SINK_NAMES = frozenset({"", "sink"})
+"""Sink names a ``sinks:`` map may not use (``sink`` names the single-sink form)."""
+
+_FRAMEWORK_SECTIONS: dict[str, type[Any]] = {
+    "pipeline": PipelineSection,
+    "checkpoint": CheckpointConfig,
+    "backpressure": BackpressureConfig,
+    "admin": AdminConfig,
+    "metrics": MetricsConfig,
+}
+_CONNECTOR_SECTIONS = ("source", "deserializer", "sink", "sinks")
+TOP_LEVEL_KEYS: tuple[str, ...] = (*_FRAMEWORK_SECTIONS, *_CONNECTOR_SECTIONS, "coordination")
+
+
+class ConnectorResolver(Protocol):
+    """Finds the config model of a connector (the plugin registry implements this)."""
+
+    def config_model(self, kind: str, name: str, path: str) -> type[Any]:
+        """The model for connector ``name`` of ``kind``; raise if it is not installed."""
+        ...
+
+
+Position = tuple[int, int]
+
+
+def load_config(
+    source: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    resolver: ConnectorResolver | None = None,
+    check_connectors: bool = True,
+) -> PipelineConfig:
+    """Read, interpolate and validate the configuration file ``source``.
+
+    ``env`` defaults to ``os.environ``. Connector bodies are decoded through ``resolver``
+    (by default the installed plugins); with ``check_connectors=False`` they are kept
+    undecoded (``spec.config is None``). Raises ``ConfigError`` (or
+    ``MissingConnectorError``) on the first problem.
+    """
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            "", f"cannot read the configuration: {exc.strerror or exc}", file=str(path)
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "", f"the configuration is not UTF-8 text: {exc.reason}", file=str(path)
+        ) from None
+    return parse_config(
+        text, file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+    )
+
+
+def parse_config(
+    text: str,
+    *,
+    file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    resolver: ConnectorResolver | None = None,
+    check_connectors: bool = True,
+) -> PipelineConfig:
+    """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors."""
+    raw, positions = _parse_yaml(text, file)
+    try:
+        data = interpolate(raw, os.environ if env is None else env)
+        if check_connectors and resolver is None:
+            # Imported here: the registry sits above configuration in the layering.
+            from spate.plugins._registry import default_registry
+
+            resolver = default_registry()
+        return _build(data, file, resolver if check_connectors else None)
+    except ConfigError as exc:
+        if exc.file is not None:
+            raise
+        line_col = _locate(positions, exc.path)
+        if line_col is None:
+            raise exc.with_location(file=file) from None
+        raise exc.with_location(file=file, line=line_col[0], column=line_col[1]) from None
+
+
+def decode_connector(spec: ConnectorSpec, resolver: ConnectorResolver) -> ConnectorSpec:
+    """``spec`` with its body decoded by the connector's model from ``resolver``."""
+    model = resolver.config_model(spec.kind, spec.tag, spec.path)
+    config = decode(model, spec.body, spec.path)
+    return dataclasses.replace(spec, config=config)
+
+
+def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -> PipelineConfig:
+    if data is None:
+        raise ConfigError("", "the configuration is empty; it needs at least source and sink")
+    if not isinstance(data, Mapping):
+        raise ConfigError("", "the configuration must be a mapping of sections at the top")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(
+                str(key), f"unknown key (expected one of {', '.join(TOP_LEVEL_KEYS)})"
+            )
+    sections = {
+        name: decode(model, data.get(name), name) for name, model in _FRAMEWORK_SECTIONS.items()
+    }
+    if data.get("source") is None:
+        raise ConfigError("source", "required key is missing")
+    source = _spec("source", "source", "source", data["source"])
+    deserializer = None
+    if data.get("deserializer") is not None:
+        deserializer = _spec("deserializer", "deserializer", "deserializer", data["deserializer"])
+    sinks, sinks_map = _sinks(data)
+    coordination = data.get("coordination")
+    if coordination is not None and not isinstance(coordination, Mapping):
+        raise ConfigError("coordination", "expected a mapping")
+    if resolver is not None:
+        source = decode_connector(source, resolver)
+        if deserializer is not None:
+            deserializer = decode_connector(deserializer, resolver)
+        sinks = {name: decode_connector(spec, resolver) for name, spec in sinks.items()}
+    return PipelineConfig(
+        pipeline=sections["pipeline"],
+        checkpoint=sections["checkpoint"],
+        backpressure=sections["backpressure"],
+        admin=sections["admin"],
+        metrics=sections["metrics"],
+        source=source,
+        deserializer=deserializer,
+        sinks=sinks,
+        sinks_map=sinks_map,
+        coordination=dict(coordination) if coordination is not None else None,
+        file=file,
+    )
+
+
+def _sinks(data: Mapping[str, object]) -> tuple[dict[str, ConnectorSpec], bool]:
+    has_sink = data.get("sink") is not None
+    has_sinks = data.get("sinks") is not None
+    if has_sink and has_sinks:
+        raise ConfigError("sinks", "give either sink (one sink) or sinks (named sinks), not both")
+    if not has_sink and not has_sinks:
+        raise ConfigError("sink", "required key is missing (give sink, or sinks for named sinks)")
+    if has_sink:
+        return {"sink": _spec("sink", "sink", "sink", data["sink"])}, False
+    raw = data["sinks"]
+    if not isinstance(raw, Mapping):
+        raise ConfigError("sinks", "expected a mapping of sink names to connector sections")
+    if not raw:
+        raise ConfigError("sinks", "must name at least one sink")
+    sinks: dict[str, ConnectorSpec] = {}
+    for name, body in raw.items():
+        if not isinstance(name, str):
+            raise ConfigError("sinks", f"sink names must be strings, got {name!r}")
+        path = join_path("sinks", name)
+        if name.strip() in RESERVED_SINK_NAMES:
+            shown = "the empty name" if not name.strip() else repr(name)
+            raise ConfigError(path, f"{shown} is reserved and cannot name a sink")
+        sinks[name] = _spec("sink", name, path, body)
+    return sinks, True
+
+
+def _spec(
+    kind: Literal["source", "deserializer", "sink"], component: str, path: str, raw: object
+) -> ConnectorSpec:
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        got = f"{len(raw)} keys" if isinstance(raw, Mapping) else f"{type(raw).__name__}"
+        raise ConfigError(
+            path,
+            f"expected a single-key mapping naming the connector, such as {{kafka: {{...}}}}, "
+            f"got {got}",
+        )
+    ((tag, body),) = raw.items()
+    if not isinstance(tag, str) or not tag:
+        raise ConfigError(path, f"the connector name must be a non-empty string, got {tag!r}")
+    body_path = join_path(path, tag)
+    if body is None:
+        body = {}
+    if not isinstance(body, Mapping):
+        raise ConfigError(body_path, "expected a mapping of the connector's settings")
+    return ConnectorSpec(kind=kind, tag=tag, component=component, path=body_path, body=body)
+
+
+# --- YAML with positions -------------------------------------------------------------
+
+
+def _parse_yaml(text: str, file: str | None) -> tuple[object, dict[str, Position]]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(
+            "",
+            f"invalid YAML: {problem}",
+            file=file,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"invalid YAML: {exc}", file=file) from None
+    finally:
+        loader.dispose()
+    positions: dict[str, Position] = {}
+    _walk(node, "", positions, file)
+    return data, positions
+
+
+def _walk(node: yaml.Node, path: str, positions: dict[str, Position], file: str | None) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            child = join_path(path, key)
+            if key in seen and key != "<<":
+                raise ConfigError(
+                    child,
+                    "duplicate key",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                    column=key_node.start_mark.column + 1,
+                )
+            seen.add(key)
+            positions[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            _walk(value_node, child, positions, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = join_path(path, index)
+            positions[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+            _walk(item, child, positions, file)
+
+
+def _locate(positions: Mapping[str, Position], path: str) -> Position | None:
+    """The position of ``path``, or of its nearest ancestor that has one."""
+    while path:
+        found = positions.get(path)
+        if found is not None:
+            return found
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None

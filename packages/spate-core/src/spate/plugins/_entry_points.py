@@ -1,0 +1,110 @@
+"""Entry points and distribution metadata, read once through ``importlib.metadata``.
+
+Owns the scan of installed distributions: which entry points exist in spate's groups,
+which distribution (and version) declares each, and the front door's extras (the
+install hints of B26). Nothing here imports a plugin: loading is the registry's job and
+happens only when a plugin is asked for by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+
+FRONT_DOOR = "spate"
+"""The distribution whose extras are named after connectors (``pip install "spate[kafka]"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryPointInfo:
+    """One declared entry point and the distribution that declares it."""
+
+    group: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+    entry_point: metadata.EntryPoint
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``Requires-Dist`` line of the front door: ``name`` needed by ``extra``."""
+
+    name: str
+    extra: str | None
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized distribution name (``Spate_Kafka`` → ``spate-kafka``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def scan(groups: Iterable[str], path: Sequence[str] | None = None) -> list[EntryPointInfo]:
+    """Every entry point in ``groups`` declared by a distribution on ``path`` (sys.path).
+
+    A distribution found twice on the path (an editable install and a stale copy) is
+    counted once: the first one wins, as it would for an import.
+    """
+    wanted = set(groups)
+    seen_dists: set[str] = set()
+    found: list[EntryPointInfo] = []
+    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
+    for dist in dists:
+        dist_name = dist.metadata["Name"]
+        if not dist_name:
+            continue
+        key = normalize(dist_name)
+        if key in seen_dists:
+            continue
+        seen_dists.add(key)
+        for ep in dist.entry_points:
+            if ep.group in wanted:
+                found.append(
+                    EntryPointInfo(
+                        group=ep.group,
+                        name=ep.name,
+                        value=ep.value,
+                        distribution=dist_name,
+                        version=dist.version,
+                        entry_point=ep,
+                    )
+                )
+    return found
+
+
+def front_door_requirements(path: Sequence[str] | None = None) -> list[Requirement] | None:
+    """The front door's requirements with the extra each belongs to; None if not installed."""
+    dist: metadata.Distribution | None
+    if path is None:
+        try:
+            dist = metadata.distribution(FRONT_DOOR)
+        except metadata.PackageNotFoundError:
+            return None
+    else:
+        dist = next(
+            (
+                d
+                for d in metadata.distributions(path=list(path))
+                if normalize(d.metadata["Name"] or "") == FRONT_DOOR
+            ),
+            None,
+        )
+        if dist is None:
+            return None
+    return [parse_requirement(line) for line in dist.requires or ()]
+
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+
+def parse_requirement(line: str) -> Requirement:
+    """``spate-kafka==0.1.0; extra == "kafka"`` → ``Requirement("spate-kafka", "kafka")``."""
+    spec, _, marker = line.partition(";")
+    match = _REQ.match(spec)
+    name = normalize(match.group(1)) if match else spec.strip()
+    extra = _EXTRA.search(marker)
+    return Requirement(name=name, extra=normalize(extra.group(1)) if extra else None)

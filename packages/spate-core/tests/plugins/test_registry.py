@@ -1,0 +1,217 @@
+"""B26/B27: the registry finds plugins by entry point, loads lazily, hints installs.
+
+Each test installs throwaway distributions (real ``.dist-info`` folders) into its own
+directory and points a :class:`Registry` at it, so the shared environment is untouched.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from spate.config import parse_config
+from spate.errors import MissingConnectorError, PluginError
+from spate.plugins import PluginKind, Registry
+
+from tests.support.fake_plugins import install_dist, install_front_door
+
+FACTORY_MODULE = """
+from dataclasses import dataclass
+
+LOADED = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EchoConfig:
+    greeting: str = "hi"
+    count: int = 1
+
+
+class EchoFactory:
+    config_model = EchoConfig
+
+    @staticmethod
+    def build(config, context):
+        return ("echo", config, context)
+
+
+class NoModel:
+    @staticmethod
+    def build(config, context):
+        return None
+
+
+class NoBuild:
+    config_model = EchoConfig
+
+
+class Hello:
+    help = "say hello"
+
+    @staticmethod
+    def configure(parser):
+        parser.add_argument("--who", default="world")
+
+    @staticmethod
+    def run(args):
+        return 0
+"""
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A directory on sys.path holding a uniquely named plugin module."""
+    module = f"thirdparty_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / f"{module}.py").write_text(FACTORY_MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(root))
+    yield root, module
+    sys.modules.pop(module, None)
+
+
+def test_b27_third_party_entry_points_are_listed_with_distribution_and_version(
+    plugin_dir: tuple[Path, str],
+) -> None:
+    root, module = plugin_dir
+    install_dist(
+        root,
+        "acme-spate-echo",
+        "2.3.4",
+        entry_points={
+            "spate.sinks": {"echo": f"{module}:EchoFactory"},
+            "spate.sources": {"echo": f"{module}:EchoFactory"},
+            "spate.commands": {"hello": f"{module}:Hello"},
+            "console_scripts": {"unrelated": f"{module}:Hello"},
+        },
+    )
+    registry = Registry(path=[str(root)])
+    rows = [(p.name, p.kind, p.distribution, p.version) for p in registry.plugins()]
+    assert rows == [
+        ("echo", "source", "acme-spate-echo", "2.3.4"),
+        ("echo", "sink", "acme-spate-echo", "2.3.4"),
+        ("hello", "command", "acme-spate-echo", "2.3.4"),
+    ]
+    assert registry.names("sink") == ["echo"]
+    # Listing never imports the plugin.
+    assert module not in sys.modules
+
+
+def test_b27_a_third_party_sink_is_usable_from_yaml(plugin_dir: tuple[Path, str]) -> None:
+    root, module = plugin_dir
+    install_dist(
+        root,
+        "acme-spate-echo",
+        entry_points={
+            "spate.sinks": {"echo": f"{module}:EchoFactory"},
+            "spate.sources": {"echo": f"{module}:EchoFactory"},
+        },
+    )
+    registry = Registry(path=[str(root)])
+    text = "source:\n  echo: {}\nsinks:\n  out:\n    echo:\n      count: '3'\n"
+    cfg = parse_config(text, env={}, resolver=registry)
+    config = cfg.sinks["out"].config
+    assert type(config).__name__ == "EchoConfig"
+    assert (config.greeting, config.count) == ("hi", 3)  # type: ignore[attr-defined]
+    factory = registry.factory(PluginKind.SINK, "echo")
+    assert factory is registry.factory("sink", "echo")  # cached
+    assert factory.build(config, "ctx") == ("echo", config, "ctx")
+
+
+def test_b27_commands_are_loaded_and_checked(plugin_dir: tuple[Path, str]) -> None:
+    root, module = plugin_dir
+    install_dist(
+        root,
+        "acme-cmds",
+        entry_points={"spate.commands": {"hello": f"{module}:Hello", "bad": f"{module}:NoBuild"}},
+    )
+    registry = Registry(path=[str(root)])
+    assert registry.command("hello").help == "say hello"
+    with pytest.raises(PluginError, match="configure"):
+        registry.command("bad")
+    with pytest.raises(PluginError, match="no command named 'nope'"):
+        registry.command("nope")
+
+
+@pytest.mark.parametrize(
+    ("target", "fragment"),
+    [("NoModel", "no config_model"), ("NoBuild", "no build"), ("Missing", "could not be loaded")],
+)
+def test_objects_that_are_not_factories_are_refused(
+    plugin_dir: tuple[Path, str], target: str, fragment: str
+) -> None:
+    root, module = plugin_dir
+    install_dist(root, "acme-bad", entry_points={"spate.sinks": {"bad": f"{module}:{target}"}})
+    with pytest.raises(PluginError, match=fragment) as info:
+        Registry(path=[str(root)]).factory("sink", "bad")
+    assert "acme-bad" in str(info.value)
+
+
+def test_a_plugin_whose_module_is_missing_fails_naming_its_distribution(tmp_path: Path) -> None:
+    install_dist(
+        tmp_path, "acme-gone", "0.9", entry_points={"spate.sources": {"gone": "no_such_mod:F"}}
+    )
+    with pytest.raises(PluginError) as info:
+        Registry(path=[str(tmp_path)]).factory("source", "gone")
+    message = str(info.value)
+    assert "acme-gone 0.9" in message
+    assert "ModuleNotFoundError" in message
+
+
+def test_two_distributions_declaring_one_name_is_an_error(plugin_dir: tuple[Path, str]) -> None:
+    root, module = plugin_dir
+    for dist in ("acme-a", "acme-b"):
+        install_dist(root, dist, entry_points={"spate.sinks": {"dup": f"{module}:EchoFactory"}})
+    with pytest.raises(PluginError, match="more than one package"):
+        Registry(path=[str(root)]).factory("sink", "dup")
+
+
+def test_b26_missing_connector_hint_comes_from_the_front_door_extras(tmp_path: Path) -> None:
+    install_front_door(tmp_path)
+    registry = Registry(path=[str(tmp_path)])
+    with pytest.raises(MissingConnectorError) as info:
+        registry.factory("sink", "clickhouse", path="sinks.payments.clickhouse")
+    assert str(info.value) == (
+        "sinks.payments.clickhouse: no sink named 'clickhouse' is installed; "
+        'install it with: pip install "spate[clickhouse]"'
+    )
+    assert isinstance(info.value, ImportError)
+    hints = {
+        ("source", "kafka"): 'pip install "spate[kafka]"',
+        ("deserializer", "avro"): 'pip install "spate[avro]"',
+        ("source", "s3"): 'pip install "spate[s3]"',
+        ("source", "datagen"): 'pip install "spate[datagen]"',
+        ("coordination_store", "nats"): 'pip install "spate[coordination-nats]"',
+        ("coordination_store", "memory"): 'pip install "spate[coordination]"',
+        ("sink", "nosuchthing"): None,
+    }
+    for (kind, name), hint in hints.items():
+        assert registry.install_hint(kind, name) == hint, (kind, name)
+
+
+def test_b26_a_distribution_only_reachable_through_an_extra_is_found(tmp_path: Path) -> None:
+    """A connector named unlike any extra maps through ``spate-<name>`` in the requirements."""
+    install_dist(
+        tmp_path,
+        "spate",
+        "0.1.0",
+        extras=["warehouse"],
+        requires=['spate-parquet==0.1.0; extra == "warehouse"'],
+    )
+    registry = Registry(path=[str(tmp_path)])
+    assert registry.install_hint("sink", "parquet") == 'pip install "spate[warehouse]"'
+
+
+def test_b26_without_the_front_door_the_hint_names_the_distribution(tmp_path: Path) -> None:
+    registry = Registry(path=[str(tmp_path)])
+    with pytest.raises(MissingConnectorError) as info:
+        registry.factory("source", "kafka")
+    assert info.value.install == "pip install spate-kafka"
+    assert registry.install_hint("coordination_store", "nats") == "pip install spate-coordination"
+
+
+def test_unknown_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PluginError, match="unknown plugin kind"):
+        Registry(path=[str(tmp_path)]).factory("widget", "x")
