@@ -8,4 +8,5 @@ the service is not reachable, with the tail of its log.
 pytest_plugins = [
     "tests.support.scale",
     "tests.support.services",
+    "tests.support.chfront_fixtures",
 ]

@@ -1,0 +1,90 @@
+"""Run one ClickHouse HTTP front (one simulated replica) in the foreground.
+
+``python -m tests.support.chfront --host 127.0.0.1 --port 18123 --data-dir DIR
+[--user U --password P] [--display-name NAME] [--port-file FILE]``
+
+``--port 0`` picks a free port; ``--port-file`` receives the port once the server answers.
+SIGTERM or SIGINT stops the server (exit 0); SIGUSR1 recovers from any injected fault,
+which is the only way to end a ``refuse`` fault early, since the port is closed then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from ._server import FrontServer
+
+logger = logging.getLogger("tests.support.chfront")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.chfront",
+        description="ClickHouse HTTP interface over chDB, with fault injection (test server)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=18123, help="port (0 picks a free one)")
+    parser.add_argument("--data-dir", required=True, help="chDB data directory of this replica")
+    parser.add_argument("--user", default="default", help="the one accepted user")
+    parser.add_argument("--password", default="", help="that user's password")
+    parser.add_argument("--display-name", default=None, help="X-ClickHouse-Server-Display-Name")
+    parser.add_argument("--port-file", default=None, help="write the listening port here")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be within 0..65535, got {args.port}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s chfront[%(process)d] %(name)s: %(message)s",
+    )
+    os.makedirs(args.data_dir, exist_ok=True)
+    front = FrontServer(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        user=args.user,
+        password=args.password,
+        display_name=args.display_name,
+    )
+    stop = threading.Event()
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %d: stopping", signum)
+        stop.set()
+
+    def on_recover(signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=front.recover, name="chfront-recover", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGUSR1, on_recover)
+    try:
+        front.start()
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        return 1
+    if args.port_file:
+        tmp = f"{args.port_file}.tmp"
+        with open(tmp, "w", encoding="ascii") as handle:
+            handle.write(f"{front.port}\n")
+        os.replace(tmp, args.port_file)
+    while not stop.wait(0.5):
+        pass
+    front.stop()
+    logger.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
