@@ -1,3 +1,36 @@
-"""Avro deserializer and schema-registry client for spate (fastavro)."""
+"""Avro deserializer and schema-registry client for spate (fastavro).
+
+``deserializer: {avro: {mode: confluent | raw | single_object, ...}}`` in YAML, through
+the ``spate.deserializers`` entry point ``avro``. See the connector guide for the keys.
+Values decoded from a top-level union are :class:`NamedRecord` tuples ``(name, record)``.
+"""
+
+from spate_avro._config import AvroConfig, AvroMode, RegistryConfig, SchemaSource
+from spate_avro._deserializer import (
+    AvroDeserializer,
+    ConfluentAvroDeserializer,
+    RawAvroDeserializer,
+    SingleObjectAvroDeserializer,
+)
+from spate_avro._factory import AvroDeserializerFactory
+from spate_avro._registry import RegistryError, SchemaRegistryClient
+from spate_avro._schema import NamedRecord, single_object_fingerprint
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AvroConfig",
+    "AvroDeserializer",
+    "AvroDeserializerFactory",
+    "AvroMode",
+    "ConfluentAvroDeserializer",
+    "NamedRecord",
+    "RawAvroDeserializer",
+    "RegistryConfig",
+    "RegistryError",
+    "SchemaRegistryClient",
+    "SchemaSource",
+    "SingleObjectAvroDeserializer",
+    "__version__",
+    "single_object_fingerprint",
+]

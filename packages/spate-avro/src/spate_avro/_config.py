@@ -1,0 +1,117 @@
+"""The ``deserializer: {avro: ...}`` section: modes, schemas, registry and error policy.
+
+Owns the config models only; decoding them from YAML is spate's strict decoder
+(``spate.config.decode``), which refuses unknown keys with their dotted path (B17).
+Cross-field rules (which keys each mode needs or refuses) live in ``config_errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from spate import ErrorPolicy
+from spate.config import Duration
+
+AvroMode = Literal["confluent", "raw", "single_object"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaSource:
+    """An Avro schema given ``inline:`` (JSON text) or by ``path:`` to a ``.avsc`` file.
+
+    A relative ``path`` is resolved against the working directory of the process.
+    """
+
+    inline: str | None = None
+    """The schema as JSON text."""
+    path: str | None = None
+    """A file holding the schema as JSON."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if (self.inline is None) == (self.path is None):
+            yield "", "give exactly one of inline or path"
+        elif self.inline is not None and not self.inline.strip():
+            yield "inline", "must not be empty"
+        elif self.path is not None and not self.path.strip():
+            yield "path", "must not be empty"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryConfig:
+    """``registry:`` — where a Confluent-compatible schema registry answers."""
+
+    url: str = ""
+    """Base URL, e.g. ``http://localhost:8081``. Required in ``confluent`` mode."""
+    username: str | None = None
+    """HTTP basic-auth user (an empty value means no authentication)."""
+    password: str | None = None
+    """HTTP basic-auth password."""
+    timeout: Duration = 5.0
+    """Timeout of one registry request."""
+    retry_backoff: Duration = 1.0
+    """Least time between two fetches of the same schema id after a transient failure."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.url.strip():
+            yield "url", "required key is missing"
+        elif not self.url.startswith(("http://", "https://")):
+            yield "url", f"must start with http:// or https://, got {self.url!r}"
+        if self.password and not self.username:
+            yield "password", "given without username"
+        if self.timeout <= 0:
+            yield "timeout", "must be positive"
+        if self.retry_backoff < 0:
+            yield "retry_backoff", "must not be negative"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AvroConfig:
+    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro (DESIGN §10)."""
+
+    mode: AvroMode = "confluent"
+    """``confluent`` (magic byte 0 + 4-byte schema id, schemas from the registry), ``raw``
+    (bare Avro binary written with ``schema``) or ``single_object`` (marker ``C3 01`` + the
+    schema's 64-bit Rabin fingerprint)."""
+    schema: SchemaSource | None = None
+    """The writer schema (``raw``; ``single_object``: the current writer schema)."""
+    writer_schemas: tuple[SchemaSource, ...] = ()
+    """``single_object`` only: further writer schemas recognised by their fingerprint."""
+    reader_schema: SchemaSource | None = None
+    """Decode into this schema (Avro schema resolution); default: the writer schema."""
+    registry: RegistryConfig | None = None
+    """The schema registry (``confluent`` mode only)."""
+    prewarm_subjects: tuple[str, ...] = ()
+    """Subjects whose latest schema is fetched at start-up (``confluent`` mode)."""
+    negative_cache_ttl: Duration = 300.0
+    """How long a permanent registry answer (404, unparseable schema) is remembered."""
+    fetch_wait: Duration = 0.5
+    """How long a record may wait for a schema fetch on a cache miss before it is
+    reported not ready (and retried later by the runtime); 0 never waits."""
+    on_error: ErrorPolicy = ErrorPolicy.SKIP
+    """What the pipeline does with a payload that cannot be decoded: skip it (counted)
+    or fail."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.mode == "confluent":
+            if self.registry is None:
+                yield "registry", "required in confluent mode"
+            if self.schema is not None:
+                yield "schema", "not used in confluent mode (writer schemas come from the registry)"
+        else:
+            if self.schema is None and not (self.mode == "single_object" and self.writer_schemas):
+                yield "schema", f"required in {self.mode} mode"
+            if self.registry is not None:
+                yield "registry", f"only used in confluent mode, not in {self.mode} mode"
+            if self.prewarm_subjects:
+                yield "prewarm_subjects", f"only used in confluent mode, not in {self.mode} mode"
+        if self.writer_schemas and self.mode != "single_object":
+            yield "writer_schemas", "only used in single_object mode"
+        for i, subject in enumerate(self.prewarm_subjects):
+            if not subject.strip():
+                yield f"prewarm_subjects[{i}]", "must not be empty"
+        if self.negative_cache_ttl < 0:
+            yield "negative_cache_ttl", "must not be negative"
+        if self.fetch_wait < 0:
+            yield "fetch_wait", "must not be negative"

@@ -1,0 +1,185 @@
+"""The Avro deserializers for the three wire modes: raw, single-object and Confluent.
+
+Owns the per-record path: take the payload (``view.obj`` when the view spans a whole
+``bytes`` object, so nothing is copied), check the wire prefix, pick the decode function
+for the writer schema (built once per schema, never per record) and turn every decoding
+failure into a :class:`~spate.errors.DeserError`:
+
+* ``MALFORMED`` — truncated data, a wrong magic byte or marker, trailing bytes, an
+  out-of-range union branch, invalid UTF-8, a logical value out of range;
+* ``SCHEMA_UNAVAILABLE`` — an unknown single-object fingerprint, a registry 404 or an
+  unparseable registry schema (negatively cached), a writer schema the reader schema
+  cannot resolve;
+* ``NOT_READY`` — the registry has not answered yet (B21: the runtime retries the record).
+
+The deserializer never counts: the deserializer stage counts every outcome by policy
+(B28) and reads the policy from :attr:`AvroDeserializer.on_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from fastavro.read import SchemaResolutionError
+from spate import DeserError, DeserErrorKind, ErrorPolicy
+
+from spate_avro._registry import SchemaRegistryClient
+from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
+
+logger = logging.getLogger(__name__)
+
+CONFLUENT_MAGIC = 0
+"""First byte of a Confluent-framed payload; the next four are the schema id (big-endian)."""
+SINGLE_OBJECT_MARKER = b"\xc3\x01"
+"""First two bytes of a single-object payload; the next eight are the fingerprint."""
+
+
+def _malformed(exc: BaseException) -> DeserError:
+    text = str(exc)
+    detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if len(detail) > 200:
+        detail = detail[:200] + "..."
+    return DeserError(f"malformed Avro payload ({detail})", DeserErrorKind.MALFORMED)
+
+
+def _unresolvable(what: str, exc: SchemaResolutionError) -> DeserError:
+    return DeserError(
+        f"{what} cannot be read with the reader schema: {exc}", DeserErrorKind.SCHEMA_UNAVAILABLE
+    )
+
+
+class AvroDeserializer:
+    """Base of the three modes: the policy attribute and ``close``."""
+
+    many: ClassVar[bool] = False
+
+    def __init__(self, on_error: ErrorPolicy) -> None:
+        self.on_error = on_error
+        """The record error policy; the deserializer stage reads it (B28)."""
+
+    def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release background resources (the registry fetcher). Called at pipeline end."""
+
+
+class RawAvroDeserializer(AvroDeserializer):
+    """``mode: raw`` — the payload is one Avro datum written with the configured schema."""
+
+    def __init__(self, decode: DecodeFn, on_error: ErrorPolicy) -> None:
+        super().__init__(on_error)
+        self._decode = decode
+
+    def deserialize(self, payload: memoryview) -> object:
+        """Decode one payload on the pipeline thread; never blocks."""
+        data: Any = payload.obj
+        if type(data) is not bytes or len(data) != payload.nbytes:
+            data = payload
+        try:
+            return self._decode(data, 0)
+        except SchemaResolutionError as exc:
+            raise _unresolvable("the writer schema", exc) from None
+        except DECODE_ERRORS as exc:
+            raise _malformed(exc) from None
+
+
+class SingleObjectAvroDeserializer(AvroDeserializer):
+    """``mode: single_object`` — ``C3 01``, an 8-byte fingerprint, then the datum."""
+
+    def __init__(self, decoders: dict[bytes, DecodeFn], on_error: ErrorPolicy) -> None:
+        super().__init__(on_error)
+        self._decoders = decoders
+
+    def deserialize(self, payload: memoryview) -> object:
+        """Decode one payload on the pipeline thread; never blocks."""
+        data: Any = payload.obj
+        if type(data) is not bytes or len(data) != payload.nbytes:
+            data = payload
+        if len(data) < 10 or data[0] != 0xC3 or data[1] != 0x01:
+            raise DeserError(
+                "not a single-object Avro payload (expected marker C3 01 and a fingerprint, "
+                f"got {bytes(data[:2]).hex(' ') or 'nothing'} in {len(data)} bytes)",
+                DeserErrorKind.MALFORMED,
+            )
+        fingerprint = bytes(data[2:10])
+        decode = self._decoders.get(fingerprint)
+        if decode is None:
+            raise DeserError(
+                f"unknown schema fingerprint {fingerprint.hex()} (not one of the configured "
+                "writer schemas)",
+                DeserErrorKind.SCHEMA_UNAVAILABLE,
+            )
+        try:
+            return decode(data, 10)
+        except SchemaResolutionError as exc:
+            raise _unresolvable(f"writer schema {fingerprint.hex()}", exc) from None
+        except DECODE_ERRORS as exc:
+            raise _malformed(exc) from None
+
+
+class ConfluentAvroDeserializer(AvroDeserializer):
+    """``mode: confluent`` — magic byte 0, a 4-byte schema id, then the datum.
+
+    Writer schemas come from the registry client's cache; a decode function is built
+    once per schema id. A miss raises ``NOT_READY`` (never a drop, B21).
+    """
+
+    def __init__(
+        self,
+        client: SchemaRegistryClient,
+        *,
+        reader: Any | None,
+        fetch_wait: float,
+        on_error: ErrorPolicy,
+    ) -> None:
+        super().__init__(on_error)
+        self._client = client
+        self._reader = reader
+        self._fetch_wait = fetch_wait
+        self._decoders: dict[int, DecodeFn] = {}
+
+    @property
+    def registry(self) -> SchemaRegistryClient:
+        return self._client
+
+    def deserialize(self, payload: memoryview) -> object:
+        """Decode one payload on the pipeline thread.
+
+        Blocks for at most ``fetch_wait`` on the first record of a schema id not yet cached.
+        """
+        data: Any = payload.obj
+        if type(data) is not bytes or len(data) != payload.nbytes:
+            data = payload
+        if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
+            if not len(data):
+                reason = "empty payload"
+            elif data[0] != CONFLUENT_MAGIC:
+                reason = f"wrong magic byte 0x{data[0]:02x}"
+            else:
+                reason = f"only {len(data)} bytes"
+            raise DeserError(
+                f"not a Confluent Avro payload ({reason}; expected magic byte 0 and a "
+                "4-byte schema id)",
+                DeserErrorKind.MALFORMED,
+            )
+        schema_id = int.from_bytes(data[1:5], "big")
+        decode = self._decoders.get(schema_id)
+        if decode is None:
+            decode = self._decoder_for(schema_id)
+        try:
+            return decode(data, 5)
+        except SchemaResolutionError as exc:
+            raise _unresolvable(f"schema id {schema_id}", exc) from None
+        except DECODE_ERRORS as exc:
+            raise _malformed(exc) from None
+
+    def _decoder_for(self, schema_id: int) -> DecodeFn:
+        writer = self._client.lookup(schema_id, self._fetch_wait)
+        decode = build_decoder(writer, self._reader)
+        self._decoders[schema_id] = decode
+        return decode
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,118 @@
+"""``AvroDeserializerFactory``: what the ``spate.deserializers`` entry point ``avro`` names.
+
+Turns a decoded :class:`~spate_avro.AvroConfig` into a deserializer: loads and parses
+the schemas once, checks at build time that a reader schema can resolve each known writer
+schema, and in ``confluent`` mode probes the registry and fetches ``prewarm_subjects`` so
+an unreachable registry or a missing subject fails start-up with one line naming it (B29).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from spate import BuildContext, ConfigError, FatalError
+
+from spate_avro._config import AvroConfig, SchemaSource
+from spate_avro._deserializer import (
+    AvroDeserializer,
+    ConfluentAvroDeserializer,
+    RawAvroDeserializer,
+    SingleObjectAvroDeserializer,
+)
+from spate_avro._registry import RegistryError, SchemaRegistryClient
+from spate_avro._schema import (
+    build_decoder,
+    load_schema_text,
+    parse_schema_text,
+    resolution_problem,
+    single_object_fingerprint,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _load(source: SchemaSource, key: str) -> Any:
+    key = f"{key}.path" if source.path is not None else f"{key}.inline"
+    try:
+        return parse_schema_text(load_schema_text(source))
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def _check_reader(writer: Any, reader: Any | None, key: str, what: str) -> None:
+    if reader is None:
+        return
+    problem = resolution_problem(writer, reader)
+    if problem is not None:
+        raise ConfigError(key, f"cannot read {what}: {problem}")
+
+
+class AvroDeserializerFactory:
+    """Builds the Avro deserializer of ``deserializer: {avro: ...}``."""
+
+    config_model: ClassVar[type[AvroConfig]] = AvroConfig
+
+    @classmethod
+    def build(cls, config: AvroConfig, context: BuildContext) -> AvroDeserializer:
+        """Build at start-up (blocks for registry calls in ``confluent`` mode)."""
+        base = f"{context.component}.avro"
+        reader = None
+        if config.reader_schema is not None:
+            reader = _load(config.reader_schema, f"{base}.reader_schema")
+        if config.mode == "raw":
+            if config.schema is None:
+                raise ConfigError(f"{base}.schema", "required in raw mode")
+            writer = _load(config.schema, f"{base}.schema")
+            _check_reader(writer, reader, f"{base}.reader_schema", "the writer schema")
+            return RawAvroDeserializer(build_decoder(writer, reader), config.on_error)
+        if config.mode == "single_object":
+            sources: list[tuple[SchemaSource, str]] = []
+            if config.schema is not None:
+                sources.append((config.schema, f"{base}.schema"))
+            sources += [
+                (source, f"{base}.writer_schemas[{i}]")
+                for i, source in enumerate(config.writer_schemas)
+            ]
+            decoders = {}
+            for source, key in sources:
+                writer = _load(source, key)
+                _check_reader(writer, reader, f"{base}.reader_schema", key)
+                decoders[single_object_fingerprint(writer)] = build_decoder(writer, reader)
+            return SingleObjectAvroDeserializer(decoders, config.on_error)
+        return cls._build_confluent(config, context, reader, base)
+
+    @classmethod
+    def _build_confluent(
+        cls, config: AvroConfig, context: BuildContext, reader: Any | None, base: str
+    ) -> AvroDeserializer:
+        if config.registry is None:
+            raise ConfigError(f"{base}.registry", "required in confluent mode")
+        client = SchemaRegistryClient(
+            config.registry, clock=context.clock, negative_cache_ttl=config.negative_cache_ttl
+        )
+        try:
+            client.probe()
+            for i, subject in enumerate(config.prewarm_subjects):
+                try:
+                    schema_id, writer = client.latest(subject)
+                except RegistryError as exc:
+                    if exc.status == 404:
+                        raise ConfigError(
+                            f"{base}.prewarm_subjects[{i}]",
+                            f"subject {subject!r} not found at {client.url}",
+                        ) from None
+                    raise
+                _check_reader(
+                    writer, reader, f"{base}.reader_schema", f"subject {subject!r} (id {schema_id})"
+                )
+                logger.info("prewarmed schema id %d of subject %s", schema_id, subject)
+        except RegistryError as exc:
+            client.close()
+            raise FatalError(context.component, str(exc)) from None
+        except ConfigError:
+            client.close()
+            raise
+        return ConfluentAvroDeserializer(
+            client, reader=reader, fetch_wait=config.fetch_wait, on_error=config.on_error
+        )

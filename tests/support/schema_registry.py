@@ -1,0 +1,239 @@
+"""A schema-registry *test server*: the documented Confluent REST subset, standard library only.
+
+No Confluent Schema Registry can be run on the machines this project is tested on, so
+tests talk to this stand-in. It implements only what spate uses, with the registry's
+documented status codes and error bodies (``{"error_code": ..., "message": ...}``):
+
+* ``GET /schemas/ids/{id}`` → ``{"schema": ...}`` (+ ``schemaType`` when not Avro);
+  404 / 40403 for an unknown id;
+* ``GET /subjects/{subject}/versions/latest`` → ``{"subject", "version", "id", "schema"}``;
+  404 / 40401 for an unknown subject;
+* ``POST /subjects/{subject}/versions`` with ``{"schema": ...}`` → ``{"id": ...}`` (the
+  same text under the same subject keeps its id); 422 / 42201 when the text is not JSON;
+* ``GET /subjects`` → the list of subjects;
+* optional HTTP basic auth: 401 / 401 ``Unauthorized`` without the right credentials.
+
+Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
+error status (``503`` by default, as a registry that lost its backing store does),
+:meth:`SchemaRegistryServer.stop` closes the port (connection refused) and
+:meth:`SchemaRegistryServer.start` reopens it on the same port. ``requests`` counts the
+requests per path, so tests can see what the client cached.
+
+Use it as a context manager, or through the ``schema_registry`` fixture.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class SchemaRegistryServer:
+    """An in-process registry on 127.0.0.1 (port 0 picks a free port)."""
+
+    def __init__(
+        self, *, username: str | None = None, password: str | None = None, port: int = 0
+    ) -> None:
+        self._auth = None
+        if username is not None:
+            token = f"{username}:{password or ''}".encode()
+            self._auth = "Basic " + base64.b64encode(token).decode("ascii")
+        self._lock = threading.Lock()
+        self._schemas: dict[int, tuple[str, str]] = {}  # id -> (text, schemaType)
+        self._subjects: dict[str, list[int]] = {}
+        self._next_id = 1
+        self._failure: int | None = None
+        self.requests: collections.Counter[str] = collections.Counter()
+        self._port = port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> SchemaRegistryServer:
+        """Listen (again, on the same port after :meth:`stop`)."""
+        if self._server is not None:
+            return self
+        handler = _make_handler(self)
+        server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
+        server.daemon_threads = True
+        self._port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="schema-registry-test-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the port: clients now get connection refused."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(5)
+
+    def __enter__(self) -> SchemaRegistryServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- contents and faults ---------------------------------------------------------
+
+    def register(
+        self, subject: str, schema: str | dict[str, Any] | list[Any], kind: str = "AVRO"
+    ) -> int:
+        """Register a schema (text or JSON value) directly; returns its id."""
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        with self._lock:
+            return self._register(subject, text, kind)
+
+    def fail_with(self, status: int | None = 503) -> None:
+        """Answer every request with ``status`` (None: back to normal)."""
+        with self._lock:
+            self._failure = status
+
+    def _register(self, subject: str, text: str, kind: str) -> int:
+        versions = self._subjects.setdefault(subject, [])
+        for schema_id in versions:
+            if self._schemas[schema_id] == (text, kind):
+                return schema_id
+        for schema_id, known in self._schemas.items():
+            if known == (text, kind):
+                versions.append(schema_id)
+                return schema_id
+        schema_id = self._next_id
+        self._next_id += 1
+        self._schemas[schema_id] = (text, kind)
+        versions.append(schema_id)
+        return schema_id
+
+    # -- request handling (called on the server's threads) ---------------------------
+
+    def _handle(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, object]:
+        self.requests[f"{method} {path}"] += 1
+        with self._lock:
+            if self._failure is not None:
+                failure = self._failure
+                if failure >= 500:
+                    return failure, _error(
+                        50003, "Error while forwarding the request to the leader"
+                    )
+                return failure, _error(failure, "Request failed")
+            if self._auth is not None and headers.get("authorization") != self._auth:
+                return 401, _error(401, "Unauthorized")
+            parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+            if method == "GET" and parts == ["subjects"]:
+                return 200, sorted(self._subjects)
+            if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
+                return self._get_by_id(parts[2])
+            if len(parts) >= 3 and parts[0] == "subjects" and parts[2] == "versions":
+                subject = parts[1]
+                if method == "GET" and len(parts) == 4 and parts[3] == "latest":
+                    return self._get_latest(subject)
+                if method == "POST" and len(parts) == 3:
+                    return self._post_version(subject, body)
+            return 404, _error(404, "HTTP 404 Not Found")
+
+    def _get_by_id(self, raw_id: str) -> tuple[int, object]:
+        try:
+            schema_id = int(raw_id)
+        except ValueError:
+            return 404, _error(40403, "Schema not found")
+        entry = self._schemas.get(schema_id)
+        if entry is None:
+            return 404, _error(40403, "Schema not found")
+        text, kind = entry
+        answer: dict[str, object] = {"schema": text}
+        if kind != "AVRO":
+            answer["schemaType"] = kind
+        return 200, answer
+
+    def _get_latest(self, subject: str) -> tuple[int, object]:
+        versions = self._subjects.get(subject)
+        if not versions:
+            return 404, _error(40401, f"Subject '{subject}' not found.")
+        schema_id = versions[-1]
+        text, kind = self._schemas[schema_id]
+        answer: dict[str, object] = {
+            "subject": subject,
+            "version": len(versions),
+            "id": schema_id,
+            "schema": text,
+        }
+        if kind != "AVRO":
+            answer["schemaType"] = kind
+        return 200, answer
+
+    def _post_version(self, subject: str, body: bytes) -> tuple[int, object]:
+        try:
+            request = json.loads(body)
+            text = request["schema"]
+            json.loads(text)
+        except (ValueError, KeyError, TypeError):
+            return 422, _error(42201, "Invalid schema")
+        kind = str(request.get("schemaType", "AVRO"))
+        return 200, {"id": self._register(subject, text, kind)}
+
+
+def _error(code: int, message: str) -> dict[str, object]:
+    return {"error_code": code, "message": message}
+
+
+def _make_handler(registry: SchemaRegistryServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            path = urllib.parse.urlsplit(self.path).path
+            status, answer = registry._handle(method, path, headers, body)
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", _CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # keep test output clean
+
+    return Handler
+
+
+@pytest.fixture
+def schema_registry() -> Iterator[SchemaRegistryServer]:
+    """A fresh registry test server for one test."""
+    with SchemaRegistryServer() as server:
+        yield server
