@@ -1,0 +1,16 @@
+"""The pipeline: code-level constructor, runtime loop, drain, signals and exit report."""
+
+from spate.pipeline._builder import Pipeline, new_run_nonce
+from spate.pipeline._exit import ExitReport
+from spate.pipeline._health import PipelineHealth
+from spate.pipeline._runtime import PipelineRuntime
+from spate.pipeline._signals import ShutdownHandle
+
+__all__ = [
+    "ExitReport",
+    "Pipeline",
+    "PipelineHealth",
+    "PipelineRuntime",
+    "ShutdownHandle",
+    "new_run_nonce",
+]

@@ -1,0 +1,239 @@
+"""``Pipeline``: the code-level constructor of a pipeline from already-built components.
+
+``Pipeline(name, source, sinks, ...)`` takes a built source, named sinks and optionally a
+deserializer; the operator chain comes from :meth:`Pipeline.chains` (the user's
+``fn(ctx)``, compiled by :mod:`spate.ops`) or, without the ops layer, from a
+``processor`` given directly. :meth:`Pipeline.run` blocks on the calling thread until
+the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16).
+``Pipeline.from_config`` (configuration assembly) builds the components through the
+plugin registry and then calls this constructor.
+
+No module-level state: the meter, clock, budget and run nonce belong to the pipeline,
+so several pipelines can share a process (DESIGN §13).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Self
+
+from spate._clock import Clock, SystemClock
+from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.errors import ConfigError
+from spate.flow._budget import InflightBudget
+from spate.metrics._meter import Meter
+from spate.ops._contract import BatchProcessor
+from spate.pipeline._exit import ExitReport
+from spate.pipeline._health import NotStartedHealth, PipelineHealth
+from spate.pipeline._runtime import PipelineRuntime
+from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
+from spate.sink._contract import Sink
+from spate.source._contract import Source
+
+if TYPE_CHECKING:
+    from spate.ops._deser import Deserializer, ManyDeserializer
+
+logger = logging.getLogger(__name__)
+
+ProcessorFactory = Callable[[Mapping[str, Sink]], BatchProcessor]
+"""Builds the batch processor once the sinks are known."""
+
+ChainsFn = Callable[[Any], Any]
+"""The user's ``chains(ctx)`` function (the context and chain types live in ``spate.ops``)."""
+
+
+class _HealthView:
+    """Stable health object for services: follows the current run's runtime."""
+
+    def __init__(self) -> None:
+        self.target: PipelineHealth = NotStartedHealth()
+
+    def readiness(self) -> tuple[bool, str]:
+        return self.target.readiness()
+
+    def liveness(self, stall_after: float) -> tuple[bool, str]:
+        return self.target.liveness(stall_after)
+
+
+class Pipeline:
+    """One pipeline: source → (deserializer →) operator chain → sinks, with checkpoints."""
+
+    def __init__(
+        self,
+        name: str,
+        source: Source,
+        sinks: Mapping[str, Sink],
+        *,
+        deserializer: Deserializer | ManyDeserializer | None = None,
+        processor: BatchProcessor | ProcessorFactory | None = None,
+        checkpoint: CheckpointConfig | None = None,
+        backpressure: BackpressureConfig | None = None,
+        clock: Clock | None = None,
+        meter: Meter | None = None,
+        run_nonce: str | None = None,
+        budget: InflightBudget | None = None,
+        poll_timeout: float = 0.1,
+        handle_signals: bool = True,
+    ) -> None:
+        """Assemble a pipeline from built components; nothing connects until ``run()``.
+
+        ``budget`` must be the same object the sinks were built with (their
+        ``BuildContext.budget``); when omitted one is created from ``backpressure``
+        (see :meth:`new_budget`) and sinks built afterwards must use :attr:`budget`.
+        """
+        if not name.strip():
+            raise ConfigError("pipeline.name", "must not be empty")
+        if not sinks:
+            raise ConfigError("sinks", "a pipeline needs at least one sink")
+        self.name = name
+        self.source = source
+        self.sinks: dict[str, Sink] = dict(sinks)
+        self.deserializer = deserializer
+        self.checkpoint = checkpoint if checkpoint is not None else CheckpointConfig()
+        self.backpressure = backpressure if backpressure is not None else BackpressureConfig()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.meter = meter if meter is not None else Meter(name)
+        self.run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
+        self.budget = budget if budget is not None else self.new_budget(self.backpressure)
+        self.poll_timeout = poll_timeout
+        self.handle_signals = handle_signals
+        self._processor = processor
+        self._chains: ChainsFn | None = None
+        self._services: list[tuple[Callable[[PipelineHealth], None], Callable[[], None]]] = []
+        self._health = _HealthView()
+        self._wake = threading.Event()
+        self._shutdown = ShutdownHandle(self._wake)
+        self._ran = False
+
+    @staticmethod
+    def new_budget(backpressure: BackpressureConfig) -> InflightBudget:
+        """The in-flight byte budget for ``backpressure`` (create it before the sinks)."""
+        return InflightBudget(backpressure.max_inflight_bytes)
+
+    # -- building ---------------------------------------------------------------------
+
+    def chains(self, fn: ChainsFn) -> Self:
+        """Use the user's ``fn(ctx)`` operator chain; compiled when the run starts."""
+        self._chains = fn
+        return self
+
+    def add_service(
+        self, start: Callable[[PipelineHealth], None], stop: Callable[[], None]
+    ) -> Self:
+        """Run a service (e.g. the admin server) alongside each ``run()``.
+
+        ``start(health)`` is called before the source and sinks start, ``stop()`` after
+        everything is closed, on the thread that calls ``run()``.
+        """
+        self._services.append((start, stop))
+        return self
+
+    @property
+    def health(self) -> PipelineHealth:
+        """Readiness and liveness of the current run (any thread)."""
+        return self._health
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Start the drain from any thread, as SIGTERM does."""
+        self._shutdown.request(reason)
+
+    @classmethod
+    def from_config(cls, config: Any, /, **overrides: Any) -> Pipeline:
+        """Build a pipeline from a loaded configuration, through the plugin registry."""
+        assembly = importlib.import_module("spate._assembly")
+        pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
+        return pipeline
+
+    def _build_processor(self) -> BatchProcessor:
+        processor = self._processor
+        if processor is not None and self._chains is not None:
+            raise ConfigError("chains", "give either a processor or chains(fn), not both")
+        if processor is not None:
+            if hasattr(processor, "process"):
+                return processor
+            return processor(self.sinks)
+        ops = importlib.import_module("spate.ops")
+        compile_fn = getattr(ops, "compile_pipeline_chain", None) or getattr(
+            ops, "compile_chain", None
+        )
+        if compile_fn is None:
+            raise ConfigError("chains", "no operator chain compiler is available")
+        compiled: BatchProcessor = compile_fn(
+            self._chains,
+            deserializer=self.deserializer,
+            sinks=self.sinks,
+            meter=self.meter,
+            pipeline=self.name,
+        )
+        return compiled
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(self) -> ExitReport:
+        """Run until the source is drained, a signal arrives or the pipeline fails.
+
+        Blocks the calling thread (the pipeline thread). On the main thread SIGTERM and
+        SIGINT start the drain. Start-up errors (an unreachable endpoint, B29) raise
+        before anything is consumed; everything after start-up ends in the report.
+        """
+        if self._ran:
+            raise RuntimeError("a Pipeline runs once; build a new one to run again")
+        self._ran = True
+        processor = self._build_processor()
+        runtime = PipelineRuntime(
+            name=self.name,
+            source=self.source,
+            sinks=self.sinks,
+            processor=processor,
+            checkpoint=self.checkpoint,
+            backpressure=self.backpressure,
+            clock=self.clock,
+            meter=self.meter,
+            budget=self.budget,
+            shutdown=self._shutdown,
+            wake=self._wake,
+            poll_timeout=self.poll_timeout,
+        )
+        self._health.target = runtime
+        restore = install_signal_handlers(self._shutdown) if self.handle_signals else None
+        started: list[Callable[[], None]] = []
+        try:
+            for start, stop in self._services:
+                start(self._health)
+                started.append(stop)
+            try:
+                runtime.start()
+            except BaseException:
+                runtime.abort_start()
+                raise
+            logger.info("pipeline %s running (run nonce %s)", self.name, self.run_nonce)
+            try:
+                while runtime.step():
+                    pass
+            except Exception as exc:
+                logger.exception("pipeline %s loop failed", self.name)
+                runtime.fail(f"unexpected error: {exc}")
+            if runtime.failure is not None:
+                reason = runtime.failure
+            elif self._shutdown.reason is not None:
+                reason = self._shutdown.reason
+            else:
+                reason = "source drained"
+            return runtime.finish(reason)
+        finally:
+            for stop in reversed(started):
+                try:
+                    stop()
+                except Exception:
+                    logger.exception("stopping a service of pipeline %s failed", self.name)
+            if restore is not None:
+                restore()
+
+
+def new_run_nonce() -> str:
+    """A token unique to this process run (dedup tokens never repeat across runs, B9)."""
+    return uuid.uuid4().hex[:12]

@@ -1,0 +1,58 @@
+"""The exit report a pipeline run returns, and its exit code (B14, B16).
+
+``completed`` means every registered batch was delivered and its position committed,
+with nothing abandoned; anything else is ``failed``. ``spate run`` exits with
+:attr:`ExitReport.exit_code`: 0 for completed, 1 for failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spate.records import Lane
+
+ExitState = Literal["completed", "failed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExitReport:
+    """What a finished run did: outcome, counts and the final committed positions."""
+
+    pipeline: str
+    state: ExitState
+    reason: str
+    """Why the run ended (``source drained``, ``signal SIGTERM``, the failure)."""
+    records_in: int = 0
+    """Records polled from the source."""
+    records_delivered: int = 0
+    """Records of batches that were durably written (or dropped on purpose)."""
+    records_failed: int = 0
+    """Records of batches that failed (a sink gave up or abandoned them)."""
+    batches_in: int = 0
+    abandoned_batches: int = 0
+    """Batches left unresolved or failed at the end: replayed by the next owner."""
+    revoked_batches_dropped: int = 0
+    """Batches of revoked lanes left unfinished at the revoke barrier (the next owner
+    replays them); normal during rebalances, so they do not fail the run."""
+    abandoned_rows: int = 0
+    """Rows the sinks dropped unwritten at the end (B4)."""
+    final_watermarks: dict[Lane, int] = field(default_factory=dict)
+    """Committable position per lane at the end (what the tracker proved delivered)."""
+    committed: dict[Lane, int] = field(default_factory=dict)
+    """Last position handed to the source per lane during the run."""
+    duration_seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.state == "completed" else 1
+
+    def summary(self) -> str:
+        """One line for logs and the CLI."""
+        marks = ", ".join(f"{lane}={pos}" for lane, pos in sorted(self.final_watermarks.items()))
+        return (
+            f"pipeline {self.pipeline} {self.state} ({self.reason}): "
+            f"records in={self.records_in} delivered={self.records_delivered} "
+            f"failed={self.records_failed} abandoned_batches={self.abandoned_batches} "
+            f"abandoned_rows={self.abandoned_rows} watermarks=[{marks}]"
+        )

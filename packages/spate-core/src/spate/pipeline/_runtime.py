@@ -1,0 +1,506 @@
+"""The pipeline runtime: the poll loop, the batch backlog, pauses, checkpoints and drain.
+
+One :class:`PipelineRuntime` runs one pipeline on the calling thread (the pipeline
+thread). Each loop turn (:meth:`PipelineRuntime.step`):
+
+1. resumes the batch that stalled last time, from its cursor (B8);
+2. fails the pipeline if a lane's head batch has been failed for
+   ``stalled_fail_after`` (B5);
+3. works out which lanes must be paused — all of them while the byte budget is over
+   ``high_ratio`` (until under ``low_ratio`` after ``min_pause``) or a batch is stalled,
+   otherwise the lanes at ``max_pending_batches`` — and tells the source (B6, B7);
+4. polls (the source keeps being polled while paused, so group membership stays alive);
+5. registers each polled batch with the tracker and runs the processor on it;
+6. commits on the checkpoint cadence.
+
+Sink workers resolve acks on their own threads; the runtime only reads the tracker. The
+end of a run (signal, end of a bounded source, failure) and every revocation go through
+the drain routine in :mod:`spate.pipeline._drain` (B14, B15). Per batch work only —
+nothing here loops over records except a C-level byte count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from spate._clock import Clock, SystemClock
+from spate.checkpoint._ack import AckToken
+from spate.checkpoint._committer import Committer
+from spate.checkpoint._tracker import PartitionTracker
+from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.errors import ErrorClass, SourceError
+from spate.flow._budget import InflightBudget
+from spate.flow._gate import PendingGate
+from spate.flow._watermark import Hysteresis
+from spate.metrics import names
+from spate.metrics._meter import CounterSeries, GaugeSeries, Meter
+from spate.ops._contract import BatchProcessor, Stalled
+from spate.pipeline._drain import write_out
+from spate.pipeline._exit import ExitReport
+from spate.pipeline._signals import ShutdownHandle
+from spate.records import Lane, PayloadBatch
+from spate.sink._contract import Sink
+from spate.source._contract import Source
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Taken:
+    """A polled batch the processor has not finished: its ack and resume cursor."""
+
+    batch: PayloadBatch
+    ack: AckToken
+    cursor: object | None = None
+
+
+@dataclass(slots=True)
+class _LaneMetrics:
+    records: CounterSeries
+    bytes: CounterSeries
+    pending: GaugeSeries
+    lag: GaugeSeries
+    age: GaugeSeries
+
+
+class PipelineRuntime:
+    """Runs one pipeline on the calling thread; implements ``SourceEvents`` and health."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        source: Source,
+        sinks: Mapping[str, Sink],
+        processor: BatchProcessor,
+        checkpoint: CheckpointConfig,
+        backpressure: BackpressureConfig,
+        clock: Clock,
+        meter: Meter,
+        budget: InflightBudget,
+        shutdown: ShutdownHandle,
+        wake: threading.Event,
+        poll_timeout: float = 0.1,
+    ) -> None:
+        self.name = name
+        self._source = source
+        self._sinks = dict(sinks)
+        self._processor = processor
+        self._cfg = checkpoint
+        self._clock = clock
+        self._meter = meter
+        self._budget = budget
+        self._shutdown = shutdown
+        self._wake = wake
+        self._poll_timeout = poll_timeout
+        self._real_time = isinstance(clock, SystemClock)
+        self.tracker = PartitionTracker(clock)
+        self.tracker.add_waker(wake)
+        self._committer = Committer(
+            tracker=self.tracker,
+            source=source,
+            sinks=self._sinks,
+            clock=clock,
+            interval=checkpoint.interval,
+            meter=meter,
+        )
+        self._gate = PendingGate(checkpoint.max_pending_batches)
+        self._hysteresis = Hysteresis(
+            limit=budget.limit,
+            high_ratio=backpressure.high_ratio,
+            low_ratio=backpressure.low_ratio,
+            min_pause=backpressure.min_pause,
+            clock=clock,
+        )
+        self._backlog: deque[_Taken] = deque()
+        self._stall: Stalled | None = None
+        self._paused: set[Lane] = set()
+        self._gated: set[Lane] = set()
+        self._failure: str | None = None
+        self._source_drained = False
+        self._assigned_seen = False
+        self._started = False
+        self._finished = False
+        self._closing = False
+        self._revoke_abandoned = 0
+        self.records_in = 0
+        self.batches_in = 0
+        self._heartbeat = clock.monotonic()
+        self._started_at = clock.monotonic()
+        # Metric series, created once.
+        src = {"component": "source", "component_type": "source"}
+        self._lane_metrics: dict[Lane, _LaneMetrics] = {}
+        self._poll_seconds = meter.histogram(names.SOURCE_POLL_SECONDS, **src)
+        self._rebalance_assigned = meter.counter(names.SOURCE_REBALANCES, **src, event="assigned")
+        self._rebalance_revoked = meter.counter(names.SOURCE_REBALANCES, **src, event="revoked")
+        bp = {"component": "backpressure", "component_type": "flow"}
+        self._bp_paused = meter.gauge(names.BP_PAUSED, **bp)
+        self._bp_inflight = meter.gauge(names.BP_INFLIGHT_BYTES, **bp)
+        self._pause_events = {
+            cause: meter.counter(names.BP_PAUSE_EVENTS, **bp, cause=cause)
+            for cause in ("budget", "pending", "sink_full", "not_ready")
+        }
+
+    # -- failure ----------------------------------------------------------------------
+
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
+    def fail(self, reason: str) -> None:
+        """Mark the run failed (pipeline thread); the loop ends and drains."""
+        if self._failure is None:
+            self._failure = reason
+            logger.error("pipeline %s failing: %s", self.name, reason)
+        self._wake.set()
+
+    # -- SourceEvents -----------------------------------------------------------------
+
+    def assigned(self, lanes: Collection[Lane]) -> None:
+        """The source owns ``lanes`` now: a new epoch each (pipeline thread)."""
+        lanes = list(lanes)
+        logger.info("pipeline %s assigned %s", self.name, ", ".join(map(str, lanes)))
+        self.tracker.assign(lanes)
+        self._paused.difference_update(lanes)
+        self._gated.difference_update(lanes)
+        self._assigned_seen = True
+        self._rebalance_assigned.inc()
+
+    def revoked(self, lanes: Collection[Lane]) -> None:
+        """Revoke barrier (B15): drain, commit ``lanes`` synchronously, then return.
+
+        Called by the source on the pipeline thread, possibly from inside ``poll`` or
+        ``close``. Never raises into the source: a failure here fails the run.
+        """
+        lanes = set(lanes)
+        logger.info("pipeline %s revoking %s", self.name, ", ".join(map(str, sorted(lanes))))
+        self._rebalance_revoked.inc()
+        try:
+            if not self._closing:
+                deadline = self._clock.monotonic() + self._cfg.drain_timeout
+                if not write_out(self, self._sinks, self._clock, deadline):
+                    logger.warning(
+                        "revocation drain of %s did not write everything in time; "
+                        "the rest is left to the next owner",
+                        ", ".join(map(str, sorted(lanes))),
+                    )
+            final = self.tracker.revoke(lanes)
+            if final and not self._committer.commit_now(sync=True, positions=final):
+                self.fail(f"synchronous commit on revocation of {sorted(map(str, lanes))} failed")
+            self._committer.forget(lanes)
+        except Exception as exc:
+            logger.exception("revocation of %s failed", sorted(map(str, lanes)))
+            self.fail(f"revocation failed: {exc}")
+            self.tracker.revoke(lanes)
+        # Batches of these lanes still waiting belong to an ended epoch: drop them.
+        kept: deque[_Taken] = deque()
+        for taken in self._backlog:
+            if taken.batch.lane in lanes:
+                self._revoke_abandoned += 1
+                taken.ack.release(False)  # old epoch: the tracker ignores it
+            else:
+                kept.append(taken)
+        if len(kept) != len(self._backlog):
+            self._stall = None
+        self._backlog = kept
+        self._paused.difference_update(lanes)
+        self._gated.difference_update(lanes)
+        for lane in lanes:
+            metrics = self._lane_metrics.get(lane)
+            if metrics is not None:
+                metrics.lag.set(0)  # B23: not owned any more
+                metrics.pending.set(0)
+                metrics.age.set(0)
+
+    def drained(self) -> None:
+        """A bounded source handed out everything (pipeline thread)."""
+        logger.info("pipeline %s: source drained", self.name)
+        self._source_drained = True
+
+    # -- health (any thread) ----------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        if self._finished:
+            return False, "pipeline finished"
+        if not self._started:
+            return False, "pipeline starting"
+        if not (self._assigned_seen or self.batches_in or self._source_drained):
+            return False, "no lanes assigned yet"
+        for name, sink in self._sinks.items():
+            try:
+                ready = sink.ready()
+            except Exception as exc:
+                return False, f"sink {name} probe raised: {exc}"
+            if not ready:
+                return False, f"sink {name} not ready"
+        return True, "ready"
+
+    def liveness(self, stall_after: float) -> tuple[bool, str]:
+        if not self._started or self._finished:
+            return True, "not running"
+        now = self._clock.monotonic()
+        quiet = now - self._heartbeat
+        if quiet > stall_after:
+            return False, f"pipeline thread made no progress for {quiet:.1f}s"
+        waiting = self.tracker.seconds_since_resolution()
+        if waiting > stall_after:
+            return False, f"no batch resolved for {waiting:.1f}s while batches are pending"
+        for lane in self.tracker.snapshot():
+            if lane.queued and lane.seconds_since_advance > stall_after:
+                return False, (
+                    f"watermark of {lane.lane} stuck for {lane.seconds_since_advance:.1f}s "
+                    f"with {lane.queued} batch(es) behind it"
+                )
+        return True, "alive"
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def beat(self) -> None:
+        self._heartbeat = self._clock.monotonic()
+
+    def start(self) -> None:
+        """Start sinks (probing their endpoints, B29), then the source."""
+        for sink in self._sinks.values():
+            sink.start()
+        self._source.start(self)
+        self._started = True
+        self.beat()
+
+    def abort_start(self) -> None:
+        """Close whatever started when start-up failed (nothing was consumed)."""
+        self._finished = True
+        self._closing = True
+        for closer in [self._source.close, *(sink.close for sink in self._sinks.values())]:
+            try:
+                closer()
+            except Exception:
+                logger.debug("close after failed start-up raised", exc_info=True)
+
+    def should_stop(self) -> bool:
+        if self._failure is not None or self._shutdown.requested:
+            return True
+        return self._source_drained and not self._backlog
+
+    def step(self) -> bool:
+        """One loop turn; False once the run should drain and end."""
+        self.beat()
+        self.advance_backlog()
+        self._check_stalled_lanes()
+        if self.should_stop():
+            return False
+        self._update_pauses()
+        started = self._clock.monotonic()
+        try:
+            batches = self._source.poll(self._poll_timeout)
+        except SourceError as exc:
+            if exc.error_class is ErrorClass.FATAL:
+                self.fail(f"source: {exc.reason}")
+                return False
+            logger.warning("source poll failed, will retry: %s", exc.reason)
+            batches = ()
+        took = self._clock.monotonic() - started
+        self._poll_seconds.observe(took)
+        for batch in batches:
+            self._take(batch)
+        if batches:
+            self.advance_backlog()
+        self._committer.maybe_commit()
+        self._update_gauges()
+        if not batches and not self.should_stop() and took < self._poll_timeout / 2:
+            self._idle(self._poll_timeout - took)
+        return not self.should_stop()
+
+    def _idle(self, seconds: float) -> None:
+        """Wait for an ack resolution, a signal or ``seconds`` (manual clocks advance)."""
+        if self._real_time:
+            self._wake.wait(seconds)
+            self._wake.clear()
+        else:
+            self._clock.sleep(seconds)
+
+    def _take(self, batch: PayloadBatch) -> None:
+        if not batch.payloads:
+            return
+        ack = self.tracker.register(batch)
+        count = len(batch.payloads)
+        self.records_in += count
+        self.batches_in += 1
+        metrics = self._metrics_for(batch.lane)
+        metrics.records.inc(count)
+        metrics.bytes.inc(sum(map(len, batch.payloads)))
+        self._backlog.append(_Taken(batch, ack))
+
+    def _metrics_for(self, lane: Lane) -> _LaneMetrics:
+        metrics = self._lane_metrics.get(lane)
+        if metrics is None:
+            label = str(lane)
+            src = {"component": "source", "component_type": "source", "lane": label}
+            ckpt = {"component": "checkpoint", "component_type": "checkpoint", "lane": label}
+            metrics = _LaneMetrics(
+                records=self._meter.counter(names.SOURCE_RECORDS, **src),
+                bytes=self._meter.counter(names.SOURCE_BYTES, **src),
+                lag=self._meter.gauge(names.SOURCE_LAG, **src),
+                pending=self._meter.gauge(names.CKPT_PENDING, **ckpt),
+                age=self._meter.gauge(names.CKPT_WATERMARK_AGE, **ckpt),
+            )
+            self._lane_metrics[lane] = metrics
+        return metrics
+
+    def advance_backlog(self) -> bool:
+        """Run the processor over taken batches in order; stop at the first stall (B8).
+
+        Returns True when batches remain to be processed (never once the run failed:
+        the rest is abandoned by :meth:`finish`). A processor error fails the batch's ack and
+        the run. Called from the pipeline thread (loop turn and drain).
+        """
+        backlog = self._backlog
+        while backlog:
+            if self._failure is not None:
+                return False  # a failed run processes nothing more; finish() abandons it
+            taken = backlog[0]
+            try:
+                result = self._processor.process(taken.batch, taken.ack, taken.cursor)
+            except Exception as exc:
+                backlog.popleft()
+                taken.ack.release(False)
+                logger.exception("processing a batch of %s failed", taken.batch.lane)
+                self.fail(f"processing {taken.batch.lane} failed: {exc}")
+                return bool(backlog)
+            if result is None:
+                backlog.popleft()
+                taken.ack.release(True)
+                continue
+            taken.cursor = result.cursor
+            if self._stall is None:
+                self._pause_events[result.reason].inc()
+                logger.debug("batch of %s stalled (%s)", taken.batch.lane, result.reason)
+            self._stall = result
+            return True
+        self._stall = None
+        return False
+
+    def _check_stalled_lanes(self) -> None:
+        limit = self._cfg.stalled_fail_after
+        for lane, seconds in self.tracker.stalled_lanes().items():
+            if seconds >= limit:
+                self.fail(
+                    f"lane {lane}: a failed batch has blocked the head for {seconds:.1f}s "
+                    f"(stalled_fail_after {limit}s)"
+                )
+                return
+
+    def _update_pauses(self) -> None:
+        pending = self.tracker.pending_by_lane()
+        was_paused = self._hysteresis.paused
+        over_budget = self._hysteresis.update(self._budget.used)
+        if over_budget and not was_paused:
+            self._pause_events["budget"].inc()
+            logger.info(
+                "pipeline %s pausing the source: %d in-flight bytes of a %d budget",
+                self.name,
+                self._budget.used,
+                self._budget.limit,
+            )
+        elif was_paused and not over_budget:
+            logger.info("pipeline %s resuming the source: in-flight bytes low", self.name)
+        self._bp_paused.set(1 if over_budget else 0)
+        gated = self._gate.closed(pending)
+        for lane in gated - self._gated:
+            self._pause_events["pending"].inc()
+            logger.debug("lane %s at max_pending_batches; pausing it", lane)
+        self._gated = gated
+        desired = set(pending) if over_budget or self._stall is not None else gated
+        to_pause = desired - self._paused
+        to_resume = self._paused - desired
+        if to_pause:
+            self._source.pause(to_pause)
+            self._paused |= to_pause
+        if to_resume:
+            self._source.resume(to_resume)
+            self._paused -= to_resume
+
+    def _update_gauges(self) -> None:
+        self._bp_inflight.set(self._budget.used)
+        for snap in self.tracker.snapshot():
+            metrics = self._metrics_for(snap.lane)
+            metrics.pending.set(snap.pending)
+            metrics.age.set(snap.seconds_since_advance)
+
+    @property
+    def paused(self) -> frozenset[Lane]:
+        """Lanes the runtime has paused at the source."""
+        return frozenset(self._paused)
+
+    # -- end of run -------------------------------------------------------------------
+
+    def finish(self, reason: str) -> ExitReport:
+        """The final drain (B14): write out, commit synchronously, abandon the rest."""
+        if self._failure is not None:
+            reason = self._failure
+        logger.info("pipeline %s draining: %s", self.name, reason)
+        deadline = self._clock.monotonic() + self._cfg.drain_timeout
+        written = write_out(self, self._sinks, self._clock, deadline)
+        commit_ok = self._committer.commit_now(sync=True)
+        abandoned_rows = 0
+        for sink in self._sinks.values():
+            try:
+                abandoned_rows += sink.abandon()
+            except Exception:
+                logger.exception("sink %s failed to abandon its buffers", sink.name)
+        leftover = len(self._backlog)
+        while self._backlog:
+            self._backlog.popleft().ack.release(False)
+        # A write may have completed between the commit and the abandon.
+        marks = self.tracker.watermarks()
+        if marks != {k: v for k, v in self._committer.committed.items() if k in marks}:
+            commit_ok = self._committer.commit_now(sync=True) and commit_ok
+        snapshot = self.tracker.snapshot()
+        unfinished = sum(s.queued for s in snapshot)
+        delivered, failed = self.tracker.record_counts()
+        self._closing = True
+        try:
+            self._source.close()
+        except Exception:
+            logger.exception("closing the source failed")
+        for sink in self._sinks.values():
+            try:
+                sink.close()
+            except Exception:
+                logger.exception("closing sink %s failed", sink.name)
+        self._finished = True
+        completed = (
+            self._failure is None
+            and written
+            and commit_ok
+            and unfinished == 0
+            and abandoned_rows == 0
+            and leftover == 0
+        )
+        if not completed and self._failure is None:
+            reason = (
+                f"{reason}; drain left {unfinished} batch(es) unfinished, "
+                f"{abandoned_rows} row(s) abandoned"
+                + ("" if commit_ok else ", final commit failed")
+            )
+        report = ExitReport(
+            pipeline=self.name,
+            state="completed" if completed else "failed",
+            reason=reason,
+            records_in=self.records_in,
+            records_delivered=delivered,
+            records_failed=failed,
+            batches_in=self.batches_in,
+            abandoned_batches=unfinished,
+            revoked_batches_dropped=self._revoke_abandoned,
+            abandoned_rows=abandoned_rows,
+            final_watermarks=marks,
+            committed=self._committer.committed,
+            duration_seconds=self._clock.monotonic() - self._started_at,
+        )
+        log = logger.info if completed else logger.error
+        log("%s", report.summary())
+        return report

@@ -1,0 +1,56 @@
+"""spate.testing: test pipelines without infrastructure.
+
+* :func:`memory_source` → ``(source, handle)``: lanes of payloads in memory, views over
+  one shared buffer, scripted rebalances, ``handle.last_committed(partition)``;
+* :func:`capture_sink` → ``(sink, script)``: rows kept in memory, write outcomes scripted
+  (``ok``, ``retryable``, ``fatal``, :func:`delay`, ``stuck``);
+* :class:`FileSink` and :func:`read_file_sink`: an fsynced append-only JSON-lines file
+  several processes can share, readable after ``kill -9``;
+* :class:`SequenceSource` and :func:`read_offsets`: generated lanes whose commits survive
+  the process, for multi-process delivery tests;
+* :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
+* :class:`ManualClock`: time that moves only when told to.
+"""
+
+from spate._clock import ManualClock
+from spate.testing._buffered import BufferedSink, Row, SealedBatch
+from spate.testing._capture_sink import (
+    FATAL,
+    OK,
+    RETRYABLE,
+    STUCK,
+    CaptureScript,
+    CaptureSink,
+    Outcome,
+    capture_sink,
+    delay,
+)
+from spate.testing._file_sink import FileSink, read_file_sink
+from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
+from spate.testing._processors import CopyToSinkProcessor
+from spate.testing._sequence_source import SequenceSource, read_offsets, sequence_payload
+
+__all__ = [
+    "FATAL",
+    "OK",
+    "RETRYABLE",
+    "STUCK",
+    "BufferedSink",
+    "CaptureScript",
+    "CaptureSink",
+    "CopyToSinkProcessor",
+    "FileSink",
+    "ManualClock",
+    "MemorySource",
+    "MemorySourceHandle",
+    "Outcome",
+    "Row",
+    "SealedBatch",
+    "SequenceSource",
+    "capture_sink",
+    "delay",
+    "memory_source",
+    "read_file_sink",
+    "read_offsets",
+    "sequence_payload",
+]
