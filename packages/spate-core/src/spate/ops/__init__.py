@@ -1,6 +1,36 @@
-"""Operator chains (compiled into one fused loop per batch) and the deserializer stage."""
+"""Operator chains (compiled into one fused loop per batch) and the deserializer stage.
 
+Users describe a chain with :class:`ChainContext` (``ctx.chain().map(f).sink()``); the
+runtime compiles it with :func:`compile_chain` into a :class:`BatchProcessor`.
+"""
+
+from spate.ops._builder import (
+    Chain,
+    ChainContext,
+    ChainSpec,
+    Emitter,
+    SinkHandle,
+    Split,
+    build_chain,
+)
+from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor, Stalled
 from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer
+from spate.ops._stage import Cursor
 
-__all__ = ["NO_RECORD", "BatchProcessor", "Deserializer", "ManyDeserializer", "Stalled"]
+__all__ = [
+    "NO_RECORD",
+    "BatchProcessor",
+    "Chain",
+    "ChainContext",
+    "ChainSpec",
+    "Cursor",
+    "Deserializer",
+    "Emitter",
+    "ManyDeserializer",
+    "SinkHandle",
+    "Split",
+    "Stalled",
+    "build_chain",
+    "compile_chain",
+]

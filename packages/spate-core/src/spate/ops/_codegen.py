@@ -1,0 +1,311 @@
+"""The fused loop: Python source generated once per chain shape, exec'd, run per batch.
+
+For a chain ``map(f) -> filter(g) -> sink`` the generated ``process`` is, in essence::
+
+    for i in range(start, len(payloads)):
+        key = keys[i]
+        try:
+            v = deser(payloads[i])
+        except DeserError as exc:
+            ...                              # not ready: stall; else record policy
+        if v is NO_RECORD: ...
+        n_in += 1
+        try:
+            v = f0(v)
+        except Exception as exc:
+            raise rt.op_fail(...)            # fail policy
+        try:
+            if not f1(v):
+                d_filter += 1
+                continue
+        except Exception as exc: ...
+        r = offer0(v, key, lane, ack)
+        if r is REJECTED:
+            return Stalled(Cursor(i + 1, (), ((0, v),)), ...)
+        n_out[0] += 1
+
+User functions and sink methods are bound as locals; there is no generator and no
+per-operator call layer, only the user's own calls (DESIGN §3, §12). ``try`` costs
+nothing in CPython 3.11+ until something raises. Counters live in locals and reach the
+metric series once per batch. flat_map becomes a nested ``for`` over the children, so a
+stall inside it can name the children still to run (the cursor's frames). Every rare
+path calls into :class:`~spate.ops._stage.ChainRuntime`, shared with the reference
+interpreter, and resuming a half-done record is delegated to
+:meth:`~spate.ops._interp.Interpreter.resume_pending` (B8). Equivalence with the
+interpreter is checked by a property test (B3).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from spate.checkpoint._ack import AckToken
+from spate.errors import DeserError, DeserErrorKind, ErrorPolicy, SinkError
+from spate.ops._builder import StepKind
+from spate.ops._contract import Stalled
+from spate.ops._deser import NO_RECORD
+from spate.ops._interp import Interpreter, as_cursor, has_not_ready
+from spate.ops._split import RouteOut
+from spate.ops._stage import DESER_FRAME, ChainRuntime, Cursor
+from spate.records import PayloadBatch
+from spate.sink._contract import Offer
+
+logger = logging.getLogger(__name__)
+
+ProcessFn = Callable[[PayloadBatch, AckToken, object | None], Stalled | None]
+
+
+class _Writer:
+    """Accumulates indented source lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+    def source(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def generate_source(rt: ChainRuntime) -> str:
+    """The Python source of ``_make(env)`` → ``process(batch, ack, resume=None)``."""
+    w = _Writer()
+    nsinks = len(rt.offers)
+    w.line(0, "def _make(env):")
+    # Bind everything the loop touches from the closure environment.
+    for name in (
+        "rt",
+        "deser",
+        "deser_many",
+        "resume_pending",
+        "as_cursor",
+        "has_not_ready",
+        "DeserError",
+        "NOT_READY",
+        "NO_RECORD",
+        "REJECTED",
+        "SinkError",
+        "Stalled",
+        "Cursor",
+        "RouteOut",
+    ):
+        w.line(1, f"_{name} = env[{name!r}]")
+    for k in range(len(rt.steps)):
+        w.line(1, f"_f{k} = env['fns'][{k}]")
+    for s in range(nsinks):
+        w.line(1, f"_o{s} = env['offers'][{s}]")
+    w.line(1, "_offers = env['offers']")
+    w.line(1, "_names = env['names']")
+    w.line(1, "_route = env['route']")
+    w.line(1, "_handle_index = env['handle_index']")
+    w.line(0, "")
+    w.line(1, "def process(batch, ack, resume=None):")
+    b = 2
+    # Locals for the hot loop.
+    for name in (
+        "rt",
+        "deser",
+        "deser_many",
+        "DeserError",
+        "NOT_READY",
+        "NO_RECORD",
+        "REJECTED",
+        "SinkError",
+        "Stalled",
+        "Cursor",
+        "has_not_ready",
+    ):
+        w.line(b, f"{name} = _{name}")
+    for k in range(len(rt.steps)):
+        w.line(b, f"f{k} = _f{k}")
+    for s in range(nsinks):
+        w.line(b, f"o{s} = _o{s}")
+    w.line(b, "offers = _offers")
+    w.line(b, "names = _names")
+    if rt.route is not None:
+        w.line(b, "route = _route")
+        w.line(b, "out = _RouteOut(_handle_index)")
+        w.line(b, "buf = out.buf")
+    w.line(b, "payloads = batch.payloads")
+    w.line(b, "keys = batch.keys")
+    w.line(b, "lane = batch.lane")
+    w.line(b, "start = 0")
+    w.line(b, "if resume is not None:")
+    w.line(b + 1, "cursor = _as_cursor(resume)")
+    w.line(b + 1, "stalled = _resume_pending(batch, ack, cursor)")
+    w.line(b + 1, "if stalled is not None:")
+    w.line(b + 2, "return stalled")
+    w.line(b + 1, "start = cursor.next_index")
+    w.line(b, "n_in = 0")
+    w.line(b, f"outs = [0] * {nsinks}")
+    w.line(b, "d_filter = 0")
+    w.line(b, "d_fm_empty = 0")
+    w.line(b, "d_empty = 0")
+    w.line(b, "try:")
+    t = b + 1
+    w.line(t, "for i in range(start, len(payloads)):")
+    L = t + 1
+    w.line(L, "key = keys[i]")
+    w.line(L, "try:")
+    if rt.many:
+        w.line(L + 1, "items = deser_many(payloads[i])")
+    else:
+        w.line(L + 1, "v = deser(payloads[i])")
+    w.line(L, "except DeserError as exc:")
+    w.line(L + 1, "if exc.kind is NOT_READY:")
+    w.line(L + 2, "return rt.not_ready(i)")
+    w.line(L + 1, "rt.deser_error(exc, batch, i)")
+    w.line(L + 1, "continue")
+    if rt.many:
+        w.line(L, "if has_not_ready(items):")
+        w.line(L + 1, "return rt.not_ready(i)")
+        w.line(L, "for jd in range(len(items)):")
+        D = L + 1
+        w.line(D, "v = items[jd]")
+        w.line(D, "if isinstance(v, DeserError):")
+        w.line(D + 1, "rt.deser_error(v, batch, i)")
+        w.line(D + 1, "continue")
+        w.line(D, "if v is NO_RECORD:")
+        w.line(D + 1, "d_empty += 1")
+        w.line(D + 1, "continue")
+        w.line(D, "n_in += 1")
+        _gen_steps(w, rt, 0, D, [f"({DESER_FRAME}, items, jd + 1)"])
+    else:
+        w.line(L, "if v is NO_RECORD:")
+        w.line(L + 1, "d_empty += 1")
+        w.line(L + 1, "continue")
+        w.line(L, "n_in += 1")
+        _gen_steps(w, rt, 0, L, [])
+    w.line(b, "finally:")
+    w.line(b + 1, "rt.count_batch(n_in, outs, d_filter, d_fm_empty, d_empty)")
+    w.line(b, "return None")
+    w.line(0, "")
+    w.line(1, "return process")
+    return w.source()
+
+
+def _frames_expr(frames: list[str]) -> str:
+    """Frames innermost first; ``frames`` is given outermost first."""
+    if not frames:
+        return "()"
+    return "(" + ", ".join(reversed(frames)) + ",)"
+
+
+def _gen_steps(w: _Writer, rt: ChainRuntime, start: int, ind: int, frames: list[str]) -> None:
+    """Emit the code for steps ``start..`` and the terminal on value ``v`` at ``ind``."""
+    for k in range(start, len(rt.steps)):
+        step = rt.steps[k]
+        kind = step.kind
+        skip = kind is StepKind.TRY_MAP and step.policy is ErrorPolicy.SKIP
+        w.line(ind, "try:")
+        if kind is StepKind.MAP or kind is StepKind.TRY_MAP:
+            w.line(ind + 1, f"v = f{k}(v)")
+        elif kind is StepKind.FILTER:
+            w.line(ind + 1, f"if not f{k}(v):")
+            w.line(ind + 2, "d_filter += 1")
+            w.line(ind + 2, "continue")
+        elif kind is StepKind.INSPECT:
+            w.line(ind + 1, f"f{k}(v)")
+        else:
+            w.line(ind + 1, f"c{k} = f{k}(v)")
+            w.line(ind + 1, f"if type(c{k}) is not list:")
+            w.line(ind + 2, f"c{k} = list(c{k})")
+        w.line(ind, "except Exception as exc:")
+        w.line(ind + 1, f"rt.op_error({k}, exc, batch, i)")
+        if skip:
+            w.line(ind + 1, "continue")
+        else:
+            # op_error raises under the fail policy; this line is never reached.
+            w.line(ind + 1, "raise")
+        if kind is StepKind.FLAT_MAP:
+            w.line(ind, f"if not c{k}:")
+            w.line(ind + 1, "d_fm_empty += 1")
+            w.line(ind + 1, "continue")
+            w.line(ind, f"for j{k} in range(len(c{k})):")
+            w.line(ind + 1, f"v = c{k}[j{k}]")
+            _gen_steps(w, rt, k + 1, ind + 1, [*frames, f"({k + 1}, c{k}, j{k} + 1)"])
+            return
+    _gen_terminal(w, rt, ind, _frames_expr(frames))
+
+
+def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
+    if rt.sink_index is not None:
+        s = rt.sink_index
+        w.line(ind, "try:")
+        w.line(ind + 1, f"r = o{s}(v, key, lane, ack)")
+        w.line(ind, "except SinkError as exc:")
+        w.line(ind + 1, f"rt.sink_error({s}, exc, batch, i)")
+        w.line(ind + 1, "continue")
+        w.line(ind, "if r is REJECTED:")
+        w.line(
+            ind + 1,
+            f"return Stalled(Cursor(i + 1, {frames}, (({s}, v),)), 'sink_full', names[{s}])",
+        )
+        w.line(ind, f"outs[{s}] += 1")
+        return
+    w.line(ind, "buf.clear()")
+    w.line(ind, "try:")
+    w.line(ind + 1, "route(v, out)")
+    w.line(ind, "except Exception as exc:")
+    w.line(ind + 1, "raise rt.route_error(exc, batch, i) from exc")
+    w.line(ind, "if not buf:")
+    w.line(ind + 1, "rt.unrouted_record(batch, i)")
+    w.line(ind + 1, "continue")
+    w.line(ind, "for e in range(len(buf)):")
+    E = ind + 1
+    w.line(E, "s, row = buf[e]")
+    w.line(E, "try:")
+    w.line(E + 1, "r = offers[s](row, key, lane, ack)")
+    w.line(E, "except SinkError as exc:")
+    w.line(E + 1, "rt.sink_error(s, exc, batch, i)")
+    w.line(E + 1, "continue")
+    w.line(E, "if r is REJECTED:")
+    w.line(
+        E + 1,
+        f"return Stalled(Cursor(i + 1, {frames}, tuple(buf[e:])), 'sink_full', names[s])",
+    )
+    w.line(E, "outs[s] += 1")
+
+
+class FusedChain:
+    """A chain compiled into one generated loop; implements ``BatchProcessor``."""
+
+    def __init__(self, rt: ChainRuntime) -> None:
+        self.rt = rt
+        self.source = generate_source(rt)
+        interp = Interpreter(rt)
+        env: dict[str, Any] = {
+            "rt": rt,
+            "deser": rt.deser,
+            "deser_many": rt.deser_many,
+            "resume_pending": interp.resume_pending,
+            "as_cursor": as_cursor,
+            "has_not_ready": has_not_ready,
+            "DeserError": DeserError,
+            "NOT_READY": DeserErrorKind.NOT_READY,
+            "NO_RECORD": NO_RECORD,
+            "REJECTED": Offer.REJECTED,
+            "SinkError": SinkError,
+            "Stalled": Stalled,
+            "Cursor": Cursor,
+            "RouteOut": RouteOut,
+            "fns": tuple(step.fn for step in rt.steps),
+            "offers": rt.offers,
+            "names": rt.sink_names,
+            "route": rt.route,
+            "handle_index": rt.handle_index,
+        }
+        namespace: dict[str, Any] = {}
+        code = compile(self.source, f"<spate chain {rt.component}: {rt.describe()}>", "exec")
+        exec(code, namespace)
+        self._process: ProcessFn = namespace["_make"](env)
+        logger.debug("compiled chain %s: %s", rt.component, rt.describe())
+
+    def process(
+        self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
+    ) -> Stalled | None:
+        """Process ``batch`` from the start or from ``resume``. Runs on the pipeline thread."""
+        return self._process(batch, ack, resume)

@@ -1,0 +1,35 @@
+"""The ``out`` object a split's route function emits to.
+
+``out.emit(handle, row)`` only records ``(sink index, row)`` in a list; the chain offers
+the rows after the route function returns, in emit order. Keeping the route function's
+output as data is what lets a refused row be offered again later without calling the
+route function twice for the same record (B8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spate.ops._builder import SinkHandle
+
+
+class RouteOut:
+    """Collects the rows one call of a route function emits."""
+
+    __slots__ = ("_index", "buf")
+
+    def __init__(self, index: Mapping[SinkHandle, int]) -> None:
+        self._index = dict(index)
+        self.buf: list[tuple[int, object]] = []
+
+    def emit(self, sink: SinkHandle, row: object) -> None:
+        """Send ``row`` to ``sink`` (a handle from ``ctx.sink(name)``)."""
+        try:
+            index = self._index[sink]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(h.name) for h in self._index)
+            raise ValueError(
+                f"out.emit() needs a sink handle from ctx.sink(name) for one of {known}; "
+                f"got {sink!r}"
+            ) from None
+        self.buf.append((index, row))

@@ -1,0 +1,286 @@
+"""A chain bound to its deserializer, sinks and metrics; the slow paths both executors share.
+
+:class:`ChainRuntime` is what the generated loop (:mod:`spate.ops._codegen`) and the
+reference interpreter (:mod:`spate.ops._interp`) run: the steps, the resolved terminal,
+the sinks' ``offer`` methods, the error policies and the metric series. The rare paths
+— a deserializer error, an operator exception, an unrouted record, a row a sink refuses
+to encode — are methods here, so both executors count and fail in exactly the same way.
+
+The deserializer stage (this module's other half) applies the deserializer's contract
+(:mod:`spate.ops._deser`): a value goes on, ``NO_RECORD`` is dropped as ``empty``, a
+``DeserError`` is a record error under ``deser_policy`` (``skip`` by default, B28) and
+``NOT_READY`` stalls the batch so the record is decoded again later, never dropped (B21).
+
+:class:`Cursor` is the resume position inside a batch (B8): the next record to start
+plus the pending work of the record before it — the flat_map children not yet run
+(``frames``, innermost first) and the final rows not yet accepted by a sink (``emits``).
+Drops are counted with their reason (B3).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spate.checkpoint._ack import AckToken
+from spate.errors import DeserError, DeserErrorKind, ErrorClass, ErrorPolicy, FatalError, SinkError
+from spate.metrics._meter import CounterSeries, Meter
+from spate.metrics.names import (
+    DESER_DROPPED,
+    DESER_RECORDS,
+    OPS_DROPPED,
+    OPS_ERRORS,
+    OPS_IN,
+    OPS_OUT,
+)
+from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKind
+from spate.ops._contract import Stalled
+from spate.records import Lane, PayloadBatch
+from spate.sink._contract import Offer, Sink
+
+logger = logging.getLogger(__name__)
+
+DESER_FRAME = -1
+"""Frame position of items that came from a many-record deserializer (not yet checked)."""
+
+Frame = tuple[int, list[Any], int]
+"""``(step index the items feed, items, next item position)``."""
+
+OfferFn = Callable[[object, bytes | None, Lane, AckToken], Offer]
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where to resume a stalled batch (see the module docstring)."""
+
+    next_index: int
+    frames: tuple[Frame, ...] = ()
+    emits: tuple[tuple[int, object], ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.frames or self.emits)
+
+
+class ChainRuntime:
+    """A compiled chain's fixed parts: functions, sinks, policies and metric series."""
+
+    def __init__(
+        self,
+        spec: ChainSpec,
+        *,
+        deserializer: object | None,
+        sinks: Mapping[str, Sink],
+        meter: Meter,
+        pipeline: str,
+        deser_policy: ErrorPolicy | None,
+        record_policy: ErrorPolicy | None,
+        component: str,
+        deser_component: str,
+    ) -> None:
+        if not sinks:
+            raise ValueError("a chain needs at least one sink")
+        self.pipeline = pipeline
+        self.component = component
+        self.deser_component = deser_component
+        self.spec = spec
+        self.steps: tuple[Step, ...] = spec.steps
+        self.sink_names: tuple[str, ...] = tuple(sinks)
+        sink_objs = tuple(sinks.values())
+        self.offers: tuple[OfferFn, ...] = tuple(s.offer for s in sink_objs)
+        self.record_policies: tuple[ErrorPolicy, ...] = tuple(
+            _record_policy(s, record_policy) for s in sink_objs
+        )
+
+        # Terminal.
+        self.sink_index: int | None = None
+        self.route: Callable[[Any, Any], object] | None = None
+        self.unrouted = ErrorPolicy.FAIL
+        self.handle_index: dict[SinkHandle, int] = {
+            SinkHandle(name): i for i, name in enumerate(self.sink_names)
+        }
+        terminal = spec.terminal
+        if isinstance(terminal, SinkTerminal):
+            if terminal.name is None:
+                if len(self.sink_names) != 1:
+                    raise ValueError(
+                        "sink() without a name needs exactly one sink; configured: "
+                        + ", ".join(repr(n) for n in self.sink_names)
+                    )
+                self.sink_index = 0
+            elif terminal.name in self.sink_names:
+                self.sink_index = self.sink_names.index(terminal.name)
+            else:
+                raise ValueError(
+                    f"sink({terminal.name!r}): no such sink; configured: "
+                    + ", ".join(repr(n) for n in self.sink_names)
+                )
+        else:
+            self.route = terminal.route
+            self.unrouted = terminal.unrouted
+
+        # Deserializer stage.
+        if deserializer is None:
+            self.many = False
+            self.deser: Callable[[memoryview], Any] = bytes
+            self.deser_many: Callable[[memoryview], list[Any]] = _no_many
+        else:
+            self.many = bool(getattr(deserializer, "many", False))
+            if self.many:
+                self.deser = bytes
+                self.deser_many = deserializer.deserialize_many  # type: ignore[attr-defined]
+            else:
+                self.deser = deserializer.deserialize  # type: ignore[attr-defined]
+                self.deser_many = _no_many
+        if deser_policy is None:
+            found = getattr(deserializer, "on_error", ErrorPolicy.SKIP)
+            deser_policy = found if isinstance(found, ErrorPolicy) else ErrorPolicy.SKIP
+        self.deser_policy = deser_policy
+
+        # Metric series, resolved once.
+        dc, oc = deser_component, component
+
+        def deser_outcome(outcome: str) -> CounterSeries:
+            return meter.counter(
+                DESER_RECORDS, component=dc, component_type="deserializer", outcome=outcome
+            )
+
+        def deser_drop(reason: str) -> CounterSeries:
+            return meter.counter(
+                DESER_DROPPED, component=dc, component_type="deserializer", reason=reason
+            )
+
+        def ops_drop(reason: str) -> CounterSeries:
+            return meter.counter(
+                OPS_DROPPED, component=oc, component_type="operators", reason=reason
+            )
+
+        self.m_deser_ok = deser_outcome("ok")
+        self.m_deser_skipped = deser_outcome("skipped")
+        self.m_deser_failed = deser_outcome("failed")
+        self.m_deser_not_ready = deser_outcome("not_ready")
+        self.m_deser_empty = deser_outcome("empty")
+        self.m_deser_drop_empty = deser_drop("empty")
+        self.m_deser_drop = {kind: deser_drop(kind.value) for kind in DeserErrorKind}
+        self.m_in = meter.counter(OPS_IN, component=oc, component_type="operators")
+        self.m_out = tuple(
+            meter.counter(OPS_OUT, component=oc, component_type="operators", sink=name)
+            for name in self.sink_names
+        )
+        self.m_drop_filter = ops_drop("filter")
+        self.m_drop_error = ops_drop("error")
+        self.m_drop_flat_map_empty = ops_drop("flat_map_empty")
+        self.m_drop_unrouted = ops_drop("unrouted")
+        self.m_drop_record_error = ops_drop("record_error")
+        self.m_err_skip = meter.counter(
+            OPS_ERRORS, component=oc, component_type="operators", policy="skip"
+        )
+        self.m_err_fail = meter.counter(
+            OPS_ERRORS, component=oc, component_type="operators", policy="fail"
+        )
+
+    # -- hot counters (the generated loop keeps these in locals and adds them per batch) --
+
+    def count_batch(
+        self, n_in: int, outs: list[int], d_filter: int, d_fm_empty: int, d_empty: int
+    ) -> None:
+        """Add one batch's worth of hot counters to the metric series."""
+        if n_in:
+            self.m_in.inc(n_in)
+            self.m_deser_ok.inc(n_in)
+        for series, n in zip(self.m_out, outs, strict=True):
+            if n:
+                series.inc(n)
+        if d_filter:
+            self.m_drop_filter.inc(d_filter)
+        if d_fm_empty:
+            self.m_drop_flat_map_empty.inc(d_fm_empty)
+        if d_empty:
+            self.m_deser_empty.inc(d_empty)
+            self.m_deser_drop_empty.inc(d_empty)
+
+    # -- slow paths, shared by both executors --
+
+    def deser_error(self, exc: DeserError, batch: PayloadBatch, index: int) -> None:
+        """A record the deserializer could not decode: count it; raise under ``fail``."""
+        if self.deser_policy is ErrorPolicy.FAIL:
+            self.m_deser_failed.inc()
+            raise FatalError(
+                self.deser_component,
+                f"cannot decode the record at {_where(batch, index)}: {exc.reason} "
+                f"({exc.kind.value}; on_error is fail)",
+            ) from exc
+        self.m_deser_skipped.inc()
+        self.m_deser_drop[exc.kind].inc()
+
+    def not_ready(self, index: int) -> Stalled:
+        """The deserializer cannot decode the record yet: stall at it (B21)."""
+        self.m_deser_not_ready.inc()
+        return Stalled(Cursor(index), "not_ready")
+
+    def op_error(self, step_index: int, exc: Exception, batch: PayloadBatch, index: int) -> None:
+        """An operator raised: under ``skip`` count the drop, else raise ``FatalError``."""
+        step = self.steps[step_index]
+        if step.kind is StepKind.TRY_MAP and step.policy is ErrorPolicy.SKIP:
+            self.m_err_skip.inc()
+            self.m_drop_error.inc()
+            return
+        self.m_err_fail.inc()
+        raise FatalError(
+            self.component,
+            f"{step.label} raised on the record at {_where(batch, index)}: {exc!r}",
+        ) from exc
+
+    def route_error(self, exc: Exception, batch: PayloadBatch, index: int) -> FatalError:
+        """The route function of a split raised: always fatal (fail policy)."""
+        self.m_err_fail.inc()
+        return FatalError(
+            self.component,
+            f"the split's route function raised on the record at {_where(batch, index)}: {exc!r}",
+        )
+
+    def unrouted_record(self, batch: PayloadBatch, index: int) -> None:
+        """The route function emitted nothing: count under ``skip``, else raise."""
+        if self.unrouted is ErrorPolicy.SKIP:
+            self.m_drop_unrouted.inc()
+            return
+        raise FatalError(
+            self.component,
+            f"the record at {_where(batch, index)} was routed to no sink "
+            "(use split(unrouted='skip') to drop such records)",
+        )
+
+    def sink_error(self, sink_index: int, exc: SinkError, batch: PayloadBatch, index: int) -> None:
+        """A sink refused a row with ``SinkError``: record errors follow the sink's policy."""
+        name = self.sink_names[sink_index]
+        if exc.error_class is ErrorClass.RECORD:
+            if self.record_policies[sink_index] is ErrorPolicy.SKIP:
+                self.m_drop_record_error.inc()
+                return
+            raise FatalError(
+                name,
+                f"cannot write a row from the record at {_where(batch, index)}: {exc.reason} "
+                "(on_record_error is fail)",
+            ) from exc
+        raise FatalError(name, f"offer failed: {exc.reason} ({exc.error_class.value})") from exc
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+
+def _record_policy(sink: Sink, default: ErrorPolicy | None) -> ErrorPolicy:
+    if default is not None:
+        return default
+    found = getattr(sink, "on_record_error", ErrorPolicy.FAIL)
+    return found if isinstance(found, ErrorPolicy) else ErrorPolicy.FAIL
+
+
+def _where(batch: PayloadBatch, index: int) -> str:
+    offset = batch.offsets[index] if index < len(batch.offsets) else "?"
+    return f"{batch.lane} offset {offset}"
+
+
+def _no_many(payload: memoryview) -> list[Any]:
+    raise RuntimeError("not a many-record deserializer")
