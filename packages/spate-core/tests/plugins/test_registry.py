@@ -90,9 +90,9 @@ def test_b27_third_party_entry_points_are_listed_with_distribution_and_version(
     registry = Registry(path=[str(root)])
     rows = [(p.name, p.kind, p.distribution, p.version) for p in registry.plugins()]
     assert rows == [
-        ("echo", "source", "acme-spate-echo", "2.3.4"),
-        ("echo", "sink", "acme-spate-echo", "2.3.4"),
         ("hello", "command", "acme-spate-echo", "2.3.4"),
+        ("echo", "sink", "acme-spate-echo", "2.3.4"),
+        ("echo", "source", "acme-spate-echo", "2.3.4"),
     ]
     assert registry.names("sink") == ["echo"]
     # Listing never imports the plugin.

@@ -9,11 +9,12 @@ and tests never reset global state. Every series carries ``pipeline``, ``compone
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from spate.metrics.names import BASE_LABELS, MetricFamily
+from spate.metrics.names import ALL_FAMILIES, BASE_LABELS, MetricFamily
 
 
 class CounterSeries(Protocol):
@@ -33,11 +34,29 @@ class HistogramSeries(Protocol):
 class Meter:
     """Hands out metric series for one pipeline. Thread-safe."""
 
-    def __init__(self, pipeline: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: str,
+        registry: CollectorRegistry | None = None,
+        *,
+        declare: Iterable[MetricFamily] | None = ALL_FAMILIES,
+    ) -> None:
+        """A meter for ``pipeline`` on ``registry`` (a fresh one by default).
+
+        Every family in ``declare`` (all of spate's, by default) is registered at once,
+        so a scrape lists each documented family from the start, even before a
+        component records into it (B23). Pass ``declare=None`` to register lazily.
+        """
         self.pipeline = pipeline
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._collectors: dict[str, Counter | Gauge | Histogram] = {}
+        for family in declare or ():
+            self._collector(family)
+
+    def label_names(self, family: MetricFamily) -> tuple[str, ...]:
+        """All label names of ``family``'s series: the base labels, then its own."""
+        return (*BASE_LABELS, *family.labels)
 
     def _collector(self, family: MetricFamily) -> Counter | Gauge | Histogram:
         with self._lock:

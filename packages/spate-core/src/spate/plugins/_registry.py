@@ -42,9 +42,6 @@ logger = logging.getLogger(__name__)
 COMMAND_KIND = "command"
 """The ``kind`` shown for CLI subcommands in :meth:`Registry.plugins`."""
 
-_KIND_ORDER = {kind.value: i for i, kind in enumerate(PluginKind)} | {COMMAND_KIND: 99}
-
-
 @dataclass(frozen=True, slots=True)
 class PluginInfo:
     """One installed plugin as ``spate plugins`` shows it."""
@@ -117,7 +114,7 @@ class Registry:
         ]
         if wanted is not None:
             infos = [info for info in infos if info.kind == wanted]
-        return sorted(infos, key=lambda p: (_KIND_ORDER[p.kind], p.name, p.distribution))
+        return sorted(infos, key=lambda p: (p.kind, p.name, p.distribution))
 
     def names(self, kind: PluginKind | str) -> list[str]:
         """Names of the installed plugins of ``kind``."""

@@ -1,0 +1,180 @@
+"""The admin HTTP server: ``/metrics``, ``/healthz`` and ``/readyz`` (DESIGN §9, B22, B23).
+
+A ``ThreadingHTTPServer`` on a daemon thread, bound to ``admin.listen``. ``none`` binds
+nothing (the server is never created); port 0 binds a free port, which
+:attr:`AdminServer.port` then reports (and the start-up log line names). ``/metrics``
+serves the pipeline's own prometheus registry in the text exposition format, or 404 when
+``metrics.exporter`` is ``none``. The health endpoints read a health view attached at
+start (the running pipeline's), so the server can be handed to
+``Pipeline.add_service``.
+
+Request handling never touches the pipeline thread: the health view answers from state
+the runtime publishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from spate.admin._probes import HealthView, healthz, readyz
+from spate.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DISABLED = "none"
+
+
+def parse_listen(listen: str) -> tuple[str, int] | None:
+    """``"0.0.0.0:9090"`` → ``("0.0.0.0", 9090)``; ``"[::1]:0"`` → ``("::1", 0)``;
+    ``"none"`` → None. Raises ``ConfigError`` at ``admin.listen`` otherwise."""
+    if listen == DISABLED:
+        return None
+    host, sep, port = listen.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError("admin.listen", f"expected host:port or none, got {listen!r}")
+    return host, int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], admin: AdminServer) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.admin = admin
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "spate-admin"
+
+    def do_GET(self) -> None:
+        self._answer(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(send_body=False)
+
+    def _answer(self, *, send_body: bool) -> None:
+        admin = self.server.admin
+        route = self.path.split("?", 1)[0]
+        content_type = "text/plain; charset=utf-8"
+        if route == "/metrics" and admin.registry is not None:
+            status, body = 200, generate_latest(admin.registry)
+            content_type = CONTENT_TYPE_LATEST
+        elif route == "/healthz":
+            status, text = healthz(admin.health, admin.stall_after)
+            body = (text + "\n").encode()
+        elif route == "/readyz":
+            status, text = readyz(admin.health)
+            body = (text + "\n").encode()
+        else:
+            status, body = 404, b"not found\n"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("admin request from %s: %s", self.client_address[0], format % args)
+
+
+class AdminServer:
+    """Serves one pipeline's metrics and health on ``listen`` from a daemon thread.
+
+    ``registry`` is the pipeline meter's prometheus registry, or None to answer 404 on
+    ``/metrics`` (exporter ``none``). ``stall_after`` is ``admin.stall_after``.
+    """
+
+    def __init__(
+        self,
+        listen: str,
+        *,
+        registry: CollectorRegistry | None,
+        stall_after: float = 30.0,
+        pipeline: str = "",
+    ) -> None:
+        self.listen = listen
+        self.registry = registry
+        self.stall_after = stall_after
+        self.pipeline = pipeline
+        self.health: HealthView | None = None
+        self._address = parse_listen(listen)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """False for ``listen: none``."""
+        return self._address is not None
+
+    @property
+    def port(self) -> int | None:
+        """The bound port (the chosen one for port 0), or None when not serving."""
+        if self._server is None:
+            return None
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str | None:
+        """``http://host:port`` of the running server, or None."""
+        if self._server is None or self._address is None:
+            return None
+        host = self._address[0]
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}"
+
+    def start(self, health: HealthView | None = None) -> None:
+        """Bind and serve; a port that cannot be bound is a ``ConfigError`` (B29).
+
+        Called by the pipeline before its source starts (``Pipeline.add_service``).
+        """
+        if health is not None:
+            self.health = health
+        if self._address is None or self._server is not None:
+            return
+        try:
+            server = _Server(self._address, self)
+        except OSError as exc:
+            raise ConfigError(
+                "admin.listen", f"cannot listen on {self.listen}: {exc.strerror or exc}"
+            ) from None
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"spate-admin-{self.pipeline or 'pipeline'}",
+            daemon=True,
+        )
+        self._thread.start()
+        logger.info(
+            "admin server listening on %s (pipeline=%s port=%d)", self.url, self.pipeline, self.port
+        )
+
+    def stop(self) -> None:
+        """Stop serving and release the port. Safe to call more than once."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        logger.info("admin server stopped (pipeline=%s)", self.pipeline)
