@@ -1,0 +1,353 @@
+"""Coordinator behaviour on the in-memory store, driven step by step with a ManualClock.
+
+Covers membership, leadership, assignment, cooperative and forced revocation, lease
+expiry and fencing (B24) without any sleeping: every test moves time by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import pytest
+from spate import ManualClock
+from spate.metrics import Meter
+from spate_coordination import (
+    CoordinationConfig,
+    CoordinatorCore,
+    DuplicateInstanceError,
+    MemoryStore,
+    PlanConflictError,
+    ProgressWrite,
+    SplitEventKind,
+    SplitSpec,
+)
+
+LEASE = 3.0
+POLL = 0.5
+DRAIN = 2.0
+
+
+def make(store: MemoryStore, clock: ManualClock, instance: str) -> CoordinatorCore:
+    config = CoordinationConfig(
+        store={"memory": {}},
+        job="job1",
+        instance_id=instance,
+        lease_duration=LEASE,
+        poll_interval=POLL,
+        drain_deadline=DRAIN,
+    )
+    return CoordinatorCore(config, store, clock=clock, meter=Meter(f"test-{instance}"))
+
+
+def plan(n: int, weight: float = 1.0) -> list[SplitSpec]:
+    return [SplitSpec(f"s{i:02d}", weight, {"n": i}) for i in range(n)]
+
+
+async def rounds(cores: Iterable[CoordinatorCore], clock: ManualClock, n: int = 3) -> None:
+    """``n`` rounds of heartbeat + tick for every core, ``POLL`` seconds apart."""
+    cores = list(cores)
+    for _ in range(n):
+        for core in cores:
+            await core.step()
+        clock.advance(POLL)
+
+
+async def auto_release(cores: Iterable[CoordinatorCore]) -> None:
+    """Answer every pending revoke request at once (a source that drains instantly)."""
+    for core in cores:
+        for split, owned in core.owned().items():
+            if owned.revoke_requested:
+                assert await core.release(split, owned.epoch)
+
+
+def assert_exclusive(cores: Iterable[CoordinatorCore]) -> None:
+    seen: dict[str, str] = {}
+    for core in cores:
+        for split in core.owned():
+            assert split not in seen, f"{split} owned by {seen[split]} and {core.instance_id}"
+            seen[split] = core.instance_id
+
+
+def test_b24_three_workers_share_splits_evenly_and_exclusively() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        cores = [make(store, clock, name) for name in ("a", "b", "c")]
+        for core in cores:
+            await core.start()
+        assert [c.is_leader() for c in cores] == [True, False, False]
+        assert await cores[1].publish_plan(plan(60))
+        for _ in range(6):
+            await rounds(cores, clock, 1)
+            await auto_release(cores)
+            assert_exclusive(cores)
+        assert sorted(len(c.owned()) for c in cores) == [20, 20, 20]
+
+    asyncio.run(scenario())
+
+
+def test_b24_duplicate_instance_id_is_refused() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        await make(store, clock, "a").start()
+        with pytest.raises(DuplicateInstanceError, match="'a' is already used"):
+            await make(store, clock, "a").start()
+
+    asyncio.run(scenario())
+
+
+def test_b24_dead_workers_splits_move_only_after_its_lease_expires() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a, b, c = (make(store, clock, n) for n in ("a", "b", "c"))
+        for core in (a, b, c):
+            await core.start()
+        await a.publish_plan(plan(30))
+        for _ in range(6):
+            await rounds([a, b, c], clock, 1)
+            await auto_release([a, b, c])
+        lost = set(c.owned())
+        assert len(lost) == 10
+        # c dies silently: for just under a lease nobody takes its splits.
+        steps = int((LEASE - POLL) / POLL)
+        for _ in range(steps):
+            await rounds([a, b], clock, 1)
+            assert not lost & (set(a.owned()) | set(b.owned()))
+        await rounds([a, b], clock, 4)
+        assert lost <= set(a.owned()) | set(b.owned())
+        assert sorted(len(x.owned()) for x in (a, b)) == [15, 15]
+        # The new owners took over at a higher epoch.
+        for split in lost:
+            owner = a if split in a.owned() else b
+            assert owner.owned()[split].epoch == 2
+
+    asyncio.run(scenario())
+
+
+def test_b24_a_new_worker_gets_splits_through_cooperative_revocation() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(4))
+        await rounds([a], clock, 2)
+        assert len(a.owned()) == 4
+        a.take_events()
+        b = make(store, clock, "b")
+        await b.start()
+        await rounds([a, b], clock, 2)
+        revokes = [e for e in a.take_events() if e.kind is SplitEventKind.REVOKE_REQUESTED]
+        assert len(revokes) == 2
+        # Until a releases, b holds (absent means hold): nothing is owned twice.
+        assert b.owned() == {}
+        for event in revokes:
+            assert event.deadline == pytest.approx(clock.monotonic() - POLL + DRAIN, abs=POLL)
+            assert await a.commit_progress(event.split_id, event.epoch, {"done": 7}) is (
+                ProgressWrite.ACCEPTED
+            )
+            assert await a.release(event.split_id, event.epoch)
+        await rounds([a, b], clock, 2)
+        assert sorted(b.owned()) == sorted(e.split_id for e in revokes)
+        for event in revokes:
+            assert await b.read_progress(event.split_id) == {"done": 7}
+            assert b.owned()[event.split_id].epoch == event.epoch + 1
+
+    asyncio.run(scenario())
+
+
+def test_b24_revocation_is_forced_after_the_drain_deadline() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(2))
+        await rounds([a], clock, 2)
+        b = make(store, clock, "b")
+        await b.start()
+        await rounds([a, b], clock, 2)
+        (revoke,) = [e for e in a.take_events() if e.kind is SplitEventKind.REVOKE_REQUESTED]
+        # a never releases. It stops owning at its deadline; b gets it only afterwards.
+        while revoke.split_id in a.owned():
+            assert revoke.split_id not in b.owned()
+            await rounds([a, b], clock, 1)
+        forced = [e for e in a.take_events() if e.kind is SplitEventKind.FORCED]
+        assert [e.split_id for e in forced] == [revoke.split_id]
+        for _ in range(10):
+            await rounds([a, b], clock, 1)
+            assert_exclusive([a, b])
+        assert revoke.split_id in b.owned()
+        # The overdue owner's late commit is refused.
+        assert await a.commit_progress(revoke.split_id, revoke.epoch, b"late") is (
+            ProgressWrite.FENCED
+        )
+
+    asyncio.run(scenario())
+
+
+def test_b24_zombie_progress_write_is_refused_by_the_epoch_compare_and_set() -> None:
+    """The store refuses the write even when the zombie's own clock says its lease is ok."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        zombie_clock = ManualClock()  # a clock that stopped: the zombie's view of time
+        store = MemoryStore(LEASE, clock=clock)
+        zombie = make(store, zombie_clock, "z")
+        await zombie.start()
+        await zombie.publish_plan(plan(3))
+        await zombie.step()
+        await zombie.step()
+        owned = zombie.owned()
+        assert len(owned) == 3
+        # Time passes for everyone but the zombie; its heartbeat expires in the store.
+        clock.advance(LEASE + POLL)
+        successor = make(store, clock, "y")
+        await successor.start()
+        await rounds([successor], clock, 4)
+        assert set(successor.owned()) == set(owned)
+        for split, mine in owned.items():
+            result = await zombie.commit_progress(split, mine.epoch, b"zombie")
+            assert result is ProgressWrite.FENCED
+            assert await successor.read_progress(split) != b"zombie"
+        assert zombie.owned() == {}
+        assert all(
+            e.kind is not SplitEventKind.FORCED or e.reason.startswith("fenced")
+            for e in zombie.take_events()
+            if e.kind is SplitEventKind.FORCED
+        )
+        # And the zombie cannot complete a split it lost either.
+        split = next(iter(owned))
+        assert await zombie.mark_completed(split, owned[split].epoch) is ProgressWrite.FENCED
+
+    asyncio.run(scenario())
+
+
+def test_b24_an_instance_that_cannot_renew_for_a_lease_stops_working() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(2))
+        await rounds([a], clock, 2)
+        owned = a.owned()
+        assert len(owned) == 2
+        a.take_events()
+        # No heartbeat for a whole lease (paused process, store outage).
+        clock.advance(LEASE)
+        split, mine = next(iter(owned.items()))
+        assert await a.commit_progress(split, mine.epoch, b"x") is ProgressWrite.FENCED
+        assert a.owned() == {}
+        events = a.take_events()
+        assert {e.split_id for e in events if e.kind is SplitEventKind.FORCED} == set(owned)
+        # It joins again as a fresh member and works at a new epoch.
+        await rounds([a], clock, 3)
+        assert {s: o.epoch for s, o in a.owned().items()} == {s: 2 for s in owned}
+
+    asyncio.run(scenario())
+
+
+def test_b24_leader_failover_and_job_completion() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a, b = make(store, clock, "a"), make(store, clock, "b")
+        await a.start()
+        await b.start()
+        assert a.is_leader() and not b.is_leader()
+        await b.publish_plan(plan(6, weight=2.0))
+        for _ in range(5):
+            await rounds([a, b], clock, 1)
+            await auto_release([a, b])
+        # a dies; b becomes leader after the lease and finishes everything.
+        for _ in range(12):
+            await rounds([b], clock, 1)
+        assert b.is_leader()
+        assert len(b.owned()) == 6
+        for split, mine in b.owned().items():
+            assert await b.mark_completed(split, mine.epoch) is ProgressWrite.ACCEPTED
+        await rounds([b], clock, 2)
+        assert b.job_complete
+        assert any(e.kind is SplitEventKind.JOB_COMPLETE for e in b.take_events())
+        await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_plan_is_idempotent_and_a_different_plan_is_refused() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        assert await a.publish_plan(plan(5))
+        assert not await a.publish_plan(list(reversed(plan(5))))
+        with pytest.raises(PlanConflictError, match="different plan"):
+            await a.publish_plan(plan(6))
+        read = await a.read_plan()
+        assert read is not None and [s.split_id for s in read] == [f"s{i:02d}" for i in range(5)]
+        assert read[3].meta == {"n": 3}
+        with pytest.raises(ValueError, match="split id"):
+            await a.publish_plan([SplitSpec("bad.id")])
+
+    asyncio.run(scenario())
+
+
+def test_graceful_close_hands_splits_over_without_waiting_for_the_lease() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a, b = make(store, clock, "a"), make(store, clock, "b")
+        await a.start()
+        await b.start()
+        await a.publish_plan(plan(4))
+        for _ in range(5):
+            await rounds([a, b], clock, 1)
+            await auto_release([a, b])
+        assert len(b.owned()) == 2
+        await a.close()
+        await rounds([b], clock, 3)  # 1.5s: well under one lease
+        assert len(b.owned()) == 4 and b.is_leader()
+
+    asyncio.run(scenario())
+
+
+def test_metrics_follow_ownership_and_leadership() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        meter = Meter("metrics-test")
+        config = CoordinationConfig(
+            store={"memory": {}}, job="job1", instance_id="m", lease_duration=LEASE
+        )
+        core = CoordinatorCore(config, store, clock=clock, meter=meter)
+        await core.start()
+        await core.publish_plan(plan(3))
+        await rounds([core], clock, 2)
+        split, mine = next(iter(core.owned().items()))
+        await core.mark_completed(split, mine.epoch)
+
+        def value(name: str, **labels: str) -> float | None:
+            return meter.registry.get_sample_value(
+                name,
+                {
+                    "pipeline": "metrics-test",
+                    "component": "coordination",
+                    "component_type": "coordination",
+                    **labels,
+                },
+            )
+
+        assert value("spate_coordination_owned_splits") == 2
+        assert value("spate_coordination_leader") == 1
+        assert value("spate_coordination_live_workers") == 1
+        assert value("spate_coordination_acquisitions_total") == 3
+        assert value("spate_coordination_completed_splits_total") == 1
+        count = value("spate_coordination_store_op_duration_seconds_count", op="cas")
+        assert count is not None and count > 0
+
+    asyncio.run(scenario())
