@@ -530,7 +530,10 @@ class _Handler(BaseHTTPRequestHandler):
         if header is not None:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "basic":
-                user, password = "", None
+                raise ClickHouseError.own(
+                    AUTHENTICATION_FAILED,
+                    f"{scheme} authentication is not supported by this test server",
+                )
             else:
                 try:
                     decoded = base64.b64decode(token.strip(), validate=True).decode()

@@ -154,10 +154,10 @@ def parse_request(text: bytes) -> Statement:
                 name = next(tokens, None)
                 if name is None:
                     raise ClickHouseError.own(SYNTAX_ERROR, "Expected format name after FORMAT")
-                fmt = _decode(text[name[0] : name[1]])
+                input_format = _decode(text[name[0] : name[1]])
                 sql = _decode(text[:start]).strip()
                 data = memoryview(text)[_data_start(text, name[1]) :]
-                return Statement("insert_data", keyword, sql, fmt, data)
+                return Statement("insert_data", keyword, sql, input_format, data)
     sql = _decode(text).strip().rstrip(";").rstrip()
     encoded = sql.encode()
     fmt: str | None = None

@@ -58,7 +58,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
-_WORDS = ("", "a", "ü", "naïve café", "日本語", "emoji 🦆", "tab\there", "line\nbreak")
+_WORDS: tuple[str, ...] = (
+    "",
+    "a",
+    "ü",
+    "naïve café",
+    "日本語",
+    "emoji 🦆",
+    "tab\there",
+    "line\nbreak",
+)
 _WORDS += ("back\\slash", "quote's", 'dq"', "nul\x00byte", "x" * 300)
 _LC = tuple(f"category-{i}" for i in range(40))
 _EPOCH_DAY = dt.date(1970, 1, 1)
