@@ -116,6 +116,11 @@ class MemorySourceHandle:
     def closed(self) -> bool:
         return self._source.closed
 
+    @property
+    def polls(self) -> int:
+        """How many times ``poll`` was called (it keeps being called while paused, B7)."""
+        return self._source.polls
+
 
 class MemorySource:
     """Implements ``Source`` over in-memory lanes; build it with :func:`memory_source`."""
@@ -140,6 +145,7 @@ class MemorySource:
         self._events: SourceEvents | None = None
         self._drained_sent = False
         self.pause_calls = 0
+        self.polls = 0
         self.closed = False
 
     def _load(
@@ -179,6 +185,7 @@ class MemorySource:
         if events is None:
             raise RuntimeError("poll before start")
         with self._lock:
+            self.polls += 1
             error, self._poll_error = self._poll_error, None
             rebalances, self._rebalances = self._rebalances, []
         if error is not None:

@@ -1,0 +1,77 @@
+"""Committer: cadence, moved-only commits, sink ticks, synchronous commits (B1, B10, B14)."""
+
+from __future__ import annotations
+
+from spate.checkpoint import Committer, PartitionTracker
+from spate.metrics import Meter
+from spate.records import Lane, PayloadBatch
+from spate.testing import ManualClock, capture_sink, memory_source
+
+
+def _batch(lane: Lane, first: int, count: int) -> PayloadBatch:
+    return PayloadBatch(
+        lane=lane,
+        offsets=list(range(first, first + count)),
+        payloads=[memoryview(b"x")] * count,
+        keys=[None] * count,
+        timestamps=[0] * count,
+        next_offset=first + count,
+    )
+
+
+def _setup() -> tuple[ManualClock, PartitionTracker, Committer, object, object]:
+    clock = ManualClock()
+    source, handle = memory_source(partitions=1)
+    sink, script = capture_sink("s", clock=clock)
+    tracker = PartitionTracker(clock)
+    committer = Committer(
+        tracker=tracker,
+        source=source,
+        sinks={"s": sink},
+        clock=clock,
+        interval=5.0,
+        meter=Meter("test_committer"),
+    )
+    return clock, tracker, committer, handle, (sink, script)
+
+
+def test_commits_on_the_interval_only_what_moved_after_ticking_sinks() -> None:
+    clock, tracker, committer, handle, (sink, script) = _setup()
+    lane = Lane("memory", 0)
+    token = tracker.register(_batch(lane, 0, 3))
+    sink.start()
+    for i in range(3):
+        sink.offer(i, None, lane, token)
+    token.release()
+    committer.maybe_commit()
+    assert handle.commits == []  # interval not reached
+    clock.advance(5)
+    committer.maybe_commit()  # tick seals and writes the partial buffer, then commits
+    assert script.rows == [0, 1, 2]
+    assert handle.commits == [({lane: 3}, False)]
+    clock.advance(5)
+    committer.maybe_commit()
+    assert len(handle.commits) == 1  # nothing moved: nothing handed over
+
+
+def test_b1_commit_never_passes_pending_batch() -> None:
+    _clock, tracker, committer, handle, _ = _setup()
+    lane = Lane("memory", 0)
+    first = tracker.register(_batch(lane, 0, 3))
+    second = tracker.register(_batch(lane, 3, 3))
+    second.release()
+    committer.commit_now(sync=True)
+    assert handle.last_committed(0) == 0
+    first.release()
+    committer.commit_now(sync=True)
+    assert handle.last_committed(0) == 6
+    assert handle.commits[-1] == ({lane: 6}, True)
+
+
+def test_a_sync_commit_repeats_positions_an_async_commit_only_stored() -> None:
+    _clock, tracker, committer, handle, _ = _setup()
+    lane = Lane("memory", 0)
+    tracker.register(_batch(lane, 0, 3)).release()
+    committer.commit_now(sync=False)
+    committer.commit_now(sync=True)
+    assert handle.commits == [({lane: 3}, False), ({lane: 3}, True)]
