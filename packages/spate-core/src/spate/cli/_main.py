@@ -1,0 +1,224 @@
+"""The ``spate`` command: ``run``, ``validate``, ``plugins`` and contributed subcommands.
+
+Exit codes follow command-line conventions (B16): 0 success (a run that completed),
+1 failure (a run that failed, or a service unreachable at start-up), 2 invalid usage or
+configuration (``spate validate`` on a bad file, an unknown connector, a bad
+``--chain``). Every error the user can fix is one line on stderr naming the key, file or
+endpoint, never a traceback (B29); ``--log-level debug`` adds the traceback to the log.
+
+Subcommands of other distributions come from the ``spate.commands`` entry-point group;
+a contributed command is imported only when it is the one being run. This is the only
+place that configures logging (``key=value`` lines on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from spate import __version__
+from spate._assembly import assemble
+from spate.cli._logging import LEVELS, configure_logging
+from spate.config._loader import load_config
+from spate.config.models import PipelineConfig
+from spate.errors import ConfigError, PluginError, SpateError
+from spate.plugins._registry import Registry, default_registry
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+BUILTIN_COMMANDS = ("run", "validate", "plugins")
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as one line (messages from libraries sometimes carry newlines)."""
+    text = " ".join(str(exc).split("\n")).strip()
+    return text or type(exc).__name__
+
+
+def load_chain(spec: str) -> Callable[[Any], Any]:
+    """Import the user's ``chains(ctx)`` from ``module:function``.
+
+    The current directory is importable, as it is for ``python -m``. Raises
+    ``ConfigError`` at ``--chain`` when the module or function cannot be found.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError("--chain", f"expected module:function, got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("--chain", f"cannot import module {module_name!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ConfigError("--chain", f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(target):
+        raise ConfigError("--chain", f"{spec} is not a function taking the chain context")
+    chain_fn: Callable[[Any], Any] = target
+    return chain_fn
+
+
+def _describe(cfg: PipelineConfig) -> str:
+    parts = [f"source {cfg.source.tag}"]
+    if cfg.deserializer is not None:
+        parts.append(f"deserializer {cfg.deserializer.tag}")
+    if cfg.sinks_map:
+        sinks = ", ".join(f"{name}={spec.tag}" for name, spec in cfg.sinks.items())
+        parts.append(f"sinks {sinks}")
+    else:
+        parts.append(f"sink {cfg.sinks['sink'].tag}")
+    return f"pipeline {cfg.pipeline.name}: " + ", ".join(parts)
+
+
+class _Cli:
+    def __init__(self, registry: Registry, stdout: TextIO, stderr: TextIO) -> None:
+        self.registry = registry
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def error(self, exc: BaseException | str) -> None:
+        text = exc if isinstance(exc, str) else one_line(exc)
+        print(text, file=self.stderr)
+
+    def validate(self, args: argparse.Namespace) -> int:
+        try:
+            cfg = load_config(args.config, resolver=self.registry)
+        except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        print(f"{args.config}: ok ({_describe(cfg)})", file=self.stdout)
+        return EXIT_OK
+
+    def plugins(self, args: argparse.Namespace) -> int:
+        rows = [("NAME", "KIND", "DISTRIBUTION", "VERSION")]
+        rows += [(p.name, p.kind, p.distribution, p.version) for p in self.registry.plugins()]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+            print("  ".join([*cells, row[3]]), file=self.stdout)
+        return EXIT_OK
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            cfg = load_config(args.config, resolver=self.registry)
+            if cfg.sinks_map and args.chain is None:
+                raise ConfigError(
+                    "sinks",
+                    "named sinks need an operator chain to route records to them; "
+                    "pass --chain module:function",
+                )
+            chains = load_chain(args.chain) if args.chain is not None else None
+            assembly = assemble(cfg, registry=self.registry, chains=chains)
+        except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except SpateError as exc:
+            self.error(exc)
+            return EXIT_FAILED
+        try:
+            report = assembly.pipeline.run()
+        except (ConfigError, PluginError) as exc:
+            logger.debug("start-up failed", exc_info=True)
+            self.error(exc)
+            return EXIT_USAGE
+        except SpateError as exc:
+            # An unreachable endpoint or refused credential, raised before anything is
+            # consumed: one line naming it (B29).
+            logger.debug("start-up failed", exc_info=True)
+            self.error(exc)
+            return EXIT_FAILED
+        except Exception as exc:
+            logger.debug("start-up failed", exc_info=True)
+            self.error(f"{type(exc).__name__}: {one_line(exc)}")
+            return EXIT_FAILED
+        logger.info("%s", report.summary())
+        return report.exit_code
+
+
+def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The argument parser, and the contributed commands' subparsers by name."""
+    parser = argparse.ArgumentParser(
+        prog="spate", description="At-least-once Kafka to ClickHouse ETL with connector plugins."
+    )
+    parser.add_argument("--version", action="version", version=f"spate {__version__}")
+    parser.add_argument(
+        "--log-level", default="info", choices=LEVELS, help="log level (default: info)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    run = sub.add_parser("run", help="run a pipeline from a configuration file")
+    run.add_argument("config", help="pipeline configuration (YAML)")
+    run.add_argument(
+        "--chain",
+        metavar="MODULE:FUNCTION",
+        help="the operator chain: a function chains(ctx) returning a chain "
+        "(required with sinks:; without it decoded records go to the single sink)",
+    )
+    validate = sub.add_parser("validate", help="check a configuration file and exit")
+    validate.add_argument("config", help="pipeline configuration (YAML)")
+    sub.add_parser("plugins", help="list installed sources, sinks, deserializers and commands")
+    contributed: dict[str, Any] = {}
+    for info in registry.commands():
+        if info.name in BUILTIN_COMMANDS or info.name in contributed:
+            logger.warning(
+                "ignoring command %r from %s: the name is taken", info.name, info.distribution
+            )
+            continue
+        contributed[info.name] = sub.add_parser(
+            info.name, help=f"(from {info.distribution} {info.version})"
+        )
+    return parser, contributed
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    registry: Registry | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Entry point of the ``spate`` console script; returns the exit code."""
+    registry = registry if registry is not None else default_registry()
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser, contributed = build_parser(registry)
+    try:
+        args, _ = parser.parse_known_args(args_list)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    command = None
+    if args.command in contributed:
+        try:
+            command = registry.command(args.command)
+            command.configure(contributed[args.command])
+        except PluginError as exc:
+            print(one_line(exc), file=err)
+            return EXIT_USAGE
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    configure_logging(args.log_level, err)
+    cli = _Cli(registry, out, err)
+    if command is not None:
+        return command.run(args)
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+        "run": cli.run,
+        "validate": cli.validate,
+        "plugins": cli.plugins,
+    }
+    return handlers[args.command](args)
