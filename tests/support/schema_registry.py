@@ -78,7 +78,10 @@ class SchemaRegistryServer:
         self._port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="schema-registry-test-server", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="schema-registry-test-server",
+            daemon=True,
         )
         self._thread.start()
         return self

@@ -122,6 +122,6 @@ class AvroKit:
     make_context = staticmethod(make_context)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kit() -> AvroKit:
     return AvroKit()
