@@ -87,6 +87,7 @@ class NatsStore:
         self._durable_name, self._lease_name = bucket_names(config, job)
         self._nc: Client | None = None
         self._buckets: dict[Keyspace, KeyValue] = {}
+        self._closing = False
 
     @property
     def ttl(self) -> float:
@@ -186,6 +187,7 @@ class NatsStore:
         )
 
     async def close(self) -> None:
+        self._closing = True
         nc, self._nc = self._nc, None
         self._buckets.clear()
         if nc is not None and not nc.is_closed:
@@ -198,6 +200,8 @@ class NatsStore:
         logger.warning("NATS client error at %s: %r", self.endpoint, exc)
 
     async def _on_disconnected(self) -> None:
+        if self._closing:
+            return
         logger.warning("disconnected from NATS at %s; reconnecting", self.endpoint)
 
     async def _on_reconnected(self) -> None:

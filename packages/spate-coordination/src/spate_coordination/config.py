@@ -174,7 +174,7 @@ class CoordinationConfig:
     may already be the model object (``store={"nats": NatsStoreConfig(...)}``).
     """
 
-    store: Mapping[str, object] = field(default_factory=lambda: {"memory": {}})
+    store: Mapping[str, object] = field(default_factory=lambda: {"memory": {}}, repr=False)
     job: str
     """Name shared by every instance that splits the same work; it names the buckets."""
     instance_id: str = field(default_factory=_default_instance_id)

@@ -1,0 +1,212 @@
+"""NATS JetStream KV store specifics: authentication, TLS, clear start-up errors (B29),
+bucket TTL agreement, and the missing-extra hint (B26)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spate import BuildContext, ManualClock, MissingConnectorError
+from spate.metrics import Meter
+from spate_coordination import (
+    CoordinationConfig,
+    CoordinationError,
+    Keyspace,
+    NatsStoreConfig,
+    NatsTlsConfig,
+    StoreUnavailableError,
+)
+from spate_coordination._nats import NatsStore
+
+pytestmark = pytest.mark.integration
+
+
+async def _roundtrip(store: NatsStore) -> None:
+    await store.open()
+    try:
+        revision = await store.create(Keyspace.DURABLE, "k", b"v")
+        assert revision is not None
+        entry = await store.get(Keyspace.DURABLE, "k")
+        assert entry is not None and entry.value == b"v"
+    finally:
+        await store.close()
+
+
+def test_b29_unreachable_server_fails_naming_the_endpoint(unused_port: int) -> None:
+    url = f"nats://127.0.0.1:{unused_port}"
+    store = NatsStore(NatsStoreConfig(servers=[url], connect_timeout=1.0), "j", 2.0)
+    with pytest.raises(StoreUnavailableError, match=f"cannot connect to NATS at {url}"):
+        asyncio.run(store.open())
+
+
+def test_token_and_user_password_authentication(nats_servers: Callable[..., Any]) -> None:
+    token_server = nats_servers("tok", "--auth", "s3cret")
+    user_server = nats_servers("usr", "--user", "spate", "--pass", "pw")
+    asyncio.run(
+        _roundtrip(NatsStore(NatsStoreConfig(servers=[token_server.url], token="s3cret"), "j", 2.0))
+    )
+    asyncio.run(
+        _roundtrip(
+            NatsStore(
+                NatsStoreConfig(servers=[user_server.url], user="spate", password="pw"), "j", 2.0
+            )
+        )
+    )
+    wrong = NatsStore(
+        NatsStoreConfig(servers=[token_server.url], token="nope", connect_timeout=1.0), "j", 2.0
+    )
+    with pytest.raises(StoreUnavailableError, match=token_server.url):
+        asyncio.run(wrong.open())
+
+
+def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
+    ca_key, ca_pem = directory / "ca.key", directory / "ca.pem"
+    key, csr, pem = directory / "server.key", directory / "server.csr", directory / "server.pem"
+    ext = directory / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_pem),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=spate-test-ca",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=localhost",
+    )
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_pem),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(pem),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
+    return ca_pem, pem, key
+
+
+def test_tls_with_a_private_ca(tmp_path: Path, nats_servers: Callable[..., Any]) -> None:
+    ca, cert, key = _make_certs(tmp_path)
+    server = nats_servers("tls", "--tls", "--tlscert", str(cert), "--tlskey", str(key))
+    url = f"tls://127.0.0.1:{server.port}"
+    asyncio.run(
+        _roundtrip(
+            NatsStore(NatsStoreConfig(servers=[url], tls=NatsTlsConfig(ca_file=str(ca))), "j", 2.0)
+        )
+    )
+    # Without the CA the certificate is not trusted: a clear failure, not a hang.
+    untrusted = NatsStore(
+        NatsStoreConfig(servers=[url], tls=NatsTlsConfig(), connect_timeout=2.0), "j", 2.0
+    )
+    with pytest.raises(StoreUnavailableError, match=url):
+        asyncio.run(untrusted.open())
+
+
+def test_instances_with_another_lease_duration_are_refused(private_nats: Any) -> None:
+    config = NatsStoreConfig(servers=[private_nats.url])
+    asyncio.run(_roundtrip(NatsStore(config, "leases", 2.0)))
+    other = NatsStore(config, "leases", 5.0)
+    with pytest.raises(CoordinationError, match="same lease_duration"):
+        asyncio.run(other.open())
+
+
+def test_b24_an_expired_lease_sends_no_watch_event_but_is_gone_from_list(
+    private_nats: Any,
+) -> None:
+    """Why coordination polls: on NATS 2.9 a bucket-TTL expiry is silent for watchers."""
+
+    async def scenario() -> bool:
+        store = NatsStore(NatsStoreConfig(servers=[private_nats.url]), "silent", 1.0)
+        await store.open()
+        try:
+            events = store.watch(Keyspace.TTL, "member.")
+            pending = asyncio.ensure_future(anext(events))
+            await asyncio.sleep(0.2)
+            await store.create(Keyspace.TTL, "member.a", b"hb")
+            seen = await asyncio.wait_for(pending, 5)
+            assert seen.value == b"hb"
+            pending = asyncio.ensure_future(anext(events))
+            await asyncio.sleep(2.5)
+            assert await store.list(Keyspace.TTL, "member.") == []
+            assert await store.get(Keyspace.TTL, "member.a") is None
+            got_event = pending.done()
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
+            await events.aclose()  # type: ignore[attr-defined]
+            return got_event
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_b26_nats_store_without_nats_py_names_the_install_command(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.modules['nats'] = None\n"
+        "from spate_coordination import CoordinationConfig\n"
+        "from spate import BuildContext\n"
+        "try:\n"
+        "    CoordinationConfig(store={'nats': {}}, job='j').open_store(None)\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "MissingConnectorError" in out.stdout
+    assert 'pip install "spate[coordination-nats]"' in out.stdout
+
+
+def test_config_builds_a_nats_store_for_the_job(private_nats: Any) -> None:
+    config = CoordinationConfig(
+        store={"nats": {"servers": [private_nats.url]}}, job="built", lease_duration=2.0
+    )
+    context = BuildContext(
+        pipeline="p",
+        component="coordination",
+        meter=Meter("p"),
+        clock=ManualClock(),
+        run_nonce="n",
+        budget=None,  # type: ignore[arg-type]
+    )
+    store = config.open_store(context)
+    assert isinstance(store, NatsStore)
+    assert store.ttl == 2.0
+    asyncio.run(_roundtrip(store))
+    with pytest.raises(MissingConnectorError):
+        CoordinationConfig(store={"etcd": {}}, job="j")
