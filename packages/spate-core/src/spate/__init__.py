@@ -19,6 +19,7 @@ from spate.errors import (
     SpateError,
 )
 from spate.ops import NO_RECORD, Deserializer, ManyDeserializer
+from spate.pipeline import ExitReport, Pipeline, PipelineHealth
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
 from spate.records import Lane, PayloadBatch, RecordMeta
 from spate.sink import Offer, Sink
@@ -39,6 +40,7 @@ __all__ = [
     "Deserializer",
     "ErrorClass",
     "ErrorPolicy",
+    "ExitReport",
     "FatalError",
     "Lane",
     "ManualClock",
@@ -46,6 +48,8 @@ __all__ = [
     "MissingConnectorError",
     "Offer",
     "PayloadBatch",
+    "Pipeline",
+    "PipelineHealth",
     "PluginError",
     "PluginKind",
     "RecordMeta",

@@ -26,6 +26,7 @@ from spate.config.models import BackpressureConfig, CheckpointConfig
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
+from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import NotStartedHealth, PipelineHealth
@@ -117,7 +118,11 @@ class Pipeline:
     # -- building ---------------------------------------------------------------------
 
     def chains(self, fn: ChainsFn) -> Self:
-        """Use the user's ``fn(ctx)`` operator chain; compiled when the run starts."""
+        """Use the user's ``fn(ctx)`` operator chain; compiled when the run starts.
+
+        Without ``chains`` (and without a ``processor``) decoded records go straight to
+        the single sink.
+        """
         self._chains = fn
         return self
 
@@ -156,20 +161,18 @@ class Pipeline:
             if hasattr(processor, "process"):
                 return processor
             return processor(self.sinks)
-        ops = importlib.import_module("spate.ops")
-        compile_fn = getattr(ops, "compile_pipeline_chain", None) or getattr(
-            ops, "compile_chain", None
-        )
-        if compile_fn is None:
-            raise ConfigError("chains", "no operator chain compiler is available")
-        compiled: BatchProcessor = compile_fn(
-            self._chains,
-            deserializer=self.deserializer,
-            sinks=self.sinks,
-            meter=self.meter,
-            pipeline=self.name,
-        )
-        return compiled
+        # No processor: compile the user's chain, or (without one) send every decoded
+        # record to the single sink.
+        try:
+            return compile_chain(
+                self._chains,
+                deserializer=self.deserializer,
+                sinks=self.sinks,
+                meter=self.meter,
+                pipeline=self.name,
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("chains", str(exc)) from exc
 
     # -- running ----------------------------------------------------------------------
 
