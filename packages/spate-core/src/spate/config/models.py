@@ -101,6 +101,8 @@ class MetricsConfig:
     """``metrics:`` — which exporter serves the metrics."""
 
     exporter: Literal["prometheus", "none"] = "prometheus"
+    """``prometheus`` serves every ``spate_*`` family on the admin server's ``/metrics``;
+    ``none`` answers 404 there (the families are still counted in-process)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
