@@ -1,0 +1,63 @@
+"""``Pipeline.chains(fn)`` runs the user's operator chain through the ops compiler."""
+
+from __future__ import annotations
+
+import pytest
+from spate.errors import ConfigError
+from spate.pipeline import Pipeline
+from spate.testing import ManualClock, capture_sink, memory_source
+
+
+def test_b2_split_chain_commits_after_both_sinks_wrote() -> None:
+    clock = ManualClock()
+    source, handle = memory_source({0: [str(i).encode() for i in range(100)]}, batch_size=25)
+    even, even_rows = capture_sink("even", max_rows=10, clock=clock)
+    odd, odd_rows = capture_sink("odd", max_rows=10, clock=clock)
+
+    def chains(ctx):  # type: ignore[no-untyped-def]
+        evens, odds = ctx.sink("even"), ctx.sink("odd")
+        return (
+            ctx.chain()
+            .map(int)
+            .split()
+            .route(lambda v, out: out.emit(evens if v % 2 == 0 else odds, v))
+        )
+
+    report = (
+        Pipeline("chains", source, {"even": even, "odd": odd}, clock=clock, handle_signals=False)
+        .chains(chains)
+        .run()
+    )
+    assert report.exit_code == 0
+    assert even_rows.rows == list(range(0, 100, 2))
+    assert odd_rows.rows == list(range(1, 100, 2))
+    assert handle.last_committed(0) == 100
+
+
+def test_b3_filtered_records_resolve_as_delivered() -> None:
+    clock = ManualClock()
+    source, handle = memory_source({0: [b"keep", b"drop"] * 30}, batch_size=7)
+    sink, script = capture_sink("out", clock=clock)
+    report = (
+        Pipeline("filter", source, {"out": sink}, clock=clock, handle_signals=False)
+        .chains(lambda ctx: ctx.chain().filter(lambda v: v == b"keep").sink("out"))
+        .run()
+    )
+    assert report.exit_code == 0
+    assert script.rows == [b"keep"] * 30
+    assert handle.last_committed(0) == 60
+
+
+def test_without_a_chain_records_go_straight_to_the_single_sink() -> None:
+    source, _ = memory_source({0: [b"a", b"b"]})
+    sink, script = capture_sink("only", clock=ManualClock())
+    report = Pipeline("direct", source, {"only": sink}, handle_signals=False).run()
+    assert report.exit_code == 0 and script.rows == [b"a", b"b"]
+
+
+def test_several_sinks_without_a_chain_is_a_config_error() -> None:
+    source, _ = memory_source({0: [b"a"]})
+    a, _ = capture_sink("a")
+    b, _ = capture_sink("b")
+    with pytest.raises(ConfigError, match="chain"):
+        Pipeline("nochain", source, {"a": a, "b": b}, handle_signals=False).run()
