@@ -25,12 +25,15 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pytest
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES_DIR = REPO_ROOT / ".services"
@@ -289,16 +292,18 @@ def produce_keyed(
     errors: list[str] = []
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            errors.append(str(err))
+        record_key, record_partition, offset = msg.key(), msg.partition(), msg.offset()
+        if err is not None or record_key is None or record_partition is None or offset is None:
+            errors.append(str(err) if err is not None else f"incomplete report for {msg}")
             return
-        positions[msg.key()] = (msg.partition(), msg.offset())
+        positions[record_key] = (record_partition, offset)
 
-    extra = {} if partition is None else {"partition": partition}
+    # -1 lets the partitioner choose (librdkafka's "unassigned partition").
+    target = -1 if partition is None else partition
     for i in range(n):
         while True:
             try:
-                producer.produce(topic, value(i), key(i), on_delivery=on_delivery, **extra)
+                producer.produce(topic, value(i), key(i), target, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -355,9 +360,10 @@ def consume(
             for msg in consumer.consume(num_messages=min(500, n - len(records)), timeout=0.5):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                records.append(
-                    ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset())
-                )
+                record_partition, offset = msg.partition(), msg.offset()
+                if record_partition is None or offset is None:
+                    raise RuntimeError(f"message without a position from {topic}: {msg}")
+                records.append(ConsumedRecord(msg.key(), msg.value(), record_partition, offset))
         if commit and records:
             consumer.commit(asynchronous=False)
     finally:
@@ -376,34 +382,90 @@ def _partitions(bootstrap: str, topic: str, timeout: float) -> list[int]:
     return sorted(metadata.partitions)
 
 
+def _retrying(call: Callable[[], _T], timeout: float) -> _T:
+    """``call()``, repeated while the broker answers with a retriable error.
+
+    Right after a broker (re)start the group and transaction coordinators load their
+    partitions; admin requests fail with COORDINATOR_LOAD_IN_PROGRESS until they are done,
+    and AdminClient does not retry those by itself.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+
+    transient = {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in transient
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise
+            logger.debug("retrying after %s", error)
+            time.sleep(0.2)
+
+
 def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[int, int]:
     """Partition -> high watermark (the offset the next record will get)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka import Consumer, TopicPartition
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = {
-        TopicPartition(topic, p): OffsetSpec.latest()
-        for p in _partitions(bootstrap, topic, timeout)
-    }
-    futures = admin.list_offsets(request, request_timeout=timeout)
-    return {tp.partition: future.result(timeout=timeout).offset for tp, future in futures.items()}
+    # A consumer that never subscribes: it only asks the partition leaders.
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique_name("end-offsets"), "log_level": 3}
+    )
+
+    def high_watermark(partition: int) -> int:
+        tp = TopicPartition(topic, partition)
+        watermarks = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        if watermarks is None:
+            raise TimeoutError(f"no watermarks for {topic} [{partition}] from {bootstrap}")
+        return int(watermarks[1])
+
+    try:
+        partitions = _partitions(bootstrap, topic, timeout)
+        return {p: _retrying(partial(high_watermark, p), timeout) for p in partitions}
+    finally:
+        consumer.close()
 
 
 def committed_offsets(
     bootstrap: str, group: str, topic: str, *, timeout: float = 30.0
 ) -> dict[int, int]:
-    """Partition -> offset committed by ``group``; partitions without a commit are left out."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    """Partition -> offset committed by ``group``; partitions without a commit are left out.
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic, timeout)]
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=timeout
+    Reads through a consumer that never joins the group (``committed()`` only), so it does
+    not disturb the members. Not through ``AdminClient.list_consumer_group_offsets``:
+    librdkafka 2.16 crashes the process (SIGSEGV in ``rd_kafka_cgrp_op``) when that
+    request meets a coordinator that is still loading, as it is right after a restart.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
     )
-    result = futures[group].result(timeout=timeout)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    try:
+        wanted = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic, timeout)]
+        result = _retrying(lambda: consumer.committed(wanted, timeout=timeout), timeout)
+    finally:
+        consumer.close()
+    for tp in result:
+        if tp.error is not None:
+            raise RuntimeError(f"committed offset of {topic} [{tp.partition}]: {tp.error}")
+    return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
 
 
 # ---------------------------------------------------------------- stopping and starting
