@@ -26,8 +26,17 @@ from spate.testing._buffered import Attempt, BufferedSink, SealedBatch
 logger = logging.getLogger(__name__)
 
 
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    raise TypeError(f"file sink rows must be JSON values, got {type(value).__name__}")
+
+
 def _json_line(row: object) -> bytes:
-    return json.dumps(row, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+    """One JSON line; ``bytes`` values are written as UTF-8 text."""
+    return (
+        json.dumps(row, separators=(",", ":"), sort_keys=True, default=_jsonable).encode() + b"\n"
+    )
 
 
 class FileSink(BufferedSink):
