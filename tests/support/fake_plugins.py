@@ -11,6 +11,7 @@ folder (``METADATA``, ``entry_points.txt``) and optional modules into a director
 from __future__ import annotations
 
 import tomllib
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -67,3 +68,161 @@ def install_front_door(root: Path, version: str = "0.1.0") -> Path:
     for extra, reqs in extras.items():
         requires += [f'{req}; extra == "{extra}"' for req in reqs]
     return install_dist(root, "spate", version, requires=requires, extras=list(extras))
+
+
+CONNECTOR_MODULE = """
+import socket
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spate.errors import SourceError
+from spate.testing import FileSink, memory_source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CountingConfig:
+    partitions: int = 2
+    records: int = 10
+
+
+class CountingSourceFactory:
+    config_model: ClassVar[type] = CountingConfig
+
+    @staticmethod
+    def build(config, context):
+        data = {
+            p: [f"{p}-{i}".encode() for i in range(config.records)]
+            for p in range(config.partitions)
+        }
+        source, _handle = memory_source(data, stream="counting", batch_size=7)
+        return source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteConfig:
+    endpoint: str
+
+
+class _RemoteSource:
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+    def start(self, events):
+        host, _, port = self.endpoint.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        except OSError as exc:
+            raise SourceError(f"cannot reach broker {self.endpoint}: {exc.strerror}") from exc
+
+    def poll(self, timeout):
+        return []
+
+    def commit(self, offsets, *, sync):
+        raise AssertionError("nothing may be committed")
+
+    def pause(self, lanes):
+        pass
+
+    def resume(self, lanes):
+        pass
+
+    def close(self):
+        pass
+
+
+class RemoteSourceFactory:
+    config_model: ClassVar[type] = RemoteConfig
+
+    @staticmethod
+    def build(config, context):
+        return _RemoteSource(config.endpoint)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextConfig:
+    encoding: str = "utf-8"
+
+
+class _Text:
+    many = False
+
+    def __init__(self, encoding):
+        self.encoding = encoding
+
+    def deserialize(self, payload):
+        return bytes(payload).decode(self.encoding)
+
+
+class TextFactory:
+    config_model: ClassVar[type] = TextConfig
+
+    @staticmethod
+    def build(config, context):
+        return _Text(config.encoding)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinesConfig:
+    path: str
+    max_rows: int = 50
+
+
+class LinesSinkFactory:
+    config_model: ClassVar[type] = LinesConfig
+
+    @staticmethod
+    def build(config, context):
+        return FileSink(
+            config.path,
+            context.component,
+            max_rows=config.max_rows,
+            budget=context.budget,
+            clock=context.clock,
+        )
+
+
+def chains(ctx):
+    return ctx.chain().map(str.upper).sink()
+
+
+class Hello:
+    help = "print a greeting"
+
+    @staticmethod
+    def configure(parser):
+        parser.add_argument("--who", default="world")
+
+    @staticmethod
+    def run(args):
+        print(f"hello {args.who}")
+        return 3
+"""
+"""Source of a third-party connector module: ``counting`` (a bounded memory source),
+``remote`` (a source whose ``start`` connects to ``endpoint`` and fails naming it),
+``text`` (a UTF-8 deserializer), ``lines`` (the test kit's fsynced file sink), a
+``chains(ctx)`` that upper-cases records, and a ``hello`` command."""
+
+
+def install_connectors(root: Path, distribution: str = "acme-connectors") -> str:
+    """Install :data:`CONNECTOR_MODULE` as ``distribution`` 0.3.0; return the module name.
+
+    Entry points: sources ``counting`` and ``remote``, deserializer ``text``, sink
+    ``lines``, command ``hello``. Put ``root`` on ``sys.path`` before loading them.
+    """
+    module = f"acme_conn_{uuid.uuid4().hex[:8]}"
+    install_dist(
+        root,
+        distribution,
+        "0.3.0",
+        entry_points={
+            "spate.sources": {
+                "counting": f"{module}:CountingSourceFactory",
+                "remote": f"{module}:RemoteSourceFactory",
+            },
+            "spate.deserializers": {"text": f"{module}:TextFactory"},
+            "spate.sinks": {"lines": f"{module}:LinesSinkFactory"},
+            "spate.commands": {"hello": f"{module}:Hello"},
+        },
+        modules={f"{module}.py": CONNECTOR_MODULE},
+    )
+    return module

@@ -5,6 +5,7 @@ The public API is what ``__all__`` lists; everything else is internal.
 
 from spate._clock import Clock, ManualClock, SystemClock
 from spate.checkpoint import AckStatus, AckToken
+from spate.config import PipelineConfig, load_config
 from spate.errors import (
     ConfigError,
     DeserError,
@@ -49,6 +50,7 @@ __all__ = [
     "Offer",
     "PayloadBatch",
     "Pipeline",
+    "PipelineConfig",
     "PipelineHealth",
     "PluginError",
     "PluginKind",
@@ -61,4 +63,5 @@ __all__ = [
     "SpateError",
     "SystemClock",
     "__version__",
+    "load_config",
 ]

@@ -93,13 +93,14 @@ class MissingConnectorError(PluginError, ImportError):
     """The configuration names a connector whose distribution is not installed (B26)."""
 
     def __init__(self, kind: str, name: str, install: str | None, *, path: str = "") -> None:
+        hint = f"; install it with: {install}" if install else ""
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}no {kind} named {name!r} is installed{hint}")
+        # Set after ImportError.__init__, which resets its own ``name`` and ``path``.
         self.kind = kind
         self.name = name
         self.install = install
         self.path = path
-        hint = f"; install it with: {install}" if install else ""
-        where = f"{path}: " if path else ""
-        super().__init__(f"{where}no {kind} named {name!r} is installed{hint}")
 
 
 class SourceError(SpateError):

@@ -178,6 +178,8 @@ def test_b26_missing_connector_hint_comes_from_the_front_door_extras(tmp_path: P
         'install it with: pip install "spate[clickhouse]"'
     )
     assert isinstance(info.value, ImportError)
+    assert (info.value.kind, info.value.name) == ("sink", "clickhouse")
+    assert info.value.path == "sinks.payments.clickhouse"
     hints = {
         ("source", "kafka"): 'pip install "spate[kafka]"',
         ("deserializer", "avro"): 'pip install "spate[avro]"',
