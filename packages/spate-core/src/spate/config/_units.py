@@ -71,8 +71,9 @@ def format_duration(seconds: float) -> str:
 
 
 def format_size(size: int) -> str:
-    """The shortest exact binary spelling of ``size`` for docs (``1048576`` → ``1MiB``)."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
+    """The shortest exact spelling of ``size`` for docs: binary units first
+    (``1048576`` → ``1MiB``), then decimal ones (``1000000`` → ``1MB``), else bytes."""
+    for unit in ("TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "KB"):
         scale = _SIZE_SCALE[unit]
         if size >= scale and size % scale == 0:
             return f"{size // scale}{unit}"
