@@ -17,7 +17,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
-
 from spate import AckStatus, AckToken, DeserError, DeserErrorKind, ErrorPolicy, FatalError
 from spate.errors import ErrorClass, SinkError
 from spate.metrics import Meter
@@ -125,7 +124,9 @@ op_strategy = st.one_of(
     st.tuples(st.just("filter"), st.integers(2, 5)),
     st.tuples(st.just("flat_map"), st.integers(0, 3)),
     st.tuples(st.just("flat_gen"), st.integers(1, 3)),
-    st.tuples(st.just("inspect"),),
+    st.tuples(
+        st.just("inspect"),
+    ),
 )
 
 
@@ -244,7 +245,9 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         interpreted=interpreted,
     )
     resolved: list[AckStatus] = []
-    ack = AckToken(LANE, 0, 0, len(sc.payloads), len(sc.payloads), lambda t: resolved.append(t.status))
+    ack = AckToken(
+        LANE, 0, 0, len(sc.payloads), len(sc.payloads), lambda t: resolved.append(t.status)
+    )
     buffers = [memoryview(p) for p in sc.payloads]
     batch = PayloadBatch(
         LANE,

@@ -9,11 +9,12 @@ interpreter when ``interpreted=True`` (for debugging a chain; same behaviour, sl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from spate.errors import ErrorPolicy
 from spate.metrics._meter import Meter
-from spate.ops._builder import Chain, ChainSpec, SinkTerminal
+from spate.ops._builder import Chain, ChainContext, ChainSpec, SinkTerminal, build_chain
 from spate.ops._codegen import FusedChain
 from spate.ops._contract import BatchProcessor
 from spate.ops._deser import Deserializer, ManyDeserializer
@@ -23,7 +24,7 @@ from spate.sink._contract import Sink
 
 
 def compile_chain(
-    chain: ChainSpec | Chain[object] | None,
+    chain: ChainSpec | Chain[Any] | Callable[[ChainContext], object] | None,
     *,
     deserializer: Deserializer | ManyDeserializer | None,
     sinks: Mapping[str, Sink],
@@ -37,8 +38,8 @@ def compile_chain(
 ) -> BatchProcessor:
     """Compile ``chain`` against ``sinks`` into a :class:`BatchProcessor`.
 
-    ``chain`` is what the user's ``chains(ctx)`` returned (``None``: every decoded
-    record goes to the single sink; several sinks then need a chain). ``deserializer``
+    ``chain`` is the user's ``chains(ctx)`` function or what it returned (``None``:
+    every decoded record goes to the single sink; several sinks then need a chain). ``deserializer``
     ``None`` hands the operators ``bytes`` copies of the payloads. ``deser_policy``
     defaults to the deserializer's ``on_error`` attribute (else ``skip``);
     ``record_policy`` (for rows a sink cannot encode) to each sink's
@@ -56,6 +57,8 @@ def compile_chain(
         spec = chain.sink()
     elif isinstance(chain, ChainSpec):
         spec = chain
+    elif callable(chain):
+        spec = build_chain(chain, sinks)
     else:
         raise TypeError(f"expected a chain, got {type(chain).__name__}")
     rt = ChainRuntime(

@@ -1,5 +1,53 @@
-"""Sink contract and the shared sink pool."""
+"""Sink contract and the shared sink pool.
 
+The runtime sees :class:`Sink`; connectors implement :class:`SinkConnector` (buffers
+and per-endpoint :class:`ShardWriter` s) and get a :class:`SinkPool` that does routing,
+batching, retries, breakers, acks and metrics. Their config models embed
+:class:`PoolConfig` (or its parts) and a list of :class:`ShardConfig`.
+"""
+
+from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._contract import Offer, Sink
+from spate.sink._pool import SinkPool
+from spate.sink._retry import Backoff
+from spate.sink._router import Router, WeightedHashRouter, fnv1a_64
+from spate.sink._writer import (
+    ListRowBuffer,
+    RowBuffer,
+    ShardWriter,
+    SinkConnector,
+    WriteBatch,
+    estimate_row_bytes,
+)
+from spate.sink.config import (
+    BatchConfig,
+    BreakerConfig,
+    InflightConfig,
+    PoolConfig,
+    RetryConfig,
+    ShardConfig,
+)
 
-__all__ = ["Offer", "Sink"]
+__all__ = [
+    "Backoff",
+    "BatchConfig",
+    "Breaker",
+    "BreakerConfig",
+    "BreakerState",
+    "InflightConfig",
+    "ListRowBuffer",
+    "Offer",
+    "PoolConfig",
+    "RetryConfig",
+    "Router",
+    "RowBuffer",
+    "ShardConfig",
+    "ShardWriter",
+    "Sink",
+    "SinkConnector",
+    "SinkPool",
+    "WeightedHashRouter",
+    "WriteBatch",
+    "estimate_row_bytes",
+    "fnv1a_64",
+]

@@ -44,6 +44,7 @@ from spate.testing._factories import (
 from spate.testing._file_sink import FileSink, read_file_sink
 from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
 from spate.testing._processors import CopyToSinkProcessor
+from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, WriteAttempt, scripted_pool
 from spate.testing._sequence_source import SequenceSource, read_offsets, sequence_payload
 
 __all__ = [
@@ -67,10 +68,13 @@ __all__ = [
     "MemorySourceHandle",
     "Outcome",
     "Row",
+    "ScriptedEndpoints",
+    "ScriptedWriter",
     "SealedBatch",
     "SequenceSource",
     "SequenceSourceConfig",
     "SequenceSourceFactory",
+    "WriteAttempt",
     "capture_sink",
     "capture_sink_factory",
     "delay",
@@ -79,6 +83,7 @@ __all__ = [
     "memory_source_factory",
     "read_file_sink",
     "read_offsets",
+    "scripted_pool",
     "sequence_payload",
     "sequence_source_factory",
 ]

@@ -1,0 +1,72 @@
+"""A batch of one shard, from its first row to its resolution (B9, B10).
+
+A :class:`PoolBatch` starts *open*: the pipeline thread appends rows to its connector
+buffer and the batch remembers which source-batch acks it holds (``retain`` once per
+ack, when the ack first appears) and how many bytes it has counted against the byte
+budget. It is *sealed* on ``max_rows``, ``max_bytes``, ``linger``, a checkpoint tick or
+a drain (:data:`SealReason`); sealing gives it its sequence number and its dedup token
+``{pipeline}-{run_nonce}-{shard}-{seq}``, kept across every retry. It is *resolved*
+once: written (acks released ok) or abandoned/failed (acks released not ok, B4).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from spate.checkpoint._ack import AckToken
+from spate.sink._writer import RowBuffer
+
+SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain"]
+
+BUDGET_CHUNK = 64 * 1024
+"""Bytes a batch may hold beyond what it has acquired from the budget before acquiring."""
+
+
+class PoolBatch:
+    """One shard's batch. Mutated only under the pool lock."""
+
+    __slots__ = (
+        "acks",
+        "acquired",
+        "attempts",
+        "buffer",
+        "done",
+        "last_ack",
+        "nbytes",
+        "next_at",
+        "opened_at",
+        "reason",
+        "rows",
+        "seq",
+        "shard",
+        "token",
+    )
+
+    def __init__(self, shard: int, buffer: RowBuffer, opened_at: float) -> None:
+        self.shard = shard
+        self.buffer = buffer
+        self.opened_at = opened_at
+        self.rows = 0
+        self.nbytes = 0
+        self.acquired = 0
+        self.acks: set[AckToken] = set()
+        self.last_ack: AckToken | None = None
+        self.seq = 0
+        self.token = ""
+        self.reason: SealReason | None = None
+        self.attempts = 0
+        self.next_at = 0.0
+        self.done = False
+
+    def hold(self, ack: AckToken) -> None:
+        """Hold ``ack`` (retain once) if this batch does not hold it yet."""
+        self.last_ack = ack
+        if ack not in self.acks:
+            ack.retain()
+            self.acks.add(ack)
+
+    def __repr__(self) -> str:
+        return (
+            f"PoolBatch(shard={self.shard}, seq={self.seq}, rows={self.rows}, "
+            f"attempts={self.attempts}, done={self.done})"
+        )

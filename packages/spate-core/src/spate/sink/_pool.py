@@ -1,0 +1,543 @@
+"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on (DESIGN §7).
+
+A connector supplies buffers and per-endpoint writers (:mod:`spate.sink._writer`); the
+pool does the rest:
+
+* **routing** (B13): one shard → no routing; several → the connector's
+  :class:`~spate.sink.Router` or FNV-1a of the key placed by the shards' weights;
+* **batching** (B10): each shard has one open batch; it seals on ``batch.max_rows``,
+  ``batch.max_bytes``, ``batch.linger`` (from its first row), on :meth:`SinkPool.tick`
+  and on :meth:`SinkPool.flush`;
+* **flow control** (B7): at most ``inflight.max_per_shard`` writes per shard run at once
+  and as many sealed batches again may wait; beyond that :meth:`SinkPool.offer`
+  answers ``REJECTED`` (the chain stalls and the source pauses; nothing is dropped).
+  Accepted rows count against the pipeline's byte budget until their batch resolves;
+  the pool acquires per source batch and per 64 KiB rather than per row;
+* **retries** (B9, B12): a retryable error re-queues the same batch — same rows, same
+  dedup token ``{pipeline}-{run_nonce}-{shard}-{seq}`` — after a capped exponential
+  backoff; ``retry.max_attempts`` (0 = until the drain deadline) bounds the attempts;
+  a fatal error fails the batch at once;
+* **breakers and failover** (B11): one breaker per replica; a failed write moves the
+  shard's preference to its next replica; no batch ever goes to another shard, and a
+  shard whose replicas are all open holds its batches;
+* **acks** (B2, B4): a batch retains each source batch's ack once, on its first row,
+  and releases it when written (ok) or failed/abandoned (not ok);
+* **record errors** (B28): the buffer checks each row on append; the ``SinkError``
+  (``RECORD``) goes back to the chain, which applies :attr:`SinkPool.on_record_error`.
+
+Threads: ``io_threads`` workers (from the build context) write batches; with
+``io_threads=0`` nothing runs in the background and writes happen inside
+:meth:`SinkPool.tick`, :meth:`SinkPool.flush` and :meth:`SinkPool.pump` on the calling
+thread, which with a manual clock makes every timing deterministic (tests). All shared
+state is guarded by one lock; acks and budget are released outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from spate._clock import Clock
+from spate.checkpoint._ack import AckToken
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.flow._contract import ByteBudget
+from spate.metrics._meter import Meter
+from spate.records import Lane
+from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
+from spate.sink._contract import Offer
+from spate.sink._retry import Backoff
+from spate.sink._router import Router, WeightedHashRouter
+from spate.sink._shard import Replica, Shard
+from spate.sink._writer import SinkConnector, WriteBatch
+from spate.sink.config import PoolConfig, ShardConfig
+
+if TYPE_CHECKING:
+    from spate.plugins._factory import BuildContext
+
+logger = logging.getLogger(__name__)
+
+_JOIN_TIMEOUT = 5.0
+"""Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
+
+_Settled = tuple[list[AckToken], int, bool]
+
+
+class SinkPool:
+    """A sink made of shards of replicas, written by a small pool of worker threads."""
+
+    def __init__(
+        self,
+        name: str,
+        connector: SinkConnector,
+        *,
+        shards: Sequence[ShardConfig],
+        pipeline: str,
+        run_nonce: str,
+        meter: Meter,
+        clock: Clock,
+        budget: ByteBudget,
+        io_threads: int = 2,
+        config: PoolConfig | None = None,
+        component_type: str = "sink",
+        router: Router | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        """Build the pool; nothing connects until :meth:`start`.
+
+        ``shards`` lists each shard's replicas (endpoints handed to
+        ``connector.open_writer``) and weight. ``io_threads`` worker threads write
+        batches (0: writes run inside ``tick``/``flush``/``pump`` on the caller's
+        thread). ``rng`` draws the retry jitter.
+        """
+        if not shards:
+            raise ValueError(f"sink {name}: at least one shard is required")
+        for i, shard in enumerate(shards):
+            for _key, message in shard.config_errors():
+                raise ValueError(f"sink {name}: shards[{i}]: {message}")
+        if io_threads < 0:
+            raise ValueError(f"io_threads must be 0 or more, got {io_threads}")
+        cfg = config if config is not None else PoolConfig()
+        self.name = name
+        self.config = cfg
+        self.on_record_error: ErrorPolicy = cfg.on_record_error
+        self._connector = connector
+        self._clock = clock
+        self._budget = budget
+        self._io_threads = io_threads
+        self._token_prefix = f"{pipeline}-{run_nonce}"
+        self._max_rows = cfg.batch.max_rows
+        self._max_bytes = cfg.batch.max_bytes
+        self._linger = cfg.batch.linger
+        self._max_inflight = cfg.inflight.max_per_shard
+        self._queue_limit = cfg.inflight.max_per_shard
+        self._backoff = Backoff(cfg.retry, rng)
+        self._shards = [
+            Shard(i, s.replicas, cfg.breaker, name, meter, component_type)
+            for i, s in enumerate(shards)
+        ]
+        if router is None and len(shards) > 1:
+            router = WeightedHashRouter([s.weight for s in shards])
+        self._router = router
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        self._ready = False
+        self._stopping = False
+        self._closed = False
+        self._rr = 0
+
+    @classmethod
+    def from_context(
+        cls,
+        connector: SinkConnector,
+        context: BuildContext,
+        *,
+        shards: Sequence[ShardConfig],
+        config: PoolConfig | None = None,
+        component_type: str = "sink",
+        router: Router | None = None,
+    ) -> SinkPool:
+        """The usual way a connector's factory builds its sink: names, meter, clock,
+        budget, nonce and thread count come from the factory's ``BuildContext``."""
+        return cls(
+            context.component,
+            connector,
+            shards=shards,
+            pipeline=context.pipeline,
+            run_nonce=context.run_nonce,
+            meter=context.meter,
+            clock=context.clock,
+            budget=context.budget,
+            io_threads=context.io_threads,
+            config=config,
+            component_type=component_type,
+            router=router,
+        )
+
+    # -- Sink protocol ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open a writer per replica and probe each; raise ``SinkError`` naming a bad one.
+
+        Called once by the runtime before anything is consumed (B29). Starts the workers.
+        """
+        if self._started:
+            return
+        for shard in self._shards:
+            for replica in shard.replicas:
+                self._open_and_probe(shard, replica)
+        with self._cond:
+            self._started = True
+            self._ready = True
+        for i in range(self._io_threads):
+            thread = threading.Thread(
+                target=self._worker, name=f"spate-sink-{self.name}-{i}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        logger.info(
+            "sink %s started: %d shard(s), %d worker(s)",
+            self.name,
+            len(self._shards),
+            self._io_threads,
+        )
+
+    def _open_and_probe(self, shard: Shard, replica: Replica) -> None:
+        where = f"sink {self.name}: shard {shard.index} replica {replica.endpoint}"
+        try:
+            writer = self._connector.open_writer(shard.index, replica.index, replica.endpoint)
+            replica.writer = writer
+            writer.probe()
+        except SinkError as exc:
+            raise SinkError(f"{where}: {exc.reason}", ErrorClass.FATAL) from exc
+        except Exception as exc:
+            raise SinkError(f"{where}: {exc!r}", ErrorClass.FATAL) from exc
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        """Append ``row`` to its shard's open batch, or refuse it while the shard is full.
+
+        Called on the pipeline thread for every row; never blocks on I/O. Raises
+        ``SinkError(RECORD)`` for a row the connector cannot encode (nothing is held).
+        """
+        router = self._router
+        shard = self._shards[0] if router is None else self._shards[router.route(key, lane)]
+        with self._lock:
+            batch = shard.open
+            if batch is None:
+                if self._closed:
+                    raise RuntimeError(f"sink {self.name} is closed")
+                if len(shard.queue) >= self._queue_limit:
+                    return Offer.REJECTED
+                batch = shard.open = PoolBatch(
+                    shard.index, self._connector.new_buffer(shard.index), self._clock.monotonic()
+                )
+                self._cond.notify()  # a sleeping worker must learn the new linger deadline
+            try:
+                size = batch.buffer.append(row)
+            except Exception as exc:
+                shard.m_errors["record"].inc()
+                if batch.rows == 0:
+                    shard.open = None
+                if isinstance(exc, SinkError):
+                    raise
+                raise SinkError(
+                    f"sink {self.name}: cannot encode row: {exc!r}", ErrorClass.RECORD
+                ) from exc
+            batch.rows += 1
+            nbytes = batch.nbytes + size
+            batch.nbytes = nbytes
+            if ack is not batch.last_ack:
+                batch.hold(ack)
+                self._acquire(batch)
+            elif nbytes - batch.acquired >= BUDGET_CHUNK:
+                self._acquire(batch)
+            if batch.rows >= self._max_rows:
+                self._seal(shard, "max_rows")
+            elif nbytes >= self._max_bytes:
+                self._seal(shard, "max_bytes")
+        return Offer.ACCEPTED
+
+    def tick(self) -> None:
+        """Checkpoint tick: seal every partial batch so its acks can resolve (B10)."""
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "tick")
+        if self._io_threads == 0:
+            self.pump()
+
+    def flush(self, deadline: float) -> bool:
+        """Seal everything and wait until all is written or the clock reaches ``deadline``.
+
+        Retries continue until the deadline (``max_attempts: 0``, B12). Returns True when
+        nothing is left unwritten; what is left stays held until :meth:`abandon`.
+        Called on drain and revocation; blocks.
+        """
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "drain")
+            self._cond.notify_all()
+        if self._io_threads == 0:
+            return self._pump_until(deadline)
+        with self._cond:
+            while True:
+                if self._all_written():
+                    return True
+                now = self._clock.monotonic()
+                if now >= deadline:
+                    return False
+                self._cond.wait(min(deadline - now, 0.25))
+
+    def abandon(self) -> int:
+        """Fail the acks of every batch not yet written (B4); return how many rows.
+
+        Writes still running finish in the background, but their outcome no longer
+        changes anything: their batches are already failed.
+        """
+        settled: list[_Settled] = []
+        rows = 0
+        with self._cond:
+            for shard in self._shards:
+                batches = list(shard.queue) + list(shard.writing)
+                if shard.open is not None:
+                    batches.append(shard.open)
+                shard.open = None
+                shard.queue.clear()
+                for batch in batches:
+                    if batch.done or batch.rows == 0:
+                        continue
+                    rows += batch.rows
+                    shard.m_abandoned.inc(batch.rows)
+                    settled.append(self._settle(batch, False))
+            self._cond.notify_all()
+        self._release(settled)
+        if rows:
+            logger.warning("sink %s abandoned %d unwritten rows", self.name, rows)
+        return rows
+
+    def ready(self) -> bool:
+        """Whether every endpoint's probe passed (feeds ``/readyz``)."""
+        return self._ready
+
+    def close(self) -> None:
+        """Stop the workers, fail whatever is still held (B4) and close the writers."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(_JOIN_TIMEOUT)
+            if thread.is_alive():
+                logger.warning("sink %s: worker %s did not stop in time", self.name, thread.name)
+        self.abandon()
+        for shard in self._shards:
+            for replica in shard.replicas:
+                if replica.writer is None:
+                    continue
+                try:
+                    replica.writer.close()
+                except Exception:
+                    logger.warning(
+                        "sink %s: closing %s failed", self.name, replica.endpoint, exc_info=True
+                    )
+        self._ready = False
+
+    # -- inline mode and introspection --------------------------------------------------
+
+    def pump(self) -> int:
+        """Run every write that is due now on the calling thread; return how many ran.
+
+        With ``io_threads=0`` this (with :meth:`tick` and :meth:`flush`) is what writes.
+        """
+        attempts = 0
+        while True:
+            with self._cond:
+                now = self._clock.monotonic()
+                self._seal_lingering(now)
+                work = self._pick(now)
+            if work is None:
+                return attempts
+            self._write(*work)
+            attempts += 1
+
+    def pending_rows(self) -> int:
+        """Rows accepted but not yet resolved (open, queued and being written)."""
+        with self._cond:
+            total = 0
+            for shard in self._shards:
+                if shard.open is not None:
+                    total += shard.open.rows
+                total += sum(b.rows for b in shard.queue)
+                total += sum(b.rows for b in shard.writing)
+            return total
+
+    def shard_of(self, key: bytes | None, lane: Lane) -> int:
+        """The shard a row with this key and lane goes to."""
+        return 0 if self._router is None else self._router.route(key, lane)
+
+    # -- internals (called with the lock held unless said otherwise) --------------------
+
+    def _acquire(self, batch: PoolBatch) -> None:
+        delta = batch.nbytes - batch.acquired
+        if delta > 0:
+            batch.acquired = batch.nbytes
+            self._budget.acquire(delta)
+
+    def _seal(self, shard: Shard, reason: SealReason) -> None:
+        batch = shard.open
+        if batch is None:
+            return
+        shard.open = None
+        if batch.rows == 0:
+            return
+        batch.seq = shard.next_seq
+        shard.next_seq += 1
+        batch.token = f"{self._token_prefix}-{shard.index}-{batch.seq}"
+        batch.reason = reason
+        self._acquire(batch)
+        shard.queue.append(batch)
+        shard.m_flushes[reason].inc()
+        self._cond.notify()
+
+    def _seal_lingering(self, now: float) -> None:
+        linger = self._linger
+        for shard in self._shards:
+            batch = shard.open
+            if batch is not None and batch.rows and now - batch.opened_at >= linger:
+                self._seal(shard, "linger")
+
+    def _pick(self, now: float) -> tuple[Shard, PoolBatch, Replica] | None:
+        if not self._started or self._stopping:
+            return None
+        shards = self._shards
+        n = len(shards)
+        for step in range(n):
+            shard = shards[(self._rr + step) % n]
+            picked = shard.pick(now, self._max_inflight)
+            if picked is not None:
+                self._rr = (shard.index + 1) % n
+                return shard, picked[0], picked[1]
+        return None
+
+    def _next_wake(self, now: float) -> float | None:
+        times: list[float] = []
+        for shard in self._shards:
+            if shard.open is not None and shard.open.rows:
+                times.append(shard.open.opened_at + self._linger)
+            due = shard.next_wake(now, self._max_inflight)
+            if due is not None:
+                times.append(due)
+        return min(times) if times else None
+
+    def _all_written(self) -> bool:
+        return all(shard.idle and shard.open is None for shard in self._shards)
+
+    def _settle(self, batch: PoolBatch, ok: bool) -> _Settled:
+        batch.done = True
+        return list(batch.acks), batch.acquired, ok
+
+    def _release(self, settled: list[_Settled]) -> None:
+        """Release budget and acks of settled batches. Called WITHOUT the lock."""
+        for acks, nbytes, ok in settled:
+            if nbytes:
+                self._budget.release(nbytes)
+            for ack in acks:
+                ack.release(ok)
+
+    # -- writing (called without the lock) ----------------------------------------------
+
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                work = None
+                while work is None:
+                    if self._stopping:
+                        return
+                    now = self._clock.monotonic()
+                    self._seal_lingering(now)
+                    work = self._pick(now)
+                    if work is None:
+                        wake = self._next_wake(now)
+                        self._cond.wait(None if wake is None else max(wake - now, 0.001))
+            try:
+                self._write(*work)
+            except Exception:  # a bug in the pool itself: keep the worker alive, say so
+                logger.exception("sink %s: worker error", self.name)
+
+    def _write(self, shard: Shard, batch: PoolBatch, replica: Replica) -> None:
+        writer = replica.writer
+        if writer is None:  # cannot happen after start(); keeps the type checker honest
+            raise RuntimeError(f"sink {self.name}: no writer for {replica.endpoint}")
+        attempt = WriteBatch(
+            batch.buffer,
+            batch.rows,
+            batch.nbytes,
+            shard.index,
+            batch.seq,
+            batch.token,
+            batch.attempts,
+        )
+        error: SinkError | None = None
+        started = self._clock.monotonic()
+        try:
+            writer.write(attempt)
+        except SinkError as exc:
+            error = exc
+        except Exception as exc:
+            logger.exception(
+                "sink %s: writer for %s raised an unexpected error; failing the batch",
+                self.name,
+                replica.endpoint,
+            )
+            error = SinkError(f"unexpected writer error: {exc!r}", ErrorClass.FATAL)
+        now = self._clock.monotonic()
+        elapsed = max(now - started, 0.0)
+        settled: list[_Settled] = []
+        with self._cond:
+            shard.writing.discard(batch)
+            shard.m_inflight.set(len(shard.writing))
+            if error is None:
+                replica.breaker.success()
+                shard.m_write_seconds["ok"].observe(elapsed)
+                if not batch.done:
+                    shard.m_records.inc(batch.rows)
+                    shard.m_bytes.inc(batch.nbytes)
+                    settled.append(self._settle(batch, True))
+            elif error.error_class is ErrorClass.RETRYABLE:
+                replica.breaker.failure(now)
+                shard.m_write_seconds["retryable"].observe(elapsed)
+                shard.m_errors["retryable"].inc()
+                if len(shard.replicas) > 1 and shard.preferred == replica.index:
+                    shard.preferred = (replica.index + 1) % len(shard.replicas)
+                if not batch.done:
+                    if self._backoff.exhausted(batch.attempts):
+                        logger.error(
+                            "sink %s shard %d: batch %d failed after %d attempts: %s",
+                            self.name,
+                            shard.index,
+                            batch.seq,
+                            batch.attempts,
+                            error.reason,
+                        )
+                        shard.m_abandoned.inc(batch.rows)
+                        settled.append(self._settle(batch, False))
+                    else:
+                        batch.next_at = now + self._backoff.delay(batch.attempts)
+                        shard.queue.appendleft(batch)
+                        shard.m_retries.inc()
+            else:
+                replica.breaker.success()  # the endpoint answered: not a replica failure
+                shard.m_write_seconds["fatal"].observe(elapsed)
+                cls = "record" if error.error_class is ErrorClass.RECORD else "fatal"
+                shard.m_errors[cls].inc()
+                logger.error(
+                    "sink %s shard %d: batch %d failed on %s: %s",
+                    self.name,
+                    shard.index,
+                    batch.seq,
+                    replica.endpoint,
+                    error.reason,
+                )
+                if not batch.done:
+                    shard.m_abandoned.inc(batch.rows)
+                    settled.append(self._settle(batch, False))
+            self._cond.notify_all()
+        self._release(settled)
+
+    def _pump_until(self, deadline: float) -> bool:
+        while True:
+            self.pump()
+            with self._cond:
+                if self._all_written():
+                    return True
+                now = self._clock.monotonic()
+                if now >= deadline:
+                    return False
+                wake = self._next_wake(now)
+            wait = deadline - now if wake is None else min(wake - now, deadline - now)
+            self._clock.sleep(max(wait, 0.001))

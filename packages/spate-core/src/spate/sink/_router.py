@@ -1,0 +1,73 @@
+"""Routing rows to shards: FNV-1a of the message key, placed by the shards' weights (B13).
+
+The default :class:`WeightedHashRouter` hashes the record's key with 64-bit FNV-1a and
+takes the hash modulo the sum of the shard weights; shard *i* owns the interval
+``[w0 + … + w(i-1), w0 + … + wi)`` of that range. The result depends only on the key
+bytes and the configured weights, so every process on every machine routes the same key
+to the same shard (Python's own ``hash()`` is salted per process and is never used).
+Keyless records are spread by their lane's partition number through the same
+intervals. Connectors may supply another :class:`Router` (a ClickHouse-compatible
+weighted xxHash64 for Distributed-table parity, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from spate.records import Lane
+
+FNV64_OFFSET = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+_CACHE_LIMIT = 1 << 16
+
+
+def fnv1a_64(data: bytes) -> int:
+    """64-bit FNV-1a of ``data``."""
+    h = FNV64_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * FNV64_PRIME) & _MASK64
+    return h
+
+
+class Router(Protocol):
+    """Chooses the shard of a row from its record's key and lane."""
+
+    def route(self, key: bytes | None, lane: Lane) -> int:
+        """The shard index for a row. Called on the pipeline thread for every row."""
+        ...
+
+
+class WeightedHashRouter:
+    """Hash of the key modulo the total weight, through each shard's weight interval."""
+
+    __slots__ = ("_cache", "_hash", "_slots", "total")
+
+    def __init__(self, weights: Sequence[int], hash_fn: Callable[[bytes], int] = fnv1a_64) -> None:
+        if not weights:
+            raise ValueError("a router needs at least one shard")
+        if any(w < 1 for w in weights):
+            raise ValueError(f"shard weights must be at least 1, got {list(weights)}")
+        self.total = sum(weights)
+        # slot -> shard, one entry per unit of weight: placement is a list lookup.
+        self._slots: list[int] = [i for i, w in enumerate(weights) for _ in range(w)]
+        self._hash = hash_fn
+        self._cache: dict[bytes, int] = {}
+
+    def shard_of_hash(self, h: int) -> int:
+        """The shard owning hash value ``h``."""
+        return self._slots[h % self.total]
+
+    def route(self, key: bytes | None, lane: Lane) -> int:
+        if key is None:
+            return self._slots[lane.partition % self.total]
+        cache = self._cache
+        shard = cache.get(key)
+        if shard is None:
+            shard = self._slots[self._hash(key) % self.total]
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[key] = shard
+        return shard

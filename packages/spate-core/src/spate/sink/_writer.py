@@ -1,0 +1,152 @@
+"""The connector-facing side of the sink pool: what a sink connector implements.
+
+A sink connector (ClickHouse, Kafka, SQLite, …) writes only two things; the
+:class:`~spate.sink.SinkPool` does everything else (routing, batching, sealing,
+in-flight limits, retries with the same dedup token, circuit breakers, failover inside a
+shard, acks, the byte budget, metrics and threads — DESIGN §7):
+
+* a :class:`RowBuffer` per open batch: ``append(row)`` checks or converts one row and
+  adds it, returning an estimate of its in-memory size. A value that cannot be written
+  raises ``SinkError(..., ErrorClass.RECORD)`` *here*, at append time, and leaves the
+  buffer unchanged, so one bad value follows the record policy instead of failing a
+  whole block later (B28);
+* a :class:`ShardWriter` per endpoint (one replica of one shard): ``write(batch)``
+  sends a sealed buffer and returns once it is durably written, or raises
+  ``SinkError`` with ``RETRYABLE`` (network, overload, timeouts) or ``FATAL`` (retrying
+  cannot help); ``probe()`` checks the endpoint at start-up and raises naming it (B29).
+
+The pool calls ``write`` on its worker threads, never on the pipeline thread, and never
+twice at once for the same batch. A retried batch is the same buffer with the same
+``token`` (B9): connectors send the token as their server's deduplication token
+(ClickHouse ``insert_deduplication_token``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from spate.errors import ErrorClass, SinkError
+
+
+class RowBuffer(Protocol):
+    """The rows of one batch for one shard, in the connector's own form."""
+
+    def append(self, row: object) -> int:
+        """Add one row; return its estimated in-memory size in bytes.
+
+        Raise ``SinkError(reason, ErrorClass.RECORD)`` for a row that cannot be written,
+        leaving the buffer as it was. Called on the pipeline thread; must not block.
+        """
+        ...
+
+    def __len__(self) -> int:
+        """Rows held."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    """A sealed batch as a writer sees it, for one write attempt."""
+
+    buffer: RowBuffer
+    rows: int
+    nbytes: int
+    """The pool's estimate of the rows' in-memory size (not the encoded size)."""
+    shard: int
+    seq: int
+    """Sequence number of the batch within its shard and process run, from 1."""
+    token: str
+    """Deduplication token ``{pipeline}-{run_nonce}-{shard}-{seq}``; the same on every retry."""
+    attempt: int
+    """1 for the first attempt, 2 for the first retry, …"""
+
+
+class ShardWriter(Protocol):
+    """Writes sealed batches to one endpoint (one replica of one shard)."""
+
+    endpoint: str
+
+    def probe(self) -> None:
+        """Check the endpoint is reachable and usable; raise ``SinkError`` naming it (B29).
+
+        Called once at start-up, before anything is consumed. May block.
+        """
+        ...
+
+    def write(self, batch: WriteBatch) -> None:
+        """Write ``batch`` durably, or raise ``SinkError`` (RETRYABLE or FATAL).
+
+        Called on a sink worker thread; may block (network waits release the GIL).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the connection. Called once when the pool closes."""
+        ...
+
+
+class SinkConnector(Protocol):
+    """What a sink connector hands the pool: buffers and per-endpoint writers."""
+
+    def new_buffer(self, shard: int) -> RowBuffer:
+        """A fresh, empty buffer for the next batch of ``shard`` (pipeline thread)."""
+        ...
+
+    def open_writer(self, shard: int, replica: int, endpoint: str) -> ShardWriter:
+        """The writer for ``endpoint``, replica ``replica`` of ``shard``. Called at start."""
+        ...
+
+
+def estimate_row_bytes(row: object) -> int:
+    """A cheap estimate of a row's in-memory size (tuples, dicts, bytes, str, numbers).
+
+    Python objects are several times larger than their wire form (a 7-byte Avro record
+    becomes a ~130-byte tuple); the byte budget bounds memory, so this estimates memory.
+    """
+    if isinstance(row, (bytes, bytearray, str)):
+        return 49 + len(row)
+    if isinstance(row, (tuple, list)):
+        return 56 + 40 * len(row)
+    if isinstance(row, dict):
+        return 232 + 72 * len(row)
+    return 64
+
+
+class ListRowBuffer:
+    """A :class:`RowBuffer` that keeps rows in a list, after an optional per-row check.
+
+    ``check(row)`` converts or validates one row and returns the form to keep; it raises
+    ``SinkError(RECORD)`` (or any exception, reported as a record error) for a row that
+    cannot be written. ``estimate`` gives each kept row's size.
+    """
+
+    __slots__ = ("_check", "_estimate", "rows")
+
+    def __init__(
+        self,
+        check: Callable[[object], object] | None = None,
+        estimate: Callable[[object], int] = estimate_row_bytes,
+    ) -> None:
+        self.rows: list[object] = []
+        self._check = check
+        self._estimate = estimate
+
+    def append(self, row: object) -> int:
+        check = self._check
+        if check is not None:
+            try:
+                row = check(row)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise SinkError(f"cannot encode row: {exc!r}", ErrorClass.RECORD) from exc
+        self.rows.append(row)
+        return self._estimate(row)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.rows)
