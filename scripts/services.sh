@@ -3,7 +3,7 @@
 #   kafka       Apache Kafka 4.x, one KRaft broker+controller, run from Maven Central jars
 #   nats        nats-server with JetStream (Debian package, installed when missing)
 #   s3          moto's S3 server
-#   clickhouse  the ClickHouse HTTP front over chDB (tests/support/chfront.py)
+#   clickhouse  the ClickHouse HTTP front over chDB (python -m tests.support.chfront)
 #
 # Usage: scripts/services.sh COMMAND [SERVICE...]      (no SERVICE = all four)
 #   up | start    start what is not running, wait until it answers, write .services/env
@@ -49,7 +49,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
