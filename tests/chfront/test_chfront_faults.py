@@ -144,6 +144,9 @@ def test_drop_resets_the_connection_without_an_answer(front: ChFront) -> None:
 
 
 def test_drop_after_running_loses_the_answer_but_not_the_rows(front: ChFront) -> None:
+    """B9: the rows land though the client hears nothing. clickhouse-connect re-sends an insert
+    once after a reset, so without a token the rows may land twice; with the batch's dedup
+    token every execution after the first is dropped by the server."""
     client = front.client()
     front.inject("drop", when="after", only="insert")
     with pytest.raises(OperationalError) as dropped:
@@ -151,6 +154,23 @@ def test_drop_after_running_loses_the_answer_but_not_the_rows(front: ChFront) ->
     assert any(isinstance(c, ConnectionResetError) for c in causes(dropped.value))
     front.recover()
     assert count(front) >= 1
+
+    client.command(
+        "CREATE TABLE IF NOT EXISTS events_dedup (id UInt64, note String) ENGINE = MergeTree "
+        "ORDER BY id SETTINGS non_replicated_deduplication_window = 100"
+    )
+    before = front.status()["faulted_requests"]
+    front.inject("drop", when="after", only="insert")
+    with pytest.raises(OperationalError):
+        client.insert(
+            "events_dedup",
+            [(i, "y") for i in range(10)],
+            column_names=["id", "note"],
+            settings={"insert_deduplication_token": "run-7-shard-0-seq-1"},
+        )
+    front.recover()
+    assert front.status()["faulted_requests"] > before
+    assert client.command("SELECT count() FROM events_dedup") == 10
 
 
 def test_refuse_closes_the_port_and_recover_listens_again(front: ChFront) -> None:

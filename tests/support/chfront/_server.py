@@ -302,6 +302,8 @@ class _HttpServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    server_version = "chfront"
+    sys_version = ""
     server: _HttpServer
 
     def setup(self) -> None:
