@@ -75,3 +75,14 @@ def test_a_sync_commit_repeats_positions_an_async_commit_only_stored() -> None:
     committer.commit_now(sync=False)
     committer.commit_now(sync=True)
     assert handle.commits == [({lane: 3}, False), ({lane: 3}, True)]
+
+
+def test_b15_revocation_commits_synchronously_even_when_nothing_moved() -> None:
+    _clock, tracker, committer, handle, _ = _setup()
+    lane = Lane("memory", 0)
+    tracker.assign([lane])
+    tracker.register(_batch(lane, 0, 3)).release()
+    committer.commit_now(sync=False)  # only stored by a source with its own cadence
+    final = tracker.revoke([lane])
+    assert committer.commit_now(sync=True, positions=final)
+    assert handle.commits == [({lane: 3}, False), ({lane: 3}, True)]

@@ -95,21 +95,15 @@ class Committer:
         source's commit raised; the error is logged and counted.
         """
         marks = dict(positions) if positions is not None else self._tracker.watermarks(lanes)
-        moved = {lane: pos for lane, pos in marks.items() if self._committed.get(lane) != pos}
+        if sync:
+            # A synchronous commit covers every lane asked for, moved or not: an earlier
+            # asynchronous hand-over may only have been stored by the source (Kafka's
+            # commit cadence), and revoke and drain must leave them committed (B14, B15).
+            moved = marks
+        else:
+            moved = {lane: pos for lane, pos in marks.items() if self._committed.get(lane) != pos}
         if not moved:
-            if sync and positions is None:
-                # Nothing new, but a synchronous commit must still flush what an earlier
-                # asynchronous one only stored (Kafka's commit cadence).
-                pending = {
-                    lane: pos
-                    for lane, pos in self._committed.items()
-                    if lanes is None or lane in lanes
-                }
-                if not pending:
-                    return True
-                moved = pending
-            else:
-                return True
+            return True
         try:
             self._source.commit(moved, sync=sync)
         except Exception:
