@@ -195,6 +195,11 @@ def test_contributed_subcommand_runs_with_its_own_arguments(env: Env) -> None:
     result = env.subprocess("hello", "--who", "spate")
     assert result.returncode == 3, result.stderr
     assert result.stdout == "hello spate\n"
+    helped = env.subprocess("--log-level", "warning", "hello", "--help")
+    assert helped.returncode == 0
+    assert "--who" in helped.stdout
+    listed = env.subprocess("--help")
+    assert "hello" in listed.stdout and "acme-connectors" in listed.stdout
 
 
 def test_b29_unreachable_endpoint_fails_at_start_with_one_line(env: Env) -> None:

@@ -183,6 +183,19 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     return parser, contributed
 
 
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv``: its first positional argument."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--log-level":
+            skip = True
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -196,15 +209,14 @@ def main(
     err = stderr if stderr is not None else sys.stderr
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser, contributed = build_parser(registry)
-    try:
-        args, _ = parser.parse_known_args(args_list)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    chosen = _chosen_command(args_list)
     command = None
-    if args.command in contributed:
+    if chosen in contributed:
+        # Import the contributed command only when it is the one being run, and let it
+        # add its arguments before anything is parsed (so its --help is complete).
         try:
-            command = registry.command(args.command)
-            command.configure(contributed[args.command])
+            command = registry.command(chosen)
+            command.configure(contributed[chosen])
         except PluginError as exc:
             print(one_line(exc), file=err)
             return EXIT_USAGE
