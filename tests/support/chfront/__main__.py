@@ -18,8 +18,6 @@ import sys
 import threading
 from types import FrameType
 
-from ._server import FrontServer
-
 logger = logging.getLogger("tests.support.chfront")
 
 
@@ -44,6 +42,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    from ._server import FrontServer  # loads chDB: only once the arguments are known good
+
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s chfront[%(process)d] %(name)s: %(message)s",
@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         front.start()
     except OSError as exc:
-        logger.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        logger.error("cannot listen on http://%s:%d: %s", args.host, args.port, exc)
+        front.stop()
+        return 1
+    except Exception:
+        logger.exception("cannot open the chDB data directory %s", args.data_dir)
         return 1
     if args.port_file:
         tmp = f"{args.port_file}.tmp"

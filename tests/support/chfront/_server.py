@@ -151,7 +151,7 @@ class FrontServer:
     def start(self) -> None:
         """Open the engine and start listening; blocks for the few seconds chDB needs."""
         self.engine = Engine(self.data_dir)
-        self.listen()
+        self.listen(retry_for=0.0)
 
     def stop(self) -> None:
         """Stop listening, drop open connections and close the engine."""
@@ -159,12 +159,16 @@ class FrontServer:
         if self.engine is not None:
             self.engine.close()
 
-    def listen(self) -> None:
-        """Listen on ``host:port`` (the port chosen at first start is kept for re-listening)."""
+    def listen(self, retry_for: float = 10.0) -> None:
+        """Listen on ``host:port`` (the port chosen at first start is kept for re-listening).
+
+        Retries for ``retry_for`` seconds if the address is busy (a re-listen after ``refuse``
+        may race the old socket), then raises OSError.
+        """
         with self._listen_lock:
             if self._server is not None:
                 return
-            deadline = time.monotonic() + 10.0
+            deadline = time.monotonic() + retry_for
             while True:
                 try:
                     server = _HttpServer((self.host, self.port), self)
@@ -209,7 +213,7 @@ class FrontServer:
     def inject(self, fault: Fault) -> None:
         """Install a fault; ``refuse`` closes the listener at once (call after answering)."""
         generation = self.faults.set(fault)
-        logger.warning("fault injected: %s", fault.describe())
+        logger.info("fault injected: %s", fault.describe())
         if fault.deadline is not None:
             timer = threading.Timer(
                 max(0.0, fault.deadline - time.monotonic()), self._expire, args=(generation,)
@@ -223,7 +227,7 @@ class FrontServer:
 
     def _expire(self, generation: int) -> None:
         if self.faults.clear(generation) is not None:
-            logger.warning("fault expired")
+            logger.info("fault expired")
         if not self.listening:
             self.listen()
 
@@ -231,7 +235,7 @@ class FrontServer:
         """End any fault; listen again if the listener was closed."""
         previous = self.faults.clear()
         if previous is not None:
-            logger.warning("recovered from fault %s", previous.mode)
+            logger.info("recovered from fault %s", previous.mode)
         if not self.listening:
             self.listen()
 
@@ -407,7 +411,7 @@ class _Handler(BaseHTTPRequestHandler):
         if taken is None:
             return None
         fault, release = taken
-        logger.info("fault %s applied to a %s request", fault.mode, kind)
+        logger.debug("fault %s applied to a %s request", fault.mode, kind)
         if fault.mode == "slow":
             release.wait(fault.delay)
             return None
