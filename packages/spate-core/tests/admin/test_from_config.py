@@ -104,9 +104,9 @@ def test_b22_listen_none_builds_no_admin_server(registry: Registry, tmp_path: Pa
 def test_b26_assembly_of_an_unchecked_config_reports_the_missing_connector(
     registry: Registry, tmp_path: Path
 ) -> None:
-    text = _config(tmp_path / "o.jsonl", listen="none").replace("lines:", "clickhouse:")
+    text = _config(tmp_path / "o.jsonl", listen="none").replace("lines:", "nosuchsink:")
     cfg = parse_config(text, env={}, check_connectors=False)
     assert cfg.sinks["sink"].config is None
     with pytest.raises(MissingConnectorError) as info:
         assemble(cfg, registry=registry)
-    assert info.value.path == "sink.clickhouse"
+    assert info.value.path == "sink.nosuchsink"

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 COMMAND_KIND = "command"
 """The ``kind`` shown for CLI subcommands in :meth:`Registry.plugins`."""
 
+
 @dataclass(frozen=True, slots=True)
 class PluginInfo:
     """One installed plugin as ``spate plugins`` shows it."""
