@@ -1,0 +1,91 @@
+"""The no-loss sampler of the delivery tests (DESIGN §11).
+
+The producer records ``key -> (partition, offset)``. At every sampled moment the
+sampler first reads the group's committed offsets, *then* reads the keys the
+destination holds, and checks that every record below each committed offset is there.
+Reading in that order makes the check sound: the destination only grows, so anything
+committed before the read must already be visible in it. A violation means an offset
+was committed ahead of the data (B1).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tests.support.services import committed_offsets
+
+
+@dataclass
+class Sample:
+    committed: dict[int, int]
+    held: int
+    missing: list[tuple[int, int]]
+
+
+@dataclass
+class DeliverySampler:
+    """Samples committed offsets against a destination, in the background or on demand."""
+
+    bootstrap: str
+    group: str
+    topic: str
+    positions: Mapping[bytes, tuple[int, int]]
+    destination_keys: Callable[[], Iterable[bytes]]
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _by_partition: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        by_partition: dict[int, dict[int, bytes]] = defaultdict(dict)
+        for key, (partition, offset) in self.positions.items():
+            by_partition[partition][offset] = key
+        self._by_partition = dict(by_partition)
+
+    def sample(self) -> Sample:
+        """One check: committed offsets first, then the destination."""
+        try:
+            committed = committed_offsets(self.bootstrap, self.group, self.topic, timeout=10)
+        except Exception as exc:  # a broker being restarted: record it, sample again later
+            self.errors.append(repr(exc))
+            return Sample({}, 0, [])
+        held = set(self.destination_keys())
+        missing = [
+            (partition, offset)
+            for partition, upto in committed.items()
+            for offset, key in self._by_partition.get(partition, {}).items()
+            if offset < upto and key not in held
+        ]
+        result = Sample(committed, len(held), missing)
+        self.samples.append(result)
+        return result
+
+    def violations(self) -> list[Sample]:
+        return [s for s in self.samples if s.missing]
+
+    def start(self, every: float = 0.5) -> None:
+        def loop() -> None:
+            while not self._stop.wait(every):
+                self.sample()
+
+        self._thread = threading.Thread(target=loop, name="delivery-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
