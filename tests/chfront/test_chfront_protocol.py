@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -206,3 +207,39 @@ def test_same_dedup_token_keeps_one_copy_and_does_not_leak(front: ChFront) -> No
     client.insert("dedup", rows, settings={"insert_deduplication_token": "pipeline-run1-0-8"})
     assert client.command("SELECT count() FROM dedup") == 3 * len(rows)
     assert client.command("SELECT uniqExact(id) FROM dedup") == len(rows)
+
+
+def test_concurrent_requests_keep_their_own_settings(front: ChFront) -> None:
+    """B9 under concurrency: sink workers write in parallel; each request's token applies to
+    that request alone, so every batch sent twice is stored once and no other batch is lost."""
+    setup = front.client()
+    setup.command(
+        "CREATE TABLE parallel (worker UInt8, seq UInt32, n UInt32) ENGINE = MergeTree "
+        "ORDER BY (worker, seq) SETTINGS non_replicated_deduplication_window = 1000"
+    )
+    batches, rows_per_batch, workers = 8, scaled(5_000, minimum=500), 4
+    failures: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            client = front.client()
+            for seq in range(batches):
+                rows = [(worker, seq, n) for n in range(rows_per_batch)]
+                token = {"insert_deduplication_token": f"w{worker}-s{seq}"}
+                client.insert("parallel", rows, settings=token)
+                client.insert("parallel", rows, settings=token)  # the retry of the same batch
+                client.command("SELECT 1", settings={"max_threads": 1 + seq % 3})
+        except BaseException as exc:  # surfaced in the main thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not failures, failures
+    assert setup.command("SELECT count() FROM parallel") == workers * batches * rows_per_batch
+    per_batch = setup.query(
+        "SELECT worker, seq, count() FROM parallel GROUP BY worker, seq ORDER BY worker, seq"
+    ).result_rows
+    assert per_batch == [(w, s, rows_per_batch) for w in range(workers) for s in range(batches)]
