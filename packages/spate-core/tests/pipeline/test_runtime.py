@@ -376,3 +376,39 @@ def test_b23_revoked_lanes_report_zero_lag_and_pending(runtime_factory) -> None:
     run_steps(runtime, 2)
     assert registry.get_sample_value("spate_source_lag_records", labels) == 0
     assert registry.get_sample_value("spate_source_records_total", labels) == 20
+
+
+def test_b23_runtime_metrics_cover_source_checkpoint_and_backpressure() -> None:
+    clock = ManualClock()
+    bp = BackpressureConfig(max_inflight_bytes=1000, high_ratio=0.5, low_ratio=0.2, min_pause=0)
+    source, _ = memory_source({0: payloads("a", 40)}, batch_size=10)
+    budget = Pipeline.new_budget(bp)  # created first: the sinks count against it
+    sink, _ = capture_sink("out", max_rows=10, row_bytes=60, budget=budget, clock=clock)
+    pipeline = Pipeline(
+        "metrics",
+        source,
+        {"out": sink},
+        processor=CopyToSinkProcessor(sink),
+        backpressure=bp,
+        budget=budget,
+        clock=clock,
+        handle_signals=False,
+    )
+    report = pipeline.run()
+    assert report.exit_code == 0
+    registry = pipeline.meter.registry
+    base = {"pipeline": "metrics"}
+    src = {**base, "component": "source", "component_type": "source", "lane": "memory[0]"}
+    ckpt = {**base, "component": "checkpoint", "component_type": "checkpoint"}
+    bpl = {**base, "component": "backpressure", "component_type": "flow"}
+    assert registry.get_sample_value("spate_source_records_total", src) == 40
+    assert registry.get_sample_value("spate_source_bytes_total", src) == sum(
+        map(len, payloads("a", 40))
+    )
+    assert registry.get_sample_value("spate_checkpoint_commits_total", {**ckpt, "outcome": "ok"})
+    assert (
+        registry.get_sample_value("spate_checkpoint_pending_batches", {**ckpt, "lane": "memory[0]"})
+        is not None
+    )
+    assert registry.get_sample_value("spate_backpressure_inflight_bytes", bpl) is not None
+    assert registry.get_sample_value("spate_backpressure_paused", bpl) == 0

@@ -48,6 +48,9 @@ from spate.source._contract import Source
 
 logger = logging.getLogger(__name__)
 
+_GAUGE_INTERVAL = 1.0
+"""Seconds between refreshes of the per-lane gauges (pending, watermark age, in-flight)."""
+
 
 @dataclass(slots=True)
 class _Taken:
@@ -131,6 +134,7 @@ class PipelineRuntime:
         self.batches_in = 0
         self._heartbeat = clock.monotonic()
         self._started_at = clock.monotonic()
+        self._gauges_due = self._started_at
         # Metric series, created once.
         src = {"component": "source", "component_type": "source"}
         self._lane_metrics: dict[Lane, _LaneMetrics] = {}
@@ -309,7 +313,10 @@ class PipelineRuntime:
         if batches:
             self.advance_backlog()
         self._committer.maybe_commit()
-        self._update_gauges()
+        now = self._clock.monotonic()
+        if now >= self._gauges_due:
+            self._gauges_due = now + _GAUGE_INTERVAL
+            self._update_gauges()
         if not batches and not self.should_stop() and took < self._poll_timeout / 2:
             self._idle(self._poll_timeout - took)
         return not self.should_stop()
