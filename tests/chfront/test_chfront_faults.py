@@ -173,6 +173,16 @@ def test_drop_after_running_loses_the_answer_but_not_the_rows(front: ChFront) ->
     assert client.command("SELECT count() FROM events_dedup") == 10
 
 
+def test_network_faults_also_cut_ping_unless_limited_to_statements(front: ChFront) -> None:
+    for when in ("before", "after"):
+        front.inject("drop", when=when)
+        with pytest.raises(ConnectionResetError):
+            urllib.request.urlopen(f"{front.url}/ping", timeout=10)
+        front.recover()
+    front.inject("drop", only="insert")
+    assert front.client().ping()
+
+
 def test_refuse_closes_the_port_and_recover_listens_again(front: ChFront) -> None:
     """B29 groundwork: an unreachable replica is a refused connection naming the endpoint."""
     client = front.client()

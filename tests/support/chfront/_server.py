@@ -43,6 +43,7 @@ from ._errors import (
     AUTHENTICATION_FAILED,
     NOT_IMPLEMENTED,
     READONLY,
+    STD_EXCEPTION,
     ClickHouseError,
 )
 from ._faults import Fault, FaultSpecError, FaultState, RequestKind, parse_fault
@@ -326,10 +327,20 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("%s %s", self.client_address[0], format % args)
 
     def do_GET(self) -> None:
-        self._handle("GET")
+        self._guarded("GET")
 
     def do_POST(self) -> None:
-        self._handle("POST")
+        self._guarded("POST")
+
+    def _guarded(self, method: str) -> None:
+        """Top of a request thread: an unexpected failure is logged and answered with 500."""
+        try:
+            self._handle(method)
+        except Exception as exc:
+            logger.exception("request %s %s failed unexpectedly", method, self.path)
+            error = ClickHouseError.own(STD_EXCEPTION, f"{type(exc).__name__}: {exc}")
+            self.close_connection = True
+            self._send_error(error, "")
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -445,8 +456,11 @@ class _Handler(BaseHTTPRequestHandler):
         front.count_request()
         is_root_ping = url.path == "/" and "query" not in params and not raw
         if url.path in ("/ping", "/replicas_status") or is_root_ping:
-            if self._gate("ping", "") is None:
+            fault = self._gate("ping", "")
+            if fault is None:
                 self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
+            elif fault.mode == "drop" and fault.when == "after":
+                self._reset_connection()
             return
         query_id = params.get("query_id") or str(uuid.uuid4())
         if url.path != "/":
