@@ -114,9 +114,15 @@ def test_b17_sinks_map_without_chain_is_refused_naming_the_flag(env: Env) -> Non
 
 @pytest.mark.parametrize(
     ("spec", "fragment"),
-    [("nope_mod_xyz:chains", "cannot import module"), ("justamodule", "module:function")],
+    [
+        ("nope_mod_xyz:chains", "cannot import module"),
+        ("justamodule", "module:function"),
+        ("broken_chain_mod:chains", "ZeroDivisionError"),
+        ("json:no_such_function", "has no attribute"),
+    ],
 )
 def test_bad_chain_reference_exits_2(env: Env, spec: str, fragment: str) -> None:
+    (env.root / "broken_chain_mod.py").write_text("1 / 0\n", encoding="utf-8")
     config = env.write_config("p.yaml", _pipeline_yaml(env.root.parent / "o.jsonl", 5))
     code, _, err = env.cli("run", str(config), "--chain", spec)
     assert code == 2

@@ -60,6 +60,11 @@ def load_chain(spec: str) -> Callable[[Any], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError("--chain", f"cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed while importing
+        logger.debug("importing %s failed", module_name, exc_info=True)
+        raise ConfigError(
+            "--chain", f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)
@@ -127,6 +132,10 @@ class _Cli:
             return EXIT_USAGE
         except SpateError as exc:
             self.error(exc)
+            return EXIT_FAILED
+        except Exception as exc:  # a connector's factory failed: one line, no traceback
+            logger.debug("building the pipeline failed", exc_info=True)
+            self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         try:
             report = assembly.pipeline.run()
