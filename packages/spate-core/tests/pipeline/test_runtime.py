@@ -412,3 +412,34 @@ def test_b23_runtime_metrics_cover_source_checkpoint_and_backpressure() -> None:
     )
     assert registry.get_sample_value("spate_backpressure_inflight_bytes", bpl) is not None
     assert registry.get_sample_value("spate_backpressure_paused", bpl) == 0
+
+
+def test_a_retryable_poll_error_is_retried_and_a_fatal_one_fails_the_run() -> None:
+    from spate.errors import ErrorClass, SourceError
+
+    clock = ManualClock()
+    source, handle = memory_source({0: payloads("a", 10)}, batch_size=5)
+    sink, script = capture_sink("out", clock=clock)
+    handle.fail_next_poll(SourceError("broker hiccup", ErrorClass.RETRYABLE))
+    report = Pipeline(
+        "retry",
+        source,
+        {"out": sink},
+        processor=CopyToSinkProcessor(sink),
+        clock=clock,
+        handle_signals=False,
+    ).run()
+    assert report.exit_code == 0 and len(script.rows) == 10
+
+    source, handle = memory_source({0: payloads("a", 10)}, batch_size=5, bounded=False)
+    sink, _ = capture_sink("out", clock=clock)
+    handle.fail_next_poll(SourceError("authentication failed", ErrorClass.FATAL))
+    report = Pipeline(
+        "fatal",
+        source,
+        {"out": sink},
+        processor=CopyToSinkProcessor(sink),
+        clock=clock,
+        handle_signals=False,
+    ).run()
+    assert report.exit_code == 1 and "authentication failed" in report.reason
