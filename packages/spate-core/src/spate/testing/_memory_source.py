@@ -263,16 +263,20 @@ def memory_source(
     bounded: bool = True,
     batch_size: int = 100,
     keys: Mapping[int, Sequence[bytes | None]] | None = None,
+    committed: Mapping[int, int] | None = None,
 ) -> tuple[MemorySource, MemorySourceHandle]:
     """A memory source and its handle.
 
     ``data`` maps partition → payloads (all loaded into one shared buffer);
     ``partitions`` adds empty lanes up to that count. ``bounded=True`` drains once all
     data is handed out; an unbounded source waits for ``handle.append`` until
-    ``handle.end_input()``.
+    ``handle.end_input()``. ``committed`` (partition → offset) starts as if an earlier
+    run had committed there, as a restarted consumer would.
     """
     count = max(partitions or 0, (max(data) + 1) if data else 0, 1)
     source = MemorySource(stream, count, bounded=bounded, batch_size=batch_size)
     if data:
         source._load(data, dict(keys) if keys else None, None)
+    for partition, offset in (committed or {}).items():
+        source._committed[Lane(stream, partition)] = offset
     return source, MemorySourceHandle(source)
