@@ -1,0 +1,121 @@
+"""The Kafka sink on the real broker: every record lands, and a broker outage mid-run is
+ridden out by retries while the source is backpressured (B7, B12)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from spate import Pipeline
+from spate.config import load_config
+from spate.pipeline import ExitReport
+
+from tests.support.scale import scaled
+from tests.support.services import (
+    consume,
+    create_topic,
+    start_kafka,
+    stop_kafka,
+    unique_name,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+PARTITIONS = 4
+
+
+def metric(pipeline: Pipeline, name: str) -> float:
+    total = 0.0
+    for family in pipeline.meter.registry.collect():
+        for sample in family.samples:
+            if sample.name == name:
+                total += sample.value
+    return total
+
+
+def build(tmp_path: Path, bootstrap: str, topic: str, per_partition: int) -> Pipeline:
+    config = tmp_path / "sink.json"
+    config.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": unique_name("kafka-sink")},
+                "checkpoint": {"interval": "200ms", "drain_timeout": "60s"},
+                "backpressure": {"max_inflight_bytes": "1MiB"},
+                "admin": {"listen": "none"},
+                "source": {
+                    "memory": {
+                        "stream": "in",
+                        "partitions": PARTITIONS,
+                        "records": per_partition,
+                        "batch_size": 500,
+                    }
+                },
+                "sink": {
+                    "kafka": {
+                        "brokers": bootstrap,
+                        "topic": topic,
+                        "delivery_timeout": "5m",
+                        "batch": {"max_rows": 2000, "linger": "100ms"},
+                        "retry": {"initial": "200ms", "max": "2s"},
+                    }
+                },
+            }
+        )
+    )
+    return Pipeline.from_config(load_config(config), handle_signals=False)
+
+
+def run_in_thread(pipeline: Pipeline) -> tuple[threading.Thread, list[ExitReport]]:
+    reports: list[ExitReport] = []
+    thread = threading.Thread(target=lambda: reports.append(pipeline.run()), daemon=True)
+    thread.start()
+    return thread, reports
+
+
+def expected_payloads(per_partition: int) -> set[bytes]:
+    return {f"{p}:{o}".encode() for p in range(PARTITIONS) for o in range(per_partition)}
+
+
+def test_every_record_lands_in_the_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic = unique_name("sink-happy")
+    create_topic(kafka_bootstrap, topic, 3)
+    per_partition = scaled(100_000, minimum=4_000) // PARTITIONS
+    pipeline = build(tmp_path, kafka_bootstrap, topic, per_partition)
+    thread, reports = run_in_thread(pipeline)
+    thread.join(300)
+    assert reports and reports[0].exit_code == 0, reports
+    records = consume(kafka_bootstrap, topic, unique_name("reader"), per_partition * PARTITIONS)
+    assert {r.value for r in records} == expected_payloads(per_partition)
+
+
+def test_broker_outage_backpressures_and_loses_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = unique_name("sink-outage")
+    create_topic(kafka_bootstrap, topic, 3)
+    per_partition = scaled(100_000, minimum=8_000) // PARTITIONS
+    pipeline = build(tmp_path, kafka_bootstrap, topic, per_partition)
+    thread, reports = run_in_thread(pipeline)
+    deadline = time.monotonic() + 120
+    while metric(pipeline, "spate_sink_records_total") < per_partition and thread.is_alive():
+        assert time.monotonic() < deadline, "the sink wrote nothing before the outage"
+        time.sleep(0.05)
+    stop_kafka()
+    try:
+        paused_seen = False
+        outage_end = time.monotonic() + 8
+        while time.monotonic() < outage_end:
+            paused_seen = paused_seen or metric(pipeline, "spate_backpressure_paused") >= 1
+            time.sleep(0.1)
+        assert thread.is_alive(), "the pipeline must wait for the broker, not finish or fail"
+        assert paused_seen, "the source was not paused while the sink could not write"
+    finally:
+        start_kafka()
+    thread.join(300)
+    assert reports and reports[0].exit_code == 0, reports
+    assert metric(pipeline, "spate_backpressure_pause_events_total") >= 1
+    records = consume(kafka_bootstrap, topic, unique_name("reader"), per_partition * PARTITIONS)
+    assert {r.value for r in records} >= expected_payloads(per_partition)
