@@ -1,0 +1,146 @@
+"""Replica URLs and the clickhouse-connect clients behind them.
+
+A replica is ``http://host:port``, ``https://host:port`` (optionally with ``user:password@``,
+which overrides the sink's ``user``/``password``) or ``chdb://<dir>``: the ClickHouse engine
+embedded in this process through chDB, writing into ``<dir>`` (``chdb:///abs/dir`` or
+``chdb://relative/dir``; ``chdb://:memory:`` keeps nothing). chDB hosts one engine per
+process, so one process can use one ``chdb://`` directory; a second one is refused with
+an error naming both.
+
+Owns URL parsing and client construction (compression, timeouts, no client-side retries,
+no server sessions — the pool retries, and concurrent writes must not share a session).
+Does not write or classify (``_writer``, ``_errors``). Upholds B29: a replica that cannot
+be reached fails naming its URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from spate.errors import ErrorClass, SinkError
+
+from spate_clickhouse._errors import to_sink_error
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
+
+    from spate_clickhouse.config import ClickHouseSinkConfig
+
+logger = logging.getLogger(__name__)
+
+_MEMORY = (":memory:", "memory")
+
+
+class EndpointError(ValueError):
+    """A replica URL that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A parsed replica URL."""
+
+    url: str
+    scheme: str
+    host: str = ""
+    port: int = 0
+    user: str | None = None
+    password: str | None = None
+    chdb_path: str | None = None
+    """The absolute data directory for ``chdb://`` (``:memory:`` for an in-memory engine)."""
+
+    @property
+    def embedded(self) -> bool:
+        return self.scheme == "chdb"
+
+    def __str__(self) -> str:
+        return self.redacted
+
+    @property
+    def redacted(self) -> str:
+        """The URL without its password (for logs and errors)."""
+        if self.embedded:
+            return f"chdb://{self.chdb_path}"
+        user = f"{self.user}@" if self.user else ""
+        return f"{self.scheme}://{user}{self.host}:{self.port}"
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """Parse a replica URL; raise :class:`EndpointError` saying what is wrong."""
+    text = url.strip()
+    if text.startswith("chdb://"):
+        location = text[len("chdb://") :]
+        if not location:
+            raise EndpointError(f"{url!r}: chdb:// needs a data directory, e.g. chdb://./data")
+        if location in _MEMORY:
+            return Endpoint(text, "chdb", chdb_path=":memory:")
+        return Endpoint(text, "chdb", chdb_path=os.path.abspath(location))
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise EndpointError(f"{url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise EndpointError(f"{url!r}: expected an http://, https:// or chdb:// URL")
+    if not parts.hostname:
+        raise EndpointError(f"{url!r}: no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise EndpointError(
+            f"{url!r}: a replica URL is scheme://host:port only; put the database and "
+            "settings in their own keys"
+        )
+    default_port = 8443 if parts.scheme == "https" else 8123
+    return Endpoint(
+        text,
+        parts.scheme,
+        host=parts.hostname,
+        port=port or default_port,
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
+def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
+    """A clickhouse-connect client for one replica.
+
+    Raises ``SinkError`` naming the replica: RETRYABLE when it cannot be reached now,
+    FATAL when it answered with an error retrying cannot cure (bad credentials, unknown
+    database, a second chDB directory in this process).
+    """
+    import clickhouse_connect
+
+    database = config.database_name or None
+    try:
+        if endpoint.embedded:
+            kwargs: dict[str, Any] = {"interface": "chdb", "database": database}
+            if endpoint.chdb_path != ":memory:":
+                kwargs["path"] = endpoint.chdb_path
+            return clickhouse_connect.get_client(**kwargs)
+        return clickhouse_connect.get_client(
+            interface=endpoint.scheme,
+            host=endpoint.host,
+            port=endpoint.port,
+            username=endpoint.user if endpoint.user is not None else config.user,
+            password=endpoint.password if endpoint.password is not None else config.password,
+            database=database,
+            compress=False if config.compression == "none" else config.compression,
+            connect_timeout=config.timeouts.connect,
+            send_receive_timeout=config.timeouts.send_receive,
+            query_retries=0,
+            autogenerate_session_id=False,
+            dedicated_pool=True,
+        )
+    except SinkError:
+        raise
+    except Exception as exc:
+        error = to_sink_error(exc, endpoint.redacted, "connect")
+        if endpoint.embedded and "already initialized with path" in str(exc):
+            raise SinkError(
+                f"connect to {endpoint.redacted} failed: chDB runs one engine per process and "
+                f"another chdb:// directory is already open here ({exc})",
+                ErrorClass.FATAL,
+            ) from exc
+        raise error from exc

@@ -1,0 +1,265 @@
+"""Rows to written form: the generated per-row function and the columnar batch buffer.
+
+:class:`RowEncoder` compiles, once per sink, a small function (``exec`` of generated source
+with the column coercers of :mod:`spate_clickhouse._coerce` bound as globals) that takes a
+row — tuple, list, namedtuple, mapping or dataclass — checks every value and returns the
+values in written form with an estimate of the row's in-memory size. The common case, a
+tuple whose values already have their written form, costs one class test (and for integers
+one range test) per column; anything else goes through the column's coercer. The same body
+is the ``append`` of :class:`ColumnBuffer`, the pool's ``RowBuffer``, so appending a row is
+one Python call. At write time the buffer pivots its rows into columns once (a retry reuses
+them).
+
+Upholds B28 (a bad value is a record error naming column, type and value, raised when the
+row is appended) and the first-row check of ``validate_schema: full`` (B20).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from spate.errors import ErrorClass, SinkError
+
+from spate_clickhouse._coerce import INT_RANGES, BadValue, Coercer, coercer_for
+from spate_clickhouse._types import ChType
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A sink column: its name and its (server or declared) type."""
+
+    name: str
+    type: ChType
+
+
+_MISSING = object()
+
+
+def _base_size(t: ChType) -> int:
+    """A rough in-memory size of one written value (for batch and budget accounting)."""
+    u = t.unwrapped()
+    if u.name in INT_RANGES or u.name in ("Date", "Date32", "DateTime", "DateTime64"):
+        return 32
+    if u.name in ("Float32", "Float64", "Bool", "Enum8", "Enum16"):
+        return 24
+    if u.name in ("String", "FixedString"):
+        return 49
+    if u.name == "Decimal":
+        return 104
+    if u.name == "UUID":
+        return 72
+    return 160
+
+
+class ColumnBuffer:
+    """The rows of one batch in written form; :meth:`columns` pivots them for the INSERT.
+
+    ``append`` is generated per sink (see :class:`RowEncoder`); the pool calls it on the
+    pipeline thread for every row.
+    """
+
+    __slots__ = ("_columns", "_count", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[object, ...]] = []
+        self._columns: list[list[object]] | None = None
+        self._count = 0
+
+    def append(self, row: object) -> int:  # replaced by the generated function
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._count if self._columns is not None else len(self.rows)
+
+    def columns(self, count: int, binary: frozenset[int] = frozenset()) -> list[list[object]]:
+        """The values column by column (computed once; a retry reuses them).
+
+        Columns in ``binary`` (String columns that met non-UTF-8 bytes) are sent as bytes.
+        Called on a writer thread after the batch is sealed.
+        """
+        cached = self._columns
+        if cached is not None:
+            return cached
+        rows = self.rows
+        pivoted: list[list[object]] = (
+            [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(count)]
+        )
+        for i in binary:
+            pivoted[i] = [v.encode("utf-8") if isinstance(v, str) else v for v in pivoted[i]]
+        self._count = len(rows)
+        self._columns = pivoted
+        self.rows = []
+        return pivoted
+
+
+class RowEncoder:
+    """Turns rows (tuple, list, namedtuple, mapping or dataclass) into their written form.
+
+    ``encode(row)`` returns ``(values, size)``: the column values in written form and an
+    estimate of the row's in-memory size; it raises ``SinkError`` with
+    ``ErrorClass.RECORD`` for a value its column cannot take (B28). :meth:`new_buffer`
+    gives a :class:`ColumnBuffer` whose ``append`` does the same and keeps the values.
+    With ``strict_first`` the first row appended is checked as a whole first and a
+    mismatch raises ``ErrorClass.FATAL`` naming every offending column
+    (``validate_schema: full``, B20).
+    """
+
+    def __init__(self, columns: Sequence[Column], *, strict_first: bool = False) -> None:
+        self.columns = tuple(columns)
+        self._binary: dict[int, list[bool]] = {}
+        encode, append = _compile(self.columns, self._binary)
+        self.encode: Callable[[object], tuple[tuple[object, ...], int]] = encode
+        self._buffer_type: type[ColumnBuffer] = type(
+            "ClickHouseColumnBuffer", (ColumnBuffer,), {"__slots__": (), "append": append}
+        )
+        self._first_pending = strict_first
+        encoder = self
+
+        def first_append(buffer: ColumnBuffer, row: object) -> int:
+            encoder.check_first(row)
+            buffer.__class__ = encoder._buffer_type
+            return append(buffer, row)
+
+        self._first_type: type[ColumnBuffer] = type(
+            "ClickHouseFirstRowBuffer", (ColumnBuffer,), {"__slots__": (), "append": first_append}
+        )
+
+    def new_buffer(self) -> ColumnBuffer:
+        """An empty buffer (the first one checks its first row when ``strict_first``)."""
+        if self._first_pending:
+            self._first_pending = False
+            return self._first_type()
+        return self._buffer_type()
+
+    def binary_columns(self) -> frozenset[int]:
+        """Indexes of the String columns that met bytes that are not UTF-8."""
+        return frozenset(i for i, seen in self._binary.items() if seen[0])
+
+    def check_first(self, row: object) -> None:
+        """Check a row as a whole; raise a fatal ``SinkError`` naming every bad column."""
+        problems: list[str] = []
+        try:
+            if isinstance(row, (tuple, list)) and not hasattr(row, "_fields"):
+                values = _values_of(row, self.columns) if len(row) != len(self.columns) else row
+            else:
+                values = _values_of(row, self.columns)
+        except SinkError as exc:
+            raise SinkError(
+                f"the first row does not fit the sink's columns: {exc.reason}", ErrorClass.FATAL
+            ) from None
+        for column, value in zip(self.columns, tuple(values), strict=True):
+            try:
+                coercer_for(column.type, [False])(value)
+            except BadValue as exc:
+                problems.append(f"{column.name} ({column.type}): {exc}")
+        if problems:
+            raise SinkError(
+                "the first row does not fit the table's column types: " + "; ".join(problems),
+                ErrorClass.FATAL,
+            )
+
+
+def _values_of(row: object, columns: Sequence[Column]) -> tuple[object, ...]:
+    """The column values of a row that is not a plain tuple/list of the right length."""
+    names = [c.name for c in columns]
+    if isinstance(row, tuple) and hasattr(row, "_fields"):
+        row = dict(zip(row._fields, row, strict=True))
+    elif dataclasses.is_dataclass(row) and not isinstance(row, type):
+        row = {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+    if isinstance(row, Mapping):
+        values: list[object] = []
+        for column in columns:
+            value = row.get(column.name, _MISSING)
+            if value is _MISSING:
+                if not column.type.nullable:
+                    raise SinkError(
+                        f"the row has no value for column {column.name} (have: "
+                        f"{', '.join(sorted(map(str, row)))[:200]})",
+                        ErrorClass.RECORD,
+                    )
+                value = None
+            values.append(value)
+        return tuple(values)
+    if isinstance(row, (tuple, list)):
+        raise SinkError(
+            f"the row has {len(row)} values but the sink has {len(names)} columns "
+            f"({', '.join(names)})",
+            ErrorClass.RECORD,
+        )
+    raise SinkError(
+        f"a row must be a tuple, list, mapping or dataclass, got {type(row).__name__}",
+        ErrorClass.RECORD,
+    )
+
+
+def _record_error(column: Column, exc: BadValue) -> SinkError:
+    return SinkError(f"column {column.name} ({column.type}): {exc}", ErrorClass.RECORD)
+
+
+def _named(coercer: Coercer, column: Column) -> Coercer:
+    def coerce(value: object) -> object:
+        try:
+            return coercer(value)
+        except BadValue as exc:
+            raise _record_error(column, exc) from None
+
+    return coerce
+
+
+def _compile(
+    columns: Sequence[Column], binary: dict[int, list[bool]]
+) -> tuple[
+    Callable[[object], tuple[tuple[object, ...], int]], Callable[[ColumnBuffer, object], int]
+]:
+    count = len(columns)
+    names = [f"v{i}" for i in range(count)]
+    env: dict[str, object] = {"_values_of": _values_of, "_columns": tuple(columns)}
+    base = 56 + 8 * count
+    lines = [
+        "",
+        "    cls = row.__class__",
+        f"    if (cls is tuple or cls is list) and len(row) == {count}:",
+        f"        {', '.join(names)}{',' if count == 1 else ''} = row",
+        "    else:",
+        f"        {', '.join(names)}{',' if count == 1 else ''} = _values_of(row, _columns)",
+    ]
+    sizes: list[str] = []
+    for i, column in enumerate(columns):
+        v = names[i]
+        t = column.type
+        u = t.unwrapped()
+        nullable = t.nullable
+        seen: list[bool] | None = None
+        if u.name == "String":
+            seen = binary.setdefault(i, [False])
+        env[f"c{i}"] = _named(coercer_for(t, seen), column)
+        base += _base_size(t)
+        guard = f"{v} is not None and " if nullable else ""
+        if u.name in INT_RANGES:
+            lo, hi = INT_RANGES[u.name]
+            env[f"lo{i}"], env[f"hi{i}"] = lo, hi
+            test = f"({v}.__class__ is not int or {v} < lo{i} or {v} > hi{i})"
+        elif u.name == "Float64":
+            test = f"{v}.__class__ is not float"
+        elif u.name == "String":
+            test = f"{v}.__class__ is not str"
+            sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
+        elif u.name == "Bool":
+            test = f"({v} is not True and {v} is not False)"
+        else:
+            test = "True"
+        if nullable and test == "True":
+            lines.append(f"    if {v} is not None: {v} = c{i}({v})")
+        else:
+            lines.append(f"    if {guard}{test}: {v} = c{i}({v})")
+    size_expr = " + ".join([str(base), *sizes])
+    values = f"({', '.join(names)}{',' if count == 1 else ''})"
+    body = lines[1:]
+    encode_src = ["def encode(row):", *body, f"    return {values}, {size_expr}"]
+    append_src = ["def append(self, row):", *body, f"    self.rows.append({values})"]
+    source = "\n".join([*encode_src, "", *append_src, f"    return {size_expr}", ""])
+    code = compile(source, "<spate_clickhouse row encoder>", "exec")
+    exec(code, env)
+    return env["encode"], env["append"]  # type: ignore[return-value]

@@ -1,0 +1,176 @@
+"""The ClickHouse connector on the shared sink pool: buffers, replica writers, probes.
+
+:class:`ClickHouseConnector` is what :class:`~spate.sink.SinkPool` calls: ``new_buffer``
+(pipeline thread) gives a buffer whose ``append`` checks or coerces each value as the row
+arrives (:mod:`spate_clickhouse._encoder`), and ``open_writer`` gives one
+:class:`ClickHouseShardWriter` per replica. A writer sends one sealed batch as one
+``INSERT … FORMAT Native`` through clickhouse-connect's columnar insert, with the column
+types known in advance (no ``DESCRIBE`` per batch) and the pool's token as
+``insert_deduplication_token`` (with ``insert_deduplicate=1``): a retry — to the same
+replica or another replica of the same shard, which the pool decides — sends the same
+rows with the same token (B9, B11). Errors are translated by
+:mod:`spate_clickhouse._errors` (B12).
+
+``probe`` connects to the replica and runs the schema check of
+:mod:`spate_clickhouse._schema` (B20, B29). Everything about retries, breakers, failover,
+acks and metrics belongs to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from spate.errors import ErrorClass, SinkError
+from spate.sink import WriteBatch
+
+from spate_clickhouse._client import Endpoint, connect, parse_endpoint
+from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
+from spate_clickhouse._errors import to_sink_error
+from spate_clickhouse._schema import SchemaCheck, table_columns
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
+
+    from spate_clickhouse.config import ClickHouseSinkConfig
+
+logger = logging.getLogger(__name__)
+
+
+class ClickHouseConnector:
+    """Buffers and per-replica writers for one ClickHouse sink (a ``SinkConnector``)."""
+
+    def __init__(self, config: ClickHouseSinkConfig, name: str = "clickhouse") -> None:
+        self.config = config
+        self.name = name
+        self.specs = config.column_specs
+        self.column_names = [s.name for s in self.specs]
+        self.database = config.database_name
+        self.table = config.table_name
+        qualified = f"{self.database}.{self.table}" if self.database else self.table
+        self.schema = SchemaCheck(config.validate_schema, qualified, self.specs)
+        self._settings = config.insert_settings()
+        self._encoder: RowEncoder | None = None
+        self._lock = threading.Lock()
+
+    # -- SinkConnector -------------------------------------------------------------------
+
+    def new_buffer(self, shard: int) -> ColumnBuffer:
+        """An empty buffer for the next batch of ``shard``. Pipeline thread."""
+        encoder = self._encoder
+        if encoder is None:
+            encoder = self.encoder()
+        return encoder.new_buffer()
+
+    def open_writer(self, shard: int, replica: int, endpoint: str) -> ClickHouseShardWriter:
+        return ClickHouseShardWriter(self, parse_endpoint(endpoint), shard)
+
+    # -- shared state ------------------------------------------------------------------
+
+    def encoder(self) -> RowEncoder:
+        """The row encoder, built once the column types are known (after the probes)."""
+        with self._lock:
+            if self._encoder is None:
+                types = self.schema.types
+                if types is None:
+                    raise SinkError(
+                        f"sink {self.name}: the column types of {self.schema.table} are not "
+                        "known yet (no replica was probed)",
+                        ErrorClass.FATAL,
+                    )
+                columns = [Column(name, types[name]) for name in self.column_names]
+                self._encoder = RowEncoder(
+                    columns, strict_first=self.config.validate_schema == "full"
+                )
+            return self._encoder
+
+    def columns(self) -> list[Column]:
+        """The sink's columns with the types it writes with."""
+        return list(self.encoder().columns)
+
+    def insert_settings(self, token: str) -> dict[str, object]:
+        settings = dict(self._settings)
+        settings["insert_deduplicate"] = 1
+        settings["insert_deduplication_token"] = token
+        return settings
+
+
+class ClickHouseShardWriter:
+    """Writes sealed batches to one replica (a ``ShardWriter``)."""
+
+    def __init__(self, connector: ClickHouseConnector, endpoint: Endpoint, shard: int) -> None:
+        self.connector = connector
+        self.endpoint = endpoint.redacted
+        self._endpoint = endpoint
+        self._shard = shard
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        self._type_names: list[str] | None = None
+
+    def _get_client(self) -> Client:
+        with self._lock:
+            if self._client is None:
+                self._client = connect(self._endpoint, self.connector.config)
+            return self._client
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                logger.debug("closing the client of %s failed", self.endpoint, exc_info=True)
+
+    def probe(self) -> None:
+        """Connect and check the table on this replica (B20, B29). Blocks; start-up only."""
+        client = self._get_client()
+        check = self.connector.schema
+        if not check.needs_server and check.types is not None:
+            try:
+                client.ping()
+            except Exception as exc:
+                raise to_sink_error(exc, self.endpoint, "ping") from exc
+            return
+        if check.mode == "off" and check.types is not None:
+            return
+        try:
+            found = table_columns(client, self.connector.database, self.connector.table)
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
+        check.check(self.endpoint, found)
+
+    def write(self, batch: WriteBatch) -> None:
+        """One INSERT of the whole batch with its dedup token. Worker thread; blocks."""
+        connector = self.connector
+        buffer = batch.buffer
+        if not isinstance(buffer, ColumnBuffer):
+            raise SinkError(f"unexpected buffer type {type(buffer).__name__}", ErrorClass.FATAL)
+        encoder = connector.encoder()
+        names = connector.column_names
+        if self._type_names is None:
+            self._type_names = [str(c.type) for c in encoder.columns]
+        data = buffer.columns(len(names), encoder.binary_columns())
+        try:
+            client = self._get_client()
+            client.insert(
+                connector.table,
+                data,
+                column_names=names,
+                database=connector.database or None,
+                column_type_names=self._type_names,
+                column_oriented=True,
+                settings=connector.insert_settings(batch.token),
+            )
+        except SinkError:
+            raise
+        except Exception as exc:
+            error = to_sink_error(exc, self.endpoint)
+            if error.error_class is ErrorClass.RETRYABLE and not self._endpoint.embedded:
+                # a broken connection pool may hold dead sockets: start afresh next time
+                self._drop_client()
+            raise error from exc
+
+    def close(self) -> None:
+        self._drop_client()

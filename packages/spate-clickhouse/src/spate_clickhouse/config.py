@@ -1,0 +1,252 @@
+"""The ``clickhouse:`` sink section, decoded strictly by :func:`spate.config.decode`.
+
+Example (the ``sinks:`` map of ``examples/multi_table_split.yaml`` loads as written)::
+
+    clickhouse:
+      table: analytics.payments          # or table: payments + database: analytics
+      columns: [order_id, {amount_cents: Int64}, reason]   # a type may be declared
+      format: native
+      shards:
+        - replicas: ["http://ch-1a:8123", "http://ch-1b:8123"]
+          weight: 1
+      user: default
+      password: ""
+      settings: {insert_quorum: 2}       # passed to every INSERT; framework keys refused
+      compression: lz4                   # lz4 | zstd | none
+      timeouts: {connect: 10s, send_receive: 300s}
+      validate_schema: full              # off | names | full
+      router: key                        # key (FNV-1a of the record key) | distributed
+      sharding_key: xxHash64(order_id)   # with router: distributed
+      batch: {max_rows: 100000, max_bytes: 32MiB, linger: 1s}
+      inflight: {max_per_shard: 2}
+      retry: {initial: 100ms, max: 10s, multiplier: 2.0, jitter: 0.2, max_attempts: 0}
+      breaker: {failure_threshold: 5, open_for: 10s, half_open_probes: 1}
+      on_record_error: fail              # fail | skip
+
+Owns the keys, their defaults and cross-field rules; not the connection (``_client``) or
+the write (``_writer``). Upholds B17 (unknown keys and bad values are refused with their
+dotted path), B19 (``insert_deduplication_token``, ``insert_deduplicate`` and
+``wait_end_of_query`` belong to the framework and are refused in ``settings``) and B29.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spate.config import Duration
+from spate.errors import ErrorPolicy
+from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
+
+from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
+
+RESERVED_SETTINGS: frozenset[str] = frozenset(
+    {"insert_deduplication_token", "insert_deduplicate", "wait_end_of_query"}
+)
+"""Settings the sink sets itself on every INSERT (B9, B19)."""
+
+_SHARDING_KEY = re.compile(
+    r"^\s*(?:(?P<fn>xxHash64|intHash64)\s*\(\s*(?P<arg>[A-Za-z_][A-Za-z0-9_]*)\s*\)"
+    r"|(?P<col>[A-Za-z_][A-Za-z0-9_]*))\s*$"
+)
+_FALSY = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeoutsConfig:
+    """``timeouts:`` — how long a connection and one request may take."""
+
+    connect: Duration = 10.0
+    """Establishing a TCP connection to a replica."""
+    send_receive: Duration = 300.0
+    """Sending an INSERT and waiting for its answer; a replica that hangs longer is retried."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.connect <= 0:
+            yield "connect", f"must be positive, got {self.connect}s"
+        if self.send_receive <= 0:
+            yield "send_receive", f"must be positive, got {self.send_receive}s"
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """A configured column: its name and, if declared, its ClickHouse type."""
+
+    name: str
+    type: ChType | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClickHouseSinkConfig:
+    """One ClickHouse sink: destination, columns, endpoints, settings and pool keys."""
+
+    table: str = ""
+    """Destination table, ``table`` or ``database.table``."""
+    columns: tuple[str | dict[str, str], ...] = ()
+    """Column names in row order; an entry ``{name: Type}`` also declares the type."""
+    format: Literal["native"] = "native"
+    """Wire format of the INSERT (Native, encoded by clickhouse-connect)."""
+    shards: tuple[ShardConfig, ...] = ()
+    """Shards, each with its replica URLs (``http://``, ``https://`` or ``chdb://<dir>``)."""
+    database: str = ""
+    """Database of ``table`` (default: the user's default database)."""
+    user: str = "default"
+    password: str = ""
+    settings: dict[str, object] = field(default_factory=dict)
+    """ClickHouse settings sent with every INSERT (scalars only)."""
+    compression: Literal["lz4", "zstd", "none"] = "lz4"
+    """Compression of INSERT bodies over HTTP (``chdb://`` never compresses)."""
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    validate_schema: Literal["off", "names", "full"] = "names"
+    """Start-up check against ``system.columns`` on every replica (B20)."""
+    router: Literal["key", "distributed"] = "key"
+    """``key``: FNV-1a of the record key; ``distributed``: ClickHouse's own placement."""
+    sharding_key: str = ""
+    """With ``router: distributed``: ``column``, ``xxHash64(column)`` or ``intHash64(column)``."""
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    inflight: InflightConfig = field(default_factory=InflightConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    on_record_error: ErrorPolicy = ErrorPolicy.FAIL
+    """A row with a value its column cannot take: ``fail`` the pipeline or ``skip`` it."""
+
+    # -- derived views ------------------------------------------------------------------
+
+    @property
+    def column_specs(self) -> tuple[ColumnSpec, ...]:
+        """The columns with their declared types (call after validation)."""
+        specs: list[ColumnSpec] = []
+        for entry in self.columns:
+            if isinstance(entry, str):
+                specs.append(ColumnSpec(entry.strip()))
+            else:
+                ((name, type_name),) = entry.items()
+                specs.append(ColumnSpec(name.strip(), parse_type(type_name)))
+        return tuple(specs)
+
+    @property
+    def database_name(self) -> str:
+        """The database: from ``database`` or the ``db.`` prefix of ``table`` ('' = default)."""
+        if "." in self.table:
+            return self.table.split(".", 1)[0].strip("`")
+        return self.database
+
+    @property
+    def table_name(self) -> str:
+        return self.table.split(".", 1)[1].strip("`") if "." in self.table else self.table
+
+    @property
+    def sharding(self) -> tuple[str, str]:
+        """``(function, column)`` of the sharding key; function is '' for a bare column."""
+        match = _SHARDING_KEY.match(self.sharding_key)
+        if match is None:
+            raise ValueError(f"bad sharding key {self.sharding_key!r}")
+        if match.group("col"):
+            return "", match.group("col")
+        return match.group("fn"), match.group("arg")
+
+    # -- validation ---------------------------------------------------------------------
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        yield from self._table_errors()
+        yield from self._column_errors()
+        yield from self._shard_errors()
+        yield from self._settings_errors()
+        if self.router == "distributed":
+            if not self.sharding_key:
+                yield "sharding_key", "router: distributed needs a sharding_key"
+            elif _SHARDING_KEY.match(self.sharding_key) is None:
+                yield (
+                    "sharding_key",
+                    f"expected a column name, xxHash64(column) or intHash64(column), "
+                    f"got {self.sharding_key!r}",
+                )
+            else:
+                _, column = self.sharding
+                names = [c.name for c in self.column_specs] if self.columns else []
+                if column not in names:
+                    yield "sharding_key", f"column {column!r} is not one of the sink's columns"
+        elif self.sharding_key:
+            yield "sharding_key", "only used with router: distributed"
+
+    def _table_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.table.strip():
+            yield "table", "required key is missing"
+            return
+        if self.table.count(".") > 1 or not all(p.strip() for p in self.table.split(".")):
+            yield "table", f"expected table or database.table, got {self.table!r}"
+        elif "." in self.table and self.database and self.database != self.database_name:
+            yield (
+                "database",
+                f"{self.database!r} disagrees with the database in table {self.table!r}",
+            )
+
+    def _column_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.columns:
+            yield "columns", "required key is missing (list the columns in row order)"
+            return
+        seen: set[str] = set()
+        for i, entry in enumerate(self.columns):
+            if isinstance(entry, Mapping):
+                if len(entry) != 1:
+                    yield f"columns[{i}]", "a typed column is one {name: Type} pair"
+                    continue
+                ((name, type_name),) = entry.items()
+                try:
+                    parse_type(type_name)
+                except TypeSyntaxError as exc:
+                    yield f"columns[{i}]", str(exc)
+            else:
+                name = entry
+            name = name.strip()
+            if not name:
+                yield f"columns[{i}]", "a column name must not be empty"
+            elif name in seen:
+                yield f"columns[{i}]", f"column {name!r} is listed twice"
+            seen.add(name)
+
+    def _shard_errors(self) -> Iterator[tuple[str, str]]:
+        from spate_clickhouse._client import EndpointError, parse_endpoint
+
+        if not self.shards:
+            yield "shards", "at least one shard with one replica is required"
+            return
+        chdb_dirs: set[str] = set()
+        for i, shard in enumerate(self.shards):
+            for j, url in enumerate(shard.replicas):
+                try:
+                    endpoint = parse_endpoint(url)
+                except EndpointError as exc:
+                    yield f"shards[{i}].replicas[{j}]", str(exc)
+                    continue
+                if endpoint.chdb_path is not None:
+                    chdb_dirs.add(endpoint.chdb_path)
+        if len(chdb_dirs) > 1:
+            yield (
+                "shards",
+                "chdb:// runs one engine per process, so every chdb:// replica must name the "
+                f"same directory (got {', '.join(sorted(chdb_dirs))})",
+            )
+
+    def _settings_errors(self) -> Iterator[tuple[str, str]]:
+        for key, value in self.settings.items():
+            if key in RESERVED_SETTINGS:
+                yield f"settings.{key}", "is set by spate itself and cannot be passed through"
+            elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                yield f"settings.{key}", "is not a ClickHouse setting name"
+            elif not isinstance(value, (str, int, float, bool)):
+                yield f"settings.{key}", f"expected a scalar value, got {type(value).__name__}"
+        async_insert = str(self.settings.get("async_insert", "0")).strip().lower()
+        waits = str(self.settings.get("wait_for_async_insert", "1")).strip().lower()
+        if async_insert not in _FALSY and waits in _FALSY:
+            yield (
+                "settings.wait_for_async_insert",
+                "async_insert without waiting acknowledges rows before they are written, "
+                "which breaks at-least-once delivery; keep wait_for_async_insert: 1",
+            )
+
+    def insert_settings(self) -> dict[str, object]:
+        """The passthrough settings as sent (booleans as 0/1)."""
+        return {k: (int(v) if isinstance(v, bool) else v) for k, v in self.settings.items()}
