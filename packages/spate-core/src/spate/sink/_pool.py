@@ -205,25 +205,23 @@ class SinkPool:
         """
         router = self._router
         shard = self._shards[0] if router is None else self._shards[router.route(key, lane)]
-        with self._lock:
+        # One uncontended lock per row: worker threads seal lingering batches, so the
+        # open batch is shared. acquire/release in try/finally costs less than `with`.
+        lock = self._lock
+        lock.acquire()
+        try:
             batch = shard.open
             if batch is None:
-                if self._closed:
-                    raise RuntimeError(f"sink {self.name} is closed")
-                if len(shard.queue) >= self._queue_limit:
+                batch = self._open_batch(shard)
+                if batch is None:
                     return Offer.REJECTED
-                batch = shard.open = PoolBatch(
-                    shard.index, self._connector.new_buffer(shard.index), self._clock.monotonic()
-                )
-                self._cond.notify()  # a sleeping worker must learn the new linger deadline
             try:
                 size = batch.buffer.append(row)
+            except SinkError:
+                self._record_error(shard, batch)
+                raise
             except Exception as exc:
-                shard.m_errors["record"].inc()
-                if batch.rows == 0:
-                    shard.open = None
-                if isinstance(exc, SinkError):
-                    raise
+                self._record_error(shard, batch)
                 raise SinkError(
                     f"sink {self.name}: cannot encode row: {exc!r}", ErrorClass.RECORD
                 ) from exc
@@ -239,7 +237,27 @@ class SinkPool:
                 self._seal(shard, "max_rows")
             elif nbytes >= self._max_bytes:
                 self._seal(shard, "max_bytes")
+        finally:
+            lock.release()
         return Offer.ACCEPTED
+
+    def _open_batch(self, shard: Shard) -> PoolBatch | None:
+        """A new open batch for ``shard``, or None while its queue is full (lock held)."""
+        if self._closed:
+            raise RuntimeError(f"sink {self.name} is closed")
+        if len(shard.queue) >= self._queue_limit:
+            return None
+        batch = shard.open = PoolBatch(
+            shard.index, self._connector.new_buffer(shard.index), self._clock.monotonic()
+        )
+        self._cond.notify()  # a sleeping worker must learn the new linger deadline
+        return batch
+
+    def _record_error(self, shard: Shard, batch: PoolBatch) -> None:
+        """The buffer refused a row: count it and drop a still-empty batch (lock held)."""
+        shard.m_errors["record"].inc()
+        if batch.rows == 0:
+            shard.open = None
 
     def tick(self) -> None:
         """Checkpoint tick: seal every partial batch so its acks can resolve (B10)."""
