@@ -9,9 +9,7 @@
 * :class:`SequenceSource` and :func:`read_offsets`: generated lanes whose commits survive
   the process, for multi-process delivery tests;
 * :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
-* :class:`ManualClock`: time that moves only when told to;
-* plugin factories (``memory_source_factory``, ``sequence_source_factory``,
-  ``capture_sink_factory``, ``file_sink_factory``) for YAML pipelines.
+* :class:`ManualClock`: time that moves only when told to.
 """
 
 from spate._clock import ManualClock
@@ -27,20 +25,6 @@ from spate.testing._capture_sink import (
     capture_sink,
     delay,
 )
-from spate.testing._factories import (
-    CaptureSinkConfig,
-    CaptureSinkFactory,
-    FileSinkConfig,
-    FileSinkFactory,
-    MemorySourceConfig,
-    MemorySourceFactory,
-    SequenceSourceConfig,
-    SequenceSourceFactory,
-    capture_sink_factory,
-    file_sink_factory,
-    memory_source_factory,
-    sequence_source_factory,
-)
 from spate.testing._file_sink import FileSink, read_file_sink
 from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
 from spate.testing._processors import CopyToSinkProcessor
@@ -55,16 +39,10 @@ __all__ = [
     "BufferedSink",
     "CaptureScript",
     "CaptureSink",
-    "CaptureSinkConfig",
-    "CaptureSinkFactory",
     "CopyToSinkProcessor",
     "FileSink",
-    "FileSinkConfig",
-    "FileSinkFactory",
     "ManualClock",
     "MemorySource",
-    "MemorySourceConfig",
-    "MemorySourceFactory",
     "MemorySourceHandle",
     "Outcome",
     "Row",
@@ -72,18 +50,12 @@ __all__ = [
     "ScriptedWriter",
     "SealedBatch",
     "SequenceSource",
-    "SequenceSourceConfig",
-    "SequenceSourceFactory",
     "WriteAttempt",
     "capture_sink",
-    "capture_sink_factory",
     "delay",
-    "file_sink_factory",
     "memory_source",
-    "memory_source_factory",
     "read_file_sink",
     "read_offsets",
     "scripted_pool",
     "sequence_payload",
-    "sequence_source_factory",
 ]
