@@ -123,8 +123,8 @@ def test_5xx_for_some_seconds_recovers_by_itself(front: ChFront) -> None:
 
 def test_slow_answer_times_out_the_client_while_the_insert_still_lands(front: ChFront) -> None:
     """The ambiguous write: the client gives up, the server finishes (why B9 tokens matter)."""
-    client = front.client(send_receive_timeout=1)
-    front.inject("slow", delay=4, only="insert")
+    client = front.client(send_receive_timeout=2)
+    front.inject("slow", delay=60, only="insert")
     with pytest.raises(OperationalError) as timed_out:
         insert_one(client)
     assert any(type(c).__name__ == "ReadTimeoutError" for c in causes(timed_out.value))
