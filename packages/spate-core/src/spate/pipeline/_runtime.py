@@ -193,6 +193,11 @@ class PipelineRuntime:
                         ", ".join(map(str, sorted(lanes))),
                     )
             final = self.tracker.revoke(lanes)
+            if self._closing:
+                # Revoked while the source closes, after the final synchronous commit:
+                # only positions that still moved need committing.
+                done = self._committer.committed
+                final = {lane: pos for lane, pos in final.items() if done.get(lane) != pos}
             if final and not self._committer.commit_now(sync=True, positions=final):
                 self.fail(f"synchronous commit on revocation of {sorted(map(str, lanes))} failed")
             self._committer.forget(lanes)
