@@ -36,6 +36,7 @@ from spate.sink import (
     WriteBatch,
 )
 
+from spate_kafka._logging import LIBRDKAFKA_LOG
 from spate_kafka._passthrough import PRODUCER_OWNED, passthrough_errors
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,11 @@ class KafkaSinkConfig:
             yield f"rdkafka.{key}", message
 
     def producer_settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = {"linger.ms": 5, "batch.num.messages": 10_000}
+        settings: dict[str, Any] = {
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "logger": LIBRDKAFKA_LOG,
+        }
         settings.update(self.rdkafka)
         settings.update(
             {

@@ -37,6 +37,7 @@ from spate.metrics import names as metric_names
 from spate.records import Lane, PayloadBatch
 from spate.source import SourceEvents
 
+from spate_kafka._logging import LIBRDKAFKA_LOG
 from spate_kafka.config import KafkaSourceConfig
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class KafkaSource:
         self._lag: dict[int, GaugeSeries] = {}
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
+        self._subscribed = False
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -107,6 +109,8 @@ class KafkaSource:
         self._events = events
         settings: dict[str, Any] = dict(self._config.consumer_settings())
         settings["error_cb"] = self._on_error
+        # librdkafka's own log lines go through logging, not straight to stderr.
+        settings["logger"] = LIBRDKAFKA_LOG
         if self._config.statistics_interval > 0:
             settings["stats_cb"] = self._on_stats
         try:
@@ -150,6 +154,7 @@ class KafkaSource:
             )
         consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._last_assignment_change = time.monotonic()
+        self._subscribed = True
         logger.info(
             "kafka source subscribed topic=%s group=%s brokers=%s",
             self._topic,
@@ -389,7 +394,8 @@ class KafkaSource:
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
             self._fatal = SourceError(f"kafka: fatal client error: {error.str()}", ErrorClass.FATAL)
-        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN and self._subscribed:
+            # Before subscribing, start() reports unreachable brokers itself (B29).
             logger.warning("kafka: all brokers down (%s); retrying", self._config.brokers)
         else:
             logger.debug("kafka client error: %s", error.str())
