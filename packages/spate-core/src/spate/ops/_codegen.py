@@ -141,6 +141,7 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(b + 1, "start = cursor.next_index")
     w.line(b, "n_in = 0")
     w.line(b, f"outs = [0] * {nsinks}")
+    w.line(b, "n_out = 0")
     w.line(b, "d_filter = 0")
     w.line(b, "d_fm_empty = 0")
     w.line(b, "d_empty = 0")
@@ -180,6 +181,8 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(L, "n_in += 1")
         _gen_steps(w, rt, 0, L, [])
     w.line(b, "finally:")
+    if rt.sink_index is not None:
+        w.line(b + 1, f"outs[{rt.sink_index}] += n_out")
     w.line(b + 1, "rt.count_batch(n_in, outs, d_filter, d_fm_empty, d_empty)")
     w.line(b, "return None")
     w.line(0, "")
@@ -244,7 +247,7 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
             ind + 1,
             f"return Stalled(Cursor(i + 1, {frames}, (({s}, v),)), 'sink_full', names[{s}])",
         )
-        w.line(ind, f"outs[{s}] += 1")
+        w.line(ind, "n_out += 1")
         return
     w.line(ind, "buf.clear()")
     w.line(ind, "try:")

@@ -18,7 +18,8 @@ shard, acks, the byte budget, metrics and threads — DESIGN §7):
 The pool calls ``write`` on its worker threads, never on the pipeline thread, and never
 twice at once for the same batch. A retried batch is the same buffer with the same
 ``token`` (B9): connectors send the token as their server's deduplication token
-(ClickHouse ``insert_deduplication_token``).
+(ClickHouse ``insert_deduplication_token``), and ``write`` must leave the buffer as it
+found it so that a retry sends the same rows.
 """
 
 from __future__ import annotations
