@@ -80,6 +80,7 @@ class Leader:
         # split -> (assignment revision, monotonic time the revoke was first seen)
         self._revokes: dict[str, tuple[int, float]] = {}
         self._was_leader = False
+        self._last_live: frozenset[str] | None = None
 
     @property
     def lease(self) -> Lease:
@@ -161,7 +162,7 @@ class Leader:
                 current[split] = record.revoke_to
             elif record.owner in live:
                 current[split] = record.owner
-        target = assign(pending, live, current)
+        target = self._targets(pending, live, current)
 
         now = self._clock.monotonic()
         assigned = revoked = forced = 0
@@ -230,6 +231,29 @@ class Leader:
                         )
                 self._revokes.pop(split, None)
         return LeaderReport(len(live), len(weights), len(completed), assigned, revoked, forced)
+
+    def _targets(
+        self, pending: dict[str, float], live: set[str], current: dict[str, str]
+    ) -> dict[str, str]:
+        """Where each pending split should be; moves only when they are worth a drain.
+
+        Completing splits shifts the loads all the time; rebalancing on every such
+        shift would revoke (and drain) splits over and over near the end of a job. So
+        the full :func:`assign` runs only when the live set changed, when a split has
+        no live owner, or when a worker sits idle while another still has two or more
+        splits waiting; otherwise the current owners stay.
+        """
+        live_now = frozenset(live)
+        changed = live_now != self._last_live
+        self._last_live = live_now
+        orphans = any(split not in current for split in pending)
+        counts = dict.fromkeys(live, 0)
+        for owner in current.values():
+            counts[owner] += 1
+        idle = bool(counts) and min(counts.values()) == 0 and max(counts.values()) >= 2
+        if changed or orphans or idle:
+            return assign(pending, live, current)
+        return dict(current)
 
 
 def _decode_all(entries: list[Entry], prefix: str) -> dict[str, Entry]:

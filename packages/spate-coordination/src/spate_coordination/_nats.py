@@ -37,6 +37,7 @@ from spate_coordination.config import NatsStoreConfig
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.js.client import JetStreamContext
     from nats.js.kv import KeyValue
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class NatsStore:
         self._durable_name, self._lease_name = bucket_names(config, job)
         self._nc: Client | None = None
         self._buckets: dict[Keyspace, KeyValue] = {}
+        self._js: JetStreamContext | None = None
         self._closing = False
 
     @property
@@ -137,7 +139,7 @@ class NatsStore:
                 f"cannot connect to NATS at {self.endpoint} within {cfg.connect_timeout:g}s: "
                 f"{exc or type(exc).__name__}"
             ) from exc
-        js = self._nc.jetstream(timeout=cfg.request_timeout)
+        js = self._js = self._nc.jetstream(timeout=cfg.request_timeout)
         try:
             for space, name, ttl in (
                 (Keyspace.DURABLE, self._durable_name, None),
@@ -190,6 +192,7 @@ class NatsStore:
         self._closing = True
         nc, self._nc = self._nc, None
         self._buckets.clear()
+        self._js = None
         if nc is not None and not nc.is_closed:
             try:
                 await nc.close()
@@ -197,7 +200,12 @@ class NatsStore:
                 logger.debug("error while closing the NATS connection", exc_info=True)
 
     async def _on_error(self, exc: Exception) -> None:
-        logger.warning("NATS client error at %s: %r", self.endpoint, exc)
+        nc = self._nc
+        if self._closing or (nc is not None and nc.is_reconnecting):
+            # Each failed reconnect attempt lands here; the disconnect was logged once.
+            logger.debug("NATS client error at %s: %r", self.endpoint, exc)
+        else:
+            logger.warning("NATS client error at %s: %r", self.endpoint, exc)
 
     async def _on_disconnected(self) -> None:
         if self._closing:
@@ -278,20 +286,37 @@ class NatsStore:
 
     async def list(self, space: Keyspace, prefix: str) -> list[Entry]:
         import nats.errors
+        import nats.js.errors
 
         check_prefix(prefix)
         kv = self._kv(space)
+        bucket = self._durable_name if space is Keyspace.DURABLE else self._lease_name
+        subject_prefix = f"$KV.{bucket}."
         timeout = self._config.request_timeout
         out: dict[str, Entry] = {}
         try:
-            # An ordered consumer delivering the last message per subject, then a None
-            # marker: the bucket's current contents under the prefix.
+            # 1. Which keys exist now: the stream's subjects under the prefix.
+            if self._js is None:
+                raise StoreUnavailableError(f"the NATS store at {self.endpoint} is not open")
+            info = await self._js.stream_info(
+                f"KV_{bucket}", subjects_filter=f"{subject_prefix}{prefix}>"
+            )
+            wanted = {s[len(subject_prefix) :] for s in (info.state.subjects or {})}
+            if not wanted:
+                return []
+            # 2. Their values through one ordered consumer (last message per subject).
+            # Neither nats-py's "no more values" marker nor a value's pending count is
+            # reliable while keys are being rewritten (a rewrite can make the server
+            # skip the old message before the new one is counted), so read until every
+            # wanted key was seen or nothing is pending, then fetch stragglers one by one.
+            seen: set[str] = set()
             watcher: Any = await kv.watch(prefix + ">")
             try:
-                while True:
+                while not wanted <= seen:
                     item = await watcher.updates(timeout=timeout)
                     if item is None:
-                        break
+                        continue
+                    seen.add(item.key)
                     if item.operation in _DELETE_OPS:
                         out.pop(item.key, None)
                     else:
@@ -300,6 +325,12 @@ class NatsStore:
                         break
             finally:
                 await watcher.stop()
+            for key in sorted(wanted - seen):
+                try:
+                    entry = await kv.get(key)
+                except nats.js.errors.KeyNotFoundError:
+                    continue
+                out[key] = Entry(key, bytes(entry.value or b""), int(entry.revision or 0))
         except (TimeoutError, nats.errors.Error) as exc:
             raise self._unavailable("list", prefix + ">", exc) from exc
         return [out[k] for k in sorted(out)]
