@@ -1,0 +1,109 @@
+"""Runs the ClickHouse sink against a ``chdb://`` replica in a process of its own.
+
+chDB hosts one engine (one data directory) per process, so tests that write through a
+``chdb://`` URL run this module as a child: ``python -m tests.clickhouse.chdb_child MODE DIR
+[COUNT]``. The last line printed is a JSON result the test asserts on.
+
+Modes:
+
+* ``alltypes`` — COUNT rows of every supported type through the sink; read back and
+  compared with what was sent;
+* ``dedup`` — one batch written, then the same batch again with the same dedup token (a
+  retry): the table keeps one copy; a new token adds a copy (B9);
+* ``schema`` — a configured column missing from the table fails start-up (B20).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import clickhouse_connect
+from spate.errors import SinkError
+from spate.sink import WriteBatch
+
+from tests.clickhouse.sinkkit import Driver, build_sink
+from tests.support.chfront import alltypes
+
+
+def _alltypes(url: str, client: Any, count: int) -> dict[str, Any]:
+    client.command(alltypes.create_table_sql("alltypes_sink"))
+    built = build_sink(
+        {
+            "table": "alltypes_sink",
+            "columns": list(alltypes.NAMES),
+            "shards": [{"replicas": [url]}],
+            "validate_schema": "full",
+            "batch": {"max_rows": count // 3 + 1},
+        }
+    )
+    built.sink.start()
+    sent = alltypes.rows(count)
+    driver = Driver(built.sink)
+    driver.offer_all(sent)
+    driver.finish()
+    built.sink.close()
+    back = client.query(f"SELECT {', '.join(alltypes.NAMES)} FROM alltypes_sink ORDER BY id")
+    got = [alltypes.normalise(r) for r in back.result_rows]
+    return {
+        "rows": len(got),
+        "equal": got == [alltypes.normalise(r) for r in sent],
+        "delivered": driver.all_delivered,
+    }
+
+
+def _dedup(url: str, client: Any) -> dict[str, Any]:
+    client.command(
+        "CREATE TABLE dedup (id UInt64, s String) ENGINE = MergeTree ORDER BY id "
+        "SETTINGS non_replicated_deduplication_window = 100"
+    )
+    built = build_sink({"table": "dedup", "columns": ["id", "s"], "shards": [{"replicas": [url]}]})
+    pool = built.sink
+    pool.start()
+    connector = pool._connector  # the sink's own connector, as the pool's workers use it
+    writer = connector.open_writer(0, 0, url)
+    buffer = connector.new_buffer(0)
+    for i in range(500):
+        buffer.append((i, f"row {i}"))
+    counts = []
+    for attempt, token in ((1, "p-run-0-1"), (2, "p-run-0-1"), (1, "p-run-0-2")):
+        writer.write(WriteBatch(buffer, 500, 0, 0, 1, token, attempt))
+        counts.append(client.query("SELECT count() FROM dedup").result_rows[0][0])
+    writer.close()
+    pool.close()
+    return {"counts": counts}
+
+
+def _schema(url: str, client: Any) -> dict[str, Any]:
+    client.command("CREATE TABLE narrow (id UInt64) ENGINE = MergeTree ORDER BY id")
+    built = build_sink(
+        {"table": "narrow", "columns": ["id", "extra"], "shards": [{"replicas": [url]}]}
+    )
+    try:
+        built.sink.start()
+    except SinkError as exc:
+        return {"error": exc.reason, "class": exc.error_class.value}
+    finally:
+        built.sink.close()
+    return {"error": None}
+
+
+def main(argv: list[str]) -> int:
+    mode, directory = argv[0], argv[1]
+    url = f"chdb://{directory}"
+    client = clickhouse_connect.get_client(interface="chdb", path=directory)
+    if mode == "alltypes":
+        result = _alltypes(url, client, int(argv[2]))
+    elif mode == "dedup":
+        result = _dedup(url, client)
+    elif mode == "schema":
+        result = _schema(url, client)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+"""Helpers for the ClickHouse sink's integration tests: build a sink, drive rows through it.
+
+``build_sink(body, name)`` decodes a ``clickhouse:`` body and builds the sink as the
+runtime would (through the entry-point factory, with its own meter, a real clock and byte
+budget). :class:`Driver` plays the pipeline thread: it offers rows with one ack per source
+batch, waits and offers again while the sink refuses (counting how often: that is the
+source being backpressured), releases the chain's hold on each ack, and flushes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spate._clock import SystemClock
+from spate.checkpoint._ack import AckStatus, AckToken
+from spate.config import decode
+from spate.flow._budget import InflightBudget
+from spate.metrics._meter import Meter
+from spate.plugins import BuildContext
+from spate.records import Lane
+from spate.sink import Offer
+from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
+
+_names = itertools.count()
+
+
+@dataclass
+class BuiltSink:
+    sink: Any
+    meter: Meter
+    component: str
+    pipeline: str
+    budget: InflightBudget
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The current value of one series of this sink (0 when it has no sample yet)."""
+        full = {"pipeline": self.pipeline, "component": self.component, "component_type": "sink"}
+        full.update(labels)
+        value = self.meter.registry.get_sample_value(name, full)
+        return 0.0 if value is None else float(value)
+
+
+def build_sink(body: dict[str, Any], name: str = "events", *, io_threads: int = 2) -> BuiltSink:
+    config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
+    pipeline = f"chtest{next(_names)}"
+    meter = Meter(pipeline)
+    budget = InflightBudget(1 << 34)
+    context = BuildContext(
+        pipeline=pipeline,
+        component=name,
+        meter=meter,
+        clock=SystemClock(),
+        run_nonce=f"nonce{time.monotonic_ns()}",
+        budget=budget,
+        io_threads=io_threads,
+    )
+    sink = ClickHouseSinkFactory.build(config, context)
+    return BuiltSink(sink, meter, name, pipeline, budget)
+
+
+@dataclass
+class Driver:
+    """Offers rows like the pipeline thread does, one ack per ``batch_rows`` rows."""
+
+    sink: Any
+    batch_rows: int = 1000
+    rejections: int = 0
+    statuses: list[AckStatus] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _seq: int = 0
+
+    def _resolved(self, token: AckToken) -> None:
+        with self._lock:
+            self.statuses.append(token.status)
+
+    def offer_all(
+        self,
+        rows: Sequence[object],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int = 0,
+        timeout: float = 120.0,
+    ) -> None:
+        """Offer every row (waiting while refused); raises after ``timeout`` of refusals."""
+        lane = Lane("test", partition)
+        deadline = time.monotonic() + timeout
+        for start in range(0, len(rows), self.batch_rows):
+            chunk = rows[start : start + self.batch_rows]
+            self._seq += 1
+            ack = AckToken(lane, 0, self._seq, start + len(chunk), len(chunk), self._resolved)
+            for i, row in enumerate(chunk):
+                key = keys[start + i] if keys is not None else None
+                while self.sink.offer(row, key, lane, ack) is Offer.REJECTED:
+                    self.rejections += 1
+                    if time.monotonic() > deadline:
+                        ack.release(False)
+                        raise TimeoutError(f"the sink refused rows for {timeout}s")
+                    time.sleep(0.005)
+            ack.release(True)
+
+    def finish(self, timeout: float = 120.0) -> bool:
+        """Flush everything; True when all was written."""
+        return bool(self.sink.flush(time.monotonic() + timeout))
+
+    @property
+    def all_delivered(self) -> bool:
+        return bool(self.statuses) and all(s is AckStatus.DELIVERED for s in self.statuses)
+
+
+def rows_of(client: Any, sql: str) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in client.query(sql).result_rows]
+
+
+def ids_on(clients: Iterable[Any], table: str, column: str = "id") -> list[int]:
+    """Every value of ``column`` on these replicas (with repeats)."""
+    found: list[int] = []
+    for client in clients:
+        found.extend(int(r[0]) for r in client.query(f"SELECT {column} FROM {table}").result_rows)
+    return found
+
+
+class GaugeWatcher:
+    """Samples one series in the background and remembers the largest value seen."""
+
+    def __init__(self, built: BuiltSink, name: str, **labels: str) -> None:
+        self.peak = 0.0
+        self._built, self._name, self._labels = built, name, labels
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._built.metric(self._name, **self._labels))
+            self._stop.wait(0.02)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak
