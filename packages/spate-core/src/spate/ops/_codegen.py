@@ -37,8 +37,10 @@ interpreter is checked by a property test (B3).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from spate.checkpoint._ack import AckToken
@@ -273,6 +275,12 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
     w.line(E, "outs[s] += 1")
 
 
+@functools.lru_cache(maxsize=256)
+def _compile_shape(source: str) -> CodeType:
+    """Compile generated source once per chain shape (the source depends only on it)."""
+    return compile(source, "<spate fused chain>", "exec")
+
+
 class FusedChain:
     """A chain compiled into one generated loop; implements ``BatchProcessor``."""
 
@@ -302,8 +310,7 @@ class FusedChain:
             "handle_index": rt.handle_index,
         }
         namespace: dict[str, Any] = {}
-        code = compile(self.source, f"<spate chain {rt.component}: {rt.describe()}>", "exec")
-        exec(code, namespace)
+        exec(_compile_shape(self.source), namespace)
         self._process: ProcessFn = namespace["_make"](env)
         logger.debug("compiled chain %s: %s", rt.component, rt.describe())
 
