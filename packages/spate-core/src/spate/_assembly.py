@@ -77,6 +77,7 @@ def assemble(
             run_nonce=run_nonce,
             budget=budget,
             io_threads=config.pipeline.io_threads,
+            coordination=config.coordination,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name

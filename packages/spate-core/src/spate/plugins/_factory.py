@@ -16,6 +16,7 @@ name.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -48,7 +49,9 @@ class BuildContext:
     ``component`` is the name the component's metrics and logs carry (``source``,
     ``deserializer`` or the sink's name). ``run_nonce`` is unique per process run (dedup
     tokens, B9). ``budget`` is the pipeline's in-flight byte budget (sinks count what
-    they hold against it). ``io_threads`` is ``pipeline.io_threads``.
+    they hold against it). ``io_threads`` is ``pipeline.io_threads``. ``coordination``
+    is the configuration's top-level ``coordination`` section, undecoded (``None`` when
+    absent), for sources that split work across instances; spate-coordination decodes it.
     """
 
     pipeline: str
@@ -58,6 +61,7 @@ class BuildContext:
     run_nonce: str
     budget: ByteBudget
     io_threads: int = 2
+    coordination: Mapping[str, object] | None = None
 
 
 ConfigT = TypeVar("ConfigT")
