@@ -1,0 +1,66 @@
+"""How every benchmark measures (DESIGN §12), in one place.
+
+Both sides do the same work on the same data; they run interleaved (framework,
+baseline, framework, …), each at least three times after one warm-up run each, in one
+invocation. The report gives each side's median, the ratio of medians
+(``ratio: 0.93`` = the framework reaches 93% of the baseline's throughput) and the
+process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+Side = Callable[[], int]
+"""One measured run: does the work and returns how many records it handled."""
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process (and its finished children), in MiB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
+
+
+def compare(
+    title: str,
+    framework: Side,
+    baseline: Side,
+    *,
+    runs: int | None = None,
+    warmup: bool = True,
+) -> float:
+    """Run both sides interleaved and print the report; return the ratio of medians."""
+    runs = runs if runs is not None else max(3, env_int("SPATE_BENCH_RUNS", 3))
+    sides = {"framework": framework, "baseline": baseline}
+    if warmup:
+        for side in sides.values():
+            side()
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    counts: dict[str, int] = {}
+    for _ in range(runs):
+        for name, side in sides.items():
+            start = time.perf_counter()
+            counts[name] = side()
+            times[name].append(time.perf_counter() - start)
+    print(f"== {title}")
+    for name, measured in times.items():
+        median = statistics.median(measured)
+        rate = counts[name] / median if median > 0 else float("inf")
+        listed = ", ".join(f"{t:.3f}" for t in measured)
+        print(
+            f"{name}: {counts[name]:,} records, median {median:.3f}s ({rate:,.0f}/s); runs {listed}"
+        )
+    ratio = statistics.median(times["baseline"]) / statistics.median(times["framework"])
+    print(f"ratio: {ratio:.2f}")
+    print(f"peak RSS: {peak_rss_mib():.0f} MiB")
+    return ratio
