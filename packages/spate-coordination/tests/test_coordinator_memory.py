@@ -134,12 +134,12 @@ def test_b24_a_new_worker_gets_splits_through_cooperative_revocation() -> None:
         a = make(store, clock, "a")
         await a.start()
         await a.publish_plan(plan(4))
-        await rounds([a], clock, 2)
+        await rounds([a], clock, 4)
         assert len(a.owned()) == 4
         a.take_events()
         b = make(store, clock, "b")
         await b.start()
-        await rounds([a, b], clock, 2)
+        await rounds([a, b], clock, 4)
         revokes = [e for e in a.take_events() if e.kind is SplitEventKind.REVOKE_REQUESTED]
         assert len(revokes) == 2
         # Until a releases, b holds (absent means hold): nothing is owned twice.
@@ -166,10 +166,10 @@ def test_b24_revocation_is_forced_after_the_drain_deadline() -> None:
         a = make(store, clock, "a")
         await a.start()
         await a.publish_plan(plan(2))
-        await rounds([a], clock, 2)
+        await rounds([a], clock, 4)
         b = make(store, clock, "b")
         await b.start()
-        await rounds([a, b], clock, 2)
+        await rounds([a, b], clock, 4)
         (revoke,) = [e for e in a.take_events() if e.kind is SplitEventKind.REVOKE_REQUESTED]
         # a never releases. It stops owning at its deadline; b gets it only afterwards.
         while revoke.split_id in a.owned():
@@ -199,15 +199,14 @@ def test_b24_zombie_progress_write_is_refused_by_the_epoch_compare_and_set() -> 
         zombie = make(store, zombie_clock, "z")
         await zombie.start()
         await zombie.publish_plan(plan(3))
-        await zombie.step()
-        await zombie.step()
+        await rounds([zombie], zombie_clock, 4)
         owned = zombie.owned()
         assert len(owned) == 3
         # Time passes for everyone but the zombie; its heartbeat expires in the store.
         clock.advance(LEASE + POLL)
         successor = make(store, clock, "y")
         await successor.start()
-        await rounds([successor], clock, 4)
+        await rounds([successor], clock, 5)
         assert set(successor.owned()) == set(owned)
         for split, mine in owned.items():
             result = await zombie.commit_progress(split, mine.epoch, b"zombie")
@@ -233,7 +232,7 @@ def test_b24_an_instance_that_cannot_renew_for_a_lease_stops_working() -> None:
         a = make(store, clock, "a")
         await a.start()
         await a.publish_plan(plan(2))
-        await rounds([a], clock, 2)
+        await rounds([a], clock, 4)
         owned = a.owned()
         assert len(owned) == 2
         a.take_events()
@@ -245,7 +244,7 @@ def test_b24_an_instance_that_cannot_renew_for_a_lease_stops_working() -> None:
         events = a.take_events()
         assert {e.split_id for e in events if e.kind is SplitEventKind.FORCED} == set(owned)
         # It joins again as a fresh member and works at a new epoch.
-        await rounds([a], clock, 3)
+        await rounds([a], clock, 5)
         assert {s: o.epoch for s, o in a.owned().items()} == {s: 2 for s in owned}
 
     asyncio.run(scenario())
@@ -327,7 +326,7 @@ def test_metrics_follow_ownership_and_leadership() -> None:
         core = CoordinatorCore(config, store, clock=clock, meter=meter)
         await core.start()
         await core.publish_plan(plan(3))
-        await rounds([core], clock, 2)
+        await rounds([core], clock, 6)
         split, mine = next(iter(core.owned().items()))
         await core.mark_completed(split, mine.epoch)
 
@@ -351,3 +350,71 @@ def test_metrics_follow_ownership_and_leadership() -> None:
         assert count is not None and count > 0
 
     asyncio.run(scenario())
+
+
+def test_b24_a_fleet_starting_together_is_assigned_without_revocations() -> None:
+    """The leader waits for the live set to settle before the first assignment."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(60))
+        await rounds([a], clock, 1)
+        others = [make(store, clock, n) for n in ("b", "c")]
+        for core in others:
+            await core.start()
+        cores = [a, *others]
+        await rounds(cores, clock, 6)
+        assert sorted(len(c.owned()) for c in cores) == [20, 20, 20]
+        kinds = {e.kind for c in cores for e in c.take_events()}
+        assert kinds == {SplitEventKind.ASSIGNED}
+
+    asyncio.run(scenario())
+
+
+def test_coordinator_runs_in_its_own_thread_with_a_blocking_api() -> None:
+    """The pipeline-thread API: real clock, background loop, two instances (B24)."""
+    import time
+
+    from spate_coordination import Coordinator
+
+    store = MemoryStore(1.0)
+    configs = [
+        CoordinationConfig(
+            store={"memory": {}},
+            job="threaded",
+            instance_id=name,
+            lease_duration=1.0,
+            poll_interval=0.05,
+            drain_deadline=0.5,
+        )
+        for name in ("t1", "t2")
+    ]
+    coordinators = [Coordinator(c, store, meter=Meter(c.instance_id)) for c in configs]
+    for coordinator in coordinators:
+        coordinator.start()
+    try:
+        assert coordinators[0].publish_plan(plan(6))
+        deadline = time.monotonic() + 10
+        while sorted(len(c.owned()) for c in coordinators) != [3, 3]:
+            assert time.monotonic() < deadline, [c.owned() for c in coordinators]
+            for c in coordinators:
+                for event in c.take_events():
+                    if event.kind is SplitEventKind.REVOKE_REQUESTED:
+                        c.release(event.split_id, event.epoch)
+            time.sleep(0.02)
+        with pytest.raises(DuplicateInstanceError):
+            Coordinator(configs[0], store).start()
+        for c in coordinators:
+            for split, owned in c.owned().items():
+                assert c.commit_progress(split, owned.epoch, b"\x00\x01") is (
+                    ProgressWrite.ACCEPTED
+                )
+                assert c.read_progress(split) == b"\x00\x01"
+                assert c.mark_completed(split, owned.epoch) is ProgressWrite.ACCEPTED
+        assert all(c.wait_job_complete(10) for c in coordinators)
+    finally:
+        for coordinator in coordinators:
+            coordinator.stop()

@@ -156,3 +156,48 @@ def test_b24_ttl_entries_expire_after_their_last_write(make_store: StoreMaker) -
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_b24_list_sees_every_key_while_the_keys_are_being_rewritten(
+    make_store: StoreMaker,
+) -> None:
+    """Heartbeats are rewritten all the time; a listing that missed one would make the
+    leader think a live worker dead and move its splits without a drain."""
+
+    async def scenario() -> None:
+        reader, writer = await make_store(), await make_store()
+        if isinstance(reader, MemoryStore):
+            writer = reader  # one process-local store
+        try:
+            space = Keyspace.TTL
+            revisions = {}
+            for i in range(3):
+                revision = await writer.create(space, f"member.m{i}", b"hb")
+                assert revision is not None
+                revisions[i] = revision
+            stop = asyncio.Event()
+
+            async def rewrite() -> None:
+                while not stop.is_set():
+                    for i in range(3):
+                        revision = await writer.compare_and_set(
+                            space, f"member.m{i}", b"hb", revisions[i]
+                        )
+                        assert revision is not None
+                        revisions[i] = revision
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(rewrite())
+            try:
+                for _ in range(100):
+                    keys = [e.key for e in await reader.list(space, "member.")]
+                    assert keys == ["member.m0", "member.m1", "member.m2"]
+            finally:
+                stop.set()
+                await task
+        finally:
+            await reader.close()
+            if writer is not reader:
+                await writer.close()
+
+    asyncio.run(scenario())

@@ -308,7 +308,9 @@ class CoordinatorCore:
     async def close(self, *, release: bool = True) -> None:
         """Leave the job: release owned splits (unless ``release`` is False), resign, close."""
         try:
-            if release:
+            if release and self._membership.alive():
+                # One failure (the store is away) ends the attempt: the leases expire
+                # on their own and successors take over after lease_duration.
                 for split in list(self._owned):
                     owned = self._owned.get(split)
                     if owned is not None:

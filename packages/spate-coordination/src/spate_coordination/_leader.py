@@ -81,6 +81,9 @@ class Leader:
         self._revokes: dict[str, tuple[int, float]] = {}
         self._was_leader = False
         self._last_live: frozenset[str] | None = None
+        self._live_changed_at = 0.0
+        self._rebalance_due = False
+        self._settle = 2 * poll_interval
 
     @property
     def lease(self) -> Lease:
@@ -239,19 +242,29 @@ class Leader:
 
         Completing splits shifts the loads all the time; rebalancing on every such
         shift would revoke (and drain) splits over and over near the end of a job. So
-        the full :func:`assign` runs only when the live set changed, when a split has
-        no live owner, or when a worker sits idle while another still has two or more
-        splits waiting; otherwise the current owners stay.
+        the full :func:`assign` runs only when the live set changed (once it has been
+        stable for two poll intervals), when a split has no live owner, or when a worker
+        sits idle while another still has two or more splits waiting; otherwise the
+        current owners stay.
         """
         live_now = frozenset(live)
-        changed = live_now != self._last_live
-        self._last_live = live_now
+        now = self._clock.monotonic()
+        if live_now != self._last_live:
+            self._last_live = live_now
+            self._live_changed_at = now
+            self._rebalance_due = True
+        if now - self._live_changed_at < self._settle:
+            # Members are joining or leaving (a fleet starting up, a leader just
+            # elected): wait for the set to settle instead of assigning everything to
+            # the first arrivals and revoking it again a moment later.
+            return dict(current)
         orphans = any(split not in current for split in pending)
         counts = dict.fromkeys(live, 0)
         for owner in current.values():
             counts[owner] += 1
         idle = bool(counts) and min(counts.values()) == 0 and max(counts.values()) >= 2
-        if changed or orphans or idle:
+        if self._rebalance_due or orphans or idle:
+            self._rebalance_due = False
             return assign(pending, live, current)
         return dict(current)
 
