@@ -418,3 +418,44 @@ def test_coordinator_runs_in_its_own_thread_with_a_blocking_api() -> None:
     finally:
         for coordinator in coordinators:
             coordinator.stop()
+
+
+def test_single_instance_job_from_yaml_config_runs_to_completion() -> None:
+    """``store: {memory: {}}`` from YAML: one instance owns every split and finishes."""
+    import time
+
+    from spate import BuildContext, SystemClock
+    from spate.flow import InflightBudget
+    from spate_coordination import Coordinator, load_coordination_config
+
+    config = load_coordination_config(
+        {"store": {"memory": {}}, "job": "solo", "lease_duration": "1s", "poll_interval": "50ms"}
+    )
+    meter = Meter("solo")
+    context = BuildContext(
+        pipeline="solo",
+        component="source",
+        meter=meter,
+        clock=SystemClock(),
+        run_nonce="n1",
+        budget=InflightBudget(1 << 20),
+    )
+    coordinator = Coordinator.from_config(config, context)
+    coordinator.start()
+    try:
+        coordinator.publish_plan(plan(4))
+        deadline = time.monotonic() + 10
+        while len(coordinator.owned()) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert coordinator.is_leader()
+        for split, owned in coordinator.owned().items():
+            assert coordinator.mark_completed(split, owned.epoch) is ProgressWrite.ACCEPTED
+        assert coordinator.wait_job_complete(10)
+        kinds = [e.kind for e in coordinator.take_events()]
+        assert kinds.count(SplitEventKind.ASSIGNED) == 4
+        assert kinds[-1] is SplitEventKind.JOB_COMPLETE
+    finally:
+        coordinator.stop()
+    labels = {"pipeline": "solo", "component": "coordination", "component_type": "coordination"}
+    assert meter.registry.get_sample_value("spate_coordination_completed_splits_total", labels) == 4

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from spate import BuildContext, ManualClock, MissingConnectorError
+from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate_coordination import (
     CoordinationConfig,
@@ -202,7 +203,7 @@ def test_config_builds_a_nats_store_for_the_job(private_nats: Any) -> None:
         meter=Meter("p"),
         clock=ManualClock(),
         run_nonce="n",
-        budget=None,  # type: ignore[arg-type]
+        budget=InflightBudget(1 << 20),
     )
     store = config.open_store(context)
     assert isinstance(store, NatsStore)

@@ -49,6 +49,7 @@ from typing import TypeVar
 from spate._clock import Clock, SystemClock
 from spate.metrics import Meter, names
 from spate.metrics._meter import CounterSeries, GaugeSeries, HistogramSeries
+from spate.plugins import BuildContext
 
 from spate_coordination._leader import Leader, LeaderReport
 from spate_coordination._membership import Membership
@@ -424,9 +425,9 @@ class CoordinatorCore:
             if self._membership.lease.revision is not None or self._owned:
                 self._lapse("heartbeat lease lapsed")
             return
+        members = await self._membership.live_members()
+        self._metrics.live_workers.set(len(members))
         if self._leader.is_leader():
-            members = await self._membership.live_members()
-            self._metrics.live_workers.set(len(members))
             self.last_leader_report = await self._leader.tick(set(members))
         await self._worker_tick()
 
@@ -711,6 +712,23 @@ class Coordinator:
         self._stop: asyncio.Event | None = None
         self._runner: Future[None] | None = None
         self._timeout = timeout
+
+    @classmethod
+    def from_config(
+        cls,
+        config: CoordinationConfig,
+        context: BuildContext,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> Coordinator:
+        """A coordinator on the configured store, with the pipeline's meter and clock."""
+        return cls(
+            config,
+            config.open_store(context),
+            clock=context.clock,
+            meter=context.meter,
+            loop=loop,
+        )
 
     # -- lifecycle
 
