@@ -9,7 +9,9 @@
 * :class:`SequenceSource` and :func:`read_offsets`: generated lanes whose commits survive
   the process, for multi-process delivery tests;
 * :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
-* :class:`ManualClock`: time that moves only when told to.
+* :class:`ManualClock`: time that moves only when told to;
+* :class:`SinkConformance`, :class:`SourceConformance`, :class:`DeserializerConformance`:
+  the suites a connector package runs from its own tests (:mod:`spate.testing.conformance`).
 """
 
 from spate._clock import ManualClock
@@ -30,6 +32,12 @@ from spate.testing._memory_source import MemorySource, MemorySourceHandle, memor
 from spate.testing._processors import CopyToSinkProcessor
 from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, WriteAttempt, scripted_pool
 from spate.testing._sequence_source import SequenceSource, read_offsets, sequence_payload
+from spate.testing.conformance import (
+    ConformanceFailure,
+    DeserializerConformance,
+    SinkConformance,
+    SourceConformance,
+)
 
 __all__ = [
     "FATAL",
@@ -39,7 +47,9 @@ __all__ = [
     "BufferedSink",
     "CaptureScript",
     "CaptureSink",
+    "ConformanceFailure",
     "CopyToSinkProcessor",
+    "DeserializerConformance",
     "FileSink",
     "ManualClock",
     "MemorySource",
@@ -50,6 +60,8 @@ __all__ = [
     "ScriptedWriter",
     "SealedBatch",
     "SequenceSource",
+    "SinkConformance",
+    "SourceConformance",
     "WriteAttempt",
     "capture_sink",
     "delay",

@@ -1,0 +1,183 @@
+"""``DeserializerConformance``: the promises every deserializer keeps (B28, B17, DESIGN §3).
+
+* every sample payload decodes to its expected values, whether the ``memoryview`` spans
+  a whole ``bytes`` object (a Kafka message) or is a slice of a larger buffer (an S3
+  line): decoders may use ``view.obj`` only when the view spans all of it;
+* decoded values do not borrow the payload: the buffer is overwritten after decoding and
+  the values must not change (views are borrowed; keep ``bytes(view)`` if anything);
+* a malformed payload raises ``DeserError`` (MALFORMED or SCHEMA_UNAVAILABLE) — or, for
+  a ``many`` deserializer, yields ``DeserError`` items — and never any other exception,
+  so the pipeline counts and skips or fails by policy instead of crashing (B28);
+* every truncation of a sample decodes or raises ``DeserError``, nothing else (B28);
+* ``many`` says which method the runtime calls, and that method exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from spate.errors import DeserError, DeserErrorKind
+from spate.ops._deser import NO_RECORD
+from spate.testing.conformance._base import (
+    ConfigConformance,
+    ConformanceFailure,
+    Promise,
+    check,
+    conformance_context,
+    skip,
+)
+
+DESER_DECODES = Promise(
+    "§3", "a deserializer decodes a payload view, whole or a slice of a larger buffer"
+)
+DESER_BORROWED = Promise(
+    "§3", "decoded values never borrow the payload view (it is reused after the batch)"
+)
+DESER_MALFORMED = Promise(
+    "B28", "a malformed payload raises DeserError (a record error), never another exception"
+)
+DESER_SHAPE = Promise("§3", "`many` names the method the runtime calls, and it exists")
+
+_RECORD_ERRORS = (DeserErrorKind.MALFORMED, DeserErrorKind.SCHEMA_UNAVAILABLE)
+
+
+class DeserializerConformance(ConfigConformance):
+    """Subclass as ``Test<Name>DeserializerConformance`` and fill in the hooks.
+
+    Required: :meth:`samples` and either :attr:`factory` with :meth:`config` or an
+    override of :meth:`make_deserializer`. Optional: :meth:`malformed`.
+    """
+
+    section: ClassVar[str] = "deserializer"
+    max_truncations: ClassVar[int] = 64
+    """Truncation lengths tried per sample (spread over the payload)."""
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def samples(self) -> Sequence[tuple[bytes, list[object]]]:
+        """Payloads and the values each decodes to (``[]`` for a payload with no record)."""
+        raise NotImplementedError
+
+    def malformed(self) -> Sequence[bytes]:
+        """Payloads that are not valid in this format."""
+        return ()
+
+    def make_deserializer(self) -> Any:
+        """The deserializer under test; by default built by :attr:`factory` from :meth:`config`."""
+        return self._factory().build(self.decode_config(), conformance_context("deserializer"))
+
+    # -- helpers --------------------------------------------------------------------
+
+    def decode(self, deserializer: Any, view: memoryview) -> list[object]:
+        """Decode one payload as the runtime does; ``DeserError`` items stay in the list."""
+        if deserializer.many:
+            return list(deserializer.deserialize_many(view))
+        value = deserializer.deserialize(view)
+        return [] if value is NO_RECORD else [value]
+
+    @staticmethod
+    def _check_record_error(exc: DeserError, payload: bytes) -> None:
+        check(
+            exc.kind in _RECORD_ERRORS,
+            DESER_MALFORMED,
+            f"{payload[:40]!r}: DeserError kind {exc.kind.name}; NOT_READY is only for a "
+            "schema that cannot be fetched right now",
+        )
+
+    def _decode_or_error(self, deserializer: Any, payload: bytes) -> list[object] | None:
+        """Values, or None when the payload was refused with a record error."""
+        try:
+            values = self.decode(deserializer, memoryview(payload))
+        except DeserError as exc:
+            self._check_record_error(exc, payload)
+            return None
+        except Exception as exc:
+            raise ConformanceFailure(
+                DESER_MALFORMED,
+                f"{payload[:40]!r} raised {type(exc).__name__} ({exc}); raise DeserError "
+                "from the client library's exception instead",
+            ) from exc
+        for item in values:
+            if isinstance(item, DeserError):
+                self._check_record_error(item, payload)
+        return values
+
+    # -- the promises ---------------------------------------------------------------
+
+    def test_many_names_the_method_the_runtime_calls(self) -> None:
+        deserializer = self.make_deserializer()
+        many = getattr(deserializer, "many", None)
+        check(
+            isinstance(many, bool),
+            DESER_SHAPE,
+            f"{type(deserializer).__name__}.many must be a bool class attribute, got {many!r}",
+        )
+        method = "deserialize_many" if many else "deserialize"
+        check(
+            callable(getattr(deserializer, method, None)),
+            DESER_SHAPE,
+            f"{type(deserializer).__name__} has many={many} but no {method}()",
+        )
+
+    def test_decodes_whole_payload_views(self) -> None:
+        deserializer = self.make_deserializer()
+        for payload, expected in self.samples():
+            got = self.decode(deserializer, memoryview(payload))
+            check(
+                got == expected,
+                DESER_DECODES,
+                f"{payload[:40]!r} decoded to {got!r}, expected {expected!r}",
+            )
+
+    def test_decodes_a_view_that_is_a_slice_of_a_larger_buffer(self) -> None:
+        deserializer = self.make_deserializer()
+        for payload, expected in self.samples():
+            # Framing bytes on both sides that no format accepts as part of a record.
+            buffer = b"\xff\x00\xfe" + payload + b"\x00\xff\xfe"
+            view = memoryview(buffer)[3 : 3 + len(payload)]
+            got = self.decode(deserializer, view)
+            check(
+                got == expected,
+                DESER_DECODES,
+                f"a slice holding {payload[:40]!r} decoded to {got!r}, expected {expected!r} "
+                "(decode the view itself; view.obj is the whole buffer)",
+            )
+
+    def test_values_do_not_borrow_the_payload(self) -> None:
+        deserializer = self.make_deserializer()
+        for payload, expected in self.samples():
+            buffer = bytearray(payload)
+            view = memoryview(buffer)
+            got = self.decode(deserializer, view)
+            view.release()
+            buffer[:] = b"\x00" * len(buffer)
+            check(
+                got == expected,
+                DESER_BORROWED,
+                f"after the payload buffer was reused the values of {payload[:40]!r} read "
+                f"{got!r}, expected {expected!r}",
+            )
+
+    def test_b28_malformed_payloads_raise_deser_error(self) -> None:
+        payloads = list(self.malformed())
+        if not payloads:
+            raise skip(f"{type(self).__name__} lists no malformed() payloads")
+        deserializer = self.make_deserializer()
+        for payload in payloads:
+            values = self._decode_or_error(deserializer, payload)
+            if values is None:
+                continue
+            check(
+                any(isinstance(v, DeserError) for v in values),
+                DESER_MALFORMED,
+                f"the malformed payload {payload[:40]!r} decoded to {values!r}",
+            )
+
+    def test_b28_truncated_payloads_decode_or_raise_deser_error(self) -> None:
+        deserializer = self.make_deserializer()
+        for payload, _ in self.samples():
+            n = len(payload)
+            step = max(1, n // self.max_truncations)
+            for cut in range(0, n, step):
+                self._decode_or_error(deserializer, payload[:cut])

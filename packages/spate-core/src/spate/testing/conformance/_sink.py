@@ -1,0 +1,468 @@
+"""``SinkConformance``: the promises every sink connector keeps, checked on the real thing.
+
+Two levels, both against the connector's real destination (a file, an embedded
+database, a local server — never a mock standing in for it):
+
+* the **sink** the factory builds, driven the way the runtime drives it — ``start``,
+  ``offer`` with ack tokens, ``flush`` / ``abandon`` / ``close``: an ack resolves
+  delivered only when its rows can be read back (B2); tearing down without a write fails
+  the acks held (B4); a row that cannot be written is refused at ``offer`` with
+  ``SinkError(RECORD)`` holding nothing (B28); an unreachable endpoint fails ``start``
+  naming it (B29);
+* the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
+  returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
+  the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
+  buffer, same token) resends the same rows, and lands them once when the connector
+  declares :attr:`SinkConformance.dedup_by_token` (B9); a transient failure raises
+  ``SinkError(RETRYABLE)`` and the same batch lands afterwards (B12); a bad row leaves
+  the buffer unchanged (B28).
+
+Plus the config convention of :class:`~spate.testing.conformance.ConfigConformance`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import ClassVar
+
+from spate.checkpoint._ack import AckStatus, AckToken
+from spate.errors import ErrorClass, SinkError, SpateError
+from spate.records import Lane
+from spate.sink._contract import Offer, Sink
+from spate.sink._writer import ShardWriter, SinkConnector, WriteBatch
+from spate.testing.conformance._base import (
+    ConfigConformance,
+    ConformanceFailure,
+    Promise,
+    check,
+    conformance_context,
+    count_of,
+    missing_from,
+    skip,
+)
+
+SINK_DURABLE = Promise(
+    "B2", "a sink reports rows written (ack delivered, write returned) only once they are durable"
+)
+SINK_TEARDOWN = Promise(
+    "B4", "tearing a sink down without a successful write fails the acks it holds"
+)
+SINK_RETRY = Promise("B9", "a retry resends the same rows under the same dedup token")
+SINK_TRANSIENT = Promise(
+    "B12",
+    "a transient failure raises SinkError(RETRYABLE) and the same batch lands once it passes",
+)
+SINK_RECORD = Promise(
+    "B28", "a row that cannot be written is refused on append with SinkError(RECORD), held nowhere"
+)
+SINK_ENDPOINT = Promise("B29", "an unreachable endpoint fails start-up with an error naming it")
+
+_LANES = (Lane("conformance", 0), Lane("conformance", 1))
+
+
+class SinkConformance(ConfigConformance):
+    """Subclass as ``Test<Name>SinkConformance`` and fill in the hooks.
+
+    Required: :attr:`factory` and :attr:`tag`, :meth:`config` (a sink over a fresh,
+    empty destination — it is called once per test, inside :attr:`workdir` if you
+    like), :meth:`rows` and :meth:`written`. Optional: :meth:`open_connector` (the
+    connector-level tests), :meth:`bad_rows`, :meth:`unreachable`, :meth:`outage`,
+    :meth:`invalid_configs`, and :attr:`dedup_by_token`.
+    """
+
+    section: ClassVar[str] = "sink"
+    dedup_by_token: ClassVar[bool] = False
+    """True when a batch written twice under one token lands once (ClickHouse, SQLite)."""
+    rows_per_test: ClassVar[int] = 40
+    """Rows each test writes (spread over four source batches on two lanes)."""
+    patience: ClassVar[float] = 60.0
+    """Seconds a flush may take before the test gives up."""
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def rows(self, count: int) -> list[object]:
+        """``count`` distinct rows the sink accepts, in the form the chain hands it."""
+        raise NotImplementedError
+
+    def written(self) -> list[object]:
+        """Every row now in the destination, comparable with ``==`` to :meth:`rows`."""
+        raise NotImplementedError
+
+    def bad_rows(self) -> Sequence[object]:
+        """Rows the sink must refuse on append (wrong arity, a value of the wrong type)."""
+        return ()
+
+    def open_connector(self) -> tuple[SinkConnector, str] | None:
+        """The pool connector over the destination of :meth:`config`, and its endpoint."""
+        return None
+
+    def unreachable(self) -> tuple[Mapping[str, object], str] | None:
+        """A config body whose endpoint cannot be reached, and the text naming it."""
+        return None
+
+    def outage(self) -> AbstractContextManager[object] | None:
+        """A context during which the connector's endpoint fails transiently."""
+        return None
+
+    # -- helpers --------------------------------------------------------------------
+
+    def build_sink(self, body: Mapping[str, object] | None = None) -> Sink:
+        """Decode ``body`` (default :meth:`config`) and build the sink with the factory."""
+        config = self.decode_config(body)
+        sink: Sink = self._factory().build(config, conformance_context(self.tag or "sink"))
+        return sink
+
+    def _offer_all(
+        self, sink: Sink, rows: Sequence[object], batches: int = 4
+    ) -> list[tuple[AckToken, list[object]]]:
+        """Offer ``rows`` as ``batches`` source batches on two lanes, as the chain does."""
+        held: list[tuple[AckToken, list[object]]] = []
+        per = max(1, -(-len(rows) // batches))
+        for seq, start in enumerate(range(0, len(rows), per)):
+            chunk = list(rows[start : start + per])
+            lane = _LANES[seq % 2]
+            token = AckToken(lane, 1, seq, start + len(chunk), len(chunk), _ignore)
+            for i, row in enumerate(chunk):
+                self._offer(sink, row, f"k{start + i}".encode(), lane, token)
+            token.release(True)  # the chain is done with the batch
+            held.append((token, chunk))
+        return held
+
+    def _offer(self, sink: Sink, row: object, key: bytes, lane: Lane, token: AckToken) -> None:
+        deadline = time.monotonic() + self.patience
+        while sink.offer(row, key, lane, token) is Offer.REJECTED:
+            if time.monotonic() >= deadline:
+                raise ConformanceFailure(
+                    SINK_DURABLE, f"the sink kept refusing rows for {self.patience}s"
+                )
+            sink.tick()
+            time.sleep(0.01)
+
+    def _check_landed(self, held: list[tuple[AckToken, list[object]]], how: str) -> None:
+        got = self.written()
+        for token, chunk in held:
+            if token.status is not AckStatus.DELIVERED:
+                continue
+            missing = missing_from(chunk, got)
+            check(
+                not missing,
+                SINK_DURABLE,
+                f"{how}: the ack of a batch of {len(chunk)} rows resolved delivered, but "
+                f"{len(missing)} of them are not in the destination (first missing: "
+                f"{missing[0] if missing else None!r}); release acks with ok=True only "
+                "after the write is durable",
+            )
+
+    # -- sink level -----------------------------------------------------------------
+
+    def test_b2_delivered_acks_mean_rows_in_the_destination(self) -> None:
+        sink = self.build_sink()
+        rows = self.rows(self.rows_per_test)
+        sink.start()
+        try:
+            held = self._offer_all(sink, rows)
+            flushed = sink.flush(time.monotonic() + self.patience)
+            check(
+                flushed,
+                SINK_DURABLE,
+                f"flush() did not write everything within {self.patience}s with the destination up",
+            )
+            pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
+            check(
+                not pending,
+                SINK_DURABLE,
+                f"after a successful flush {len(pending)} acks are not delivered: {pending}",
+            )
+            self._check_landed(held, "after flush()")
+            missing = missing_from(rows, self.written())
+            check(
+                not missing,
+                SINK_DURABLE,
+                f"{len(missing)} of {len(rows)} rows are missing after a successful flush",
+            )
+        finally:
+            sink.close()
+
+    def test_b4_abandon_fails_the_acks_it_holds(self) -> None:
+        sink = self.build_sink()
+        sink.start()
+        try:
+            held = self._offer_all(sink, self.rows(self.rows_per_test))
+            sink.abandon()
+            pending = [t for t, _ in held if t.status is AckStatus.PENDING]
+            check(
+                not pending,
+                SINK_TEARDOWN,
+                f"abandon() left {len(pending)} acks unresolved; fail them (ok=False)",
+            )
+            self._check_landed(held, "after abandon()")
+        finally:
+            sink.close()
+
+    def test_b4_close_without_flush_fails_the_acks_it_holds(self) -> None:
+        sink = self.build_sink()
+        sink.start()
+        held = self._offer_all(sink, self.rows(self.rows_per_test))
+        sink.close()
+        pending = [t for t, _ in held if t.status is AckStatus.PENDING]
+        check(
+            not pending,
+            SINK_TEARDOWN,
+            f"close() left {len(pending)} acks unresolved; fail them (ok=False)",
+        )
+        self._check_landed(held, "after close()")
+
+    def test_b28_bad_rows_are_refused_on_offer_and_hold_nothing(self) -> None:
+        bad = list(self.bad_rows())
+        if not bad:
+            raise skip(f"{type(self).__name__} lists no bad_rows()")
+        sink = self.build_sink()
+        sink.start()
+        try:
+            lane = _LANES[0]
+            token = AckToken(lane, 1, 0, 1, 1, _ignore)
+            for row in bad:
+                try:
+                    result = sink.offer(row, b"k", lane, token)
+                except SinkError as exc:
+                    check(
+                        exc.error_class is ErrorClass.RECORD,
+                        SINK_RECORD,
+                        f"{row!r} raised SinkError({exc.error_class.name}), expected RECORD",
+                    )
+                except Exception as exc:
+                    raise ConformanceFailure(
+                        SINK_RECORD, f"{row!r} raised {type(exc).__name__}: {exc}"
+                    ) from exc
+                else:
+                    raise ConformanceFailure(SINK_RECORD, f"{row!r} was taken ({result.name})")
+                check(
+                    token.holders == 1,
+                    SINK_RECORD,
+                    f"refusing {row!r} left the ack retained ({token.holders - 1} extra holders)",
+                )
+            good = self.rows(1)[0]
+            self._offer(sink, good, b"k", lane, token)
+            token.release(True)
+            check(
+                sink.flush(time.monotonic() + self.patience),
+                SINK_DURABLE,
+                "flush() failed after refused rows",
+            )
+            check(
+                token.status is AckStatus.DELIVERED,
+                SINK_RECORD,
+                f"a good row after refused ones did not deliver its ack ({token.status.name})",
+            )
+            check(
+                count_of(good, self.written()) == 1,
+                SINK_DURABLE,
+                "the good row offered after the refused ones is not in the destination once",
+            )
+        finally:
+            sink.close()
+
+    def test_b29_unreachable_endpoint_fails_start_naming_it(self) -> None:
+        case = self.unreachable()
+        if case is None:
+            raise skip(f"{type(self).__name__} gives no unreachable() endpoint")
+        body, name = case
+        sink = self.build_sink(body)
+        try:
+            sink.start()
+        except SpateError as exc:
+            check(
+                name in str(exc),
+                SINK_ENDPOINT,
+                f"start() failed with {exc!r}, which does not name {name!r}",
+            )
+        except Exception as exc:
+            raise ConformanceFailure(
+                SINK_ENDPOINT,
+                f"start() raised {type(exc).__name__} ({exc}); raise SinkError naming {name!r}",
+            ) from exc
+        else:
+            raise ConformanceFailure(SINK_ENDPOINT, f"start() succeeded against {name!r}")
+        finally:
+            sink.close()
+
+    # -- connector level ------------------------------------------------------------
+
+    def _connector(self) -> tuple[SinkConnector, str]:
+        opened = self.open_connector()
+        if opened is None:
+            raise skip(f"{type(self).__name__} gives no open_connector()")
+        return opened
+
+    def _batch(
+        self, connector: SinkConnector, rows: Sequence[object], seq: int = 1, attempt: int = 1
+    ) -> WriteBatch:
+        buffer = connector.new_buffer(0)
+        sizes = [buffer.append(row) for row in rows]
+        check(
+            all(isinstance(s, int) and s > 0 for s in sizes),
+            SINK_DURABLE,
+            f"RowBuffer.append must return each row's estimated size in bytes, got {sizes[:5]}",
+        )
+        check(
+            len(buffer) == len(rows),
+            SINK_DURABLE,
+            f"len(buffer) is {len(buffer)} after appending {len(rows)} rows",
+        )
+        return WriteBatch(buffer, len(rows), sum(sizes), 0, seq, f"conf-run-0-{seq}", attempt)
+
+    def _writer(self, connector: SinkConnector, endpoint: str) -> ShardWriter:
+        writer = connector.open_writer(0, 0, endpoint)
+        writer.probe()
+        return writer
+
+    def test_b2_write_returns_only_once_rows_are_durable(self) -> None:
+        connector, endpoint = self._connector()
+        rows = self.rows(self.rows_per_test)
+        batch = self._batch(connector, rows)
+        writer = self._writer(connector, endpoint)
+        try:
+            writer.write(batch)
+            missing = missing_from(rows, self.written())
+            check(
+                not missing,
+                SINK_DURABLE,
+                f"write() returned but {len(missing)} of {len(rows)} rows are not in the "
+                f"destination (first missing: {missing[0] if missing else None!r})",
+            )
+            check(
+                len(batch.buffer) == len(rows),
+                SINK_RETRY,
+                f"write() emptied the buffer ({len(batch.buffer)} of {len(rows)} rows left): "
+                "the pool retries with the same buffer, so it must keep its rows",
+            )
+        finally:
+            writer.close()
+
+    def test_b9_a_retry_resends_the_same_batch(self) -> None:
+        connector, endpoint = self._connector()
+        rows = self.rows(self.rows_per_test)
+        first = self._batch(connector, rows, seq=7)
+        retry = WriteBatch(
+            first.buffer, first.rows, first.nbytes, first.shard, first.seq, first.token, 2
+        )
+        writer = self._writer(connector, endpoint)
+        try:
+            writer.write(first)  # the rows land, the answer is "lost" …
+            writer.write(retry)  # … so the pool sends the same batch again
+            got = self.written()
+            counts = [count_of(row, got) for row in rows]
+            check(
+                min(counts) >= 1,
+                SINK_RETRY,
+                f"after a write and its retry, {counts.count(0)} rows are missing",
+            )
+            if self.dedup_by_token:
+                check(
+                    max(counts) == 1,
+                    SINK_RETRY,
+                    "a batch written twice under one token landed twice, but the connector "
+                    "declares dedup_by_token",
+                )
+                # Deduplication is by token, never by content: equal rows of another
+                # batch are new data.
+                again = self._batch(connector, rows, seq=8)
+                writer.write(again)
+                got = self.written()
+                check(
+                    all(count_of(row, got) == 2 for row in rows),
+                    SINK_RETRY,
+                    "a new batch (new token) with the same rows as an earlier one was dropped: "
+                    "deduplicate by token, not by content",
+                )
+        finally:
+            writer.close()
+
+    def test_b12_transient_failure_is_retryable_and_the_batch_lands_after(self) -> None:
+        connector, endpoint = self._connector()
+        writer = self._writer(connector, endpoint)
+        try:
+            outage = self.outage()
+            if outage is None:
+                raise skip(f"{type(self).__name__} gives no outage()")
+            rows = self.rows(self.rows_per_test)
+            batch = self._batch(connector, rows)
+            with outage:
+                try:
+                    writer.write(batch)
+                except SinkError as exc:
+                    check(
+                        exc.error_class is ErrorClass.RETRYABLE,
+                        SINK_TRANSIENT,
+                        f"a transient failure raised SinkError({exc.error_class.name})",
+                    )
+                except Exception as exc:
+                    raise ConformanceFailure(
+                        SINK_TRANSIENT,
+                        f"a transient failure raised {type(exc).__name__} ({exc}); translate "
+                        "client errors into SinkError at the connector's boundary",
+                    ) from exc
+                else:
+                    raise ConformanceFailure(SINK_TRANSIENT, "write() returned during the outage")
+            retry = WriteBatch(
+                batch.buffer, batch.rows, batch.nbytes, batch.shard, batch.seq, batch.token, 2
+            )
+            writer.write(retry)
+            got = self.written()
+            counts = [count_of(row, got) for row in rows]
+            check(
+                min(counts) >= 1,
+                SINK_TRANSIENT,
+                f"{counts.count(0)} rows are missing after the retry",
+            )
+            if self.dedup_by_token:
+                check(max(counts) == 1, SINK_RETRY, "rows landed twice under one token")
+        finally:
+            writer.close()
+
+    def test_b28_bad_rows_leave_the_buffer_unchanged(self) -> None:
+        bad = list(self.bad_rows())
+        if not bad:
+            raise skip(f"{type(self).__name__} lists no bad_rows()")
+        connector, endpoint = self._connector()
+        good = self.rows(2)
+        buffer = connector.new_buffer(0)
+        buffer.append(good[0])
+        for row in bad:
+            try:
+                buffer.append(row)
+            except SinkError as exc:
+                check(
+                    exc.error_class is ErrorClass.RECORD,
+                    SINK_RECORD,
+                    f"{row!r} raised SinkError({exc.error_class.name}), expected RECORD",
+                )
+            except Exception as exc:
+                raise ConformanceFailure(
+                    SINK_RECORD, f"{row!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            else:
+                raise ConformanceFailure(SINK_RECORD, f"the buffer took {row!r}")
+            check(
+                len(buffer) == 1,
+                SINK_RECORD,
+                f"refusing {row!r} changed the buffer (len {len(buffer)})",
+            )
+        size = buffer.append(good[1])
+        writer = self._writer(connector, endpoint)
+        try:
+            writer.write(WriteBatch(buffer, 2, 2 * size, 0, 1, "conf-run-0-1", 1))
+        finally:
+            writer.close()
+        got = self.written()
+        check(
+            not missing_from(good, got) and len(got) == 2,
+            SINK_RECORD,
+            f"after refused rows the destination holds {got!r}, expected {good!r}",
+        )
+
+
+def _ignore(token: AckToken) -> None:
+    """Resolver of the suite's ack tokens: the suite reads ``token.status`` instead."""
