@@ -199,44 +199,49 @@ class KafkaSource:
         return batches
 
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
-        by_partition: dict[int, PayloadBatch] = {}
+        """Split one ``consume()`` result into a batch per partition (hot path)."""
+        owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
-        revoked = self._revoked_in_call
+        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
+        empty = _EMPTY
         for message in messages:
-            error = message.error()
-            if error is not None:
-                self._handle_message_error(error)
+            if message.error() is not None:
+                self._handle_message_error(message.error())
                 continue
             partition = message.partition()
-            offset = message.offset()
-            if partition is None or offset is None:
-                continue
-            if partition in revoked or partition not in self._assigned:
+            if partition not in owned:
                 # Fetched under an ownership that ended during this call: the next owner
                 # reads it again from the committed offset.
                 continue
-            if end_offsets is not None and offset >= end_offsets.get(partition, 0):
+            offset = message.offset()
+            if offset is None or (
+                end_offsets is not None and offset >= end_offsets.get(partition, 0)
+            ):
                 continue
-            batch = by_partition.get(partition)
-            if batch is None:
-                batch = PayloadBatch(
-                    lane=Lane(self._topic, partition),
-                    offsets=[],
-                    payloads=[],
-                    keys=[],
-                    timestamps=[],
-                    next_offset=offset + 1,
-                )
-                by_partition[partition] = batch
+            columns = lists.get(partition)
+            if columns is None:
+                columns = lists[partition] = ([], [], [], [])
             value = message.value()
-            batch.payloads.append(memoryview(value) if value is not None else _EMPTY)
-            batch.offsets.append(offset)
-            batch.keys.append(message.key())
-            batch.timestamps.append(message.timestamp()[1])
-            batch.next_offset = offset + 1
-        return list(by_partition.values())
+            columns[0].append(offset)
+            columns[1].append(memoryview(value) if value is not None else empty)
+            columns[2].append(message.key())
+            columns[3].append(message.timestamp()[1])
+        topic = self._topic
+        return [
+            PayloadBatch(
+                lane=Lane(topic, partition),
+                offsets=offsets,
+                payloads=payloads,
+                keys=keys,
+                timestamps=timestamps,
+                next_offset=offsets[-1] + 1,
+            )
+            for partition, (offsets, payloads, keys, timestamps) in lists.items()
+        ]
 
-    def _handle_message_error(self, error: KafkaError) -> None:
+    def _handle_message_error(self, error: KafkaError | None) -> None:
+        if error is None:
+            return
         if error.fatal() or error.code() in _FATAL_CODES:
             raise SourceError(f"kafka: {error.str()}", ErrorClass.FATAL)
         logger.warning("kafka consumer error (retried by librdkafka): %s", error.str())
