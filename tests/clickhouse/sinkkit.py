@@ -45,11 +45,19 @@ class BuiltSink:
         return 0.0 if value is None else float(value)
 
 
-def build_sink(body: dict[str, Any], name: str = "events", *, io_threads: int = 2) -> BuiltSink:
+def build_sink(
+    body: dict[str, Any],
+    name: str = "events",
+    *,
+    io_threads: int = 2,
+    pipeline: str | None = None,
+    meter: Meter | None = None,
+    budget: InflightBudget | None = None,
+) -> BuiltSink:
     config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
-    pipeline = f"chtest{next(_names)}"
-    meter = Meter(pipeline)
-    budget = InflightBudget(1 << 34)
+    pipeline = pipeline if pipeline is not None else f"chtest{next(_names)}"
+    meter = meter if meter is not None else Meter(pipeline)
+    budget = budget if budget is not None else InflightBudget(1 << 34)
     context = BuildContext(
         pipeline=pipeline,
         component=name,
