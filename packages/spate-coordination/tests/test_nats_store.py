@@ -178,18 +178,20 @@ def test_b24_an_expired_lease_sends_no_watch_event_but_is_gone_from_list(
     assert asyncio.run(scenario()) is False
 
 
-def test_b26_nats_store_without_nats_py_names_the_install_command(tmp_path: Path) -> None:
+def test_b26_nats_store_without_nats_py_names_the_install_command() -> None:
+    """Validating a config that asks for the NATS store fails without nats-py, naming the
+    extra to install and the key; the memory store keeps working."""
     script = (
         "import sys; sys.modules['nats'] = None\n"
-        "from spate_coordination import CoordinationConfig\n"
-        "from spate import BuildContext\n"
+        "from spate_coordination import load_coordination_config\n"
+        "assert load_coordination_config({'job': 'j'}).store_name == 'memory'\n"
         "try:\n"
-        "    CoordinationConfig(store={'nats': {}}, job='j').open_store(None)\n"
+        "    load_coordination_config({'store': {'nats': {}}, 'job': 'j'})\n"
         "except ImportError as exc:\n"
         "    print(type(exc).__name__, exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert "MissingConnectorError" in out.stdout
+    assert out.stdout.startswith("MissingConnectorError coordination.store.nats: ")
     assert 'pip install "spate[coordination-nats]"' in out.stdout
 
 

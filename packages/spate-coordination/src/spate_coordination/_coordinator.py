@@ -798,6 +798,16 @@ class Coordinator:
 
     def _call(self, coro: Coroutine[object, object, T], timeout: float | None = -1.0) -> T:
         loop = self._require_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coro.close()
+            raise CoordinationError(
+                "blocking Coordinator methods cannot run on the coordinator's own event "
+                "loop; await the CoordinatorCore methods (Coordinator.core) there instead"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         wait = self._timeout if timeout is not None and timeout < 0 else timeout
         try:

@@ -126,7 +126,7 @@ class Leader:
         plan = PlanRecord.decode(plan_entry.value)
         specs = _decode_all(await store.list(Keyspace.DURABLE, SPLIT_PREFIX), SPLIT_PREFIX)
         if len(specs) < plan.splits:
-            logger.info("plan lists %d splits, %d written so far", plan.splits, len(specs))
+            logger.debug("plan lists %d splits, %d written so far", plan.splits, len(specs))
             return LeaderReport(len(live), plan.splits, 0)
         weights = {
             split: SplitSpec.decode(split, entry.value).weight for split, entry in specs.items()

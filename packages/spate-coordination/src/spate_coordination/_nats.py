@@ -48,12 +48,12 @@ _DELETE_OPS = ("DEL", "PURGE")
 _TTL_TOLERANCE = 0.001
 
 
-def require_nats() -> None:
+def require_nats(path: str = "") -> None:
     """Raise :class:`MissingConnectorError` with the install command if nats-py is absent."""
     try:
         import nats  # noqa: F401
     except ImportError as exc:
-        raise MissingConnectorError("coordination store", "nats", INSTALL_HINT) from exc
+        raise MissingConnectorError("coordination store", "nats", INSTALL_HINT, path=path) from exc
 
 
 def bucket_names(config: NatsStoreConfig, job: str) -> tuple[str, str]:

@@ -36,6 +36,12 @@ class NatsStoreFactory:
 
     config_model = NatsStoreConfig
 
+    def check_installed(self, path: str = "") -> None:
+        """Raise ``MissingConnectorError`` naming ``spate[coordination-nats]`` without nats-py."""
+        from spate_coordination._nats import require_nats
+
+        require_nats(path)
+
     def build(self, config: object, context: BuildContext) -> JobStore:
         if not isinstance(config, NatsStoreConfig):
             raise TypeError(f"expected NatsStoreConfig, got {type(config).__name__}")

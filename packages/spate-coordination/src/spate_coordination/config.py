@@ -196,6 +196,10 @@ class CoordinationConfig:
             raise ConfigError("store", "expected exactly one store, e.g. {nats: {...}}")
         ((name, body),) = self.store.items()
         factory = load_store_factory(name, join_path("store", name))
+        check = getattr(factory, "check_installed", None)
+        if check is not None:
+            # Fail while validating, not at start-up, when the store's client is missing.
+            check(join_path("store", name))
         model = factory.config_model
         decoded = body if isinstance(body, model) else decode(model, body, join_path("store", name))
         object.__setattr__(self, "store_name", name)
@@ -231,5 +235,15 @@ class CoordinationConfig:
 
 
 def load_coordination_config(raw: object, path: str = "coordination") -> CoordinationConfig:
-    """Decode the ``coordination`` section strictly; errors name their dotted path."""
-    return decode(CoordinationConfig, raw, path)
+    """Decode the ``coordination`` section strictly; errors name their dotted path.
+
+    Raises :class:`~spate.errors.ConfigError`, or
+    :class:`~spate.errors.MissingConnectorError` (with the install command when known)
+    for a store that is not installed.
+    """
+    try:
+        return decode(CoordinationConfig, raw, path)
+    except MissingConnectorError as exc:
+        raise MissingConnectorError(
+            exc.kind, exc.name or "", exc.install, path=join_path(path, exc.path or "")
+        ) from exc.__cause__
