@@ -1,0 +1,45 @@
+"""`make demo` at a small size: the flagship on embedded defaults and on the local
+services prints matching counts and exits 0 (B14, B16)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.scale import scaled
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "scripts" / "demo.py"
+
+
+def run_demo(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BROKERS", "CLICKHOUSE_URL")}
+    return subprocess.run(
+        [sys.executable, str(DEMO), "--count", str(scaled(100_000, minimum=3_000)), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**clean, **(env or {}), "SPATE_ADMIN_LISTEN": "none"},
+        check=False,
+    )
+
+
+def test_demo_on_embedded_defaults_prints_matching_counts() -> None:
+    result = run_demo("--embedded")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "librdkafka mock cluster" in result.stdout
+    assert "chdb://" in result.stdout
+    assert "OK: every table holds exactly the events produced" in result.stdout
+
+
+@pytest.mark.integration
+def test_demo_on_the_local_broker_and_http_front(kafka_bootstrap: str, clickhouse_url: str) -> None:
+    result = run_demo(env={"KAFKA_BROKERS": kafka_bootstrap, "CLICKHOUSE_URL": clickhouse_url})
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert kafka_bootstrap in result.stdout
+    assert clickhouse_url in result.stdout
+    assert "OK: every table holds exactly the events produced" in result.stdout
