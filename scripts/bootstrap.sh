@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
-stamp_input=$(cat pyproject.toml packages/*/pyproject.toml requirements-dev.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+stamp_input=$(cat pyproject.toml packages/*/pyproject.toml examples/connectors/*/pyproject.toml requirements-dev.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ -f .bootstrap-stamp ] && [ "$(cat .bootstrap-stamp)" = "$stamp_input" ]; then
   exit 0
 fi
@@ -23,10 +23,12 @@ editables=()
 for d in packages/*/; do
   editables+=(-e "$d")
 done
-# Every connector with its optional extras, so the whole suite can run.
+# Every connector with its optional extras, so the whole suite can run; the example
+# third-party connector too, so its conformance tests run with everything else.
 .venv/bin/python -m pip install --quiet \
   -r requirements-dev.txt \
   "${editables[@]}" \
+  -e examples/connectors/spate-sqlite \
   -e "packages/spate-coordination[nats]" \
   -e "packages/spate-clickhouse[embedded]"
 echo "$stamp_input" > .bootstrap-stamp
