@@ -8,7 +8,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from spate import BuildContext, ManualClock
+from spate import BuildContext, Clock, ManualClock
 from spate.config import decode
 from spate.metrics._meter import Meter
 from spate_avro import AvroConfig, AvroDeserializer, AvroDeserializerFactory
@@ -78,7 +78,7 @@ class CountingBudget:
         self.held -= nbytes
 
 
-def make_context(name: str = "avro-test", clock: ManualClock | None = None) -> BuildContext:
+def make_context(name: str = "avro-test", clock: Clock | None = None) -> BuildContext:
     return BuildContext(
         pipeline=name,
         component="deserializer",
@@ -89,7 +89,7 @@ def make_context(name: str = "avro-test", clock: ManualClock | None = None) -> B
     )
 
 
-def build(raw: dict[str, Any], clock: ManualClock | None = None) -> AvroDeserializer:
+def build(raw: dict[str, Any], clock: Clock | None = None) -> AvroDeserializer:
     """Decode ``raw`` as the body of ``deserializer: {avro: ...}`` and build it."""
     config = decode(AvroConfig, raw, "deserializer.avro")
     return AvroDeserializerFactory.build(config, make_context(clock=clock))
