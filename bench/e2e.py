@@ -1,0 +1,227 @@
+"""The flagship end to end against the loop a user would write by hand (DESIGN §12).
+
+Data: ``SPATE_BENCH_RECORDS`` (default 1,000,000) storefront events (raw Avro, the
+flagship's union) in a 4-partition topic of the real broker (``make services-up``),
+produced once and reused. Destination: embedded ClickHouse (chDB), the same engine for
+both sides, each side into its own freshly created tables.
+
+* framework: ``examples/kafka_avro_to_clickhouse.py`` as shipped — its YAML (bounded
+  mode) and its chain — through ``Pipeline.from_config``;
+* baseline: ``consume(5000)`` → ``fastavro.schemaless_reader`` → per-table column lists
+  → ``client.insert(..., column_oriented=True)`` of every table once any table holds
+  50,000 rows (the flagship's ``batch.max_rows``), then a synchronous commit.
+
+Prints each side's median, ``ratio:`` and peak RSS. ``SPATE_BENCH_RSS=1`` also samples
+the framework side's RSS while it runs (to show it stays flat on long inputs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from spate import Pipeline, load_config
+from spate_datagen import storefront_schema_text
+from spate_datagen.cli import ensure_topic, produce_events
+from spate_kafka import CONSUMER_DEFAULTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import compare, env_int, peak_rss_mib
+from kafka_source import bootstrap
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 4
+BATCH_ROWS = 50_000
+
+
+def load_example() -> Any:
+    path = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
+    spec = importlib.util.spec_from_file_location("flagship", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ensure_data(brokers: str, topic: str, count: int) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": brokers})
+    if topic in admin.list_topics(timeout=30).topics:
+        return
+    ensure_topic(brokers, topic, PARTITIONS)
+    produce_events(brokers, topic, count, seed=11)
+
+
+class Bench:
+    def __init__(self, brokers: str, topic: str, chdb_dir: str) -> None:
+        self.brokers = brokers
+        self.topic = topic
+        self.url = f"chdb://{chdb_dir}"
+        self.example = load_example()
+        self.client = self.example.clickhouse_client(self.url)
+        self.union = fastavro.parse_schema(json.loads(storefront_schema_text()))
+        self.rss_samples: list[float] = []
+
+    def fresh_database(self, prefix: str) -> str:
+        database = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        self.example.create_tables(self.client, database)
+        return database
+
+    def rows(self, database: str) -> int:
+        return sum(
+            int(self.client.command(f"SELECT count() FROM {database}.{t}"))
+            for t in ("orders", "payments", "refunds")
+        )
+
+    def framework(self) -> int:
+        database = self.fresh_database("fw")
+        os.environ.update(
+            {
+                "KAFKA_BROKERS": self.brokers,
+                "KAFKA_TOPIC": self.topic,
+                "KAFKA_GROUP": f"bench-fw-{uuid.uuid4().hex[:8]}",
+                "STOP_AT": "end",
+                "CLICKHOUSE_URL": self.url,
+                "CLICKHOUSE_DATABASE": database,
+                "SPATE_ADMIN_LISTEN": "none",
+            }
+        )
+        pipeline = Pipeline.from_config(load_config(self.example.CONFIG), handle_signals=False)
+        stop = threading.Event()
+        if os.environ.get("SPATE_BENCH_RSS"):
+            threading.Thread(target=self._sample_rss, args=(stop,), daemon=True).start()
+        report = pipeline.chains(self.example.chains).run()
+        stop.set()
+        if report.exit_code != 0:
+            raise SystemExit(f"framework run failed: {report.reason}")
+        return report.records_in
+
+    def _sample_rss(self, stop: threading.Event) -> None:
+        while not stop.wait(1.0):
+            with open("/proc/self/statm") as statm:
+                pages = int(statm.read().split()[1])
+            self.rss_samples.append(pages * os.sysconf("SC_PAGE_SIZE") / 2**20)
+
+    def baseline(self) -> int:
+        database = self.fresh_database("base")
+        consumer = Consumer(
+            {
+                **CONSUMER_DEFAULTS,
+                "bootstrap.servers": self.brokers,
+                "group.id": f"bench-base-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.subscribe([self.topic])
+        columns = {
+            "orders": [
+                "order_id",
+                "customer_id",
+                "region",
+                "placed_at",
+                "line_count",
+                "total_cents",
+            ],
+            "payments": ["order_id", "amount_cents"],
+            "refunds": ["order_id", "amount_cents", "reason"],
+        }
+        buffers: dict[str, list[list[Any]]] = {t: [[] for _ in c] for t, c in columns.items()}
+        union = self.union
+        reader = fastavro.schemaless_reader
+        done = {p for p, end in ends.items() if end == 0}
+        records = 0
+        fields = 0
+
+        def flush() -> None:
+            for table, cols in buffers.items():
+                if cols[0]:
+                    self.client.insert(
+                        f"{database}.{table}",
+                        cols,
+                        column_names=columns[table],
+                        column_oriented=True,
+                    )
+            for table in buffers:
+                buffers[table] = [[] for _ in columns[table]]
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    raise
+
+        while len(done) < PARTITIONS:
+            for msg in consumer.consume(5000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                value, key = msg.value(), msg.key()
+                partition, offset = msg.partition(), msg.offset()
+                fields += len(key or b"") + msg.timestamp()[1] % 2
+                name, record = reader(io.BytesIO(value), union, return_record_name=True)
+                if name.endswith("OrderPlaced"):
+                    lines = record["lines"]
+                    row = (
+                        record["order_id"],
+                        record["customer_id"],
+                        record["region"],
+                        record["placed_at"],
+                        len(lines),
+                        sum(line["qty"] * line["unit_cents"] for line in lines),
+                    )
+                    target = buffers["orders"]
+                elif name.endswith("PaymentCaptured"):
+                    row = (record["order_id"], record["amount_cents"])
+                    target = buffers["payments"]
+                else:
+                    row = (record["order_id"], record["amount_cents"], record["reason"])
+                    target = buffers["refunds"]
+                for column, item in zip(target, row, strict=True):
+                    column.append(item)
+                records += 1
+                if len(target[0]) >= BATCH_ROWS:
+                    flush()
+                if offset + 1 >= ends[partition]:
+                    done.add(partition)
+        flush()
+        consumer.close()
+        return records
+
+
+def main() -> int:
+    brokers = bootstrap()
+    count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
+    topic = f"bench-storefront-{count}"
+    ensure_data(brokers, topic, count)
+    with tempfile.TemporaryDirectory(prefix="spate-bench-") as chdb_dir:
+        bench = Bench(brokers, topic, chdb_dir)
+        compare(
+            f"Kafka → Avro → ClickHouse (chDB): {count:,} storefront events",
+            bench.framework,
+            bench.baseline,
+        )
+        if bench.rss_samples:
+            samples = bench.rss_samples
+            print(
+                f"framework RSS over time (MiB): first {samples[0]:.0f}, "
+                f"max {max(samples):.0f}, last {samples[-1]:.0f} ({len(samples)} samples)"
+            )
+    print(f"peak RSS at exit: {peak_rss_mib():.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
