@@ -17,6 +17,8 @@ from spate_clickhouse import Column, RowEncoder, parse_type
 from spate_clickhouse._coerce import BadValue, coercer_for
 
 UTC = dt.UTC
+E = dt.datetime(1970, 1, 1, tzinfo=UTC)
+PLUS1 = dt.timezone(dt.timedelta(hours=1))
 
 
 def coerce(type_name: str, value: object) -> object:
@@ -52,25 +54,30 @@ def refused(type_name: str, value: object) -> str:
         ("String", memoryview(b"view"), "view"),
         ("FixedString(4)", "ab", b"ab"),
         ("FixedString(4)", b"abcd", b"abcd"),
-        ("Date", dt.date(1970, 1, 2), 1),
-        ("Date", dt.datetime(1970, 1, 3, 23, 0, tzinfo=UTC), 2),
-        ("Date", "2000-01-01", 10957),
-        ("Date32", dt.date(1900, 1, 1), -25567),
-        ("DateTime", dt.datetime(1970, 1, 1, 0, 1), 60),
-        ("DateTime", dt.datetime(1970, 1, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))), 60),
-        ("DateTime", 1_700_000_000, 1_700_000_000),
-        ("DateTime", 1.9, 1),
-        ("DateTime('Europe/Berlin')", dt.datetime(1970, 1, 1, 0, 0, 5, tzinfo=UTC), 5),
-        ("DateTime64(3)", dt.datetime(1970, 1, 1, 0, 0, 1, 234567), 1234),
-        ("DateTime64(6, 'UTC')", dt.datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC), -1_000_000),
-        ("DateTime64(9)", dt.datetime(1970, 1, 1, 0, 0, 0, 1), 1000),
-        ("DateTime64(3)", 1234, 1234),
-        ("DateTime64(3)", "1970-01-01T00:00:02", 2000),
+        ("Date", dt.date(1970, 1, 2), dt.date(1970, 1, 2)),
+        ("Date", dt.datetime(1970, 1, 3, 23, 0, tzinfo=UTC), dt.date(1970, 1, 3)),
+        ("Date", "2000-01-01", dt.date(2000, 1, 1)),
+        ("Date", 1, dt.date(1970, 1, 2)),
+        ("Date32", -25567, dt.date(1900, 1, 1)),
+        ("DateTime", dt.datetime(1970, 1, 1, 0, 1), E + dt.timedelta(seconds=60)),
+        ("DateTime", dt.datetime(1970, 1, 1, 1, 1, tzinfo=PLUS1), E + dt.timedelta(seconds=60)),
+        ("DateTime", 1_700_000_000, E + dt.timedelta(seconds=1_700_000_000)),
+        ("DateTime", 1.9, E + dt.timedelta(seconds=1)),
+        ("DateTime('Europe/Berlin')", E + dt.timedelta(seconds=5), E + dt.timedelta(seconds=5)),
         (
-            "UUID",
-            "12345678-1234-5678-1234-567812345678",
-            uuid.UUID(int=0x12345678123456781234567812345678),
+            "DateTime64(3)",
+            dt.datetime(1970, 1, 1, 0, 0, 1, 234567),
+            E + dt.timedelta(microseconds=1234567),
         ),
+        (
+            "DateTime64(6, 'UTC')",
+            dt.datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC),
+            E - dt.timedelta(seconds=1),
+        ),
+        ("DateTime64(9)", dt.datetime(1970, 1, 1, 0, 0, 0, 1), 1000),
+        ("DateTime64(9)", 5, 5),
+        ("DateTime64(3)", 1234, E + dt.timedelta(milliseconds=1234)),
+        ("DateTime64(3)", "1970-01-01T00:00:02", E + dt.timedelta(seconds=2)),
         ("UUID", b"\x00" * 16, uuid.UUID(int=0)),
         ("Bool", 1, True),
         ("Bool", "false", False),
@@ -115,6 +122,7 @@ def test_values_are_written_in_their_columns_form(
         ("Date", dt.date(1969, 12, 31), "out of range"),
         ("Date", "yesterday", "ISO date"),
         ("DateTime", dt.datetime(2200, 1, 1), "out of range"),
+        ("DateTime", -1, "out of range"),
         ("DateTime64(3)", dt.datetime(1850, 1, 1), "out of range"),
         ("DateTime64(3)", object(), "a datetime"),
         ("UUID", "not-a-uuid", "a UUID"),
@@ -250,3 +258,22 @@ def test_decimal_places_and_digits_are_enforced(value: Decimal) -> None:
         assert value != value.quantize(Decimal("0.01")) or abs(value) >= 10**10
     else:
         assert written == value
+
+
+def test_written_datetimes_are_aware_so_the_client_reads_them_as_utc() -> None:
+    for type_name in ("DateTime", "DateTime64(3)", "DateTime64(6)"):
+        written = coerce(type_name, dt.datetime(2020, 5, 1, 12, 0))
+        assert isinstance(written, dt.datetime) and written.utcoffset() == dt.timedelta(0)
+
+
+def test_fast_path_and_coercers_agree_on_temporal_bounds() -> None:
+    enc = _encoder(("d", "Date"), ("t", "DateTime"), ("t3", "DateTime64(3)"))
+    ok = (dt.date(2149, 6, 6), E + dt.timedelta(seconds=2**32 - 1), E - dt.timedelta(days=25567))
+    assert enc.encode(ok)[0] == ok
+    for bad in (
+        (dt.date(2149, 6, 7), ok[1], ok[2]),
+        (ok[0], E + dt.timedelta(seconds=2**32), ok[2]),
+        (ok[0], ok[1], dt.datetime(1899, 12, 31, 23, 59, tzinfo=UTC)),
+    ):
+        with pytest.raises(SinkError, match="out of range"):
+            enc.encode(bad)

@@ -18,9 +18,12 @@ The forms written per type (what a coercer returns):
 ``String``                   ``str``; bytes that are UTF-8 are decoded, other bytes
                              kept as ``bytes`` (the column is then sent as bytes)
 ``FixedString(N)``           ``bytes`` of at most N bytes
-``Date`` / ``Date32``        ``int`` days since 1970-01-01
-``DateTime``                 ``int`` seconds since the epoch (naive datetimes are UTC)
-``DateTime64(p)``            ``int`` ticks of 10^-p s (an ``int`` given is taken as ticks)
+``Date`` / ``Date32``        ``datetime.date`` (from a date, an aware or naive
+                             datetime, ISO text or days since 1970-01-01)
+``DateTime``                 aware ``datetime`` (naive ones are UTC; an ``int`` or
+                             ``float`` is seconds since the epoch)
+``DateTime64(p)``            aware ``datetime`` for p <= 6, else ``int`` ticks of
+                             10^-p s (an ``int`` given is taken as ticks)
 ``UUID``                     ``uuid.UUID``
 ``Bool``                     ``bool``
 ``Enum8/16``                 ``int`` value (from the name or the value)
@@ -248,12 +251,23 @@ def _date_coercer(label: str, bounds: tuple[int, int]) -> Coercer:
     lo, hi = bounds
 
     def coerce(value: object) -> object:
-        days = _date_days(value, label)
+        if value.__class__ is dt.date:
+            days = value.toordinal() - _EPOCH_ORDINAL  # type: ignore[attr-defined]
+            result = value
+        else:
+            days = _date_days(value, label)
+            result = None
         if not lo <= days <= hi:
             raise BadValue(f"{_describe(value)} is out of range for {label}")
-        return days
+        return result if result is not None else dt.date.fromordinal(days + _EPOCH_ORDINAL)
 
     return coerce
+
+
+def date_bounds(name: str) -> tuple[dt.date, dt.date]:
+    """First and last date of a ``Date`` or ``Date32`` column."""
+    lo, hi = _DATE_RANGE if name == "Date" else _DATE32_RANGE
+    return dt.date.fromordinal(lo + _EPOCH_ORDINAL), dt.date.fromordinal(hi + _EPOCH_ORDINAL)
 
 
 def _as_datetime(value: object, label: str) -> dt.datetime:
@@ -274,21 +288,36 @@ def _micros_since_epoch(moment: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def datetime_bounds(name: str, precision: int = 0) -> tuple[dt.datetime, dt.datetime]:
+    """First and last instant (UTC) of a ``DateTime`` or ``DateTime64`` column."""
+    if name == "DateTime":
+        lo, hi = _DATETIME_RANGE
+        return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi)
+    lo, hi = _DATETIME64_SECONDS
+    return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi, microseconds=-1)
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    # Naive datetimes are UTC (clickhouse-connect would read them as local time).
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=_UTC)
+
+
 def _datetime_coercer(label: str) -> Coercer:
     lo, hi = _DATETIME_RANGE
 
     def coerce(value: object) -> object:
         if isinstance(value, int) and not isinstance(value, bool):
-            seconds = value
+            seconds, moment = value, None
         elif isinstance(value, float):
             if not math.isfinite(value):
                 raise BadValue(f"{value} is not a time for {label}")
-            seconds = math.floor(value)
+            seconds, moment = math.floor(value), None
         else:
-            seconds = _micros_since_epoch(_as_datetime(value, label)) // 1_000_000
+            moment = _aware(_as_datetime(value, label))
+            seconds = _micros_since_epoch(moment) // 1_000_000
         if not lo <= seconds <= hi:
             raise BadValue(f"{_describe(value)} is out of range for {label}")
-        return seconds
+        return moment if moment is not None else _EPOCH + dt.timedelta(seconds=seconds)
 
     return coerce
 
@@ -296,19 +325,26 @@ def _datetime_coercer(label: str) -> Coercer:
 def _datetime64_coercer(precision: int, label: str) -> Coercer:
     per_second = 10**precision
     lo, hi = (s * per_second for s in _DATETIME64_SECONDS)
+    as_datetime = precision <= 6  # exact in a datetime: written as one
 
     def coerce(value: object) -> object:
+        moment = None
         if isinstance(value, int) and not isinstance(value, bool):
             ticks = value
         else:
-            micros = _micros_since_epoch(_as_datetime(value, label))
+            moment = _aware(_as_datetime(value, label))
+            micros = _micros_since_epoch(moment)
             if precision >= 6:
                 ticks = micros * 10 ** (precision - 6)
             else:
                 ticks = micros // 10 ** (6 - precision)
         if not lo <= ticks < hi:
             raise BadValue(f"{_describe(value)} is out of range for {label}")
-        return ticks
+        if not as_datetime:
+            return ticks
+        if moment is not None:
+            return moment
+        return _EPOCH + dt.timedelta(microseconds=ticks * 10 ** (6 - precision))
 
     return coerce
 

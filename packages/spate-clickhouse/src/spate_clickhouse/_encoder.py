@@ -17,12 +17,21 @@ row is appended) and the first-row check of ``validate_schema: full`` (B20).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from spate.errors import ErrorClass, SinkError
 
-from spate_clickhouse._coerce import INT_RANGES, BadValue, Coercer, coercer_for
+from spate_clickhouse._coerce import (
+    INT_RANGES,
+    BadValue,
+    Coercer,
+    coercer_for,
+    date_bounds,
+    datetime_bounds,
+)
 from spate_clickhouse._types import ChType
 
 
@@ -83,9 +92,8 @@ class ColumnBuffer:
         if cached is not None:
             return cached
         rows = self.rows
-        pivoted: list[list[object]] = (
-            [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(count)]
-        )
+        # one C-level pass per column (zip(*rows) is ~3x slower on wide batches)
+        pivoted: list[list[object]] = [list(map(itemgetter(i), rows)) for i in range(count)]
         for i in binary:
             pivoted[i] = [v.encode("utf-8") if isinstance(v, str) else v for v in pivoted[i]]
         self._count = len(rows)
@@ -208,6 +216,10 @@ def _named(coercer: Coercer, column: Column) -> Coercer:
     return coerce
 
 
+def _precision(t: ChType) -> int:
+    return next((a for a in t.args if isinstance(a, int)), 3)
+
+
 def _compile(
     columns: Sequence[Column], binary: dict[int, list[bool]]
 ) -> tuple[
@@ -215,7 +227,12 @@ def _compile(
 ]:
     count = len(columns)
     names = [f"v{i}" for i in range(count)]
-    env: dict[str, object] = {"_values_of": _values_of, "_columns": tuple(columns)}
+    env: dict[str, object] = {
+        "_values_of": _values_of,
+        "_columns": tuple(columns),
+        "_date": dt.date,
+        "_datetime": dt.datetime,
+    }
     base = 56 + 8 * count
     lines = [
         "",
@@ -248,6 +265,15 @@ def _compile(
             sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
         elif u.name == "Bool":
             test = f"({v} is not True and {v} is not False)"
+        elif u.name in ("Date", "Date32"):
+            env[f"lo{i}"], env[f"hi{i}"] = date_bounds(u.name)
+            test = f"({v}.__class__ is not _date or {v} < lo{i} or {v} > hi{i})"
+        elif u.name == "DateTime" or (u.name == "DateTime64" and _precision(u) <= 6):
+            env[f"lo{i}"], env[f"hi{i}"] = datetime_bounds(u.name)
+            test = (
+                f"({v}.__class__ is not _datetime or {v}.tzinfo is None "
+                f"or {v} < lo{i} or {v} > hi{i})"
+            )
         else:
             test = "True"
         if nullable and test == "True":

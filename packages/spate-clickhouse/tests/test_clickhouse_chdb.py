@@ -1,0 +1,42 @@
+"""The sink on ``chdb://`` replicas: dedup of a retried batch (B9) and schema check (B20).
+
+chDB hosts one engine per process, so each case runs the sink in a child process
+(``tests.clickhouse.chdb_child``) with a data directory of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _child(*args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.clickhouse.chdb_child", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_b9_a_batch_resent_with_its_token_is_kept_once_in_chdb(tmp_path: Path) -> None:
+    # first write, the retry with the same token, then the next batch's token
+    assert _child("dedup", str(tmp_path / "ch"))["counts"] == [500, 500, 1000]
+
+
+def test_b20_a_missing_column_fails_start_on_chdb(tmp_path: Path) -> None:
+    directory = tmp_path / "ch"
+    result = _child("schema", str(directory))
+    assert result["class"] == "fatal"
+    assert f"column extra not in narrow on chdb://{directory}" in result["error"]
