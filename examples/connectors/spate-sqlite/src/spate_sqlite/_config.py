@@ -43,7 +43,8 @@ class SqliteSinkConfig:
     path: str
     """The database file (created if missing); its directory must exist."""
     columns: tuple[str, ...]
-    """Column names, in the order of a tuple row; dict rows are read by these names."""
+    """Column names, in the order of a tuple row; dict rows are read by these names; with
+    one column a bare value (bytes, str, number) is a row too."""
     table: str = "events"
     """The table rows go to."""
     create_table: bool = True

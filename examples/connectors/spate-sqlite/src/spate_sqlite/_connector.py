@@ -4,7 +4,8 @@ spate's :class:`~spate.sink.SinkPool` does batching, retries, the breaker, acks 
 metrics; a connector implements only what is specific to its destination:
 
 * :class:`SqliteRowBuffer` — checks and converts each row when it is appended (a tuple in
-  column order, or a dict read by column name; values SQLite can store), so a bad value
+  column order, a dict read by column name, or for a one-column table the bare value;
+  values SQLite can store, payload views copied to ``bytes``), so a bad value
   is a record error found at once, never a failed batch later (B28);
 * :class:`SqliteShardWriter` — ``probe()`` opens the file and creates or checks the
   table at start-up, naming the file on failure (B29); ``write(batch)`` inserts a sealed
@@ -102,6 +103,9 @@ class SqliteRowBuffer:
             if extra:
                 raise SinkError(f"a row has keys that are no column: {extra}", ErrorClass.RECORD)
             values = tuple(_value(row[c], c) for c in columns)
+        elif len(columns) == 1:
+            # One column: the bare value is the row (a decoded record, a payload view).
+            values = (_value(row, columns[0]),)
         else:
             raise SinkError(
                 f"a row is a tuple or a dict, got {type(row).__name__}", ErrorClass.RECORD
