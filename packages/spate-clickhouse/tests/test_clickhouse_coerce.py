@@ -277,3 +277,17 @@ def test_fast_path_and_coercers_agree_on_temporal_bounds() -> None:
     ):
         with pytest.raises(SinkError, match="out of range"):
             enc.encode(bad)
+
+
+def test_a_tuple_already_in_written_form_is_kept_and_others_are_rebuilt() -> None:
+    enc = _encoder(("id", "UInt64"), ("name", "Nullable(String)"), ("at", "DateTime64(3)"))
+    buffer = enc.new_buffer()
+    ready = (1, None, E)
+    buffer.append(ready)
+    buffer.append((2, b"x", E))
+    buffer.append([3, "y", E])
+    assert buffer.rows[0] is ready
+    assert buffer.rows[1] == (2, "x", E) and buffer.rows[2] == (3, "y", E)
+    with pytest.raises(SinkError, match="out of range"):
+        buffer.append((-1, None, E))
+    assert len(buffer) == 3

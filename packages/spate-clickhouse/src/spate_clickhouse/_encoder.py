@@ -216,6 +216,26 @@ def _named(coercer: Coercer, column: Column) -> Coercer:
     return coerce
 
 
+def _fast_condition(v: str, u: ChType, i: int, env: dict[str, object]) -> str | None:
+    """Source of a test that ``v`` already has its written form (None: always coerce)."""
+    if u.name in INT_RANGES:
+        env[f"lo{i}"], env[f"hi{i}"] = INT_RANGES[u.name]
+        return f"{v}.__class__ is int and lo{i} <= {v} <= hi{i}"
+    if u.name == "Float64":
+        return f"{v}.__class__ is float"
+    if u.name == "String":
+        return f"{v}.__class__ is str"
+    if u.name == "Bool":
+        return f"({v} is True or {v} is False)"
+    if u.name in ("Date", "Date32"):
+        env[f"lo{i}"], env[f"hi{i}"] = date_bounds(u.name)
+        return f"{v}.__class__ is _date and lo{i} <= {v} <= hi{i}"
+    if u.name == "DateTime" or (u.name == "DateTime64" and _precision(u) <= 6):
+        env[f"lo{i}"], env[f"hi{i}"] = datetime_bounds(u.name)
+        return f"{v}.__class__ is _datetime and {v}.tzinfo is not None and lo{i} <= {v} <= hi{i}"
+    return None
+
+
 def _precision(t: ChType) -> int:
     return next((a for a in t.args if isinstance(a, int)), 3)
 
@@ -243,6 +263,7 @@ def _compile(
         f"        {', '.join(names)}{',' if count == 1 else ''} = _values_of(row, _columns)",
     ]
     sizes: list[str] = []
+    oks: list[str | None] = []
     for i, column in enumerate(columns):
         v = names[i]
         t = column.type
@@ -251,41 +272,36 @@ def _compile(
         seen: list[bool] | None = None
         if u.name == "String":
             seen = binary.setdefault(i, [False])
+            sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
         env[f"c{i}"] = _named(coercer_for(t, seen), column)
         base += _base_size(t)
-        guard = f"{v} is not None and " if nullable else ""
-        if u.name in INT_RANGES:
-            lo, hi = INT_RANGES[u.name]
-            env[f"lo{i}"], env[f"hi{i}"] = lo, hi
-            test = f"({v}.__class__ is not int or {v} < lo{i} or {v} > hi{i})"
-        elif u.name == "Float64":
-            test = f"{v}.__class__ is not float"
-        elif u.name == "String":
-            test = f"{v}.__class__ is not str"
-            sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
-        elif u.name == "Bool":
-            test = f"({v} is not True and {v} is not False)"
-        elif u.name in ("Date", "Date32"):
-            env[f"lo{i}"], env[f"hi{i}"] = date_bounds(u.name)
-            test = f"({v}.__class__ is not _date or {v} < lo{i} or {v} > hi{i})"
-        elif u.name == "DateTime" or (u.name == "DateTime64" and _precision(u) <= 6):
-            env[f"lo{i}"], env[f"hi{i}"] = datetime_bounds(u.name)
-            test = (
-                f"({v}.__class__ is not _datetime or {v}.tzinfo is None "
-                f"or {v} < lo{i} or {v} > hi{i})"
-            )
+        ok = _fast_condition(v, u, i, env)
+        if ok is None:
+            oks.append(None)
+            guard = f"{v} is not None" if nullable else "True"
+            lines.append(f"    if {guard}: {v} = c{i}({v})")
         else:
-            test = "True"
-        if nullable and test == "True":
-            lines.append(f"    if {v} is not None: {v} = c{i}({v})")
-        else:
-            lines.append(f"    if {guard}{test}: {v} = c{i}({v})")
+            if nullable:
+                ok = f"({v} is None or {ok})"
+            oks.append(ok)
+            lines.append(f"    if not ({ok}): {v} = c{i}({v})")
     size_expr = " + ".join([str(base), *sizes])
     values = f"({', '.join(names)}{',' if count == 1 else ''})"
     body = lines[1:]
     encode_src = ["def encode(row):", *body, f"    return {values}, {size_expr}"]
-    append_src = ["def append(self, row):", *body, f"    self.rows.append({values})"]
-    source = "\n".join([*encode_src, "", *append_src, f"    return {size_expr}", ""])
+    append_src = ["def append(self, row):"]
+    if all(ok is not None for ok in oks):
+        # A tuple whose values all have their written form already is kept as it is.
+        unpack = f"{', '.join(names)}{',' if count == 1 else ''}"
+        append_src += [
+            f"    if row.__class__ is tuple and len(row) == {count}:",
+            f"        {unpack} = row",
+            f"        if {' and '.join(f'({ok})' for ok in oks)}:",
+            "            self.rows.append(row)",
+            f"            return {size_expr}",
+        ]
+    append_src += [*body, f"    self.rows.append({values})", f"    return {size_expr}"]
+    source = "\n".join([*encode_src, "", *append_src, ""])
     code = compile(source, "<spate_clickhouse row encoder>", "exec")
     exec(code, env)
     return env["encode"], env["append"]  # type: ignore[return-value]
