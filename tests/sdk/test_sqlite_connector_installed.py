@@ -5,7 +5,8 @@ A fresh virtual environment gets spate-core (a wheel built from this checkout) a
 that environment ``spate plugins`` lists the SQLite sink, ``spate validate`` accepts a
 pipeline file using ``sink: {sqlite: ...}`` and ``spate run`` delivers every record of
 the memory source into the database file, exits 0 (everything committed, B16) and
-reports final positions at the end of every lane.
+reports final positions at the end of every lane. A package made by
+``spate new-connector`` installs into the same environment and is listed too.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def test_b27_spate_plugins_lists_the_installed_sqlite_sink(venv: Path) -> None:
     proc = _run([str(venv / "bin" / "spate"), "plugins"], cwd=venv)
     rows = [line.split() for line in proc.stdout.splitlines()[1:] if line.strip()]
     assert ["sqlite", "sink", "spate-sqlite", "0.1.0"] in rows, proc.stdout
-    # Only what this environment has: core's built-ins and the example.
-    assert {row[2] for row in rows} == {"spate-core", "spate-sqlite"}, proc.stdout
+    # Only what this environment has: core's built-ins and the connectors installed.
+    assert {row[2] for row in rows} <= {"spate-core", "spate-sqlite", "spate-ledger"}
 
 
 def test_b27_spate_run_delivers_every_memory_record_into_sqlite(venv: Path) -> None:
@@ -114,3 +115,15 @@ admin: {{listen: none}}
     marks = re.findall(r'completed .*watermarks=\[(.*?)\]"', proc.stderr)
     assert marks, proc.stderr[-2000:]
     assert marks[-1] == ", ".join(f"memory[{p}]={records}" for p in range(partitions))
+
+
+def test_b27_a_package_from_spate_new_connector_installs_and_is_listed(venv: Path) -> None:
+    """The template ships inside spate-core's wheel; what it makes is a plugin at once."""
+    work = venv / "scaffold"
+    work.mkdir()
+    _run([str(venv / "bin" / "spate"), "new-connector", "ledger"], cwd=work)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
+    _run([*pip, "--quiet", "--no-deps", str(work / "spate-ledger")], cwd=work)
+    proc = _run([str(venv / "bin" / "spate"), "plugins"], cwd=work)
+    rows = [line.split() for line in proc.stdout.splitlines()[1:] if line.strip()]
+    assert ["ledger", "sink", "spate-ledger", "0.1.0"] in rows, proc.stdout

@@ -1,4 +1,5 @@
-"""The ``spate`` command: ``run``, ``validate``, ``plugins`` and contributed subcommands.
+"""The ``spate`` command: ``run``, ``validate``, ``plugins``, ``new-connector`` and
+contributed subcommands.
 
 Exit codes follow command-line conventions (B16): 0 success (a run that completed),
 1 failure (a run that failed, or a service unreachable at start-up), 2 invalid usage or
@@ -19,11 +20,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from spate import __version__
 from spate._assembly import assemble
 from spate.cli._logging import LEVELS, configure_logging
+from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
@@ -35,7 +38,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-BUILTIN_COMMANDS = ("run", "validate", "plugins")
+BUILTIN_COMMANDS = ("run", "validate", "plugins", "new-connector")
 
 
 def one_line(exc: BaseException) -> str:
@@ -116,6 +119,22 @@ class _Cli:
             print("  ".join([*cells, row[3]]), file=self.stdout)
         return EXIT_OK
 
+    def new_connector(self, args: argparse.Namespace) -> int:
+        try:
+            root, files = new_connector(args.name, Path(args.directory), args.kind)
+        except ScaffoldError as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except OSError as exc:
+            self.error(f"cannot write the new package: {exc}")
+            return EXIT_FAILED
+        print(f"created {root} ({len(files)} files)", file=self.stdout)
+        print(
+            f"next: pip install -e '{root}[test]' && python -m pytest {root / 'tests'}",
+            file=self.stdout,
+        )
+        return EXIT_OK
+
     def run(self, args: argparse.Namespace) -> int:
         try:
             cfg = load_config(args.config, resolver=self.registry)
@@ -179,6 +198,19 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     validate = sub.add_parser("validate", help="check a configuration file and exit")
     validate.add_argument("config", help="pipeline configuration (YAML)")
     sub.add_parser("plugins", help="list installed sources, sinks, deserializers and commands")
+    scaffold = sub.add_parser(
+        "new-connector",
+        help="create a connector package from spate's template (a working sink with tests)",
+    )
+    scaffold.add_argument("name", help="connector name, the YAML tag (e.g. parquet)")
+    scaffold.add_argument(
+        "--kind", default="sink", choices=KINDS, help="kind of connector (default: sink)"
+    )
+    scaffold.add_argument(
+        "--directory",
+        default=".",
+        help="where to create the spate-NAME folder (default: the current directory)",
+    )
     contributed: dict[str, Any] = {}
     for info in registry.commands():
         if info.name in BUILTIN_COMMANDS or info.name in contributed:
@@ -241,5 +273,6 @@ def main(
         "run": cli.run,
         "validate": cli.validate,
         "plugins": cli.plugins,
+        "new-connector": cli.new_connector,
     }
     return handlers[args.command](args)

@@ -1,0 +1,129 @@
+"""``spate new-connector NAME``: a connector package from the template, green from the start.
+
+The generated distribution is a working sink whose own tests run spate's sink
+conformance suite; they pass as generated (B2, B4, B9, B17, B28, B29), so an author
+starts from a connector that keeps spate's promises and changes it from there (B27).
+Bad names and existing folders are refused with one line and exit 2 (B16).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from spate.cli import main
+from spate.cli._scaffold import ConnectorNames, ScaffoldError
+from spate.plugins import Registry
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), registry=Registry(path=[]), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("raw", "tag", "dist", "module", "name"),
+    [
+        ("parquet", "parquet", "spate-parquet", "spate_parquet", "Parquet"),
+        (
+            "spate-object-store",
+            "object_store",
+            "spate-object-store",
+            "spate_object_store",
+            "ObjectStore",
+        ),
+        ("http_poll2", "http_poll2", "spate-http-poll2", "spate_http_poll2", "HttpPoll2"),
+    ],
+)
+def test_names_are_spelled_for_each_use(
+    raw: str, tag: str, dist: str, module: str, name: str
+) -> None:
+    assert ConnectorNames.parse(raw) == ConnectorNames(tag, dist, module, name)
+
+
+@pytest.mark.parametrize("raw", ["", "Bad Name", "9lives", "two--dashes", "trailing-", "x.y"])
+def test_bad_names_are_refused(raw: str) -> None:
+    with pytest.raises(ScaffoldError, match="connector name"):
+        ConnectorNames.parse(raw)
+
+
+def test_b16_bad_name_and_existing_folder_exit_2_with_one_line(tmp_path: Path) -> None:
+    code, _, err = _main("new-connector", "Bad Name", "--directory", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Bad Name" in err
+    assert _main("new-connector", "demo", "--directory", str(tmp_path))[0] == 0
+    marker = tmp_path / "spate-demo" / "README.md"
+    marker.write_text("mine")
+    code, _, err = _main("new-connector", "demo", "--directory", str(tmp_path))
+    assert code == 2 and "already exists" in err
+    assert marker.read_text() == "mine"  # nothing overwritten
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("scaffold")
+    code, out, err = _main("new-connector", "ledger-lines", "--directory", str(where))
+    assert code == 0, err
+    root = where / "spate-ledger-lines"
+    assert f"created {root}" in out
+    return root
+
+
+def test_the_template_is_rendered_with_every_name(generated: Path) -> None:
+    files = sorted(p.relative_to(generated).as_posix() for p in generated.rglob("*") if p.is_file())
+    assert files == [
+        "README.md",
+        "pyproject.toml",
+        "src/spate_ledger_lines/__init__.py",
+        "src/spate_ledger_lines/_config.py",
+        "src/spate_ledger_lines/_connector.py",
+        "src/spate_ledger_lines/_factory.py",
+        "src/spate_ledger_lines/py.typed",
+        "tests/test_conformance.py",
+    ]
+    for path in generated.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert "${" not in text and "__module__" not in text, path
+    project = tomllib.loads((generated / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "spate-ledger-lines"
+    assert project["entry-points"]["spate.sinks"] == {
+        "ledger_lines": "spate_ledger_lines:LedgerLinesSinkFactory"
+    }
+
+
+def test_b27_the_generated_package_passes_the_sink_conformance_suite(generated: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(generated / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=generated,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout.splitlines()[-1]
+    assert "failed" not in proc.stdout.splitlines()[-1]
+
+
+def test_the_generated_package_is_lint_clean(generated: Path) -> None:
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        pytest.skip("ruff is not installed next to this interpreter")
+    for args in (["check"], ["format", "--check"]):
+        proc = subprocess.run(
+            [ruff, *args, "--isolated", "--line-length", "100", "."],
+            cwd=generated,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
