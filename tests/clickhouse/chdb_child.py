@@ -10,7 +10,9 @@ Modes:
   compared with what was sent;
 * ``dedup`` — one batch written, then the same batch again with the same dedup token (a
   retry): the table keeps one copy; a new token adds a copy (B9);
-* ``schema`` — a configured column missing from the table fails start-up (B20).
+* ``schema`` — a configured column missing from the table fails start-up (B20);
+* ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
+  message naming both (one engine per process).
 """
 
 from __future__ import annotations
@@ -89,6 +91,21 @@ def _schema(url: str, client: Any) -> dict[str, Any]:
     return {"error": None}
 
 
+def _twodirs(url: str, client: Any, other: str) -> dict[str, Any]:
+    client.command("CREATE TABLE one (id UInt64) ENGINE = MergeTree ORDER BY id")
+    first = build_sink({"table": "one", "columns": ["id"], "shards": [{"replicas": [url]}]})
+    first.sink.start()
+    second = build_sink({"table": "one", "columns": ["id"], "shards": [{"replicas": [other]}]})
+    try:
+        second.sink.start()
+    except SinkError as exc:
+        return {"error": exc.reason, "class": exc.error_class.value}
+    finally:
+        second.sink.close()
+        first.sink.close()
+    return {"error": None}
+
+
 def main(argv: list[str]) -> int:
     mode, directory = argv[0], argv[1]
     url = f"chdb://{directory}"
@@ -99,6 +116,8 @@ def main(argv: list[str]) -> int:
         result = _dedup(url, client)
     elif mode == "schema":
         result = _schema(url, client)
+    elif mode == "twodirs":
+        result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     print(json.dumps(result))

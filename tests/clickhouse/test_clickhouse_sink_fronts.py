@@ -184,17 +184,21 @@ def test_distributed_router_on_a_signed_integer_key_matches_clickhouse(
     assert total == len(values)
 
 
-def test_every_type_round_trips_through_the_sink_into_a_front(fronts: list[ChFront]) -> None:
+@pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])
+def test_every_type_round_trips_through_the_sink_into_a_front(
+    fronts: list[ChFront], compression: str
+) -> None:
     count = scaled(20_000, minimum=3_000)
+    table = f"alltypes_{compression}"
     client = fronts[0].client()
-    client.command(alltypes.create_table_sql("alltypes_sink"))
+    client.command(alltypes.create_table_sql(table))
     built = build_sink(
         {
-            "table": "alltypes_sink",
+            "table": table,
             "columns": list(alltypes.NAMES),
             "shards": [{"replicas": [fronts[0].url]}],
             "validate_schema": "full",
-            "compression": "zstd",
+            "compression": compression,
             "batch": {"max_rows": count // 3 + 1},
         }
     )
@@ -205,7 +209,7 @@ def test_every_type_round_trips_through_the_sink_into_a_front(fronts: list[ChFro
     assert driver.finish() and driver.all_delivered
     built.sink.close()
     assert built.metric("spate_sink_flushes_total", shard="0", reason="max_rows") >= 2
-    back = client.query(f"SELECT {', '.join(alltypes.NAMES)} FROM alltypes_sink ORDER BY id")
+    back = client.query(f"SELECT {', '.join(alltypes.NAMES)} FROM {table} ORDER BY id")
     got = [alltypes.normalise(r) for r in back.result_rows]
     assert len(got) == count
     assert got == [alltypes.normalise(r) for r in sent]
@@ -345,3 +349,28 @@ def test_b29_an_unknown_table_fails_start_naming_table_and_replica(fronts: list[
     with pytest.raises(SinkError, match=f"table nowhere does not exist on {fronts[0].url}"):
         built.sink.start()
     built.sink.close()
+
+
+def test_b29_wrong_credentials_fail_start_naming_the_replica(
+    chfront: Callable[..., ChFront],
+) -> None:
+    guarded = chfront(user="writer", password="s3cret")
+    guarded.client().command("CREATE TABLE t (id UInt64) ENGINE = MergeTree ORDER BY id")
+    body: dict[str, Any] = {
+        "table": "t",
+        "columns": ["id"],
+        "shards": [{"replicas": [guarded.url]}],
+    }
+    built = build_sink({**body, "user": "writer", "password": "wrong"})
+    with pytest.raises(SinkError) as info:
+        built.sink.start()
+    assert info.value.error_class is ErrorClass.FATAL
+    assert guarded.url in info.value.reason and "516" in info.value.reason
+    assert "wrong" not in info.value.reason
+    built.sink.close()
+    ok = build_sink({**body, "user": "writer", "password": "s3cret"})
+    ok.sink.start()
+    driver = Driver(ok.sink)
+    driver.offer_all([(i,) for i in range(100)])
+    assert driver.finish() and driver.all_delivered
+    ok.sink.close()

@@ -40,3 +40,11 @@ def test_b20_a_missing_column_fails_start_on_chdb(tmp_path: Path) -> None:
     result = _child("schema", str(directory))
     assert result["class"] == "fatal"
     assert f"column extra not in narrow on chdb://{directory}" in result["error"]
+
+
+def test_a_second_chdb_directory_in_one_process_is_refused_naming_both(tmp_path: Path) -> None:
+    first, second = tmp_path / "one", tmp_path / "two"
+    result = _child("twodirs", str(first), str(second))
+    assert result["class"] == "fatal"
+    assert "one engine per process" in result["error"]
+    assert str(first) in result["error"] and str(second) in result["error"]
