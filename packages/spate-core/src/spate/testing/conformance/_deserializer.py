@@ -76,6 +76,19 @@ class DeserializerConformance(ConfigConformance):
         value = deserializer.deserialize(view)
         return [] if value is NO_RECORD else [value]
 
+    def _expect(
+        self, deserializer: Any, view: memoryview, expected: list[object], what: str
+    ) -> list[object]:
+        """Decode ``view`` and check it gives ``expected``; any exception is a failure."""
+        try:
+            got = self.decode(deserializer, view)
+        except Exception as exc:
+            raise ConformanceFailure(
+                DESER_DECODES, f"{what} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        check(got == expected, DESER_DECODES, f"{what} decoded to {got!r}, expected {expected!r}")
+        return got
+
     @staticmethod
     def _check_record_error(exc: DeserError, payload: bytes) -> None:
         check(
@@ -123,12 +136,7 @@ class DeserializerConformance(ConfigConformance):
     def test_decodes_whole_payload_views(self) -> None:
         deserializer = self.make_deserializer()
         for payload, expected in self.samples():
-            got = self.decode(deserializer, memoryview(payload))
-            check(
-                got == expected,
-                DESER_DECODES,
-                f"{payload[:40]!r} decoded to {got!r}, expected {expected!r}",
-            )
+            self._expect(deserializer, memoryview(payload), expected, repr(payload[:40]))
 
     def test_decodes_a_view_that_is_a_slice_of_a_larger_buffer(self) -> None:
         deserializer = self.make_deserializer()
@@ -136,21 +144,24 @@ class DeserializerConformance(ConfigConformance):
             # Framing bytes on both sides that no format accepts as part of a record.
             buffer = b"\xff\x00\xfe" + payload + b"\x00\xff\xfe"
             view = memoryview(buffer)[3 : 3 + len(payload)]
-            got = self.decode(deserializer, view)
-            check(
-                got == expected,
-                DESER_DECODES,
-                f"a slice holding {payload[:40]!r} decoded to {got!r}, expected {expected!r} "
-                "(decode the view itself; view.obj is the whole buffer)",
+            what = (
+                f"a slice of a larger buffer holding {payload[:40]!r} (decode the view "
+                "itself; view.obj is the whole buffer)"
             )
+            self._expect(deserializer, view, expected, what)
 
     def test_values_do_not_borrow_the_payload(self) -> None:
         deserializer = self.make_deserializer()
         for payload, expected in self.samples():
             buffer = bytearray(payload)
             view = memoryview(buffer)
-            got = self.decode(deserializer, view)
-            view.release()
+            got = self._expect(deserializer, view, expected, repr(payload[:40]))
+            try:
+                view.release()
+            except BufferError as exc:
+                raise ConformanceFailure(
+                    DESER_BORROWED, f"the values of {payload[:40]!r} still export the view: {exc}"
+                ) from exc
             buffer[:] = b"\x00" * len(buffer)
             check(
                 got == expected,
