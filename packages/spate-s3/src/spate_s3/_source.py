@@ -43,7 +43,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections import deque
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -58,11 +59,13 @@ from spate_coordination import (
     CoordinationError,
     CoordinationStore,
     Coordinator,
+    Keyspace,
     PlanConflictError,
     ProgressWrite,
     SplitEvent,
     SplitEventKind,
 )
+from spate_coordination._records import STATE_PREFIX, StateRecord
 
 from spate_s3._objects import ObjectInfo, ObjectStore, open_object_store
 from spate_s3._plan import SplitObjects, plan_splits, to_specs
@@ -143,17 +146,20 @@ class S3Source:
         self._fatal: SourceError | None = None
         self._drained = False
         self._rotation = 0
+        self._next_state_check = 0.0
+        self._completed_lanes: list[Lane] = []
+        self._pending_events: deque[SplitEvent] = deque()
 
     # -- the I/O loop
 
-    def _call(self, coro: asyncio.Future[T] | object, timeout: float | None = None) -> T:
+    def _call(self, coro: Coroutine[object, object, T], timeout: float | None = None) -> T:
         loop = self._loop
         if loop is None:
             raise RuntimeError("the S3 source is not started")
-        future = asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
         wait = timeout if timeout is not None else self.config.request_timeout
         try:
-            return future.result(wait)  # type: ignore[return-value]
+            return future.result(wait)
         except TimeoutError:
             future.cancel()
             raise
@@ -308,8 +314,15 @@ class S3Source:
         coordinator = self.coordinator
         if coordinator is None or self._events is None:
             raise RuntimeError("poll before start")
-        for event in coordinator.take_events():
-            self._handle(event)
+        self._pending_events.extend(coordinator.take_events())
+        while self._pending_events:
+            try:
+                self._handle(self._pending_events[0])
+            except (CoordinationError, TimeoutError) as exc:
+                # Keep the event: it is handled again on the next poll.
+                logger.warning("coordination store unavailable, will retry: %s", exc)
+                break
+            self._pending_events.popleft()
         self._finish_completed()
         self._restart_due()
         batches: list[PayloadBatch] = []
@@ -423,6 +436,11 @@ class S3Source:
     # -- completion, failure, retry
 
     def _finish_completed(self) -> None:
+        if self._completed_lanes:
+            lanes, self._completed_lanes = self._completed_lanes, []
+            assert self._events is not None
+            self._events.revoked(lanes)
+            self._paused.difference_update(lanes)
         for split in [s for s in self._splits.values() if s.done()]:
             if not self._write_state(split, completed=True):
                 continue
@@ -501,10 +519,32 @@ class S3Source:
         self._set_fatal(f"split {split.split_id} quarantined ({reason}); recording it failed")
 
     def _maybe_drained(self) -> None:
+        """Report ``drained`` once nothing is left for this instance to hand out.
+
+        That is when the job is complete, or when every split this instance owns is
+        fully handed out and every other planned split is completed: the final commit
+        of the drain then completes ours. An instance never drains while another split
+        could still move to it (a dead instance's, say), so the job always finishes.
+        """
         coordinator = self.coordinator
-        if self._drained or coordinator is None or not coordinator.job_complete or self._splits:
+        if self._drained or coordinator is None:
             return
-        quarantined = self._quarantined()
+        if self._planner is not None and not self._planner.done():
+            return  # no plan yet, or the listing is being checked (refresh_listing)
+        if any(not s.reader.exhausted or s.retry_at is not None for s in self._splits.values()):
+            return
+        if not coordinator.job_complete:
+            now = self._clock.monotonic()
+            if not self._splits or now < self._next_state_check:
+                return
+            self._next_state_check = now + self.coordination_config.poll_interval
+            if not self._others_completed():
+                return
+        try:
+            quarantined = self._quarantined()
+        except (CoordinationError, TimeoutError) as exc:
+            logger.warning("reading split states failed, will retry: %s", exc)
+            return
         if quarantined:
             self._set_fatal(
                 f"{self._location}: job {self.coordination_config.job!r} finished with "
@@ -512,18 +552,47 @@ class S3Source:
             )
             raise self._fatal  # type: ignore[misc]
         self._drained = True
-        logger.info("job %s complete: every split is done", self.coordination_config.job)
+        logger.info(
+            "job %s: nothing left to read here (%d split(s) to complete on the final commit)",
+            self.coordination_config.job,
+            len(self._splits),
+        )
         assert self._events is not None
         self._events.drained()
 
-    def _quarantined(self) -> list[str]:
+    def _states(self) -> dict[str, StateRecord]:
         coordinator = self.coordinator
         assert coordinator is not None
+        store = coordinator.core.store
+        entries = self._call(store.list(Keyspace.DURABLE, STATE_PREFIX))
+        return {e.key[len(STATE_PREFIX) :]: StateRecord.decode(e.value) for e in entries}
+
+    def _others_completed(self) -> bool:
+        """Whether every planned split not owned here is completed."""
+        coordinator = self.coordinator
+        assert coordinator is not None
+        try:
+            plan = coordinator.read_plan()
+            states = self._states()
+        except (CoordinationError, TimeoutError) as exc:
+            logger.debug("reading split states failed: %s", exc)
+            return False
+        if plan is None:
+            return False
+        for spec in plan:
+            if spec.split_id in self._splits:
+                continue
+            state = states.get(spec.split_id)
+            if state is None or not state.completed:
+                return False
+        return True
+
+    def _quarantined(self) -> list[str]:
         found: list[str] = []
-        for spec in coordinator.read_plan() or []:
-            progress = coordinator.read_progress(spec.split_id)
-            if isinstance(progress, Mapping) and QUARANTINE_KEY in progress:
-                found.append(f"{spec.split_id}: {progress[QUARANTINE_KEY]}")
+        for split_id, state in sorted(self._states().items()):
+            progress = state.progress
+            if state.completed and isinstance(progress, Mapping) and QUARANTINE_KEY in progress:
+                found.append(f"{split_id}: {progress[QUARANTINE_KEY]}")
         return found
 
     # -- commit, pause, resume, close
@@ -561,6 +630,12 @@ class S3Source:
             split.committed = position
             for mark in [m for m in split.marks if m <= offset]:
                 del split.marks[mark]
+            if split.done() and self._write_state(split, completed=True):
+                # Every record is delivered: complete now (the final commit of a drain
+                # has no poll after it); the lane is revoked on the next poll.
+                self._splits.pop(split.split_id, None)
+                self._stopped(split, "completed")
+                self._completed_lanes.append(split.lane)
         if errors:
             raise SourceError(f"committing S3 progress failed: {'; '.join(errors)}")
 
