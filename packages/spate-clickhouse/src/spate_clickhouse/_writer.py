@@ -29,6 +29,7 @@ from spate_clickhouse._client import Endpoint, connect, parse_endpoint
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
 from spate_clickhouse._errors import to_sink_error
 from spate_clickhouse._schema import SchemaCheck, table_columns
+from spate_clickhouse._types import ChType
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -74,16 +75,26 @@ class ClickHouseConnector:
             if self._encoder is None:
                 types = self.schema.types
                 if types is None:
-                    raise SinkError(
-                        f"sink {self.name}: the column types of {self.schema.table} are not "
-                        "known yet (no replica was probed)",
-                        ErrorClass.FATAL,
-                    )
+                    types = self._learn_types()
                 columns = [Column(name, types[name]) for name in self.column_names]
                 self._encoder = RowEncoder(
                     columns, strict_first=self.config.validate_schema == "full"
                 )
             return self._encoder
+
+    def _learn_types(self) -> dict[str, ChType]:
+        """Ask the first replica for the column types (a buffer is wanted before any probe:
+        the pool always probes first, a connector used on its own may not)."""
+        url = self.config.shards[0].replicas[0]
+        writer = ClickHouseShardWriter(self, parse_endpoint(url), 0)
+        try:
+            writer.probe()
+        finally:
+            writer.close()
+        types = self.schema.types
+        if types is None:  # pragma: no cover - probe() either learns them or raises
+            raise SinkError(f"sink {self.name}: no column types from {url}", ErrorClass.FATAL)
+        return types
 
     def columns(self) -> list[Column]:
         """The sink's columns with the types it writes with."""
@@ -112,6 +123,13 @@ class ClickHouseShardWriter:
         with self._lock:
             if self._client is None:
                 self._client = connect(self._endpoint, self.connector.config)
+                logger.info(
+                    "sink %s connected to %s (shard %d)",
+                    self.connector.name,
+                    self.endpoint,
+                    self._shard,
+                    extra={"component": self.connector.name},
+                )
             return self._client
 
     def _drop_client(self) -> None:
@@ -140,6 +158,13 @@ class ClickHouseShardWriter:
         except Exception as exc:
             raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
         check.check(self.endpoint, found)
+        logger.info(
+            "sink %s: %s on %s checked (validate_schema: %s)",
+            self.connector.name,
+            check.table,
+            self.endpoint,
+            check.mode,
+        )
 
     def write(self, batch: WriteBatch) -> None:
         """One INSERT of the whole batch with its dedup token. Worker thread; blocks."""
