@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from spate_coordination import SplitSpec
 
@@ -42,7 +43,7 @@ class SplitObjects:
     def total_bytes(self) -> int:
         return sum(o.size for o in self.objects)
 
-    def meta(self) -> dict[str, object]:
+    def meta(self) -> dict[str, Any]:
         return {
             "v": PACKING_VERSION,
             "scheme": self.location.scheme,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from spate.errors import ErrorClass, SourceError
 from spate.records import Lane, PayloadBatch
+from spate_coordination._records import JsonValue
 
 from spate_s3._compression import CorruptObjectError, Decompressor, decompressor, detect
 from spate_s3._framing import Framer, framer
@@ -47,14 +48,14 @@ logger = logging.getLogger(__name__)
 class Position:
     """The next record of a split (see the module docstring)."""
 
-    object: int = 0
+    object_index: int = 0
     record: int = 0
     byte: int | None = 0
     offset: int = 0
 
-    def to_progress(self) -> dict[str, object]:
+    def to_progress(self) -> dict[str, JsonValue]:
         return {
-            "object": self.object,
+            "object": self.object_index,
             "record": self.record,
             "byte": self.byte,
             "offset": self.offset,
@@ -101,7 +102,7 @@ class SplitReader:
         loop: asyncio.AbstractEventLoop,
         wake: threading.Event,
     ) -> None:
-        if not 0 <= start.object <= len(split.objects):
+        if not 0 <= start.object_index <= len(split.objects):
             raise ValueError(f"split {split.split_id}: position {start} is outside the split")
         self.split = split
         self.lane = Lane(split.split_id, 0)
@@ -117,7 +118,7 @@ class SplitReader:
         self._stopped = False
         # Consumer state (pipeline thread).
         self.start = start
-        self._object = start.object
+        self._object = start.object_index
         self._record = start.record
         self._offset = start.offset
         self._skip = 0
@@ -161,9 +162,9 @@ class SplitReader:
         objects = self.split.objects
         chunk = self._config.chunk_bytes
         try:
-            for index in range(self.start.object, len(objects)):
+            for index in range(self.start.object_index, len(objects)):
                 obj = objects[index]
-                pos = self._resume_byte if index == self.start.object else 0
+                pos = self._resume_byte if index == self.start.object_index else 0
                 while pos < obj.size:
                     await self._wait_for_space()
                     end = min(pos + chunk, obj.size)

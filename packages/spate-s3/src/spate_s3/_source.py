@@ -378,7 +378,7 @@ class S3Source:
             "split %s (epoch %d): working from object %d record %d (%d objects)",
             split_id,
             epoch,
-            position.object,
+            position.object_index,
             position.record,
             len(objects.objects),
             extra={"s3_split": split_id, "s3_epoch": epoch, "s3_event": "start"},
@@ -460,7 +460,7 @@ class S3Source:
             if quarantine is not None:
                 progress = dict(split.committed.to_progress())
                 progress[QUARANTINE_KEY] = quarantine
-                result = coordinator.commit_progress(split.split_id, split.epoch, progress)  # type: ignore[arg-type]
+                result = coordinator.commit_progress(split.split_id, split.epoch, progress)
                 if result is ProgressWrite.FENCED:
                     return True
             if completed and coordinator.mark_completed(split.split_id, split.epoch) is (
@@ -619,7 +619,7 @@ class S3Source:
                 result = coordinator.commit_progress(
                     split.split_id,
                     split.epoch,
-                    position.to_progress(),  # type: ignore[arg-type]
+                    position.to_progress(),
                 )
             except (CoordinationError, TimeoutError) as exc:
                 errors.append(f"{lane}: {exc}")
