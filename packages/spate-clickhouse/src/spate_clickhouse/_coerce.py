@@ -251,12 +251,12 @@ def _date_coercer(label: str, bounds: tuple[int, int]) -> Coercer:
     lo, hi = bounds
 
     def coerce(value: object) -> object:
-        if value.__class__ is dt.date:
-            days = value.toordinal() - _EPOCH_ORDINAL  # type: ignore[attr-defined]
+        result: dt.date | None = None
+        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            days = value.toordinal() - _EPOCH_ORDINAL
             result = value
         else:
             days = _date_days(value, label)
-            result = None
         if not lo <= days <= hi:
             raise BadValue(f"{_describe(value)} is out of range for {label}")
         return result if result is not None else dt.date.fromordinal(days + _EPOCH_ORDINAL)
