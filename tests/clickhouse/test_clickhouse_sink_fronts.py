@@ -349,28 +349,3 @@ def test_b29_an_unknown_table_fails_start_naming_table_and_replica(fronts: list[
     with pytest.raises(SinkError, match=f"table nowhere does not exist on {fronts[0].url}"):
         built.sink.start()
     built.sink.close()
-
-
-def test_b29_wrong_credentials_fail_start_naming_the_replica(
-    chfront: Callable[..., ChFront],
-) -> None:
-    guarded = chfront(user="writer", password="s3cret")
-    guarded.client().command("CREATE TABLE t (id UInt64) ENGINE = MergeTree ORDER BY id")
-    body: dict[str, Any] = {
-        "table": "t",
-        "columns": ["id"],
-        "shards": [{"replicas": [guarded.url]}],
-    }
-    built = build_sink({**body, "user": "writer", "password": "wrong"})
-    with pytest.raises(SinkError) as info:
-        built.sink.start()
-    assert info.value.error_class is ErrorClass.FATAL
-    assert guarded.url in info.value.reason and "516" in info.value.reason
-    assert "wrong" not in info.value.reason
-    built.sink.close()
-    ok = build_sink({**body, "user": "writer", "password": "s3cret"})
-    ok.sink.start()
-    driver = Driver(ok.sink)
-    driver.offer_all([(i,) for i in range(100)])
-    assert driver.finish() and driver.all_delivered
-    ok.sink.close()
