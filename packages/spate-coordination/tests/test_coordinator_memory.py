@@ -459,3 +459,38 @@ def test_single_instance_job_from_yaml_config_runs_to_completion() -> None:
         coordinator.stop()
     labels = {"pipeline": "solo", "component": "coordination", "component_type": "coordination"}
     assert meter.registry.get_sample_value("spate_coordination_completed_splits_total", labels) == 4
+
+
+def test_coordinator_can_run_on_a_loop_the_process_already_has() -> None:
+    """DESIGN §3: one I/O loop per process; the coordinator joins it and leaves it running."""
+    import threading
+
+    from spate_coordination import CoordinationError, Coordinator
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        config = CoordinationConfig(
+            store={"memory": {}},
+            job="shared-loop",
+            instance_id="l1",
+            lease_duration=1.0,
+            poll_interval=0.05,
+        )
+        coordinator = Coordinator(config, MemoryStore(1.0), loop=loop, meter=Meter("l1"))
+        coordinator.start()
+        assert coordinator.publish_plan(plan(2))
+
+        async def blocking_call_on_the_loop() -> None:
+            coordinator.read_progress("s00")
+
+        future = asyncio.run_coroutine_threadsafe(blocking_call_on_the_loop(), loop)
+        with pytest.raises(CoordinationError, match="own event loop"):
+            future.result(5)
+        coordinator.stop()
+        assert loop.is_running() and thread.is_alive()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

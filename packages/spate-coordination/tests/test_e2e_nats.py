@@ -211,7 +211,7 @@ def test_b24_kill_9_moves_the_dead_workers_splits_after_its_lease(
 ) -> None:
     job = f"kill-{uuid.uuid4().hex[:8]}"
     workers = start_workers(
-        tmp_path, private_nats.url, job, ["a", "b", "c"], splits=60, steps=70, step=0.2
+        tmp_path, private_nats.url, job, ["a", "b", "c"], splits=60, steps=50, step=0.2
     )
     cleanup.extend(workers)
     a, b, c = workers
@@ -253,7 +253,7 @@ def test_b24_a_resumed_zombie_has_every_progress_write_refused(
 ) -> None:
     job = f"zombie-{uuid.uuid4().hex[:8]}"
     workers = start_workers(
-        tmp_path, private_nats.url, job, ["a", "z"], splits=12, steps=60, step=0.2
+        tmp_path, private_nats.url, job, ["a", "z"], splits=12, steps=45, step=0.2
     )
     cleanup.extend(workers)
     a, z = workers
@@ -300,7 +300,7 @@ def test_b24_nats_restart_mid_run_the_job_continues_and_nothing_is_assigned_twic
 ) -> None:
     job = f"restart-{uuid.uuid4().hex[:8]}"
     workers = start_workers(
-        tmp_path, private_nats.url, job, ["a", "b", "c"], splits=30, steps=60, step=0.2, lease=3.0
+        tmp_path, private_nats.url, job, ["a", "b", "c"], splits=30, steps=50, step=0.2, lease=3.0
     )
     cleanup.extend(workers)
     wait_for(

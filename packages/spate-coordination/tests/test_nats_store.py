@@ -213,3 +213,34 @@ def test_config_builds_a_nats_store_for_the_job(private_nats: Any) -> None:
     asyncio.run(_roundtrip(store))
     with pytest.raises(MissingConnectorError):
         CoordinationConfig(store={"etcd": {}}, job="j")
+
+
+def test_b24_duplicate_instance_id_is_refused_on_nats(private_nats: Any) -> None:
+    """Two processes configured with the same instance_id: the second is refused."""
+    from spate_coordination import Coordinator, DuplicateInstanceError
+
+    config = CoordinationConfig(
+        store={"nats": {"servers": [private_nats.url]}},
+        job="dup",
+        instance_id="same",
+        lease_duration=2.0,
+    )
+
+    def make() -> Coordinator:
+        return Coordinator(
+            config,
+            NatsStore(config.store_config, "dup", 2.0),
+            meter=Meter("dup"),  # type: ignore[arg-type]
+        )
+
+    first = make()
+    first.start()
+    try:
+        with pytest.raises(DuplicateInstanceError, match="'same' is already used"):
+            make().start()
+    finally:
+        first.stop()
+    # A clean stop deletes the heartbeat: the id is free again at once.
+    again = make()
+    again.start()
+    again.stop()

@@ -682,6 +682,13 @@ def _loop_thread_main(loop: asyncio.AbstractEventLoop, ready: threading.Event) -
     try:
         loop.run_forever()
     finally:
+        # Nothing may be left pending on a closed loop: cancel, finish, then close.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
 
@@ -752,11 +759,12 @@ class Coordinator:
             self._stop_thread()
             raise
 
-        async def _run() -> None:
-            self._stop = asyncio.Event()
-            await self.core.run(self._stop)
-
-        self._runner = asyncio.run_coroutine_threadsafe(_run(), self._require_loop())
+        # Created here, not inside the coroutine, so that a stop() right after start()
+        # always has an event to set (an Event binds to a loop only when awaited).
+        self._stop = asyncio.Event()
+        self._runner = asyncio.run_coroutine_threadsafe(
+            self.core.run(self._stop), self._require_loop()
+        )
 
     def stop(self, *, release: bool = True) -> None:
         """Stop the loops and leave the job (releasing owned splits unless told not to)."""
@@ -764,11 +772,13 @@ class Coordinator:
         if loop is None:
             return
         if self._stop is not None:
-            stop = self._stop
-            loop.call_soon_threadsafe(stop.set)
+            loop.call_soon_threadsafe(self._stop.set)
+            self._stop = None
         if self._runner is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self._runner.result(self._timeout)
+            except Exception:
+                logger.warning("coordination loops did not stop cleanly", exc_info=True)
             self._runner = None
         try:
             self._call(self.core.close(release=release))
