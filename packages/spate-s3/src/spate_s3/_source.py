@@ -92,6 +92,7 @@ class _Split:
     attempts: int = 0
     retry_at: float | None = None
     last_error: str = ""
+    stopped: bool = False
 
     @property
     def lane(self) -> Lane:
@@ -400,6 +401,9 @@ class S3Source:
 
     def _stopped(self, split: _Split, reason: str) -> None:
         split.reader.stop()
+        if split.stopped:
+            return
+        split.stopped = True
         logger.info(
             "split %s (epoch %d): stopped (%s)",
             split.split_id,
@@ -634,8 +638,9 @@ class S3Source:
                 # Every record is delivered: complete now (the final commit of a drain
                 # has no poll after it); the lane is revoked on the next poll.
                 self._splits.pop(split.split_id, None)
-                self._stopped(split, "completed")
-                self._completed_lanes.append(split.lane)
+                if not split.stopped:  # not inside this lane's own revocation
+                    self._stopped(split, "completed")
+                    self._completed_lanes.append(split.lane)
         if errors:
             raise SourceError(f"committing S3 progress failed: {'; '.join(errors)}")
 
