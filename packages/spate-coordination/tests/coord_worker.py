@@ -24,6 +24,7 @@ from spate.metrics import Meter
 from spate_coordination import (
     CoordinationConfig,
     Coordinator,
+    Keyspace,
     NatsStoreConfig,
     ProgressWrite,
     SplitEvent,
@@ -46,6 +47,32 @@ class EventLog:
         line = (json.dumps(record) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)
+
+
+class HeartbeatLoggingStore(NatsStore):
+    """The NATS store, logging when each successful write of our heartbeat was *sent*:
+    the store expires the heartbeat no earlier than ``lease`` after that moment."""
+
+    def __init__(self, log: EventLog, instance: str, *args: Any) -> None:
+        super().__init__(*args)
+        self._log = log
+        self._heartbeat_key = f"member.{instance}"
+
+    async def create(self, space: Keyspace, key: str, value: bytes) -> int | None:
+        sent = time.monotonic()
+        revision = await super().create(space, key, value)
+        if revision is not None and key == self._heartbeat_key:
+            self._log.write("heartbeat", sent=sent)
+        return revision
+
+    async def compare_and_set(
+        self, space: Keyspace, key: str, value: bytes, revision: int
+    ) -> int | None:
+        sent = time.monotonic()
+        new = await super().compare_and_set(space, key, value, revision)
+        if new is not None and key == self._heartbeat_key:
+            self._log.write("heartbeat", sent=sent)
+        return new
 
 
 def work_one_step(
@@ -102,7 +129,9 @@ def main() -> int:
         poll_interval=args.poll,
         drain_deadline=args.drain,
     )
-    store = NatsStore(config.store_config, config.job, config.lease_duration)  # type: ignore[arg-type]
+    store = HeartbeatLoggingStore(
+        log, args.instance, config.store_config, config.job, config.lease_duration
+    )
     coordinator = Coordinator(config, store, meter=Meter(args.instance), timeout=10.0)
 
     def on_event(event: SplitEvent) -> None:
