@@ -185,8 +185,8 @@ class S3ObjectStore:
         session = aioboto3.Session()
         self._client_cm = session.client(
             "s3",
-            endpoint_url=cfg.endpoint_url,
-            region_name=cfg.region,
+            endpoint_url=cfg.endpoint_url or None,
+            region_name=cfg.region or None,
             config=client_config,
         )
         try:

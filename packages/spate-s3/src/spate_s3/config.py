@@ -92,9 +92,9 @@ class S3SourceConfig:
     url: str
     """``s3://bucket/prefix`` (every key starting with the prefix) or ``file:///dir``."""
     endpoint_url: str | None = None
-    """S3-compatible endpoint (MinIO, moto, Ceph); AWS when unset."""
+    """S3-compatible endpoint (MinIO, moto, Ceph); AWS when unset or empty."""
     region: str | None = None
-    """AWS region; the usual chain (``AWS_REGION``, profile) when unset."""
+    """AWS region; the usual chain (``AWS_REGION``, profile) when unset or empty."""
     path_style: bool | None = None
     """Path-style addressing; by default on when ``endpoint_url`` is set, else AWS's choice."""
     compression: Compression = "auto"
@@ -127,9 +127,9 @@ class S3SourceConfig:
         except ValueError as exc:
             yield "url", str(exc)
         else:
-            if location.scheme == "file" and self.endpoint_url is not None:
+            if location.scheme == "file" and self.endpoint_url:
                 yield "endpoint_url", "only applies to s3:// URLs"
-        if self.endpoint_url is not None and "://" not in self.endpoint_url:
+        if self.endpoint_url and "://" not in self.endpoint_url:
             yield "endpoint_url", f"expected http(s)://host:port, got {self.endpoint_url!r}"
         if self.split_target_bytes < 1:
             yield "split_target_bytes", "must be positive"
