@@ -287,3 +287,91 @@ def test_b12_a_fatal_server_error_fails_the_pipeline_without_committing_past_the
     assert report.records_failed > 0
     fronts[2].recover()
     assert client.query("SELECT count() FROM ffatal").result_rows[0][0] == 0
+
+
+def test_b1_b7_a_pipeline_pauses_while_its_shard_is_down_and_commits_only_what_is_written(
+    fronts: list[ChFront],
+) -> None:
+    outage = max(2.0, 20.0 * current_scale())
+    clients = _table(fronts[0:2], "fbp")
+    per_partition = scaled(50_000, minimum=5_000)
+    source, handle = memory_source(partitions=2, stream="orders", batch_size=250, bounded=False)
+    name = "pausing-pipeline"
+    budget = Pipeline.new_budget(BackpressureConfig())
+    meter = Meter(name)
+    built = build_sink(
+        {
+            "table": "fbp",
+            "columns": ["id", "key", "at"],
+            "shards": [{"replicas": [fronts[0].url, fronts[1].url]}],
+            "batch": {"max_rows": 500, "linger": "50ms"},
+            "inflight": {"max_per_shard": 1},
+            "retry": FAST_RETRY,
+            "breaker": BREAKER,
+            "timeouts": {"connect": "1s", "send_receive": "5s"},
+        },
+        pipeline=name,
+        meter=meter,
+        budget=budget,
+    )
+    pipeline = Pipeline(
+        name,
+        source,
+        {"events": built.sink},
+        checkpoint=CheckpointConfig(interval=0.1, drain_timeout=60.0, stalled_fail_after=300.0),
+        budget=budget,
+        meter=meter,
+        handle_signals=False,
+    ).chains(
+        lambda ctx: ctx.chain().map(lambda v: (int(bytes(v)), "k", 1_700_000_000)).sink("events")
+    )
+    sink_full = {
+        "pipeline": name,
+        "component": "backpressure",
+        "component_type": "flow",
+        "cause": "sink_full",
+    }
+    reports: list[Any] = []
+    runner = threading.Thread(target=lambda: reports.append(pipeline.run()), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not built.sink.ready():  # started: the replicas were probed
+        assert runner.is_alive() and time.monotonic() < deadline, reports
+        time.sleep(0.02)
+    fronts[0].inject("refuse")
+    fronts[1].inject("refuse")
+    for p in range(2):
+        handle.append(p, [f"{p * 1_000_000 + i}".encode() for i in range(per_partition)])
+
+    def check_commits_are_written() -> None:
+        # committed offsets first, then the destination: every record below them is there
+        committed = [handle.last_committed(p) or 0 for p in range(2)]
+        for p, upto in enumerate(committed):
+            low = p * 1_000_000
+            held: set[int] = set()
+            for client in clients:
+                sql = f"SELECT id FROM fbp WHERE id >= {low} AND id < {low + upto}"
+                held.update(int(r[0]) for r in client.query(sql).result_rows)
+            assert len(held) == upto, f"partition {p}: committed {upto}, written {len(held)}"
+
+    paused_lanes: set[int] = set()
+    deadline = time.monotonic() + outage
+    while time.monotonic() < deadline:
+        paused_lanes.update(lane.partition for lane in handle.paused)
+        assert (handle.last_committed(0) or 0) == 0 and (handle.last_committed(1) or 0) == 0
+        time.sleep(0.05)
+    # the sink refused rows, so the pipeline paused its source (and kept polling)
+    assert paused_lanes == {0, 1}
+    pauses = meter.registry.get_sample_value("spate_backpressure_pause_events_total", sink_full)
+    assert (pauses or 0) >= 1
+    assert runner.is_alive()
+    fronts[0].recover()
+    fronts[1].recover()
+    handle.end_input()
+    while runner.is_alive():
+        check_commits_are_written()
+        runner.join(0.5)
+    (report,) = reports
+    assert report.exit_code == 0, report
+    assert handle.last_committed(0) == per_partition == handle.last_committed(1)
+    check_commits_are_written()
