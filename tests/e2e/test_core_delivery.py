@@ -80,6 +80,9 @@ def _check_commits_covered(offsets: Path, out: Path, partitions: int) -> dict[in
 def test_b1_kill_9_mid_run_then_restart_delivers_everything_at_least_once(tmp_path) -> None:
     offsets, out = tmp_path / "offsets.json", tmp_path / "out.jsonl"
     partitions, records = 3, scaled(20_000, minimum=1500)
+    # Pace the source so one run lasts about three seconds at any scale: long enough to
+    # be killed part-way, short enough for the suite.
+    pace = 3.0 / (records / 50)
     args = (
         "--partitions",
         str(partitions),
@@ -88,7 +91,7 @@ def test_b1_kill_9_mid_run_then_restart_delivers_everything_at_least_once(tmp_pa
         "--batch",
         "50",
         "--pace",
-        "0.002",
+        f"{pace:.4f}",
         "--interval",
         "0.1",
     )
