@@ -44,7 +44,7 @@ from spate.testing.conformance._base import (
 )
 from spate.testing.conformance._deserializer import DeserializerConformance
 from spate.testing.conformance._sink import SinkConformance
-from spate.testing.conformance._source import SourceConformance
+from spate.testing.conformance._source import RecordingEvents, SourceConformance
 
 __all__ = [
     "ConfigConformance",
@@ -52,6 +52,7 @@ __all__ = [
     "ConformanceFailure",
     "DeserializerConformance",
     "Promise",
+    "RecordingEvents",
     "SinkConformance",
     "SourceConformance",
     "conformance_context",

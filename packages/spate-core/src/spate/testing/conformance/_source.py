@@ -16,13 +16,14 @@ Driven the way the runtime drives a source (``start`` with events, ``poll``, ``c
 * ``pause`` holds a lane back while ``poll`` keeps being called, ``resume`` brings it
   back, and nothing is lost or repeated across the pause (B7, B8).
 
-Hooks share their names with :class:`spate.testing.contracts.SourceContract`
-(``produce``, ``open_source``), so a subclass of either runs under the other.
+The hooks are ``produce`` (make data) and ``open_source`` (a source over it).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from spate.records import Lane, PayloadBatch
@@ -34,7 +35,6 @@ from spate.testing.conformance._base import (
     check,
     skip,
 )
-from spate.testing.contracts import RecordingEvents
 
 SOURCE_HANDS_OUT = Promise(
     "B1",
@@ -51,6 +51,24 @@ SOURCE_PAUSE = Promise(
 )
 
 Handed = dict[int, list[tuple[int, bytes]]]
+
+
+@dataclass
+class RecordingEvents:
+    """``SourceEvents`` that record what the source reported (no runtime involved)."""
+
+    assigned_lanes: list[list[Lane]] = field(default_factory=list)
+    revoked_lanes: list[list[Lane]] = field(default_factory=list)
+    drained_calls: int = 0
+
+    def assigned(self, lanes: Collection[Lane]) -> None:
+        self.assigned_lanes.append(sorted(lanes))
+
+    def revoked(self, lanes: Collection[Lane]) -> None:
+        self.revoked_lanes.append(sorted(lanes))
+
+    def drained(self) -> None:
+        self.drained_calls += 1
 
 
 class SourceConformance(ConfigConformance):
