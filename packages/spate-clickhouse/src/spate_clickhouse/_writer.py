@@ -27,7 +27,7 @@ from spate.sink import WriteBatch
 
 from spate_clickhouse._client import Endpoint, connect, parse_endpoint
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
-from spate_clickhouse._errors import to_sink_error
+from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._schema import SchemaCheck, table_columns
 from spate_clickhouse._types import ChType
 
@@ -192,8 +192,9 @@ class ClickHouseShardWriter:
             raise
         except Exception as exc:
             error = to_sink_error(exc, self.endpoint)
-            if error.error_class is ErrorClass.RETRYABLE and not self._endpoint.embedded:
-                # a broken connection pool may hold dead sockets: start afresh next time
+            if code_of(exc) is None and not self._endpoint.embedded:
+                # A transport failure (no server answer): the connection pool may hold dead
+                # sockets, so connect afresh next time. A server error leaves it usable.
                 self._drop_client()
             raise error from exc
 
