@@ -494,3 +494,37 @@ def test_coordinator_can_run_on_a_loop_the_process_already_has() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_b24_a_renewal_whose_answer_was_lost_keeps_the_lease() -> None:
+    """A heartbeat write that landed but whose reply was lost (a timeout across a
+    reconnect) leaves a newer revision under our own session: the lease stays ours,
+    while a heartbeat rewritten by another session is a lapse."""
+
+    async def scenario() -> None:
+        from spate_coordination._store import Keyspace
+
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(2))
+        await rounds([a], clock, 5)
+        assert len(a.owned()) == 2
+        entry = await store.get(Keyspace.TTL, "member.a")
+        assert entry is not None
+        # Our own earlier write, applied by the store after we gave up waiting for it.
+        assert await store.compare_and_set(Keyspace.TTL, "member.a", entry.value, entry.revision)
+        await rounds([a], clock, 2)
+        assert a.alive() and len(a.owned()) == 2
+        # Someone else's session in our key: the lease is lost, the splits dropped.
+        entry = await store.get(Keyspace.TTL, "member.a")
+        assert entry is not None
+        impostor = entry.value.replace(a.session.encode(), b"other-session")
+        assert await store.compare_and_set(Keyspace.TTL, "member.a", impostor, entry.revision)
+        with pytest.raises(DuplicateInstanceError):
+            await a.heartbeat()  # dropped its splits, then could not join again
+        assert a.owned() == {}
+        assert not a.alive()
+
+    asyncio.run(scenario())

@@ -347,14 +347,20 @@ class CoordinatorCore:
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval = self.config.renew_interval
+        # After a failed renewal, try again soon: a request that timed out has already
+        # used up part of the lease, and the store may be back (a restart, a failover).
+        retry = max(0.05, interval / 5)
         while not stop.is_set():
+            delay = interval
             try:
                 await self.heartbeat()
             except (CoordinationError, ValueError) as exc:
                 logger.warning("heartbeat of %s failed: %s", self.instance_id, exc)
+                delay = retry
             except Exception:
                 logger.exception("heartbeat of %s failed unexpectedly", self.instance_id)
-            await self._sleep(stop, interval)
+                delay = retry
+            await self._sleep(stop, delay)
 
     async def _tick_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -107,8 +107,20 @@ class Lease:
             Keyspace.TTL, self._key, self._value, self._revision
         )
         if revision is None:
-            self._revision = None
-            return False
+            # Either someone else holds it now, or an earlier renewal of ours landed but
+            # its answer was lost (a timeout across a reconnect). Only the latter is
+            # still ours: renew again from the revision we find.
+            entry = await self._store.get(Keyspace.TTL, self._key)
+            if entry is not None and LeaseRecord.decode(entry.value).session == (
+                self._record.session
+            ):
+                sent = self._clock.monotonic()
+                revision = await self._store.compare_and_set(
+                    Keyspace.TTL, self._key, self._value, entry.revision
+                )
+            if revision is None or not self.held():
+                self._revision = None
+                return False
         self._revision, self._sent_at = revision, sent
         return True
 
