@@ -1,17 +1,19 @@
 """Core's built-in connectors pass the conformance suites third-party connectors run.
 
 The memory source (``source: {memory: ...}``) runs :class:`SourceConformance`; the file
-sink (``sink: {file: ...}``) runs :class:`SinkConformance` against its real file (B1,
-B2, B4, B7, B17, B29).
+sink (``sink: {file: ...}``) runs :class:`SinkConformance` against its real file and the
+capture sink (``sink: {capture: ...}``) against the rows it keeps (B1, B2, B4, B7, B17,
+B29).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spate.plugins._builtins import FileSinkFactory, MemorySourceFactory
+from spate.plugins._builtins import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
+from spate.sink import Sink
 from spate.source import Source
-from spate.testing import MemorySourceHandle, memory_source, read_file_sink
+from spate.testing import CaptureSink, MemorySourceHandle, memory_source, read_file_sink
 from spate.testing.conformance import SinkConformance, SourceConformance
 
 
@@ -60,3 +62,26 @@ class TestFileSinkConformance(SinkConformance):
     def unreachable(self) -> tuple[Mapping[str, object], str]:
         missing = str(self.workdir / "no-such-dir" / "out.jsonl")
         return {"path": missing}, missing
+
+
+class TestCaptureSinkConformance(SinkConformance):
+    factory = CaptureSinkFactory
+    tag = "capture"
+
+    def config(self) -> Mapping[str, object]:
+        return {"max_rows": 1000}
+
+    def invalid_configs(self) -> Sequence[tuple[Mapping[str, object], str]]:
+        return [({"max_rows": 0}, "max_rows"), ({"capacity": 0}, "capacity")]
+
+    def build_sink(self, body: Mapping[str, object] | None = None) -> Sink:
+        sink = super().build_sink(body)
+        assert isinstance(sink, CaptureSink)
+        self.sink = sink
+        return sink
+
+    def rows(self, count: int) -> list[object]:
+        return [("row", i) for i in range(count)]
+
+    def written(self) -> list[object]:
+        return list(self.sink.script.rows)
