@@ -29,6 +29,7 @@ from spate_json._target import Converter, FieldError, json_type
 logger = logging.getLogger(__name__)
 
 _DecodeError = orjson.JSONDecodeError
+_loads = orjson.loads
 
 
 def _invalid(exc: Exception, where: str = "") -> DeserError:
@@ -67,14 +68,31 @@ class JsonDeserializer:
 
 
 class SingleJsonDeserializer(JsonDeserializer):
-    """``framing: single`` — one JSON value per payload."""
+    """``framing: single`` — one JSON value per payload.
+
+    :meth:`create` picks a subclass specialised for the configuration, so the per-record
+    method does no configuration checks of its own (DESIGN §12).
+    """
 
     many: ClassVar[bool] = False
+
+    @staticmethod
+    def create(
+        *, on_error: ErrorPolicy, objects_only: bool, convert: Converter | None
+    ) -> SingleJsonDeserializer:
+        """The specialised deserializer for this configuration."""
+        if convert is not None:
+            kind: type[SingleJsonDeserializer] = SingleJsonDeserializer
+        elif objects_only:
+            kind = _SingleObject
+        else:
+            kind = _SingleAny
+        return kind(on_error=on_error, objects_only=objects_only, convert=convert)
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
         try:
-            value = orjson.loads(payload)
+            value = _loads(payload)
         except _DecodeError as exc:
             if _blank(payload):
                 return NO_RECORD
@@ -90,6 +108,33 @@ class SingleJsonDeserializer(JsonDeserializer):
         return value
 
 
+class _SingleObject(SingleJsonDeserializer):
+    """``single`` with ``top_level: object`` and no target type: the common case."""
+
+    def deserialize(self, payload: memoryview) -> object:
+        try:
+            value = _loads(payload)
+        except _DecodeError as exc:
+            if _blank(payload):
+                return NO_RECORD
+            raise _invalid(exc) from None
+        if type(value) is dict:
+            return value
+        raise _wrong_type(value)
+
+
+class _SingleAny(SingleJsonDeserializer):
+    """``single`` with ``top_level: any`` and no target type."""
+
+    def deserialize(self, payload: memoryview) -> object:
+        try:
+            return _loads(payload)
+        except _DecodeError as exc:
+            if _blank(payload):
+                return NO_RECORD
+            raise _invalid(exc) from None
+
+
 class NdjsonDeserializer(JsonDeserializer):
     """``framing: ndjson`` — newline-delimited values; one bad line is one bad record."""
 
@@ -100,7 +145,7 @@ class NdjsonDeserializer(JsonDeserializer):
         data: Any = payload.obj
         if type(data) is not bytes or len(data) != payload.nbytes:
             data = bytes(payload)  # bytes.split needs bytes; one copy per chunk
-        loads = orjson.loads
+        loads = _loads
         objects_only = self._objects_only
         convert = self._convert
         out: list[object] = []
@@ -133,7 +178,7 @@ class ArrayJsonDeserializer(JsonDeserializer):
     def deserialize_many(self, payload: memoryview) -> list[object]:
         """Decode the array; raise ``DeserError`` if any part is bad. Never blocks."""
         try:
-            value = orjson.loads(payload)
+            value = _loads(payload)
         except _DecodeError as exc:
             if _blank(payload):
                 return []

@@ -38,13 +38,15 @@ class JsonDeserializerFactory:
                 )
             except ValueError as exc:
                 raise ConfigError(f"{context.component}.json.target", str(exc)) from None
-        kinds: dict[str, type[JsonDeserializer]] = {
-            "single": SingleJsonDeserializer,
-            "ndjson": NdjsonDeserializer,
-            "array": ArrayJsonDeserializer,
-        }
-        return kinds[config.framing](
-            on_error=config.on_error,
-            objects_only=config.top_level == "object",
-            convert=convert,
+        objects_only = config.top_level == "object"
+        if config.framing == "ndjson":
+            return NdjsonDeserializer(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        if config.framing == "array":
+            return ArrayJsonDeserializer(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        return SingleJsonDeserializer.create(
+            on_error=config.on_error, objects_only=objects_only, convert=convert
         )
