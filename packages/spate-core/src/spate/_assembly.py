@@ -99,6 +99,7 @@ def assemble(
         run_nonce=run_nonce,
         budget=budget,
         handle_signals=handle_signals,
+        gc_threshold=config.pipeline.gc_threshold,
     )
     if chains is not None:
         pipeline.chains(chains)

@@ -22,12 +22,18 @@ class PipelineSection:
     """Pipeline name: the ``pipeline`` label of every metric and the dedup-token prefix."""
     io_threads: int = 2
     """Sink and I/O worker threads."""
+    gc_threshold: int = 50_000
+    """Python's generation-0 garbage-collection threshold while the pipeline runs (0 keeps
+    the interpreter's own). Records and rows in flight are many short-lived containers;
+    Python's default of 700 makes the collector scan them over and over."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.name.strip():
             yield "name", "must not be empty"
         if self.io_threads < 1:
             yield "io_threads", "must be at least 1"
+        if self.gc_threshold < 0:
+            yield "gc_threshold", "must be 0 (keep the interpreter's) or positive"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
