@@ -84,14 +84,16 @@ def work_one_step(
 ) -> None:
     """Commit one step of progress for every split being worked; complete finished ones."""
     for split, (epoch, step) in sorted(working.items()):
+        sent = time.monotonic()
         result = coordinator.commit_progress(split, epoch, {"step": step, "by": instance})
-        log.write("commit", split=split, epoch=epoch, step=step, result=result.value)
+        log.write("commit", split=split, epoch=epoch, step=step, result=result.value, sent=sent)
         if result is ProgressWrite.FENCED:
             del working[split]
             continue
         if step + 1 >= steps:
+            sent = time.monotonic()
             done = coordinator.mark_completed(split, epoch)
-            log.write("complete", split=split, epoch=epoch, result=done.value)
+            log.write("complete", split=split, epoch=epoch, result=done.value, sent=sent)
             del working[split]
         else:
             working[split] = (epoch, step + 1)

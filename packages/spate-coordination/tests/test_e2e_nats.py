@@ -266,6 +266,18 @@ def test_b24_a_resumed_zombie_has_every_progress_write_refused(
         workers,
     )
     held = owned_now(z)
+
+    def z_is_working_all_it_holds() -> bool:
+        working = {
+            e["split"]
+            for e in z.read()
+            if e["ev"] == "commit"
+            and e["result"] == "accepted"
+            and held.get(e["split"]) == e["epoch"]
+        }
+        return working == set(held)
+
+    wait_for(z_is_working_all_it_holds, 30, "z to commit progress on its splits", workers)
     os.kill(z.process.pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
     # While z is frozen its lease expires and a takes over every split.
@@ -277,8 +289,14 @@ def test_b24_a_resumed_zombie_has_every_progress_write_refused(
 
     wait_exit([a, z], 90)
     after = [e for e in z.read() if e["t"] >= resumed_at]
+    # Writes *attempted* after the resume (one sent just before the stop may be logged
+    # after it, with the result it got before the stop).
     stale = [
-        e for e in after if e["ev"] in ("commit", "complete") and held.get(e["split"]) == e["epoch"]
+        e
+        for e in after
+        if e["ev"] in ("commit", "complete")
+        and e["sent"] >= resumed_at
+        and held.get(e["split"]) == e["epoch"]
     ]
     # It tried, and every write under its old ownership was refused...
     assert stale, "the zombie made no progress write after it resumed"
