@@ -52,7 +52,7 @@ def refused(type_name: str, value: object) -> str:
         ("String", "naïve", "naïve"),
         ("String", b"bytes", "bytes"),
         ("String", memoryview(b"view"), "view"),
-        ("FixedString(4)", "ab", b"ab"),
+        ("FixedString(4)", "ab", b"ab\x00\x00"),
         ("FixedString(4)", b"abcd", b"abcd"),
         ("Date", dt.date(1970, 1, 2), dt.date(1970, 1, 2)),
         ("Date", dt.datetime(1970, 1, 3, 23, 0, tzinfo=UTC), dt.date(1970, 1, 3)),

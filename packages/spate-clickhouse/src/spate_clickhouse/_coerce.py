@@ -17,7 +17,7 @@ The forms written per type (what a coercer returns):
 ``Decimal(P, S)``            ``Decimal`` with at most S places and P digits
 ``String``                   ``str``; bytes that are UTF-8 are decoded, other bytes
                              kept as ``bytes`` (the column is then sent as bytes)
-``FixedString(N)``           ``bytes`` of at most N bytes
+``FixedString(N)``           ``bytes`` of N bytes (shorter values padded with zero bytes)
 ``Date`` / ``Date32``        ``datetime.date`` (from a date, an aware or naive
                              datetime, ISO text or days since 1970-01-01)
 ``DateTime``                 aware ``datetime`` (naive ones are UTC; an ``int`` or
@@ -142,6 +142,8 @@ def _float_coercer(label: str) -> Coercer:
                 number = float(value)
             except OverflowError:
                 raise BadValue(f"{value} is out of range for {label}") from None
+            except ValueError:  # a signalling NaN
+                raise _bad(value, f"a number for {label}") from None
         elif isinstance(value, str):
             try:
                 number = float(value.strip())
@@ -159,7 +161,7 @@ def _float_coercer(label: str) -> Coercer:
 def _decimal_coercer(precision: int, scale: int) -> Coercer:
     label = f"Decimal({precision}, {scale})"
     quantum = decimal.Decimal(1).scaleb(-scale)
-    context = decimal.Context(prec=precision + 2)
+    context = decimal.Context(prec=200)  # quantize exactly; the digit count is checked after
 
     def coerce(value: object) -> object:
         if isinstance(value, decimal.Decimal):
@@ -181,7 +183,10 @@ def _decimal_coercer(precision: int, scale: int) -> Coercer:
             raise BadValue(f"{number} cannot be stored in {label}")
         exponent = number.as_tuple().exponent
         if isinstance(exponent, int) and -exponent > scale:
-            exact = number.quantize(quantum, context=context)
+            try:
+                exact = number.quantize(quantum, context=context)
+            except decimal.InvalidOperation:
+                raise BadValue(f"{number} does not fit {label}") from None
             if exact != number:
                 raise BadValue(f"{number} has more than {scale} decimal places for {label}")
             number = exact
@@ -225,7 +230,8 @@ def _fixed_string_coercer(width: int) -> Coercer:
             raise _bad(value, f"bytes or text for FixedString({width})")
         if len(raw) > width:
             raise BadValue(f"{len(raw)} bytes do not fit FixedString({width})")
-        return raw
+        # ClickHouse pads with zero bytes; clickhouse-connect wants the padded value
+        return raw if len(raw) == width else raw.ljust(width, b"\x00")
 
     return coerce
 
@@ -325,6 +331,7 @@ def _datetime_coercer(label: str) -> Coercer:
 def _datetime64_coercer(precision: int, label: str) -> Coercer:
     per_second = 10**precision
     lo, hi = (s * per_second for s in _DATETIME64_SECONDS)
+    lo, hi = max(lo, -(2**63)), min(hi, 2**63)  # ticks are Int64 (DateTime64(9) ends in 2262)
     as_datetime = precision <= 6  # exact in a datetime: written as one
 
     def coerce(value: object) -> object:
