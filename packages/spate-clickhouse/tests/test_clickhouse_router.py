@@ -6,6 +6,7 @@ integration test ``tests/clickhouse`` compares 10k keys against a running engine
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -55,6 +56,19 @@ def test_values_are_hashed_at_their_column_width(
     type_name: str, value: object, expected: int
 ) -> None:
     assert xxhash64(_key_bytes(parse_type(type_name))(value)) == expected
+
+
+def test_temporal_keys_hash_as_clickhouse_lays_them_out() -> None:
+    utc = dt.UTC
+    for type_name, value, expected in (
+        ("Date", dt.date(2020, 1, 1), 11120563652420268876),
+        ("DateTime", dt.datetime(2020, 1, 1, tzinfo=utc), 5825004945018294187),
+    ):
+        placement = DistributedPlacement("xxHash64", Column("k", parse_type(type_name)), [1])
+        assert placement.hash_of(value) == expected
+    # a naive datetime is UTC, as everywhere in the sink
+    naive = DistributedPlacement("xxHash64", Column("k", parse_type("DateTime")), [1])
+    assert naive.hash_of(dt.datetime(2020, 1, 1)) == 5825004945018294187
 
 
 def test_int_hash64_matches_clickhouse() -> None:

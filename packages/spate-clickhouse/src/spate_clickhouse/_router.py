@@ -20,6 +20,7 @@ the pool and tells its router the shard before each row.
 
 from __future__ import annotations
 
+import datetime as dt
 import struct
 from collections.abc import Callable, Sequence
 
@@ -59,6 +60,34 @@ def int_hash64(x: int) -> int:
     return x
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
+
+
+def _days(value: object) -> int:
+    """Days since 1970-01-01 of a written Date value (a date, or an int already)."""
+    if isinstance(value, dt.date):
+        return value.toordinal() - _EPOCH_ORDINAL
+    return _as_int(value)
+
+
+def _ticks(value: object, precision: int) -> int:
+    """Ticks of 10^-precision s since the epoch of a written DateTime/DateTime64 value."""
+    if isinstance(value, dt.datetime):
+        delta = value - _EPOCH
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        if precision >= 6:
+            return micros * int(10 ** (precision - 6))
+        return micros // int(10 ** (6 - precision))
+    return _as_int(value)
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"expected an integer, got {type(value).__name__}")
+
+
 def _key_bytes(t: ChType) -> Callable[[object], bytes]:
     """How ClickHouse lays out a written value of type ``t`` for hashing."""
     name = t.name
@@ -66,14 +95,19 @@ def _key_bytes(t: ChType) -> Callable[[object], bytes]:
         width = _INT_WIDTH[name]
         mask = (1 << (8 * width)) - 1
         return lambda v: (int(v) & mask).to_bytes(width, "little")  # type: ignore[call-overload]
-    if name in ("Date", "Enum16"):
+    if name == "Enum16":
         return lambda v: (int(v) & 0xFFFF).to_bytes(2, "little")  # type: ignore[call-overload]
-    if name in ("DateTime", "Date32"):
-        return lambda v: (int(v) & 0xFFFFFFFF).to_bytes(4, "little")  # type: ignore[call-overload]
     if name == "Enum8":
         return lambda v: (int(v) & 0xFF).to_bytes(1, "little")  # type: ignore[call-overload]
+    if name == "Date":
+        return lambda v: (_days(v) & 0xFFFF).to_bytes(2, "little")
+    if name == "Date32":
+        return lambda v: (_days(v) & 0xFFFFFFFF).to_bytes(4, "little")
+    if name == "DateTime":
+        return lambda v: (_ticks(v, 0) & 0xFFFFFFFF).to_bytes(4, "little")
     if name == "DateTime64":
-        return lambda v: (int(v) & _M64).to_bytes(8, "little")  # type: ignore[call-overload]
+        precision = next((a for a in t.args if isinstance(a, int)), 3)
+        return lambda v: (_ticks(v, precision) & _M64).to_bytes(8, "little")
     if name == "Float64":
         return lambda v: struct.pack("<d", v)
     if name == "Float32":
