@@ -1,8 +1,9 @@
 """``spate new-connector NAME``: a connector package from the template, green from the start.
 
-The generated distribution is a working sink whose own tests run spate's sink
-conformance suite; they pass as generated (B2, B4, B9, B17, B28, B29), so an author
-starts from a connector that keeps spate's promises and changes it from there (B27).
+Each template (sink, source, deserializer) makes a working distribution whose own tests
+run spate's conformance suite of its kind; they pass as generated (B1, B2, B4, B7, B9,
+B17, B28, B29), so an author starts from a connector that keeps spate's promises and
+changes it from there (B27).
 Bad names and existing folders are refused with one line and exit 2 (B16).
 """
 
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from spate.cli import main
@@ -65,44 +67,68 @@ def test_b16_bad_name_and_existing_folder_exit_2_with_one_line(tmp_path: Path) -
     assert marker.read_text() == "mine"  # nothing overwritten
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("scaffold")
-    code, out, err = _main("new-connector", "ledger-lines", "--directory", str(where))
+# What each template makes, besides README.md, pyproject.toml, py.typed and __init__.py.
+KIND_MODULES = {
+    "sink": ["_config.py", "_connector.py", "_factory.py"],
+    "source": ["_config.py", "_source.py"],
+    "deserializer": ["_config.py", "_deserializer.py"],
+}
+ENTRY_POINTS = {
+    "sink": ("spate.sinks", "LedgerLinesSinkFactory"),
+    "source": ("spate.sources", "LedgerLinesSourceFactory"),
+    "deserializer": ("spate.deserializers", "LedgerLinesDeserializerFactory"),
+}
+
+
+class Generated(NamedTuple):
+    kind: str
+    root: Path
+
+
+@pytest.fixture(scope="module", params=sorted(KIND_MODULES))
+def generated(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Generated:
+    kind = str(request.param)
+    where = tmp_path_factory.mktemp(f"scaffold-{kind}")
+    code, out, err = _main(
+        "new-connector", "ledger-lines", "--kind", kind, "--directory", str(where)
+    )
     assert code == 0, err
     root = where / "spate-ledger-lines"
     assert f"created {root}" in out
-    return root
+    return Generated(kind, root)
 
 
-def test_the_template_is_rendered_with_every_name(generated: Path) -> None:
-    files = sorted(p.relative_to(generated).as_posix() for p in generated.rglob("*") if p.is_file())
-    assert files == [
-        "README.md",
-        "pyproject.toml",
-        "src/spate_ledger_lines/__init__.py",
-        "src/spate_ledger_lines/_config.py",
-        "src/spate_ledger_lines/_connector.py",
-        "src/spate_ledger_lines/_factory.py",
-        "src/spate_ledger_lines/py.typed",
-        "tests/test_conformance.py",
-    ]
-    for path in generated.rglob("*"):
+def test_the_template_is_rendered_with_every_name(generated: Generated) -> None:
+    kind, root = generated
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    package = "src/spate_ledger_lines"
+    assert files == sorted(
+        [
+            "README.md",
+            "pyproject.toml",
+            f"{package}/__init__.py",
+            f"{package}/py.typed",
+            "tests/test_conformance.py",
+            *(f"{package}/{name}" for name in KIND_MODULES[kind]),
+        ]
+    )
+    for path in root.rglob("*"):
         if path.is_file():
             text = path.read_text()
             assert "${" not in text and "__module__" not in text, path
-    project = tomllib.loads((generated / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert project["name"] == "spate-ledger-lines"
-    assert project["entry-points"]["spate.sinks"] == {
-        "ledger_lines": "spate_ledger_lines:LedgerLinesSinkFactory"
-    }
+    group, factory = ENTRY_POINTS[kind]
+    assert project["entry-points"] == {group: {"ledger_lines": f"spate_ledger_lines:{factory}"}}
 
 
-def test_b27_the_generated_package_passes_the_sink_conformance_suite(generated: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(generated / "src")}
+def test_b27_the_generated_package_passes_its_conformance_suite(generated: Generated) -> None:
+    env = {**os.environ, "PYTHONPATH": str(generated.root / "src")}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        cwd=generated,
+        cwd=generated.root,
         env=env,
         capture_output=True,
         text=True,
@@ -110,18 +136,18 @@ def test_b27_the_generated_package_passes_the_sink_conformance_suite(generated: 
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout.splitlines()[-1]
+    assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
     assert "failed" not in proc.stdout.splitlines()[-1]
 
 
-def test_the_generated_package_is_lint_clean(generated: Path) -> None:
+def test_the_generated_package_is_lint_clean(generated: Generated) -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
     if ruff is None:
         pytest.skip("ruff is not installed next to this interpreter")
     for args in (["check"], ["format", "--check"]):
         proc = subprocess.run(
             [ruff, *args, "--isolated", "--line-length", "100", "."],
-            cwd=generated,
+            cwd=generated.root,
             capture_output=True,
             text=True,
             check=False,

@@ -200,11 +200,11 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     sub.add_parser("plugins", help="list installed sources, sinks, deserializers and commands")
     scaffold = sub.add_parser(
         "new-connector",
-        help="create a connector package from spate's template (a working sink with tests)",
+        help="create a connector package from spate's templates (working code and tests)",
     )
     scaffold.add_argument("name", help="connector name, the YAML tag (e.g. parquet)")
     scaffold.add_argument(
-        "--kind", default="sink", choices=KINDS, help="kind of connector (default: sink)"
+        "--kind", default="sink", choices=KINDS, help="kind of plugin (default: sink)"
     )
     scaffold.add_argument(
         "--directory",

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from spate import __version__
 
-KINDS = ("sink",)
-"""Templates shipped with spate-core."""
+KINDS = ("sink", "source", "deserializer")
+"""Templates shipped with spate-core: a JSON-lines file sink deduplicating by token, a
+bounded text-file source keeping its commits in an offsets file, a delimited-line
+deserializer."""
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 _MODULE_DIR = "__module__"
