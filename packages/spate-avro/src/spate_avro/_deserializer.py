@@ -19,6 +19,7 @@ The deserializer never counts: the deserializer stage counts every outcome by po
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
@@ -33,6 +34,8 @@ CONFLUENT_MAGIC = 0
 """First byte of a Confluent-framed payload; the next four are the schema id (big-endian)."""
 SINGLE_OBJECT_MARKER = b"\xc3\x01"
 """First two bytes of a single-object payload; the next eight are the fingerprint."""
+
+_schema_id = struct.Struct(">I").unpack_from
 
 
 def _malformed(exc: BaseException) -> DeserError:
@@ -164,7 +167,7 @@ class ConfluentAvroDeserializer(AvroDeserializer):
                 "4-byte schema id)",
                 DeserErrorKind.MALFORMED,
             )
-        schema_id = int.from_bytes(data[1:5], "big")
+        schema_id: int = _schema_id(data, 1)[0]
         decode = self._decoders.get(schema_id)
         if decode is None:
             decode = self._decoder_for(schema_id)

@@ -120,7 +120,7 @@ def is_union(parsed: Any) -> bool:
     return isinstance(parsed, list)
 
 
-def _trailing(data: Any, end: int, size: int) -> DeserError:
+def _trailing(end: int, size: int) -> DeserError:
     return DeserError(
         f"{size - end} trailing bytes after the Avro datum ({size} bytes in the payload)",
         DeserErrorKind.MALFORMED,
@@ -140,7 +140,7 @@ def _datum_decoder(writer: Any, reader: Any | None) -> DecodeFn:
             value = read(bio, writer)
             end = bio.tell()
             if end != len(data):
-                raise _trailing(data, end, len(data))
+                raise _trailing(end, len(data))
             return value
 
     else:
@@ -152,7 +152,7 @@ def _datum_decoder(writer: Any, reader: Any | None) -> DecodeFn:
             value = read(bio, writer, reader)
             end = bio.tell()
             if end != len(data):
-                raise _trailing(data, end, len(data))
+                raise _trailing(end, len(data))
             return value
 
     return decode
