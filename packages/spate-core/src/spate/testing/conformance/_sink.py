@@ -4,11 +4,11 @@ Two levels, both against the connector's real destination (a file, an embedded
 database, a local server — never a mock standing in for it):
 
 * the **sink** the factory builds, driven the way the runtime drives it — ``start``,
-  ``offer`` with ack tokens, ``flush`` / ``abandon`` / ``close``: an ack resolves
-  delivered only when its rows can be read back (B2); tearing down without a write fails
-  the acks held (B4); a row that cannot be written is refused at ``offer`` with
-  ``SinkError(RECORD)`` holding nothing (B28); an unreachable endpoint fails ``start``
-  naming it (B29);
+  ``offer`` with ack tokens, ``flush`` / ``abandon`` / ``close``: ``ready()`` once
+  started (B22); an ack resolves delivered only when its rows can be read back (B2);
+  tearing down without a write fails the acks held (B4); a row that cannot be written
+  is refused at ``offer`` with ``SinkError(RECORD)`` holding nothing (B28); an
+  unreachable endpoint fails ``start`` naming it (B29);
 * the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
   returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
   the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
@@ -58,6 +58,7 @@ SINK_RECORD = Promise(
     "B28", "a row that cannot be written is refused on append with SinkError(RECORD), held nowhere"
 )
 SINK_ENDPOINT = Promise("B29", "an unreachable endpoint fails start-up with an error naming it")
+SINK_READY = Promise("B22", "ready() is true once start() has probed every endpoint")
 
 _LANES = (Lane("conformance", 0), Lane("conformance", 1))
 
@@ -162,6 +163,7 @@ class SinkConformance(ConfigConformance):
         rows = self.rows(self.rows_per_test)
         sink.start()
         try:
+            check(sink.ready(), SINK_READY, "ready() is false after a successful start()")
             held = self._offer_all(sink, rows)
             flushed = sink.flush(time.monotonic() + self.patience)
             check(
