@@ -10,7 +10,8 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
   404 / 40401 for an unknown subject;
 * ``POST /subjects/{subject}/versions`` with ``{"schema": ...}`` → ``{"id": ...}`` (the
   same text under the same subject keeps its id); 422 / 42201 when the text is not JSON;
-* ``GET /subjects`` → the list of subjects;
+* ``GET /subjects`` → the list of subjects (403 / 40301 when ``allow_listing`` is False,
+  as a registry with per-subject access control answers);
 * optional HTTP basic auth: 401 / 401 ``Unauthorized`` without the right credentials.
 
 Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
@@ -54,6 +55,8 @@ class SchemaRegistryServer:
         self._next_id = 1
         self._failure: int | None = None
         self.requests: collections.Counter[str] = collections.Counter()
+        self.allow_listing = True
+        """False: ``GET /subjects`` answers 403, as with per-subject access control."""
         self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -150,6 +153,8 @@ class SchemaRegistryServer:
                 return 401, _error(401, "Unauthorized")
             parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
             if method == "GET" and parts == ["subjects"]:
+                if not self.allow_listing:
+                    return 403, _error(40301, "User is denied operation on this server.")
                 return 200, sorted(self._subjects)
             if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
                 return self._get_by_id(parts[2])

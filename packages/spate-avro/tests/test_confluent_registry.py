@@ -207,6 +207,20 @@ def test_basic_auth_is_sent_and_wrong_credentials_fail_start_up_b29(kit: Any) ->
             kit.build(config)
 
 
+def test_registry_that_forbids_listing_subjects_still_starts(
+    kit: Any, schema_registry: SchemaRegistryServer
+) -> None:
+    user_id = schema_registry.register("users-value", USER)
+    schema_registry.allow_listing = False
+    deser = kit.build(_config(schema_registry.url, prewarm_subjects=["users-value"]))
+    try:
+        payload = kit.confluent(user_id, kit.encode(USER, {"id": 3, "name": "c"}))
+        assert deser.deserialize(memoryview(payload)) == {"id": 3, "name": "c"}
+        assert schema_registry.requests["GET /subjects"] == 1
+    finally:
+        deser.close()
+
+
 def test_unreachable_registry_fails_start_up_naming_the_endpoint_b29(kit: Any) -> None:
     server = SchemaRegistryServer().start()
     url = server.url

@@ -92,8 +92,17 @@ class SchemaRegistryClient:
     # -- blocking calls (start-up, tests, producers) ---------------------------------
 
     def probe(self) -> None:
-        """Check the registry answers and accepts our credentials (``GET /subjects``)."""
-        self._request("GET", "/subjects")
+        """Check the registry answers and accepts our credentials (``GET /subjects``).
+
+        A 403 passes: the credentials were accepted, only listing subjects is not
+        allowed (registries with per-subject access control answer so).
+        """
+        try:
+            self._request("GET", "/subjects")
+        except RegistryError as exc:
+            if exc.status != 403:
+                raise
+            logger.info("schema registry %s does not allow listing subjects: %s", self._base, exc)
 
     def latest(self, subject: str) -> tuple[int, Any]:
         """The id and parsed schema of the latest version of ``subject``; caches it."""
