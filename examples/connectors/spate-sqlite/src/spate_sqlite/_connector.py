@@ -192,7 +192,17 @@ class SqliteShardWriter:
                 conn = self._conn = self._conn or self._connect()
                 self._write(conn, buffer, batch.token)
             except sqlite3.Error as exc:
+                self._drop()  # the retry starts from a fresh connection
                 raise classify(exc, self.endpoint) from exc
+
+    def _drop(self) -> None:
+        """Close and forget the connection (lock held)."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                logger.debug("sqlite %s: closing a failed connection", self.endpoint, exc_info=True)
+            self._conn = None
 
     def _write(self, conn: sqlite3.Connection, buffer: SqliteRowBuffer, token: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -226,9 +236,7 @@ class SqliteShardWriter:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._drop()
 
 
 class SqliteConnector:
