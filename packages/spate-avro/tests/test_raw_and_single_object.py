@@ -225,3 +225,24 @@ def test_single_object_wrong_marker_and_unknown_fingerprint_b28(kit: Any) -> Non
     assert info.value.kind is DeserErrorKind.SCHEMA_UNAVAILABLE
     with pytest.raises(DeserError, match="in 3 bytes"):
         deser.deserialize(memoryview(b"\xc3\x01\x00"))
+
+
+def test_union_branch_naming_a_type_defined_in_another_branch(kit: Any) -> None:
+    inner = {
+        "type": "record",
+        "name": "Inner",
+        "namespace": "t",
+        "fields": [{"name": "x", "type": "int"}],
+    }
+    outer = {
+        "type": "record",
+        "name": "Outer",
+        "namespace": "t",
+        "fields": [{"name": "inner", "type": inner}],
+    }
+    union = [outer, "t.Inner"]
+    deser = kit.build({"mode": "raw", "schema": kit.inline(union)})
+    value = deser.deserialize(memoryview(kit.encode(union, ("t.Inner", {"x": 5}))))
+    assert value == ("t.Inner", {"x": 5})
+    value = deser.deserialize(memoryview(kit.encode(union, ("t.Outer", {"inner": {"x": 1}}))))
+    assert value == ("t.Outer", {"inner": {"x": 1}})

@@ -202,8 +202,12 @@ def _unmatched_branch(name: str) -> DecodeFn:
 def _union_decoder(writer: list[Any], reader: Any | None) -> DecodeFn:
     names = [schema_name(branch) for branch in writer]
     named_output = reader is None or is_union(reader)
+    # A branch may name a type defined inside another branch: decode it with the definition.
+    defined = _named_types(writer, {})
     decoders: list[DecodeFn] = []
     for branch in writer:
+        if isinstance(branch, str) and branch in defined:
+            branch = defined[branch]
         if reader is None:
             decoders.append(_datum_decoder(branch, None))
             continue
