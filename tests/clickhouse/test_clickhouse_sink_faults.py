@@ -24,7 +24,7 @@ from tests.clickhouse.sinkkit import BuiltSink, Driver, GaugeWatcher, build_sink
 from tests.support.chfront_fixtures import ChFront
 from tests.support.scale import current_scale, scaled
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 FAST_RETRY = {"initial": "50ms", "max": "500ms", "multiplier": 2.0, "jitter": 0.2}
 BREAKER = {"failure_threshold": 1, "open_for": "500ms"}
