@@ -41,11 +41,15 @@ class DeliverySampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def __post_init__(self) -> None:
-        by_partition: dict[int, dict[int, bytes]] = defaultdict(dict)
-        for key, (partition, offset) in self.positions.items():
-            by_partition[partition][offset] = key
-        self._by_partition = dict(by_partition)
+    def _index(self) -> dict[int, dict[int, bytes]]:
+        # ``positions`` may still be growing (a producer running alongside): index a copy.
+        snapshot = dict(self.positions)
+        if len(snapshot) != sum(len(p) for p in self._by_partition.values()):
+            by_partition: dict[int, dict[int, bytes]] = defaultdict(dict)
+            for key, (partition, offset) in snapshot.items():
+                by_partition[partition][offset] = key
+            self._by_partition = dict(by_partition)
+        return self._by_partition
 
     def sample(self) -> Sample:
         """One check: committed offsets first, then the destination."""
@@ -54,11 +58,16 @@ class DeliverySampler:
         except Exception as exc:  # a broker being restarted: record it, sample again later
             self.errors.append(repr(exc))
             return Sample({}, 0, [])
-        held = set(self.destination_keys())
+        index = self._index()
+        try:
+            held = set(self.destination_keys())
+        except Exception as exc:  # the destination is down (a fault under test): no sample
+            self.errors.append(repr(exc))
+            return Sample(committed, 0, [])
         missing = [
             (partition, offset)
             for partition, upto in committed.items()
-            for offset, key in self._by_partition.get(partition, {}).items()
+            for offset, key in index.get(partition, {}).items()
             if offset < upto and key not in held
         ]
         result = Sample(committed, len(held), missing)
