@@ -130,10 +130,12 @@ def test_b12_a_replica_hanging_past_the_timeout_is_retried_on_its_sibling(
     built.sink.start()
     count = scaled(100_000, minimum=10_000)
     rows, keys = _rows(count)
+    breaker = GaugeWatcher(built, "spate_sink_breaker_open", shard="1", replica=fronts[2].url)
     fronts[2].inject("slow", seconds=outage, delay=outage + 2, only="insert")
     driver = Driver(built.sink)
     _paced(driver, rows, keys, outage)
     assert driver.finish()
+    assert breaker.stop() == 1.0  # the hanging replica's breaker opened
     assert driver.all_delivered
     built.sink.close()
     fronts[2].recover()
