@@ -349,3 +349,54 @@ def test_b29_an_unknown_table_fails_start_naming_table_and_replica(fronts: list[
     with pytest.raises(SinkError, match=f"table nowhere does not exist on {fronts[0].url}"):
         built.sink.start()
     built.sink.close()
+
+
+def test_a_database_prefixed_table_is_written_in_that_database(fronts: list[ChFront]) -> None:
+    client = fronts[1].client()
+    client.command("CREATE DATABASE IF NOT EXISTS analytics")
+    client.command(
+        "CREATE TABLE analytics.events (id UInt64, v String) ENGINE = MergeTree ORDER BY id"
+    )
+    client.command("CREATE TABLE events (id UInt64, v String) ENGINE = MergeTree ORDER BY id")
+    built = build_sink(
+        {
+            "table": "analytics.events",
+            "columns": ["id", "v"],
+            "shards": [{"replicas": [fronts[1].url]}],
+            "validate_schema": "full",
+        }
+    )
+    built.sink.start()
+    driver = Driver(built.sink)
+    driver.offer_all([(i, f"v{i}") for i in range(500)])
+    assert driver.finish() and driver.all_delivered
+    built.sink.close()
+    assert client.query("SELECT count() FROM analytics.events").result_rows[0][0] == 500
+    assert client.query("SELECT count() FROM default.events").result_rows[0][0] == 0
+
+
+def test_validate_schema_off_checks_nothing_but_still_learns_the_types(
+    fronts: list[ChFront],
+) -> None:
+    fronts[2].client().command(
+        "CREATE TABLE s_off (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id"
+    )
+    fronts[3].client().command(
+        "CREATE TABLE s_off (id UInt64, at String) ENGINE = MergeTree ORDER BY id"
+    )
+    built = build_sink(
+        {
+            "table": "s_off",
+            "columns": ["id", "at"],
+            "shards": [{"replicas": [fronts[2].url, fronts[3].url]}],
+            "validate_schema": "off",
+        }
+    )
+    built.sink.start()  # the disagreement between replicas goes unnoticed with off
+    driver = Driver(built.sink)
+    # the types come from the first replica: a DateTime column takes epoch seconds
+    driver.offer_all([(1, 1_700_000_000)])
+    assert driver.finish() and driver.all_delivered
+    built.sink.close()
+    back = fronts[2].client().query("SELECT toUnixTimestamp(at) FROM s_off").result_rows
+    assert back == [(1_700_000_000,)]
