@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spate import Pipeline
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
+from spate.testing import memory_source
 
 from tests.clickhouse.sinkkit import Driver, build_sink, ids_on
 from tests.support.chfront import alltypes
@@ -400,3 +402,28 @@ def test_validate_schema_off_checks_nothing_but_still_learns_the_types(
     built.sink.close()
     back = fronts[2].client().query("SELECT toUnixTimestamp(at) FROM s_off").result_rows
     assert back == [(1_700_000_000,)]
+
+
+def test_b20_b29_a_schema_failure_stops_the_pipeline_before_anything_is_consumed(
+    fronts: list[ChFront],
+) -> None:
+    fronts[0].client().command("CREATE TABLE s_pipe (id UInt64) ENGINE = MergeTree ORDER BY id")
+    source, handle = memory_source({0: [b"1", b"2", b"3"]}, stream="orders")
+    pipeline = Pipeline(
+        "schema-stop",
+        source,
+        {
+            "events": build_sink(
+                {
+                    "table": "s_pipe",
+                    "columns": ["id", "missing"],
+                    "shards": [{"replicas": [fronts[0].url]}],
+                }
+            ).sink
+        },
+        handle_signals=False,
+    ).chains(lambda ctx: ctx.chain().map(lambda v: (int(bytes(v)), "x")).sink("events"))
+    with pytest.raises(SinkError, match="column missing not in s_pipe on " + fronts[0].url):
+        pipeline.run()
+    assert handle.commits == [] and handle.last_committed(0) is None
+    assert fronts[0].client().query("SELECT count() FROM s_pipe").result_rows[0][0] == 0
