@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class Job:
     ids: set[str]
     name: str
     target_bytes: int
+    started: list[Worker]
 
     def config(self, instance: str, sink: Path) -> Path:
         path = self.tmp / f"{instance}.json"
@@ -117,7 +119,9 @@ def start(job: Job, instance: str, sink: Path, events: Path) -> Worker:
             stderr=subprocess.STDOUT,
             env=env,
         )
-    return Worker(instance, process, log)
+    worker = Worker(instance, process, log)
+    job.started.append(worker)
+    return worker
 
 
 def sink_ids(path: Path) -> list[str]:
@@ -175,7 +179,18 @@ def check_exclusive(events: Path, workers: list[Worker]) -> int:
 
 
 @pytest.fixture
-def job(tmp_path: Path, s3_endpoint: str, nats_url: str) -> Job:
+def reap() -> Iterator[list[Worker]]:
+    """Workers a test started; any still running at teardown are killed and reaped."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.kill()
+        worker.process.wait(10)
+
+
+@pytest.fixture
+def job(tmp_path: Path, s3_endpoint: str, nats_url: str, reap: list[Worker]) -> Job:
     client = s3_client(s3_endpoint)
     bucket = f"e2e-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
@@ -193,6 +208,7 @@ def job(tmp_path: Path, s3_endpoint: str, nats_url: str) -> Job:
         ids=ids,
         name=f"s3e2e-{uuid.uuid4().hex[:8]}",
         target_bytes=max(1, sizes // 24),
+        started=reap,
     )
 
 
