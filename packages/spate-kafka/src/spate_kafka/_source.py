@@ -199,33 +199,57 @@ class KafkaSource:
         return batches
 
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
-        """Split one ``consume()`` result into a batch per partition (hot path)."""
+        """Split one ``consume()`` result into a batch per partition (hot path).
+
+        librdkafka hands out messages in runs of one partition, so the per-partition
+        columns are looked up only when the partition changes.
+        """
         owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
         lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
         empty = _EMPTY
+        view = memoryview
+        current = -1
+        skip = False
+        limit: int | None = None
+        # Bound to the current partition's columns at the start of each run.
+        scratch: tuple[list[int], list[memoryview], list[bytes | None], list[int]] = (
+            [],
+            [],
+            [],
+            [],
+        )
+        add_offset, add_payload = scratch[0].append, scratch[1].append
+        add_key, add_timestamp = scratch[2].append, scratch[3].append
         for message in messages:
-            if message.error() is not None:
-                self._handle_message_error(message.error())
+            error = message.error()
+            if error is not None:
+                self._handle_message_error(error)
                 continue
             partition = message.partition()
-            if partition not in owned:
+            if partition != current:
+                current = partition if partition is not None else -1
                 # Fetched under an ownership that ended during this call: the next owner
                 # reads it again from the committed offset.
+                skip = partition not in owned
+                if skip:
+                    continue
+                columns = lists.get(current)
+                if columns is None:
+                    columns = lists[current] = ([], [], [], [])
+                add_offset, add_payload = columns[0].append, columns[1].append
+                add_key, add_timestamp = columns[2].append, columns[3].append
+                limit = end_offsets.get(current, 0) if end_offsets is not None else None
+            elif skip:
                 continue
             offset = message.offset()
-            if offset is None or (
-                end_offsets is not None and offset >= end_offsets.get(partition, 0)
-            ):
+            if offset is None or (limit is not None and offset >= limit):
                 continue
-            columns = lists.get(partition)
-            if columns is None:
-                columns = lists[partition] = ([], [], [], [])
             value = message.value()
-            columns[0].append(offset)
-            columns[1].append(memoryview(value) if value is not None else empty)
-            columns[2].append(message.key())
-            columns[3].append(message.timestamp()[1])
+            add_offset(offset)
+            add_payload(view(value) if value is not None else empty)
+            add_key(message.key())
+            add_timestamp(message.timestamp()[1])
         topic = self._topic
         return [
             PayloadBatch(
@@ -237,6 +261,7 @@ class KafkaSource:
                 next_offset=offsets[-1] + 1,
             )
             for partition, (offsets, payloads, keys, timestamps) in lists.items()
+            if offsets
         ]
 
     def _handle_message_error(self, error: KafkaError | None) -> None:
