@@ -167,3 +167,39 @@ def test_b25_a_restarted_finished_job_ends_at_once_without_reading(tmp_path: Pat
     report, rows = run_to_end(again)
     assert report.exit_code == 0 and rows == []
     assert json.loads(str(report.records_in)) == 0
+
+
+def test_b24_a_zombie_owner_commits_nothing_once_a_successor_took_the_split(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from spate_coordination import Keyspace
+    from spate_coordination._records import STATE_PREFIX, StateRecord
+
+    root = tmp_path / "d"
+    write_objects(root, [("none", 2000)])
+    cfg = config(root, batch_records=100)
+    source, store = make_source(cfg)
+    driver = Driver(source)
+    source.start(driver)
+    try:
+        driver.run(until=300, commit=False)
+        (lane,) = driver.by_lane
+        key = STATE_PREFIX + lane.stream  # type: ignore[attr-defined]
+        entry = asyncio.run(store.get(Keyspace.DURABLE, key))
+        assert entry is not None
+        state = StateRecord.decode(entry.value)
+        # A successor takes the split over: the epoch grows (what acquiring does).
+        successor = StateRecord(state.epoch + 1, "successor", False, state.progress)
+        assert asyncio.run(
+            store.compare_and_set(Keyspace.DURABLE, key, successor.encode(), entry.revision)
+        )
+        source.commit({lane: driver.batch_ends[-1]}, sync=True)  # type: ignore[dict-item]
+        after = asyncio.run(store.get(Keyspace.DURABLE, key))
+        assert after is not None and StateRecord.decode(after.value) == successor
+        driver.poll()  # the loss is noticed: the lane is revoked and nothing more comes
+        assert lane in driver.revoked_lanes
+        assert driver.poll() == 0
+    finally:
+        source.close()

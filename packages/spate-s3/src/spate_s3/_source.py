@@ -657,6 +657,9 @@ class S3Source:
 
     def _shutdown(self, *, release: bool) -> None:
         for split in list(self._splits.values()):
+            if release and split.done() and self._write_state(split, completed=True):
+                # The final commit delivered everything but could not complete it.
+                self._stopped(split, "completed")
             self._stopped(split, "closing")
         self._splits.clear()
         if self._planner is not None:
