@@ -12,7 +12,9 @@ both sides, each side into its own freshly created tables.
   50,000 rows (the flagship's ``batch.max_rows``), then a synchronous commit.
 
 Prints each side's median, ``ratio:`` and peak RSS. ``SPATE_BENCH_RSS=1`` also samples
-the framework side's RSS while it runs (to show it stays flat on long inputs).
+the framework side's RSS while it runs; ``--rss-only`` runs the framework side once with
+sampling and no baseline (to show memory stays flat on a long input, e.g. with
+``SPATE_BENCH_RECORDS=5000000``).
 """
 
 from __future__ import annotations
@@ -201,6 +203,15 @@ class Bench:
         return records
 
 
+def report_rss(samples: list[float]) -> None:
+    """RSS over the run: by tenths of the samples, to show whether it grows with input."""
+    if not samples:
+        return
+    step = max(1, len(samples) // 10)
+    tenths = ", ".join(f"{samples[i]:.0f}" for i in range(0, len(samples), step))
+    print(f"framework RSS over time (MiB, every {step} s): {tenths}; max {max(samples):.0f}")
+
+
 def main() -> int:
     brokers = bootstrap()
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
@@ -208,17 +219,20 @@ def main() -> int:
     ensure_data(brokers, topic, count)
     with tempfile.TemporaryDirectory(prefix="spate-bench-") as chdb_dir:
         bench = Bench(brokers, topic, chdb_dir)
+        if "--rss-only" in sys.argv:
+            os.environ["SPATE_BENCH_RSS"] = "1"
+            start = time.perf_counter()
+            records = bench.framework()
+            elapsed = time.perf_counter() - start
+            print(f"framework: {records:,} records in {elapsed:.1f}s ({records / elapsed:,.0f}/s)")
+            report_rss(bench.rss_samples)
+            return 0
         compare(
             f"Kafka → Avro → ClickHouse (chDB): {count:,} storefront events",
             bench.framework,
             bench.baseline,
         )
-        if bench.rss_samples:
-            samples = bench.rss_samples
-            print(
-                f"framework RSS over time (MiB): first {samples[0]:.0f}, "
-                f"max {max(samples):.0f}, last {samples[-1]:.0f} ({len(samples)} samples)"
-            )
+        report_rss(bench.rss_samples)
     print(f"peak RSS at exit: {peak_rss_mib():.0f} MiB")
     return 0
 
