@@ -130,9 +130,17 @@ op_strategy = st.one_of(
 )
 
 
-def build(ops: list[tuple[Any, ...]], log: list[tuple[str, object]]) -> Callable[[Any], Any]:
+def build(
+    ops: list[tuple[Any, ...]], log: list[tuple[str, object]], meta: bool = False
+) -> Callable[[Any], Any]:
     def chains(ctx: ChainContext) -> Any:
-        chain = ctx.chain()
+        chain = ctx.chain(meta=meta)
+        if meta:
+            # (value, RecordMeta): fold the record's offset and key into the value, so a
+            # wrong meta on either executor changes the rows.
+            chain = chain.map(
+                lambda pair: pair[0] + pair[1].offset % 3 + len(pair[1].key or b"") % 2
+            )
         for n, op in enumerate(ops):
             kind = op[0]
             if kind == "map":
@@ -174,6 +182,7 @@ class Scenario:
     bad_mod: int
     record_policy: ErrorPolicy
     deser_policy: ErrorPolicy
+    meta: bool = False
 
 
 def payload_strategy(many: bool) -> st.SearchStrategy[bytes]:
@@ -207,12 +216,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         bad_mod=draw(st.sampled_from([0, 5, 7])),
         record_policy=draw(st.sampled_from(list(ErrorPolicy))),
         deser_policy=draw(st.sampled_from(list(ErrorPolicy))),
+        meta=draw(st.booleans()),
     )
 
 
 def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
     log: list[tuple[str, object]] = []
-    chains = build(sc.ops, log)
+    chains = build(sc.ops, log, sc.meta)
     sinks = {
         name: RecordingSink(name, sc.rejects[n], sc.bad_mod, sc.record_policy)
         for n, name in enumerate(["a", "b"] if sc.split else ["a"])

@@ -106,6 +106,8 @@ class ChainSpec:
 
     steps: tuple[Step, ...]
     terminal: Terminal
+    with_meta: bool = False
+    """The first operator receives ``(value, RecordMeta)`` pairs (``ctx.chain(meta=True)``)."""
 
     def describe(self) -> str:
         """A one-line rendering for logs: ``map(parse) -> filter(ok) -> sink(events)``."""
@@ -126,15 +128,16 @@ class Chain(Generic[T]):
     ``bytes(view)``).
     """
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_meta", "_steps")
 
-    def __init__(self, steps: Sequence[Step] = ()) -> None:
+    def __init__(self, steps: Sequence[Step] = (), *, meta: bool = False) -> None:
         self._steps = tuple(steps)
+        self._meta = meta
 
     def _then(self, step: Step) -> Chain[Any]:
         if not callable(step.fn):
             raise TypeError(f"{step.kind.value}() needs a callable, got {step.fn!r}")
-        return Chain((*self._steps, step))
+        return Chain((*self._steps, step), meta=self._meta)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -164,7 +167,7 @@ class Chain(Generic[T]):
         """Send every value to sink ``name`` (may be omitted when there is one sink)."""
         if name is not None and not isinstance(name, str):
             raise TypeError(f"sink() takes a sink name, got {name!r}")
-        return ChainSpec(self._steps, SinkTerminal(name))
+        return ChainSpec(self._steps, SinkTerminal(name), self._meta)
 
     def split(self, unrouted: PolicyLike = "fail") -> Split[T]:
         """Route each value to named sinks with :meth:`Split.route`.
@@ -172,23 +175,24 @@ class Chain(Generic[T]):
         A value the route function emits nowhere follows ``unrouted``: ``fail`` (the
         default) stops the pipeline, ``skip`` drops and counts it (reason ``unrouted``).
         """
-        return Split(self._steps, as_policy(unrouted, "split(unrouted=...)"))
+        return Split(self._steps, as_policy(unrouted, "split(unrouted=...)"), self._meta)
 
 
 class Split(Generic[T]):
     """A chain ending in a split; finish it with :meth:`route`."""
 
-    __slots__ = ("_steps", "_unrouted")
+    __slots__ = ("_meta", "_steps", "_unrouted")
 
-    def __init__(self, steps: tuple[Step, ...], unrouted: ErrorPolicy) -> None:
+    def __init__(self, steps: tuple[Step, ...], unrouted: ErrorPolicy, meta: bool = False) -> None:
         self._steps = steps
         self._unrouted = unrouted
+        self._meta = meta
 
     def route(self, fn: Callable[[T, Emitter], object]) -> ChainSpec:
         """``fn(value, out)`` calls ``out.emit(ctx.sink(name), row)`` for each output row."""
         if not callable(fn):
             raise TypeError(f"route() needs a callable, got {fn!r}")
-        return ChainSpec(self._steps, SplitTerminal(fn, self._unrouted))
+        return ChainSpec(self._steps, SplitTerminal(fn, self._unrouted), self._meta)
 
 
 class ChainContext:
@@ -208,9 +212,14 @@ class ChainContext:
         """The configured sink names."""
         return self._sinks
 
-    def chain(self) -> Chain[Any]:
-        """Start a chain; its first operator receives the deserializer's values."""
-        return Chain()
+    def chain(self, *, meta: bool = False) -> Chain[Any]:
+        """Start a chain; its first operator receives the deserializer's values.
+
+        With ``meta=True`` it receives ``(value, meta)`` pairs instead, where ``meta`` is
+        the record's :class:`~spate.records.RecordMeta` (lane, offset, key, timestamp) —
+        for rows that carry the Kafka key, partition or offset.
+        """
+        return Chain(meta=meta)
 
     def sink(self, name: str) -> SinkHandle:
         """The handle of sink ``name``; an unknown name is an error listing the known ones."""

@@ -51,7 +51,7 @@ from spate.ops._deser import NO_RECORD
 from spate.ops._interp import Interpreter, as_cursor, has_not_ready
 from spate.ops._split import RouteOut
 from spate.ops._stage import DESER_FRAME, ChainRuntime, Cursor
-from spate.records import PayloadBatch
+from spate.records import PayloadBatch, RecordMeta
 from spate.sink._contract import Offer
 
 logger = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def generate_source(rt: ChainRuntime) -> str:
         "Stalled",
         "Cursor",
         "RouteOut",
+        "RecordMeta",
     ):
         w.line(1, f"_{name} = env[{name!r}]")
     for k in range(len(rt.steps)):
@@ -134,6 +135,10 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(b, "payloads = batch.payloads")
     w.line(b, "keys = batch.keys")
     w.line(b, "lane = batch.lane")
+    if rt.with_meta:
+        w.line(b, "offsets = batch.offsets")
+        w.line(b, "timestamps = batch.timestamps")
+        w.line(b, "RecordMeta = _RecordMeta")
     w.line(b, "start = 0")
     w.line(b, "if resume is not None:")
     w.line(b + 1, "cursor = _as_cursor(resume)")
@@ -175,12 +180,16 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(D + 1, "d_empty += 1")
         w.line(D + 1, "continue")
         w.line(D, "n_in += 1")
+        if rt.with_meta:
+            w.line(D, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i]))")
         _gen_steps(w, rt, 0, D, [f"({DESER_FRAME}, items, jd + 1)"])
     else:
         w.line(L, "if v is NO_RECORD:")
         w.line(L + 1, "d_empty += 1")
         w.line(L + 1, "continue")
         w.line(L, "n_in += 1")
+        if rt.with_meta:
+            w.line(L, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i]))")
         _gen_steps(w, rt, 0, L, [])
     w.line(b, "finally:")
     if rt.sink_index is not None:
@@ -303,6 +312,7 @@ class FusedChain:
             "Stalled": Stalled,
             "Cursor": Cursor,
             "RouteOut": RouteOut,
+            "RecordMeta": RecordMeta,
             "fns": tuple(step.fn for step in rt.steps),
             "offers": rt.offers,
             "names": rt.sink_names,

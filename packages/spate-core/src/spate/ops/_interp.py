@@ -19,7 +19,7 @@ from spate.ops._contract import Stalled
 from spate.ops._deser import NO_RECORD
 from spate.ops._split import RouteOut
 from spate.ops._stage import DESER_FRAME, ChainRuntime, Cursor, Frame
-from spate.records import PayloadBatch
+from spate.records import PayloadBatch, RecordMeta
 from spate.sink._contract import Offer
 
 
@@ -81,6 +81,8 @@ class Interpreter:
             rt.count_batch(0, [0] * len(rt.offers), 0, 0, 1)
             return None
         rt.count_batch(1, [0] * len(rt.offers), 0, 0, 0)
+        if rt.with_meta:
+            value = (value, record_meta(batch, index))
         return self._value(batch, ack, index, 0, value, ())
 
     def _items(
@@ -105,6 +107,8 @@ class Interpreter:
                     rt.count_batch(0, [0] * len(rt.offers), 0, 0, 1)
                     continue
                 rt.count_batch(1, [0] * len(rt.offers), 0, 0, 0)
+                if rt.with_meta:
+                    value = (value, record_meta(batch, index))
                 stalled = self._value(batch, ack, index, 0, value, frames)
             else:
                 stalled = self._value(batch, ack, index, step, value, frames)
@@ -187,6 +191,11 @@ class Interpreter:
             outs[sink] = 1
             rt.count_batch(0, outs, 0, 0, 0)
         return None
+
+
+def record_meta(batch: PayloadBatch, index: int) -> RecordMeta:
+    """Where record ``index`` of ``batch`` came from (for ``ctx.chain(meta=True)``)."""
+    return RecordMeta(batch.lane, batch.offsets[index], batch.keys[index], batch.timestamps[index])
 
 
 def as_cursor(resume: object) -> Cursor:

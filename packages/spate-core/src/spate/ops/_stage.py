@@ -86,6 +86,7 @@ class ChainRuntime:
         self.component = component
         self.deser_component = deser_component
         self.spec = spec
+        self.with_meta = spec.with_meta
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
         sink_objs = tuple(sinks.values())
