@@ -1,9 +1,11 @@
 """One instance of a coordinated S3 backfill, run as its own process by the S3 e2e tests.
 
-    python tests/s3/s3_worker.py CONFIG EVENTS
+    python tests/s3/s3_worker.py CONFIG EVENTS [PACE]
 
 Runs the pipeline of ``CONFIG`` (S3 source → the test kit's file sink) and exits with the
-run's exit code. Every start and stop of work on a split that the source logs (records
+run's exit code. ``PACE`` (seconds per 1000 records, default 0) slows the chain down so
+that a test can hurt the job while it is still running, whatever the machine's speed.
+Every start and stop of work on a split that the source logs (records
 carrying ``s3_event``) is appended to ``EVENTS`` as a JSON line stamped with the
 system-wide monotonic clock, so a test can check, across processes, that no split was
 worked by two live instances at the same moment (B24).
@@ -51,7 +53,19 @@ def main() -> int:
         format=f"%(asctime)s {instance} %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger().addHandler(SplitEventLog(events_path, instance))
-    report = Pipeline.from_config(config).run()
+    pipeline = Pipeline.from_config(config)
+    pace = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    if pace > 0:
+        seen = [0]
+
+        def paced(value: object) -> object:
+            seen[0] += 1
+            if seen[0] % 100 == 0:
+                time.sleep(pace / 10)
+            return value
+
+        pipeline.chains(lambda ctx: ctx.chain().map(paced).sink())
+    report = pipeline.run()
     return report.exit_code
 
 
