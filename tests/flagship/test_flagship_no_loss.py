@@ -15,17 +15,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
 from spate_datagen import encode_avro, storefront_events
 
 from tests.support.chfront_fixtures import FrontFactory
-from tests.support.delivery import DeliverySampler, wait_until
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.scale import current_scale, scaled
 from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
 
@@ -36,52 +35,10 @@ EXAMPLE = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
 TABLES = {"OrderPlaced": "orders", "PaymentCaptured": "payments", "RefundIssued": "refunds"}
 
 
-class PacedProducer(threading.Thread):
-    """Produces ``count`` events over about ``seconds``, recording each event's position
-    as ``b"<kind>:<order_id>"`` → (partition, offset)."""
-
-    def __init__(self, bootstrap: str, topic: str, count: int, seconds: float) -> None:
-        super().__init__(name="paced-producer", daemon=True)
-        self.topic = topic
-        self.count = count
-        self.seconds = seconds
-        self.positions: dict[bytes, tuple[int, int]] = {}
-        self.errors: list[str] = []
-        self.produced = 0
-        self._producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20}
-        )
-
-    def _report(self, identity: bytes) -> Any:
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                self.errors.append(err.str())
-            else:
-                self.positions[identity] = (msg.partition() or 0, msg.offset() or 0)
-
-        return on_delivery
-
-    def run(self) -> None:
-        chunk = max(1, self.count // 100)
-        pause = self.seconds / 100
-        for event in storefront_events(self.count, seed=3):
-            identity = f"{event.kind}:{event.order_id}".encode()
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topic,
-                        encode_avro(event),
-                        event.key,
-                        on_delivery=self._report(identity),
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            self.produced += 1
-            if self.produced % chunk == 0:
-                self._producer.flush(30)
-                time.sleep(pause)
-        self._producer.flush(120)
+def storefront_records(count: int) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """``(b"<kind>:<order_id>", key, raw Avro)`` for each storefront event."""
+    for event in storefront_events(count, seed=3):
+        yield f"{event.kind}:{event.order_id}".encode(), event.key, encode_avro(event)
 
 
 def held_identities(client: Any, database: str) -> set[bytes]:
@@ -155,7 +112,13 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
             tail = log.read_text()[-3000:]
             raise AssertionError(f"{exc}; exit code {proc.poll()}; log: {tail}") from None
 
-    producer = PacedProducer(kafka_bootstrap, topic, count, seconds=60 * max(current_scale(), 0.5))
+    producer = PacedProducer(
+        kafka_bootstrap,
+        topic,
+        storefront_records(count),
+        count,
+        seconds=60 * max(current_scale(), 0.5),
+    )
     sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, held)
     producer.start()
     sampler.start(every=0.5)
@@ -173,9 +136,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             proc = start_flagship(env, log)
-        producer.join(600)
-        assert not producer.errors, producer.errors[:3]
-        assert len(producer.positions) == count
+        producer.finish(600)
         wait_until(lambda: held() >= set(producer.positions), 600, "every event in ClickHouse")
         ends = end_offsets(kafka_bootstrap, topic)
         wait_until(

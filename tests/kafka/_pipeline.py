@@ -84,3 +84,19 @@ def read_keys(path: Path) -> list[bytes]:
         except ValueError:
             continue
     return keys
+
+
+def assignments_logged(log: Path) -> int:
+    """How many times the pipelines writing to ``log`` were assigned partitions."""
+    return log.read_text(errors="replace").count("partitions assigned") if log.exists() else 0
+
+
+def wait_running(log: Path, before: int, timeout: float = 120) -> None:
+    """Wait until a pipeline started after ``before`` assignments got its partitions."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while assignments_logged(log) <= before:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no pipeline got partitions within {timeout:.0f}s")
+        time.sleep(0.1)

@@ -15,9 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka._pipeline import read_keys, start_pipeline, stop_pipeline, write_config
-from tests.support.delivery import DeliverySampler, wait_until
-from tests.support.scale import scaled
+from tests.kafka._pipeline import (
+    assignments_logged,
+    read_keys,
+    start_pipeline,
+    stop_pipeline,
+    wait_running,
+    write_config,
+)
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.scale import current_scale, scaled
 from tests.support.services import (
     committed_offsets,
     create_topic,
@@ -34,6 +41,13 @@ PARTITIONS = 6
 def produce(bootstrap: str, topic: str, count: int) -> dict[bytes, tuple[int, int]]:
     create_topic(bootstrap, topic, PARTITIONS)
     return produce_keyed(bootstrap, topic, count, value=lambda i: b"k%d" % i)
+
+
+def paced(bootstrap: str, topic: str, count: int) -> PacedProducer:
+    """Keyed records (value = key) produced over ~30s at full scale, 15s at least."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    records = ((b"k%d" % i, b"k%d" % i, b"k%d" % i) for i in range(count))
+    return PacedProducer(bootstrap, topic, records, count, seconds=30 * max(current_scale(), 0.5))
 
 
 def test_bounded_run_delivers_every_key_and_commits_the_end(
@@ -64,7 +78,8 @@ def test_rebalances_never_commit_ahead_of_the_file(kafka_bootstrap: str, tmp_pat
     """B1, B15: two members, a third joins, one leaves; all keys arrive, no commit ahead."""
     topic, group = unique_name("rebalance"), unique_name("g")
     count = scaled(100_000, minimum=6_000)
-    positions = produce(kafka_bootstrap, topic, count)
+    producer = paced(kafka_bootstrap, topic, count)
+    positions = producer.positions
     out = tmp_path / "out.jsonl"
     config = write_config(
         tmp_path / "c.json",
@@ -76,12 +91,15 @@ def test_rebalances_never_commit_ahead_of_the_file(kafka_bootstrap: str, tmp_pat
     )
     sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, lambda: read_keys(out))
     sampler.start(every=0.3)
+    producer.start()
     procs = [start_pipeline(config, tmp_path / f"p{i}.log") for i in range(2)]
     try:
-        wait_until(lambda: len(read_keys(out)) >= count // 4, 120, "a quarter of the keys")
+        wait_until(lambda: producer.produced >= count // 4, 120, "a quarter produced")
         procs.append(start_pipeline(config, tmp_path / "p2.log"))
-        wait_until(lambda: len(read_keys(out)) >= count // 2, 120, "half of the keys")
+        wait_running(tmp_path / "p2.log", 0)
+        wait_until(lambda: producer.produced >= count // 2, 120, "half produced")
         assert stop_pipeline(procs.pop(0)) == 0
+        positions = producer.finish()
         wait_until(lambda: set(read_keys(out)) >= set(positions), 240, "every key")
         ends = end_offsets(kafka_bootstrap, topic)
         wait_until(
@@ -102,7 +120,8 @@ def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) 
     for offsets at or after the commit the killed process had made."""
     topic, group = unique_name("crash"), unique_name("g")
     count = scaled(100_000, minimum=6_000)
-    positions = produce(kafka_bootstrap, topic, count)
+    producer = paced(kafka_bootstrap, topic, count)
+    positions = producer.positions
     out = tmp_path / "out.jsonl"
     config = write_config(
         tmp_path / "c.json",
@@ -116,15 +135,21 @@ def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) 
     sampler.start(every=0.3)
     rng = random.Random(7)
     commits_at_kill: list[dict[int, int]] = []
-    proc = start_pipeline(config, tmp_path / "run.log")
+    log = tmp_path / "run.log"
+    producer.start()
+    proc = start_pipeline(config, log)
     try:
         for crash in range(3):
             target = int(count * (crash + 1) / 4 * rng.uniform(0.8, 1.1))
-            wait_until(lambda t=target: len(read_keys(out)) >= t, 180, f"{target} lines")
+            wait_until(lambda t=target: producer.produced >= t, 180, f"{target} produced")
+            wait_until(lambda t=target: len(read_keys(out)) >= t // 2, 180, "lines written")
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             commits_at_kill.append(committed_offsets(kafka_bootstrap, group, topic))
-            proc = start_pipeline(config, tmp_path / "run.log")
+            before = assignments_logged(log)
+            proc = start_pipeline(config, log)
+            wait_running(log, before)
+        positions = producer.finish()
         wait_until(lambda: set(read_keys(out)) >= set(positions), 240, "every key")
         ends = end_offsets(kafka_bootstrap, topic)
         wait_until(

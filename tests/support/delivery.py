@@ -98,3 +98,72 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.2)
+
+
+class PacedProducer(threading.Thread):
+    """Produces records at a steady pace from a background thread, recording positions.
+
+    ``records`` yields ``(identity, key, value)``; ``positions[identity]`` becomes the
+    ``(partition, offset)`` the record landed at. Production is spread over about
+    ``seconds`` so that a pipeline under test is still mid-stream when a fault is
+    injected. ``produced`` counts records handed to the producer so far.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        records: Iterable[tuple[bytes, bytes | None, bytes]],
+        count: int,
+        seconds: float,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        super().__init__(name="paced-producer", daemon=True)
+        self.topic = topic
+        self.records = records
+        self.count = count
+        self.seconds = seconds
+        self.positions: dict[bytes, tuple[int, int]] = {}
+        self.errors: list[str] = []
+        self.produced = 0
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20}
+        )
+
+    def _report(self, identity: bytes) -> Callable[[object, object], None]:
+        def on_delivery(err: object, msg: object) -> None:
+            if err is not None:
+                self.errors.append(str(err))
+            else:
+                self.positions[identity] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+        return on_delivery
+
+    def run(self) -> None:
+        chunk = max(1, self.count // 100)
+        pause = self.seconds / 100
+        for identity, key, value in self.records:
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topic, value, key, on_delivery=self._report(identity)
+                    )
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self.produced += 1
+            if self.produced % chunk == 0:
+                self._producer.flush(30)
+                time.sleep(pause)
+        self._producer.flush(120)
+
+    def finish(self, timeout: float = 300) -> dict[bytes, tuple[int, int]]:
+        """Wait until everything is produced; fail on any delivery error."""
+        self.join(timeout)
+        if self.is_alive() or self.errors or len(self.positions) != self.count:
+            delivered = len(self.positions)
+            raise AssertionError(
+                f"producer: {delivered} of {self.count} delivered, errors {self.errors[:3]}"
+            )
+        return self.positions

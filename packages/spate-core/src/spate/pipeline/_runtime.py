@@ -419,7 +419,9 @@ class PipelineRuntime:
             )
         elif was_paused and not over_budget:
             logger.info("pipeline %s resuming the source: in-flight bytes low", self.name)
-        self._bp_paused.set(1 if over_budget else 0)
+        # Paused for backpressure: over the byte budget, or a sink refused a row (B7).
+        sink_full = self._stall is not None and self._stall.reason == "sink_full"
+        self._bp_paused.set(1 if over_budget or sink_full else 0)
         gated = self._gate.closed(pending)
         for lane in gated - self._gated:
             self._pause_events["pending"].inc()
