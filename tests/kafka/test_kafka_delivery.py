@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import signal
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,59 @@ def paced(bootstrap: str, topic: str, count: int) -> PacedProducer:
     return PacedProducer(bootstrap, topic, records, count, seconds=30 * max(current_scale(), 0.5))
 
 
+@dataclass
+class Streaming:
+    """A paced producer, the file-sink pipeline config for one group, and a sampler."""
+
+    bootstrap: str
+    topic: str
+    group: str
+    count: int
+    producer: PacedProducer
+    out: Path
+    config: Path
+    sampler: DeliverySampler
+
+    @classmethod
+    def start(cls, bootstrap: str, tmp_path: Path, prefix: str) -> Streaming:
+        topic, group = unique_name(prefix), unique_name("g")
+        count = scaled(100_000, minimum=6_000)
+        producer = paced(bootstrap, topic, count)
+        out = tmp_path / "out.jsonl"
+        config = write_config(
+            tmp_path / "c.json",
+            bootstrap=bootstrap,
+            topic=topic,
+            group=group,
+            out=out,
+            bounded=False,
+        )
+        sampler = DeliverySampler(
+            bootstrap, group, topic, producer.positions, lambda: read_keys(out)
+        )
+        sampler.start(every=0.3)
+        producer.start()
+        return cls(bootstrap, topic, group, count, producer, out, config, sampler)
+
+    def finish(self) -> dict[bytes, tuple[int, int]]:
+        """Wait for every key in the file and the final commits; return the positions."""
+        positions = self.producer.finish()
+        wait_until(lambda: set(read_keys(self.out)) >= set(positions), 240, "every key")
+        ends = end_offsets(self.bootstrap, self.topic)
+        wait_until(
+            lambda: committed_offsets(self.bootstrap, self.group, self.topic) == ends,
+            60,
+            "final commits",
+        )
+        return positions
+
+    def check_sampler(self) -> None:
+        self.sampler.stop()
+        self.sampler.sample()
+        assert len(self.sampler.samples) > 5
+        assert not self.sampler.violations(), self.sampler.violations()[:3]
+
+
 def test_bounded_run_delivers_every_key_and_commits_the_end(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -76,92 +130,47 @@ def test_bounded_run_delivers_every_key_and_commits_the_end(
 @pytest.mark.e2e
 def test_rebalances_never_commit_ahead_of_the_file(kafka_bootstrap: str, tmp_path: Path) -> None:
     """B1, B15: two members, a third joins, one leaves; all keys arrive, no commit ahead."""
-    topic, group = unique_name("rebalance"), unique_name("g")
-    count = scaled(100_000, minimum=6_000)
-    producer = paced(kafka_bootstrap, topic, count)
-    positions = producer.positions
-    out = tmp_path / "out.jsonl"
-    config = write_config(
-        tmp_path / "c.json",
-        bootstrap=kafka_bootstrap,
-        topic=topic,
-        group=group,
-        out=out,
-        bounded=False,
-    )
-    sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, lambda: read_keys(out))
-    sampler.start(every=0.3)
-    producer.start()
-    procs = [start_pipeline(config, tmp_path / f"p{i}.log") for i in range(2)]
+    run = Streaming.start(kafka_bootstrap, tmp_path, "rebalance")
+    procs = [start_pipeline(run.config, tmp_path / f"p{i}.log") for i in range(2)]
     try:
-        wait_until(lambda: producer.produced >= count // 4, 120, "a quarter produced")
-        procs.append(start_pipeline(config, tmp_path / "p2.log"))
+        wait_until(lambda: run.producer.produced >= run.count // 4, 120, "a quarter produced")
+        procs.append(start_pipeline(run.config, tmp_path / "p2.log"))
         wait_running(tmp_path / "p2.log", 0)
-        wait_until(lambda: producer.produced >= count // 2, 120, "half produced")
+        wait_until(lambda: run.producer.produced >= run.count // 2, 120, "half produced")
         assert stop_pipeline(procs.pop(0)) == 0
-        positions = producer.finish()
-        wait_until(lambda: set(read_keys(out)) >= set(positions), 240, "every key")
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
-        )
+        run.finish()
     finally:
         codes = [stop_pipeline(p) for p in procs]
-        sampler.stop()
     assert codes == [0] * len(codes)
-    sampler.sample()
-    assert len(sampler.samples) > 5
-    assert not sampler.violations(), sampler.violations()[:3]
+    run.check_sampler()
 
 
 @pytest.mark.e2e
 def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     """B1, B14: kill -9 mid-stream three times; all keys at least once; duplicates only
     for offsets at or after the commit the killed process had made."""
-    topic, group = unique_name("crash"), unique_name("g")
-    count = scaled(100_000, minimum=6_000)
-    producer = paced(kafka_bootstrap, topic, count)
-    positions = producer.positions
-    out = tmp_path / "out.jsonl"
-    config = write_config(
-        tmp_path / "c.json",
-        bootstrap=kafka_bootstrap,
-        topic=topic,
-        group=group,
-        out=out,
-        bounded=False,
-    )
-    sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, lambda: read_keys(out))
-    sampler.start(every=0.3)
+    run = Streaming.start(kafka_bootstrap, tmp_path, "crash")
     rng = random.Random(7)
     commits_at_kill: list[dict[int, int]] = []
     log = tmp_path / "run.log"
-    producer.start()
-    proc = start_pipeline(config, log)
+    proc = start_pipeline(run.config, log)
     try:
         for crash in range(3):
-            target = int(count * (crash + 1) / 4 * rng.uniform(0.8, 1.1))
-            wait_until(lambda t=target: producer.produced >= t, 180, f"{target} produced")
-            wait_until(lambda t=target: len(read_keys(out)) >= t // 2, 180, "lines written")
+            target = int(run.count * (crash + 1) / 4 * rng.uniform(0.8, 1.1))
+            wait_until(lambda t=target: run.producer.produced >= t, 180, f"{target} produced")
+            wait_until(lambda t=target: len(read_keys(run.out)) >= t // 2, 180, "lines written")
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
-            commits_at_kill.append(committed_offsets(kafka_bootstrap, group, topic))
+            commits_at_kill.append(committed_offsets(kafka_bootstrap, run.group, run.topic))
             before = assignments_logged(log)
-            proc = start_pipeline(config, log)
+            proc = start_pipeline(run.config, log)
             wait_running(log, before)
-        positions = producer.finish()
-        wait_until(lambda: set(read_keys(out)) >= set(positions), 240, "every key")
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
-        )
+        positions = run.finish()
     finally:
         code = stop_pipeline(proc)
-        sampler.stop()
     assert code == 0
-    sampler.sample()
-    assert not sampler.violations(), sampler.violations()[:3]
-    counts = Counter(read_keys(out))
+    run.check_sampler()
+    counts = Counter(read_keys(run.out))
     assert set(counts) == set(positions)
     for key, seen in counts.items():
         if seen > 1:
