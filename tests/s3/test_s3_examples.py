@@ -70,5 +70,5 @@ def test_nats_coordinated_backfill_example_shares_the_job_across_instances(
     assert "instances exited with [0, 0, 0]" in done.stdout
     orders = [r["order"] for r in read_rows(out)]
     assert len(set(orders)) == 6000  # at least once; a rebalance may repeat a few
-    readers = [line for line in done.stdout.splitlines() if "records read" in line]
-    assert len(readers) == 3
+    # Each instance reports once (their lines may interleave on the shared stdout).
+    assert done.stdout.count("records read") == 3
