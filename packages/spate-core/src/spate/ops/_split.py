@@ -16,20 +16,21 @@ from spate.ops._builder import SinkHandle
 class RouteOut:
     """Collects the rows one call of a route function emits."""
 
-    __slots__ = ("_index", "buf")
+    __slots__ = ("_by_name", "buf")
 
     def __init__(self, index: Mapping[SinkHandle, int]) -> None:
-        self._index = dict(index)
+        # Keyed by name: a str hash is cached in C, where the frozen dataclass's generated
+        # __hash__ would run Python code for every emitted row.
+        self._by_name = {handle.name: i for handle, i in index.items()}
         self.buf: list[tuple[int, object]] = []
 
     def emit(self, sink: SinkHandle, row: object) -> None:
         """Send ``row`` to ``sink`` (a handle from ``ctx.sink(name)``)."""
-        try:
-            index = self._index[sink]
-        except (KeyError, TypeError):
-            known = ", ".join(repr(h.name) for h in self._index)
+        index = self._by_name.get(sink.name) if type(sink) is SinkHandle else None
+        if index is None:
+            known = ", ".join(repr(name) for name in self._by_name)
             raise ValueError(
                 f"out.emit() needs a sink handle from ctx.sink(name) for one of {known}; "
                 f"got {sink!r}"
-            ) from None
+            )
         self.buf.append((index, row))
