@@ -12,7 +12,7 @@ import botocore.exceptions as bex
 import pytest
 from spate.errors import ErrorClass, SourceError
 from spate.source import Source
-from spate.testing.contracts import SourceContract
+from spate.testing.conformance import SourceConformance
 from spate_coordination import MemoryStore
 from spate_s3 import ObjectChangedError, S3SourceConfig
 from spate_s3._objects import translate_error
@@ -177,8 +177,8 @@ def test_every_client_exception_maps_to_one_error_class(
     assert "GET s3://b/k" in error.reason
 
 
-class TestS3SourceContract(SourceContract):
-    """The runtime's source contract on moto; one split (lanes are splits, partition 0)."""
+class TestS3SourceOnMotoConformance(SourceConformance):
+    """The source conformance suite on moto; one split (lanes are splits, partition 0)."""
 
     partitions = 1
     records = 30

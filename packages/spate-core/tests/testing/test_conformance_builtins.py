@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from spate.plugins._builtins import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
 from spate.sink import Sink
 from spate.source import Source
-from spate.testing import CaptureSink, MemorySourceHandle, memory_source, read_file_sink
+from spate.testing import (
+    CaptureSink,
+    MemorySourceHandle,
+    SequenceSource,
+    memory_source,
+    read_file_sink,
+    sequence_payload,
+)
 from spate.testing.conformance import SinkConformance, SourceConformance
 
 
@@ -85,3 +92,26 @@ class TestCaptureSinkConformance(SinkConformance):
 
     def written(self) -> list[object]:
         return list(self.sink.script.rows)
+
+
+class TestSequenceSourceConformance(SourceConformance):
+    """The test kit's durable sequence source: commits outlive it (an offsets file)."""
+
+    poll_timeout = 0.0
+    patience = 5.0
+
+    def produce(self, partitions: int, records: int) -> dict[int, list[bytes]]:
+        self.shape = (partitions, records)
+        return {
+            p: [sequence_payload("seq", p, o).encode() for o in range(records)]
+            for p in range(partitions)
+        }
+
+    def open_source(self) -> Source:
+        partitions, records = self.shape
+        return SequenceSource(
+            self.workdir / "offsets.json",
+            partitions=partitions,
+            records_per_lane=records,
+            batch_size=8,
+        )
