@@ -21,13 +21,7 @@ from spate_clickhouse.config import ClickHouseSinkConfig
 def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool | DistributedSink:
     """The sink for one ``clickhouse:`` section."""
     connector = ClickHouseConnector(config, context.component)
-    pool_config = PoolConfig(
-        batch=config.batch,
-        inflight=config.inflight,
-        retry=config.retry,
-        breaker=config.breaker,
-        on_record_error=config.on_record_error,
-    )
+    pool_config = PoolConfig.of(config)
     if config.router != "distributed":
         return SinkPool.from_context(connector, context, shards=config.shards, config=pool_config)
     router = PresetRouter()

@@ -112,13 +112,8 @@ class KafkaSinkConfig:
         return settings
 
     def pool_config(self) -> PoolConfig:
-        return PoolConfig(
-            batch=self.batch,
-            inflight=self.inflight,
-            retry=self.retry,
-            breaker=self.breaker,
-            on_record_error=self.on_record_error,
-        )
+        """The sink pool's settings (batching, in-flight writes, retries, breaker)."""
+        return PoolConfig.of(self)
 
 
 def _as_bytes(part: object, what: str) -> bytes | None:

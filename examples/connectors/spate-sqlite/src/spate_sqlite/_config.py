@@ -85,10 +85,4 @@ class SqliteSinkConfig:
 
     def pool_config(self) -> PoolConfig:
         """The sink pool's settings (batching, in-flight writes, retries, breaker)."""
-        return PoolConfig(
-            batch=self.batch,
-            inflight=self.inflight,
-            retry=self.retry,
-            breaker=self.breaker,
-            on_record_error=self.on_record_error,
-        )
+        return PoolConfig.of(self)

@@ -24,6 +24,7 @@ from spate.sink.config import (
     BreakerConfig,
     InflightConfig,
     PoolConfig,
+    PoolKeys,
     RetryConfig,
     ShardConfig,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ListRowBuffer",
     "Offer",
     "PoolConfig",
+    "PoolKeys",
     "RetryConfig",
     "Router",
     "RowBuffer",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from spate.config._decode import ByteSize, Duration
 from spate.errors import ErrorPolicy
@@ -148,3 +149,29 @@ class PoolConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
+
+    @classmethod
+    def of(cls, section: PoolKeys) -> PoolConfig:
+        """The pool settings of a connector section that embeds the pool keys."""
+        return cls(
+            batch=section.batch,
+            inflight=section.inflight,
+            retry=section.retry,
+            breaker=section.breaker,
+            on_record_error=section.on_record_error,
+        )
+
+
+class PoolKeys(Protocol):
+    """A connector config model that embeds the pool's keys at its top level."""
+
+    @property
+    def batch(self) -> BatchConfig: ...
+    @property
+    def inflight(self) -> InflightConfig: ...
+    @property
+    def retry(self) -> RetryConfig: ...
+    @property
+    def breaker(self) -> BreakerConfig: ...
+    @property
+    def on_record_error(self) -> ErrorPolicy: ...
