@@ -13,15 +13,15 @@ with no 0.1.0.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.venvs import build_wheels, run
 
 pytestmark = pytest.mark.packaging
 
@@ -64,7 +64,7 @@ class Environment:
 
     def plugins(self) -> list[dict[str, str]]:
         """Rows of ``spate plugins`` (header ``NAME KIND DISTRIBUTION VERSION``)."""
-        proc = _run([str(self.bin / "spate"), "plugins"], cwd=self.root)
+        proc = run([str(self.bin / "spate"), "plugins"], cwd=self.root)
         lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
         assert lines, f"`spate plugins` printed nothing:\n{proc.stderr}"
         header, *rows = lines
@@ -73,40 +73,11 @@ class Environment:
         return [dict(zip(header, row, strict=True)) for row in rows]
 
 
-def _run(cmd: list[str], *, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
-            f"\n--- stderr\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
-    return proc
-
-
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of all nine distributions, built once (hatchling is in the dev venv)."""
     out = tmp_path_factory.mktemp("wheels")
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(out),
-            *map(str, DISTRIBUTION_DIRS),
-        ],
-        cwd=out,
-    )
-    wheels = sorted(p.name for p in out.glob("*.whl"))
+    wheels = [p.name for p in build_wheels(out, DISTRIBUTION_DIRS)]
     assert len(wheels) == len(DISTRIBUTION_DIRS), wheels
     assert all(f"-{VERSION}-" in name for name in wheels), wheels
     return out
@@ -115,9 +86,9 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _install(extra: str, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
     root = tmp_path_factory.mktemp(f"venv-{extra}")
     # No pip inside the new venv: the dev venv's pip installs into it (--python), faster.
-    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
+    run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
     python = root / "bin" / "python"
-    _run(
+    run(
         [
             sys.executable,
             "-m",
@@ -132,7 +103,7 @@ def _install(extra: str, wheelhouse: Path, tmp_path_factory: pytest.TempPathFact
         ],
         cwd=root,
     )
-    proc = _run([str(python), "-c", _INSPECT, *CLIENT_LIBRARIES.values()], cwd=root)
+    proc = run([str(python), "-c", _INSPECT, *CLIENT_LIBRARIES.values()], cwd=root)
     report = json.loads(proc.stdout)
     return Environment(root, report["distributions"], report["importable"])
 

@@ -11,16 +11,15 @@ reports final positions at the end of every lane. A package made by
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.scale import scaled
+from tests.support.venvs import build_wheels, run
 
 pytestmark = pytest.mark.packaging
 
@@ -28,52 +27,22 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "connectors" / "spate-sqlite"
 
 
-def _run(
-    cmd: list[str], *, cwd: Path, check: bool = True, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
-            f"\n--- stderr\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
-    return proc
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh environment with spate-core, then the example connector pip-installed."""
     wheels = tmp_path_factory.mktemp("wheels")
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(wheels),
-            str(REPO_ROOT / "packages" / "spate-core"),
-        ],
-        cwd=wheels,
-    )
+    build_wheels(wheels, [REPO_ROOT / "packages" / "spate-core"])
     root = tmp_path_factory.mktemp("venv-sqlite")
-    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
+    run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
     pip = [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install"]
-    _run([*pip, "--quiet", "--find-links", str(wheels), "spate-core==0.1.0"], cwd=root)
+    run([*pip, "--quiet", "--find-links", str(wheels), "spate-core==0.1.0"], cwd=root)
     # What the user types, from a checkout of spate.
-    _run([*pip, "--quiet", "--find-links", str(wheels), str(EXAMPLE)], cwd=root)
+    run([*pip, "--quiet", "--find-links", str(wheels), str(EXAMPLE)], cwd=root)
     return root
 
 
 def test_b27_spate_plugins_lists_the_installed_sqlite_sink(venv: Path) -> None:
-    proc = _run([str(venv / "bin" / "spate"), "plugins"], cwd=venv)
+    proc = run([str(venv / "bin" / "spate"), "plugins"], cwd=venv)
     rows = [line.split() for line in proc.stdout.splitlines()[1:] if line.strip()]
     assert ["sqlite", "sink", "spate-sqlite", "0.1.0"] in rows, proc.stdout
     # Only what this environment has: core's built-ins and the connectors installed.
@@ -100,9 +69,9 @@ admin: {{listen: none}}
 """
     )
     spate = str(venv / "bin" / "spate")
-    checked = _run([spate, "validate", "pipeline.yaml"], cwd=work)
+    checked = run([spate, "validate", "pipeline.yaml"], cwd=work)
     assert "sink sqlite" in checked.stdout, checked.stdout
-    proc = _run([spate, "run", "pipeline.yaml"], cwd=work, check=False)
+    proc = run([spate, "run", "pipeline.yaml"], cwd=work, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     conn = sqlite3.connect(work / "out.db")
     try:
@@ -121,9 +90,9 @@ def test_b27_a_package_from_spate_new_connector_installs_and_is_listed(venv: Pat
     """The template ships inside spate-core's wheel; what it makes is a plugin at once."""
     work = venv / "scaffold"
     work.mkdir()
-    _run([str(venv / "bin" / "spate"), "new-connector", "ledger"], cwd=work)
+    run([str(venv / "bin" / "spate"), "new-connector", "ledger"], cwd=work)
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
-    _run([*pip, "--quiet", "--no-deps", str(work / "spate-ledger")], cwd=work)
-    proc = _run([str(venv / "bin" / "spate"), "plugins"], cwd=work)
+    run([*pip, "--quiet", "--no-deps", str(work / "spate-ledger")], cwd=work)
+    proc = run([str(venv / "bin" / "spate"), "plugins"], cwd=work)
     rows = [line.split() for line in proc.stdout.splitlines()[1:] if line.strip()]
     assert ["ledger", "sink", "spate-ledger", "0.1.0"] in rows, proc.stdout
