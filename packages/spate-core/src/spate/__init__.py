@@ -19,11 +19,11 @@ from spate.errors import (
     SourceError,
     SpateError,
 )
-from spate.ops import NO_RECORD, Deserializer, ManyDeserializer
+from spate.ops import NO_RECORD, ChainContext, Deserializer, ManyDeserializer
 from spate.pipeline import ExitReport, Pipeline, PipelineHealth
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
 from spate.records import Lane, PayloadBatch, RecordMeta
-from spate.sink import Offer, Sink
+from spate.sink import Offer, Sink, SinkPool
 from spate.source import Source, SourceEvents
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __all__ = [
     "AckStatus",
     "AckToken",
     "BuildContext",
+    "ChainContext",
     "Clock",
     "ComponentFactory",
     "ConfigError",
@@ -57,6 +58,7 @@ __all__ = [
     "RecordMeta",
     "Sink",
     "SinkError",
+    "SinkPool",
     "Source",
     "SourceError",
     "SourceEvents",
