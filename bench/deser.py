@@ -1,7 +1,7 @@
 """The Avro and JSON deserializers against the loops a user would write (DESIGN §12).
 
-Data: storefront events of the example configuration's top-level union (OrderPlaced,
-PaymentCaptured, RefundIssued), generated with a fixed seed and encoded once.
+Data: spate-datagen's storefront events — the example configuration's top-level union
+(OrderPlaced, PaymentCaptured, RefundIssued) — generated with a fixed seed, encoded once.
 
 * Avro — framework: spate-avro's ``mode: raw`` deserializer built from that union, given
   the ``memoryview`` of each payload (views are made before timing: making them is the
@@ -23,14 +23,10 @@ Size with ``SPATE_BENCH_RECORDS`` (default 1,000,000) and ``SPATE_BENCH_RUNS``::
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
-import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import fastavro
 import orjson
@@ -38,6 +34,7 @@ from spate import BuildContext, SystemClock
 from spate.config import decode
 from spate.metrics import Meter
 from spate_avro import AvroConfig, AvroDeserializerFactory
+from spate_datagen import encode_avro, encode_json, storefront_events, storefront_schema_text
 from spate_json import JsonConfig, JsonDeserializerFactory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,58 +44,6 @@ BATCH = 10_000
 """Decoded values held at once (what a sink buffers before a write)."""
 DISTINCT = 100_000
 """Distinct events encoded; larger runs pass over the same payloads again (less memory)."""
-
-STOREFRONT = [
-    {
-        "type": "record",
-        "name": "OrderPlaced",
-        "namespace": "spate.datagen",
-        "fields": [
-            {"name": "order_id", "type": "long"},
-            {"name": "customer_id", "type": "int"},
-            {"name": "region", "type": "string"},
-            {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {
-                "name": "lines",
-                "type": {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "OrderLine",
-                        "fields": [
-                            {"name": "sku", "type": "string"},
-                            {"name": "qty", "type": "int"},
-                            {"name": "unit_cents", "type": "int"},
-                        ],
-                    },
-                },
-            },
-        ],
-    },
-    {
-        "type": "record",
-        "name": "PaymentCaptured",
-        "namespace": "spate.datagen",
-        "fields": [
-            {"name": "order_id", "type": "long"},
-            {"name": "amount_cents", "type": "long"},
-        ],
-    },
-    {
-        "type": "record",
-        "name": "RefundIssued",
-        "namespace": "spate.datagen",
-        "fields": [
-            {"name": "order_id", "type": "long"},
-            {"name": "amount_cents", "type": "long"},
-            {"name": "reason", "type": "string"},
-        ],
-    },
-]
-
-REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
-REASONS = ("damaged", "late", "wrong item", "changed mind")
-EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 class _NoBudget:
@@ -120,63 +65,21 @@ def _context() -> BuildContext:
     )
 
 
-def events(n: int, seed: int = 7) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``n`` storefront events: about half orders, a third payments, the rest refunds."""
-    rng = random.Random(seed)
-    for i in range(n):
-        roll = rng.random()
-        if roll < 0.5:
-            lines = [
-                {
-                    "sku": f"sku-{rng.randrange(10_000):05d}",
-                    "qty": rng.randrange(1, 5),
-                    "unit_cents": rng.randrange(100, 20_000),
-                }
-                for _ in range(rng.randrange(1, 4))
-            ]
-            placed = EPOCH + dt.timedelta(milliseconds=i * 37)
-            record = {
-                "order_id": i,
-                "customer_id": rng.randrange(1_000_000),
-                "region": rng.choice(REGIONS),
-                "placed_at": placed,
-                "lines": lines,
-            }
-            yield "spate.datagen.OrderPlaced", record
-        elif roll < 0.85:
-            amount = rng.randrange(100, 100_000)
-            yield "spate.datagen.PaymentCaptured", {"order_id": i, "amount_cents": amount}
-        else:
-            refund = {
-                "order_id": i,
-                "amount_cents": rng.randrange(100, 10_000),
-                "reason": rng.choice(REASONS),
-            }
-            yield "spate.datagen.RefundIssued", refund
-
-
-def payloads(n: int, parsed: Any) -> tuple[list[bytes], list[bytes]]:
-    """The events as bare Avro (written with the union) and as JSON objects."""
+def payloads(n: int) -> tuple[list[bytes], list[bytes]]:
+    """``n`` storefront events (spate-datagen's) as bare Avro of the union and as JSON."""
     avro: list[bytes] = []
     as_json: list[bytes] = []
-    buf = io.BytesIO()
-    for name, record in events(n):
-        buf.seek(0)
-        buf.truncate()
-        fastavro.schemaless_writer(buf, parsed, (name, record))
-        avro.append(buf.getvalue())
-        doc = {"kind": name.rpartition(".")[2], **record}
-        if "placed_at" in doc:
-            doc["placed_at"] = int(doc["placed_at"].timestamp() * 1000)
-        # A copy: orjson's own result keeps a much larger allocation alive per object.
-        as_json.append(bytes(memoryview(orjson.dumps(doc))))
+    for event in storefront_events(n, seed=7):
+        avro.append(encode_avro(event))
+        as_json.append(encode_json(event))
     return avro, as_json
 
 
 def main() -> None:
     total = env_int("SPATE_BENCH_RECORDS", 1_000_000)
-    parsed = fastavro.parse_schema(STOREFRONT)
-    avro, as_json = payloads(min(total, DISTINCT), parsed)
+    schema_text = storefront_schema_text()
+    parsed = fastavro.parse_schema(json.loads(schema_text))
+    avro, as_json = payloads(min(total, DISTINCT))
     distinct = len(avro)
     # The deserializer stage is handed views the source made (the source's work, as a
     # consumer's msg.value() is the hand-written loop's); the baseline gets the bytes.
@@ -189,9 +92,7 @@ def main() -> None:
         f"JSON {sum(map(len, as_json)) / distinct:.1f} B/record"
     )
 
-    avro_config = decode(
-        AvroConfig, {"mode": "raw", "schema": {"inline": json.dumps(STOREFRONT)}}, "avro"
-    )
+    avro_config = decode(AvroConfig, {"mode": "raw", "schema": {"inline": schema_text}}, "avro")
     avro_deser = AvroDeserializerFactory.build(avro_config, _context())
     json_deser = JsonDeserializerFactory.build(decode(JsonConfig, {}, "json"), _context())
     json_deserialize = json_deser.deserialize  # type: ignore[attr-defined]
