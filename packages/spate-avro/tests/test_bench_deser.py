@@ -5,25 +5,11 @@ Only the shape of the report is checked: benchmarks are never timed assertions i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.bench import run_bench
 
 
 def test_deser_bench_reports_a_ratio_for_avro_and_json() -> None:
-    env = {**os.environ, "SPATE_BENCH_RECORDS": "2500", "SPATE_BENCH_RUNS": "3"}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "deser.py")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    ).stdout
-    lines = out.splitlines()
+    lines = run_bench("deser.py", 2500)
     assert lines[0].startswith("2,500 storefront events (2,500 distinct)")
     titles = [line for line in lines if line.startswith("== ")]
     assert [t.split(":")[0] for t in titles] == ["== avro", "== json"]

@@ -6,25 +6,11 @@ assertions in tests.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[4]
+from tests.support.bench import run_bench
 
 
 def test_chain_overhead_bench_reports_medians_ratio_and_rss() -> None:
-    env = {**os.environ, "SPATE_BENCH_RECORDS": "3000", "SPATE_BENCH_RUNS": "3"}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "chain_overhead.py")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    ).stdout
-    lines = out.splitlines()
+    lines = run_bench("chain_overhead.py", 3000)
     assert lines[0].startswith("records: 3000 ")
     assert "rows written: 2250" in lines[0]
     assert any(line.startswith("framework: median ") for line in lines)

@@ -1,0 +1,28 @@
+"""Smoke runs of the benchmark scripts at a tiny size.
+
+Tests only check the shape of a benchmark's report (medians, ``ratio:``, peak RSS):
+benchmarks are never timed assertions in tests (DESIGN §12).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_bench(script: str, records: int, runs: int = 3) -> list[str]:
+    """Run ``bench/<script>`` on ``records`` records; return its report's lines."""
+    env = {**os.environ, "SPATE_BENCH_RECORDS": str(records), "SPATE_BENCH_RUNS": str(runs)}
+    out = subprocess.run(
+        [sys.executable, str(BENCH / script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout
+    return out.splitlines()
