@@ -23,9 +23,9 @@ Plus the config convention of :class:`~spate.testing.conformance.ConfigConforman
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spate.checkpoint._ack import AckStatus, AckToken
 from spate.errors import ErrorClass, SinkError, SpateError
@@ -226,20 +226,11 @@ class SinkConformance(ConfigConformance):
             lane = _LANES[0]
             token = AckToken(lane, 1, 0, 1, 1, _ignore)
             for row in bad:
-                try:
-                    result = sink.offer(row, b"k", lane, token)
-                except SinkError as exc:
-                    check(
-                        exc.error_class is ErrorClass.RECORD,
-                        SINK_RECORD,
-                        f"{row!r} raised SinkError({exc.error_class.name}), expected RECORD",
-                    )
-                except Exception as exc:
-                    raise ConformanceFailure(
-                        SINK_RECORD, f"{row!r} raised {type(exc).__name__}: {exc}"
-                    ) from exc
-                else:
-                    raise ConformanceFailure(SINK_RECORD, f"{row!r} was taken ({result.name})")
+                _expect_record_error(
+                    row,
+                    lambda r: sink.offer(r, b"k", lane, token),
+                    lambda r, result: f"{r!r} was taken ({result.name})",
+                )
                 check(
                     token.holders == 1,
                     SINK_RECORD,
@@ -433,20 +424,7 @@ class SinkConformance(ConfigConformance):
         buffer = connector.new_buffer(0)
         buffer.append(good[0])
         for row in bad:
-            try:
-                buffer.append(row)
-            except SinkError as exc:
-                check(
-                    exc.error_class is ErrorClass.RECORD,
-                    SINK_RECORD,
-                    f"{row!r} raised SinkError({exc.error_class.name}), expected RECORD",
-                )
-            except Exception as exc:
-                raise ConformanceFailure(
-                    SINK_RECORD, f"{row!r} raised {type(exc).__name__}: {exc}"
-                ) from exc
-            else:
-                raise ConformanceFailure(SINK_RECORD, f"the buffer took {row!r}")
+            _expect_record_error(row, buffer.append, lambda r, _: f"the buffer took {r!r}")
             check(
                 len(buffer) == 1,
                 SINK_RECORD,
@@ -468,3 +446,23 @@ class SinkConformance(ConfigConformance):
 
 def _ignore(token: AckToken) -> None:
     """Resolver of the suite's ack tokens: the suite reads ``token.status`` instead."""
+
+
+def _expect_record_error(
+    row: object, take: Callable[[object], Any], taken: Callable[[object, Any], str]
+) -> None:
+    """``take(row)`` must raise ``SinkError(RECORD)``; ``taken(row, result)`` says otherwise."""
+    try:
+        result = take(row)
+    except SinkError as exc:
+        check(
+            exc.error_class is ErrorClass.RECORD,
+            SINK_RECORD,
+            f"{row!r} raised SinkError({exc.error_class.name}), expected RECORD",
+        )
+    except Exception as exc:
+        raise ConformanceFailure(
+            SINK_RECORD, f"{row!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    else:
+        raise ConformanceFailure(SINK_RECORD, taken(row, result))
