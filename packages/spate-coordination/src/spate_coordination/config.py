@@ -16,6 +16,7 @@ coordination:
   instance_id: worker-a                    # default: <hostname>-<pid>
   lease_duration: 10s
   drain_deadline: 30s
+  retry_quarantined: false                 # true: read quarantined splits again
 ```
 
 Upholds B17 (unknown keys refused with their dotted path, cross-field rules) and B29
@@ -187,6 +188,9 @@ class CoordinationConfig:
     """How often the leader rebalances and workers read assignments (watches wake them early)."""
     drain_deadline: Duration = 30.0
     """How long an owner may drain a revoked split before it is taken away by force."""
+    retry_quarantined: bool = False
+    """At start, hand the job's quarantined splits out again; each resumes from its
+    committed position (fix what made them fail first)."""
 
     store_name: str = field(init=False, default="")
     store_config: object = field(init=False, default=None)

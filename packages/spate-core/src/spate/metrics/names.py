@@ -116,6 +116,13 @@ CKPT_WATERMARK_AGE = _g(
 # Coordination
 COORD_OWNED = _g("spate_coordination_owned_splits", "Splits this instance owns.")
 COORD_COMPLETED = _c("spate_coordination_completed_splits_total", "Splits completed.")
+COORD_QUARANTINED = _c(
+    "spate_coordination_quarantined_splits_total", "Splits this instance put in quarantine."
+)
+COORD_IN_QUARANTINE = _g(
+    "spate_coordination_splits_in_quarantine",
+    "Splits of the job in quarantine, as last read by this instance.",
+)
 COORD_LIVE_WORKERS = _g("spate_coordination_live_workers", "Live workers seen.")
 COORD_LEADER = _g("spate_coordination_leader", "1 while this instance is the leader.")
 COORD_ACQUISITIONS = _c("spate_coordination_acquisitions_total", "Splits acquired.")
