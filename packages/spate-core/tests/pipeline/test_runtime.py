@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.errors import AckError
 from spate.flow import InflightBudget
 from spate.pipeline import Pipeline
 from spate.records import Lane
 from spate.testing import (
+    CaptureScript,
+    CaptureSink,
     CopyToSinkProcessor,
     ManualClock,
+    SealedBatch,
     capture_sink,
     delay,
     memory_source,
@@ -97,6 +102,40 @@ def test_b2_a_batch_split_to_two_sinks_fails_when_one_branch_fails(
     assert good_script.writes == 2  # the good branch wrote both batches ...
     assert handle.last_committed(0) == 10  # ... but batch 2 failed in the other branch
     assert runtime.tracker.stalled_lanes()
+
+
+class ReleasesTwice(CaptureSink):
+    """A sink that releases every ack twice once written, and swallows the error."""
+
+    def _resolve(self, batches: list[SealedBatch], *, ok: bool) -> None:
+        super()._resolve(batches, ok=ok)
+        for sealed in batches:
+            for ack in sealed.acks:
+                with contextlib.suppress(AckError):
+                    ack.release(ok, holder=sealed.holder)
+
+
+def test_b39_a_sink_releasing_twice_fails_the_run_and_never_commits_ahead(fan_out) -> None:
+    """One branch of a split releases twice while the other branch has not written yet:
+    the batch used to resolve delivered and the run committed past unwritten rows, exit 0."""
+    clock = ManualClock()
+    source, handle = memory_source({0: payloads("a", 20)}, batch_size=10)
+    slow, slow_script = capture_sink("slow", max_rows=10, clock=clock)
+    slow_script.then(delay(1e6))  # never done within the run
+    twice = ReleasesTwice("twice", CaptureScript(), max_rows=10, clock=clock)
+    report = Pipeline(
+        "b2twice",
+        source,
+        {"slow": slow, "twice": twice},
+        processor=fan_out([slow, twice]),
+        clock=clock,
+        checkpoint=CheckpointConfig(interval=1.0, drain_timeout=5.0),
+        handle_signals=False,
+    ).run()
+    assert slow_script.writes == 0
+    assert handle.last_committed(0) in (None, 0)
+    assert report.exit_code == 1
+    assert "released by sink twice buffer 1, which does not hold it" in report.reason
 
 
 def test_b5_failed_head_batch_fails_the_pipeline_after_stalled_fail_after() -> None:

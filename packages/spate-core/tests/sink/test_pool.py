@@ -426,6 +426,28 @@ def test_b4_abandon_and_close_fail_every_held_ack() -> None:
     assert ends.closed == ["s0"]
 
 
+def test_b4_b39_the_pool_releases_every_ack_of_a_batch_even_when_one_raises() -> None:
+    """A resolver that raises once used to stop the release loop: the batch's other acks
+    stayed held forever and their lanes never committed again."""
+    pool, _ = scripted_pool(budget=(budget := InflightBudget(1 << 20)))
+    pool.start()
+    calls: list[int] = []
+
+    def raising_resolver(token: AckToken) -> None:
+        calls.append(token.seq)
+        raise RuntimeError("a resolver bug")
+
+    acks = [AckToken(LANE, 0, seq, seq, 1, raising_resolver) for seq in range(5)]
+    for seq, ack in enumerate(acks):
+        offer_all(pool, [seq], ack)
+        ack.release()  # the chain's hold; the batch still holds it
+    assert budget.used > 0
+    assert pool.flush(deadline=1e9)
+    assert [a.status for a in acks] == [AckStatus.DELIVERED] * 5
+    assert sorted(calls) == list(range(5))
+    assert budget.used == 0
+
+
 def test_b7_full_shard_refuses_rows_and_budget_is_returned() -> None:
     clock = ManualClock()
     budget = InflightBudget(10_000_000)

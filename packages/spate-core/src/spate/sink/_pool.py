@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 _JOIN_TIMEOUT = 5.0
 """Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
 
-_Settled = tuple[list[AckToken], int, bool]
+_Settled = tuple[PoolBatch, list[AckToken], int, bool]
 
 
 class SinkPool:
@@ -437,15 +437,23 @@ class SinkPool:
 
     def _settle(self, batch: PoolBatch, ok: bool) -> _Settled:
         batch.done = True
-        return list(batch.acks), batch.acquired, ok
+        return batch, list(batch.acks), batch.acquired, ok
 
     def _release(self, settled: list[_Settled]) -> None:
-        """Release budget and acks of settled batches. Called WITHOUT the lock."""
-        for acks, nbytes, ok in settled:
+        """Release budget and acks of settled batches. Called WITHOUT the lock.
+
+        Every ack is released even when one raises (a resolver's bug, or ``AckError``
+        for a second release, which the token has already reported to the pipeline):
+        stopping at the first would leave the rest held forever (B4).
+        """
+        for batch, acks, nbytes, ok in settled:
             if nbytes:
                 self._budget.release(nbytes)
             for ack in acks:
-                ack.release(ok)
+                try:
+                    ack.release(ok, holder=batch)
+                except Exception:
+                    logger.exception("sink %s: releasing %r failed", self.name, ack)
 
     # -- writing (called without the lock) ----------------------------------------------
 

@@ -8,7 +8,8 @@ database, a local server — never a mock standing in for it):
   started (B22); an ack resolves delivered only when its rows can be read back (B2);
   tearing down without a write fails the acks held (B4); a row that cannot be written
   is refused at ``offer`` with ``SinkError(RECORD)`` holding nothing (B28); an
-  unreachable endpoint fails ``start`` naming it (B29);
+  unreachable endpoint fails ``start`` naming it (B29); each holder releases an ack
+  once — a second release is caught by the token and fails the test (B39);
 * the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
   returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
   the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
@@ -28,7 +29,7 @@ from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 from spate.checkpoint._ack import AckStatus, AckToken
-from spate.errors import ErrorClass, SinkError, SpateError
+from spate.errors import AckError, ErrorClass, SinkError, SpateError
 from spate.records import Lane
 from spate.sink._contract import Offer, Sink
 from spate.sink._writer import ShardWriter, SinkConnector, WriteBatch
@@ -59,6 +60,11 @@ SINK_RECORD = Promise(
 )
 SINK_ENDPOINT = Promise("B29", "an unreachable endpoint fails start-up with an error naming it")
 SINK_READY = Promise("B22", "ready() is true once start() has probed every endpoint")
+SINK_RELEASE_ONCE = Promise(
+    "B39",
+    "a sink releases each ack it retained exactly once, naming itself as the holder "
+    "(a second release would resolve the batch while another holder still writes)",
+)
 
 _LANES = (Lane("conformance", 0), Lane("conformance", 1))
 
@@ -109,6 +115,27 @@ class SinkConformance(ConfigConformance):
 
     # -- helpers --------------------------------------------------------------------
 
+    def setup_method(self, method: object = None) -> None:
+        super().setup_method(method)
+        self.faults: list[str] = []
+        """Misuses of this test's ack tokens (a second release by one holder)."""
+
+    def token(self, lane: Lane, seq: int, next_offset: int, records: int) -> AckToken:
+        """An ack token as the tracker makes it, held by the chain; misuse is recorded."""
+        return AckToken(lane, 1, seq, next_offset, records, _ignore, self._fault)
+
+    def _fault(self, token: AckToken, reason: str) -> None:
+        self.faults.append(reason)
+
+    def _check_released_once(self, how: str) -> None:
+        check(
+            not self.faults,
+            SINK_RELEASE_ONCE,
+            f"{how}: {len(self.faults)} ack release(s) by a holder that did not hold the ack "
+            f"(first: {self.faults[0] if self.faults else None}); retain with a holder "
+            "object of the buffer and release once with the same holder",
+        )
+
     def build_sink(self, body: Mapping[str, object] | None = None) -> Sink:
         """Decode ``body`` (default :meth:`config`) and build the sink with the factory."""
         config = self.decode_config(body)
@@ -124,7 +151,7 @@ class SinkConformance(ConfigConformance):
         for seq, start in enumerate(range(0, len(rows), per)):
             chunk = list(rows[start : start + per])
             lane = _LANES[seq % 2]
-            token = AckToken(lane, 1, seq, start + len(chunk), len(chunk), _ignore)
+            token = self.token(lane, seq, start + len(chunk), len(chunk))
             for i, row in enumerate(chunk):
                 self._offer(sink, row, f"k{start + i}".encode(), lane, token)
             token.release(True)  # the chain is done with the batch
@@ -171,6 +198,7 @@ class SinkConformance(ConfigConformance):
                 SINK_DURABLE,
                 f"flush() did not write everything within {self.patience}s with the destination up",
             )
+            self._check_released_once("after flush()")
             pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
             check(
                 not pending,
@@ -200,6 +228,7 @@ class SinkConformance(ConfigConformance):
                 f"abandon() left {len(pending)} acks unresolved; fail them (ok=False)",
             )
             self._check_landed(held, "after abandon()")
+            self._check_released_once("after abandon()")
         finally:
             sink.close()
 
@@ -215,6 +244,34 @@ class SinkConformance(ConfigConformance):
             f"close() left {len(pending)} acks unresolved; fail them (ok=False)",
         )
         self._check_landed(held, "after close()")
+        self._check_released_once("after close()")
+
+    def test_b39_each_holder_releases_an_ack_once(self) -> None:
+        """Many small source batches on two lanes, written by several flushes, then the
+        teardown: every ack resolves once, and no holder releases twice (B4, B39)."""
+        sink = self.build_sink()
+        sink.start()
+        rows = self.rows(self.rows_per_test)
+        try:
+            held = self._offer_all(sink, rows[: len(rows) // 2], batches=8)
+            check(
+                sink.flush(time.monotonic() + self.patience),
+                SINK_DURABLE,
+                f"flush() did not write everything within {self.patience}s",
+            )
+            held += self._offer_all(sink, rows[len(rows) // 2 :], batches=8)
+            sink.tick()
+            sink.abandon()
+        except AckError as exc:
+            raise ConformanceFailure(SINK_RELEASE_ONCE, str(exc)) from exc
+        finally:
+            try:
+                sink.close()
+            except AckError as exc:
+                self.faults.append(str(exc))
+        self._check_released_once("after flush(), tick(), abandon() and close()")
+        pending = [t for t, _ in held if t.status is AckStatus.PENDING]
+        check(not pending, SINK_TEARDOWN, f"{len(pending)} acks left unresolved after close()")
 
     def test_b28_bad_rows_are_refused_on_offer_and_hold_nothing(self) -> None:
         bad = list(self.bad_rows())
@@ -224,7 +281,7 @@ class SinkConformance(ConfigConformance):
         sink.start()
         try:
             lane = _LANES[0]
-            token = AckToken(lane, 1, 0, 1, 1, _ignore)
+            token = self.token(lane, 0, 1, 1)
             for row in bad:
                 _expect_record_error(
                     row,
