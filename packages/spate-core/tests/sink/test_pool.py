@@ -354,21 +354,34 @@ def test_b13_fnv1a_known_values_and_weighted_placement() -> None:
     for i in range(200):
         key = f"key-{i}".encode()
         expected = 0 if fnv1a_64(key) % 4 == 0 else 1
-        assert router.route(key, LANE) == expected
+        assert router.route(None, key, LANE) == expected
     # Keyless records spread by partition through the same weight intervals.
-    assert [router.route(None, Lane("t", p)) for p in range(8)] == [0, 1, 1, 1, 0, 1, 1, 1]
+    assert [router.route(None, None, Lane("t", p)) for p in range(8)] == [0, 1, 1, 1, 0, 1, 1, 1]
+
+
+def test_b13_routing_a_column_of_keys_places_like_routing_row_by_row() -> None:
+    """The columnar form of the Router contract: one call over a column of keys gives
+    the shards that routing each row gives."""
+    from spate.sink import WeightedHashRouter
+
+    router = WeightedHashRouter([2, 1, 5])
+    assert router.placed_by is None  # it places by the record key
+    keys: list[bytes | None] = [f"user-{i}".encode() for i in range(300)] + [None] * 3
+    for lane in (Lane("t", 0), Lane("t", 5)):
+        rows = [router.route(("row", i), key, lane) for i, key in enumerate(keys)]
+        assert router.route_column(keys, lane) == rows
 
 
 def test_b13_routing_is_the_same_in_another_process() -> None:
     from spate.sink import WeightedHashRouter
 
     keys = [f"user-{i}".encode() for i in range(50)]
-    here = [WeightedHashRouter([2, 1, 5]).route(k, LANE) for k in keys]
+    here = [WeightedHashRouter([2, 1, 5]).route(None, k, LANE) for k in keys]
     code = (
         "from spate.sink import WeightedHashRouter\n"
         "from spate.records import Lane\n"
         "r = WeightedHashRouter([2, 1, 5])\n"
-        "print([r.route(f'user-{i}'.encode(), Lane('t', 0)) for i in range(50)])\n"
+        "print([r.route(None, f'user-{i}'.encode(), Lane('t', 0)) for i in range(50)])\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -4,7 +4,8 @@ A connector supplies buffers and per-endpoint writers (:mod:`spate.sink._writer`
 pool does the rest:
 
 * **routing** (B13): one shard → no routing; several → the connector's
-  :class:`~spate.sink.Router` or FNV-1a of the key placed by the shards' weights;
+  :class:`~spate.sink.Router` (which sees the row, its key and lane) or FNV-1a of the
+  key placed by the shards' weights;
 * **batching** (B10): each shard has one open batch; it seals on ``batch.max_rows``,
   ``batch.max_bytes``, ``batch.linger`` (from its first row), on :meth:`SinkPool.tick`
   and on :meth:`SinkPool.flush`;
@@ -170,6 +171,7 @@ class SinkPool:
         for shard in self._shards:
             for replica in shard.replicas:
                 self._open_and_probe(shard, replica)
+        self._start_router()
         with self._cond:
             self._started = True
             self._ready = True
@@ -197,14 +199,33 @@ class SinkPool:
         except Exception as exc:
             raise SinkError(f"{where}: {exc!r}", ErrorClass.FATAL) from exc
 
+    def _start_router(self) -> None:
+        """Start a router that has a ``start()`` (it may need what the probes learned)."""
+        start = getattr(self._router, "start", None)
+        if start is None:
+            return
+        try:
+            start()
+        except SinkError as exc:
+            raise SinkError(f"sink {self.name}: {exc.reason}", ErrorClass.FATAL) from exc
+        except Exception as exc:
+            raise SinkError(f"sink {self.name}: {exc}", ErrorClass.FATAL) from exc
+
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Append ``row`` to its shard's open batch, or refuse it while the shard is full.
 
         Called on the pipeline thread for every row; never blocks on I/O. Raises
-        ``SinkError(RECORD)`` for a row the connector cannot encode (nothing is held).
+        ``SinkError(RECORD)`` for a row the connector cannot encode or the router cannot
+        place (nothing is held).
         """
         router = self._router
-        shard = self._shards[0] if router is None else self._shards[router.route(key, lane)]
+        if router is None:
+            shard = self._shards[0]
+        else:
+            try:
+                shard = self._shards[router.route(row, key, lane)]
+            except SinkError as exc:  # a row the router cannot place: a record error
+                raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
         # One uncontended lock per row: worker threads seal lingering batches, so the
         # open batch is shared. acquire/release in try/finally costs less than `with`.
         lock = self._lock
@@ -374,9 +395,14 @@ class SinkPool:
                 total += sum(b.rows for b in shard.writing)
             return total
 
-    def shard_of(self, key: bytes | None, lane: Lane) -> int:
+    @property
+    def router(self) -> Router | None:
+        """The router placing rows on shards (``None`` with one shard and no router)."""
+        return self._router
+
+    def shard_of(self, key: bytes | None, lane: Lane, row: object = None) -> int:
         """The shard a row with this key and lane goes to."""
-        return 0 if self._router is None else self._router.route(key, lane)
+        return 0 if self._router is None else self._router.route(row, key, lane)
 
     # -- internals (called with the lock held unless said otherwise) --------------------
 
