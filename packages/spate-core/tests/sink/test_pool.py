@@ -558,6 +558,29 @@ def test_worker_threads_write_everything_with_retries_on_the_real_clock() -> Non
     assert retried and retried <= {w.token for w in ends.written}
 
 
+def test_b40_flush_lanes_waits_for_those_lanes_batches_only_on_worker_threads() -> None:
+    """A revoked lane's batch that needs retries is waited for; another shard's batch of
+    another lane is neither sealed nor waited for."""
+    cfg = config(batch=BatchConfig(max_rows=1000, linger=3600.0), retry=RetryConfig(initial=0.001))
+    pool, ends = scripted_pool(shards=2, clock=SystemClock(), io_threads=2, config=cfg)
+    ends.script("s0", "retryable", times=3)
+    pool.start()
+    lane0, lane1 = Lane("t", 0), Lane("t", 1)  # keyless: lane 0 -> s0, lane 1 -> s1
+    a0 = AckToken(lane0, 0, 1, 5, 5, lambda t: None)
+    a1 = AckToken(lane1, 0, 1, 5, 5, lambda t: None)
+    for ack in (a0, a1):
+        for i in range(5):
+            assert pool.offer(i, None, ack.lane, ack) is Offer.ACCEPTED
+        ack.release()
+    assert pool.flush_lanes([lane0], time.monotonic() + 30)
+    assert a0.status is AckStatus.DELIVERED
+    assert a1.status is AckStatus.PENDING and ends.attempts_on("s1") == []
+    assert pool.flush_lanes([Lane("t", 7)], time.monotonic() + 30)  # holds nothing: at once
+    assert pool.pending_rows() == 5
+    assert pool.flush(time.monotonic() + 30) and a1.status is AckStatus.DELIVERED
+    pool.close()
+
+
 def test_shard_config_requires_replicas() -> None:
     with pytest.raises(ValueError, match="at least one replica"):
         scripted_pool(shards=[ShardConfig()])

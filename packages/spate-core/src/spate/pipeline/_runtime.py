@@ -186,7 +186,7 @@ class PipelineRuntime:
         try:
             if not self._closing:
                 deadline = self._clock.monotonic() + self._cfg.drain_timeout
-                if not write_out(self, self._sinks, self._clock, deadline):
+                if not write_out(self, self._sinks, self._clock, deadline, lanes):
                     logger.warning(
                         "revocation drain of %s did not write everything in time; "
                         "the rest is left to the next owner",

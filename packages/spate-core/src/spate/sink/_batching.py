@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 from spate.checkpoint._ack import AckToken
+from spate.records import Lane
 from spate.sink._writer import RowBuffer
 
 SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain"]
@@ -65,6 +66,10 @@ class PoolBatch:
         if ack not in self.acks:
             ack.retain(self)
             self.acks.add(ack)
+
+    def holds_any(self, lanes: frozenset[Lane]) -> bool:
+        """Whether a row of one of ``lanes`` is in this batch (under the pool lock)."""
+        return any(ack.lane in lanes for ack in self.acks)
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,8 @@ pool does the rest:
   key placed by the shards' weights;
 * **batching** (B10): each shard has one open batch; it seals on ``batch.max_rows``,
   ``batch.max_bytes``, ``batch.linger`` (from its first row), on :meth:`SinkPool.tick`
-  and on :meth:`SinkPool.flush`;
+  and on :meth:`SinkPool.flush`; on revocation :meth:`SinkPool.flush_lanes` seals only
+  the batches holding the revoked lanes' rows (B40);
 * **flow control** (B7): at most ``inflight.max_per_shard`` writes per shard run at once
   and as many sealed batches again may wait; beyond that :meth:`SinkPool.offer`
   answers ``REJECTED`` (the chain stalls and the source pauses; nothing is dropped).
@@ -38,7 +39,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
@@ -293,17 +294,41 @@ class SinkPool:
 
         Retries continue until the deadline (``max_attempts: 0``, B12). Returns True when
         nothing is left unwritten; what is left stays held until :meth:`abandon`.
-        Called on drain and revocation; blocks.
+        Called on drain; blocks.
         """
         with self._cond:
             for shard in self._shards:
                 self._seal(shard, "drain")
             self._cond.notify_all()
+        return self._wait_until(deadline, self._all_written)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Seal only the open batches holding rows of ``lanes`` and wait until every batch
+        holding their rows is written, or ``deadline`` (B40).
+
+        Batches of other lanes stay open and keep filling: a revocation does not cut every
+        shard's batch short. Rows of other lanes in a sealed batch are written along.
+        Called on revocation; blocks.
+        """
+        lanes = frozenset(lanes)
+        with self._cond:
+            targets: list[PoolBatch] = []
+            for shard in self._shards:
+                batch = shard.open
+                if batch is not None and batch.holds_any(lanes):
+                    self._seal(shard, "drain")
+                targets += [b for b in shard.queue if b.holds_any(lanes)]
+                targets += [b for b in shard.writing if b.holds_any(lanes)]
+            self._cond.notify_all()
+        return self._wait_until(deadline, lambda: all(b.done for b in targets))
+
+    def _wait_until(self, deadline: float, done: Callable[[], bool]) -> bool:
+        """Let the writes run until ``done()`` (checked under the lock) or ``deadline``."""
         if self._io_threads == 0:
-            return self._pump_until(deadline)
+            return self._pump_until(deadline, done)
         with self._cond:
             while True:
-                if self._all_written():
+                if done():
                     return True
                 now = self._clock.monotonic()
                 if now >= deadline:
@@ -581,11 +606,11 @@ class SinkPool:
             self._cond.notify_all()
         self._release(settled)
 
-    def _pump_until(self, deadline: float) -> bool:
+    def _pump_until(self, deadline: float, done: Callable[[], bool]) -> bool:
         while True:
             self.pump()
             with self._cond:
-                if self._all_written():
+                if done():
                     return True
                 now = self._clock.monotonic()
                 if now >= deadline:

@@ -10,6 +10,7 @@ database, a local server — never a mock standing in for it):
   is refused at ``offer`` with ``SinkError(RECORD)`` holding nothing (B28); an
   unreachable endpoint fails ``start`` naming it (B29); each holder releases an ack
   once — a second release is caught by the token and fails the test (B39);
+  ``flush_lanes([lane])``, when the sink has it, writes every row of that lane (B40);
 * the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
   returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
   the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
@@ -31,7 +32,7 @@ from typing import Any, ClassVar
 from spate.checkpoint._ack import AckStatus, AckToken
 from spate.errors import AckError, ErrorClass, SinkError, SpateError
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import Offer, Sink, flush_lanes
 from spate.sink._writer import ShardWriter, SinkConnector, WriteBatch
 from spate.testing.conformance._base import (
     ConfigConformance,
@@ -64,6 +65,10 @@ SINK_RELEASE_ONCE = Promise(
     "B39",
     "a sink releases each ack it retained exactly once, naming itself as the holder "
     "(a second release would resolve the batch while another holder still writes)",
+)
+SINK_LANES = Promise(
+    "B40",
+    "flush_lanes(lanes) returns true only once every row of those lanes is durable",
 )
 
 _LANES = (Lane("conformance", 0), Lane("conformance", 1))
@@ -169,10 +174,11 @@ class SinkConformance(ConfigConformance):
             time.sleep(0.01)
 
     def _check_landed(self, held: list[tuple[AckToken, list[object]]], how: str) -> None:
+        # Statuses first, destination second: writes may still be landing, and a batch
+        # that resolves after the read must not be judged against it.
+        delivered = [(t, chunk) for t, chunk in held if t.status is AckStatus.DELIVERED]
         got = self.written()
-        for token, chunk in held:
-            if token.status is not AckStatus.DELIVERED:
-                continue
+        for _token, chunk in delivered:
             missing = missing_from(chunk, got)
             check(
                 not missing,
@@ -272,6 +278,55 @@ class SinkConformance(ConfigConformance):
         self._check_released_once("after flush(), tick(), abandon() and close()")
         pending = [t for t, _ in held if t.status is AckStatus.PENDING]
         check(not pending, SINK_TEARDOWN, f"{len(pending)} acks left unresolved after close()")
+
+    def test_b40_flush_lanes_writes_every_row_of_those_lanes(self) -> None:
+        """What revocation relies on (B15): after ``flush_lanes([lane])`` every ack of
+        that lane is delivered and its rows are in the destination. Sinks without
+        ``flush_lanes`` are flushed in full on revocation; the test is skipped for them."""
+        sink = self.build_sink()
+        if getattr(sink, "flush_lanes", None) is None:
+            sink.close()
+            raise skip(f"{type(self).__name__}: no flush_lanes(); revocation uses flush()")
+        sink.start()
+        try:
+            rows = self.rows(self.rows_per_test)
+            held = self._offer_all(sink, rows)
+            revoked = _LANES[0]
+            check(
+                flush_lanes(sink, [revoked], time.monotonic() + self.patience),
+                SINK_LANES,
+                f"flush_lanes() did not write lane {revoked}'s rows within {self.patience}s",
+            )
+            of_lane = [(t, chunk) for t, chunk in held if t.lane == revoked]
+            pending = [t for t, _ in of_lane if t.status is not AckStatus.DELIVERED]
+            check(
+                not pending,
+                SINK_LANES,
+                f"flush_lanes() returned true with {len(pending)} acks of the lane not "
+                f"delivered: {pending}",
+            )
+            missing = missing_from([r for _, chunk in of_lane for r in chunk], self.written())
+            check(
+                not missing,
+                SINK_LANES,
+                f"after flush_lanes() {len(missing)} rows of the lane are not in the destination",
+            )
+            self._check_landed(held, "after flush_lanes()")
+            check(
+                flush_lanes(sink, [Lane("conformance", 99)], time.monotonic() + self.patience),
+                SINK_LANES,
+                "flush_lanes() of a lane the sink holds nothing of did not return true",
+            )
+            check(
+                sink.flush(time.monotonic() + self.patience),
+                SINK_DURABLE,
+                "flush() after flush_lanes() did not write the rest",
+            )
+            missing = missing_from(rows, self.written())
+            check(not missing, SINK_DURABLE, f"{len(missing)} rows missing after flush()")
+            self._check_released_once("after flush_lanes() and flush()")
+        finally:
+            sink.close()
 
     def test_b28_bad_rows_are_refused_on_offer_and_hold_nothing(self) -> None:
         bad = list(self.bad_rows())
