@@ -58,7 +58,8 @@ class Sink(Protocol):
     def flush(self, deadline: float) -> bool:
         """Seal every buffer and wait until all are written or ``deadline`` (monotonic).
 
-        Returns True when nothing is left unwritten. Called on drain and revocation.
+        Returns True when nothing is left unwritten. Called on drain, and on revocation
+        when the sink has no ``flush_lanes`` (:class:`LaneFlushingSink`).
         """
         ...
 

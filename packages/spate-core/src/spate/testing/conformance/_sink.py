@@ -122,22 +122,22 @@ class SinkConformance(ConfigConformance):
 
     def setup_method(self, method: object = None) -> None:
         super().setup_method(method)
-        self.faults: list[str] = []
+        self._ack_faults: list[str] = []
         """Misuses of this test's ack tokens (a second release by one holder)."""
 
-    def token(self, lane: Lane, seq: int, next_offset: int, records: int) -> AckToken:
+    def _token(self, lane: Lane, seq: int, next_offset: int, records: int) -> AckToken:
         """An ack token as the tracker makes it, held by the chain; misuse is recorded."""
         return AckToken(lane, 1, seq, next_offset, records, _ignore, self._fault)
 
     def _fault(self, token: AckToken, reason: str) -> None:
-        self.faults.append(reason)
+        self._ack_faults.append(reason)
 
     def _check_released_once(self, how: str) -> None:
         check(
-            not self.faults,
+            not self._ack_faults,
             SINK_RELEASE_ONCE,
-            f"{how}: {len(self.faults)} ack release(s) by a holder that did not hold the ack "
-            f"(first: {self.faults[0] if self.faults else None}); retain with a holder "
+            f"{how}: {len(self._ack_faults)} ack release(s) by a holder that did not hold the ack "
+            f"(first: {self._ack_faults[0] if self._ack_faults else None}); retain with a holder "
             "object of the buffer and release once with the same holder",
         )
 
@@ -156,7 +156,7 @@ class SinkConformance(ConfigConformance):
         for seq, start in enumerate(range(0, len(rows), per)):
             chunk = list(rows[start : start + per])
             lane = _LANES[seq % 2]
-            token = self.token(lane, seq, start + len(chunk), len(chunk))
+            token = self._token(lane, seq, start + len(chunk), len(chunk))
             for i, row in enumerate(chunk):
                 self._offer(sink, row, f"k{start + i}".encode(), lane, token)
             token.release(True)  # the chain is done with the batch
@@ -274,7 +274,7 @@ class SinkConformance(ConfigConformance):
             try:
                 sink.close()
             except AckError as exc:
-                self.faults.append(str(exc))
+                self._ack_faults.append(str(exc))
         self._check_released_once("after flush(), tick(), abandon() and close()")
         pending = [t for t, _ in held if t.status is AckStatus.PENDING]
         check(not pending, SINK_TEARDOWN, f"{len(pending)} acks left unresolved after close()")
@@ -336,7 +336,7 @@ class SinkConformance(ConfigConformance):
         sink.start()
         try:
             lane = _LANES[0]
-            token = self.token(lane, 0, 1, 1)
+            token = self._token(lane, 0, 1, 1)
             for row in bad:
                 _expect_record_error(
                     row,
