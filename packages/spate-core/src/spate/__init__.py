@@ -7,6 +7,7 @@ from spate._clock import Clock, ManualClock, SystemClock
 from spate.checkpoint import AckStatus, AckToken
 from spate.config import PipelineConfig, load_config
 from spate.errors import (
+    AckError,
     ConfigError,
     DeserError,
     DeserErrorKind,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NO_RECORD",
+    "AckError",
     "AckStatus",
     "AckToken",
     "BuildContext",

@@ -9,6 +9,7 @@ SpateError
 ├── SinkError              a sink write failed (ErrorClass + reason)
 ├── DeserError             a payload could not be decoded (DeserErrorKind)
 └── FatalError             the pipeline cannot go on (component + reason)
+    └── AckError           an ack released twice by one holder (a sink bug)
 ```
 
 Expected outcomes on the hot path are results, not exceptions; these are for the edges.
@@ -148,3 +149,15 @@ class FatalError(SpateError):
         self.component = component
         self.reason = reason
         super().__init__(f"{component}: {reason}")
+
+
+class AckError(FatalError):
+    """An ack token was released by a holder that does not hold it (a second release by
+    the same holder), or retained twice by one holder: a sink's bookkeeping is broken.
+
+    Raised to the caller of ``retain``/``release``; the token also reports it to the
+    pipeline, which fails the run, so a sink that swallows it cannot hide it (B2).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("ack", reason)

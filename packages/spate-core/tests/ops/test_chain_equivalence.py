@@ -46,14 +46,14 @@ class RecordingSink:
         if isinstance(row, int) and self.bad_mod and row % self.bad_mod == 3:
             raise SinkError(f"cannot encode {row}", ErrorClass.RECORD)
         if not self.held or self.held[-1] is not ack:
-            ack.retain()
+            ack.retain(self.name)
             self.held.append(ack)
         self.rows.append((row, key))
         return Offer.ACCEPTED
 
     def release_all(self) -> None:
         for ack in self.held:
-            ack.release(True)
+            ack.release(True, holder=self.name)
         self.held.clear()
 
     # Unused parts of the Sink protocol.

@@ -186,7 +186,7 @@ class PipelineRuntime:
         try:
             if not self._closing:
                 deadline = self._clock.monotonic() + self._cfg.drain_timeout
-                if not write_out(self, self._sinks, self._clock, deadline):
+                if not write_out(self, self._sinks, self._clock, deadline, lanes):
                     logger.warning(
                         "revocation drain of %s did not write everything in time; "
                         "the rest is left to the next owner",
@@ -396,6 +396,10 @@ class PipelineRuntime:
         return False
 
     def _check_stalled_lanes(self) -> None:
+        fault = self.tracker.fault
+        if fault is not None:  # a sink released an ack twice: nothing it says can be trusted
+            self.fail(fault)
+            return
         limit = self._cfg.stalled_fail_after
         for lane, seconds in self.tracker.stalled_lanes().items():
             if seconds >= limit:
@@ -486,6 +490,9 @@ class PipelineRuntime:
             except Exception:
                 logger.exception("closing sink %s failed", sink.name)
         self._finished = True
+        if self.tracker.fault is not None:
+            self.fail(self.tracker.fault)
+            reason = self.tracker.fault
         completed = (
             self._failure is None
             and written

@@ -7,7 +7,7 @@ batching, retries, breakers, acks and metrics. Their config models embed
 """
 
 from spate.sink._breaker import Breaker, BreakerState
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import LaneFlushingSink, Offer, Sink, flush_lanes
 from spate.sink._pool import SinkPool
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter, fnv1a_64
@@ -36,6 +36,7 @@ __all__ = [
     "BreakerConfig",
     "BreakerState",
     "InflightConfig",
+    "LaneFlushingSink",
     "ListRowBuffer",
     "Offer",
     "PoolConfig",
@@ -51,5 +52,6 @@ __all__ = [
     "WeightedHashRouter",
     "WriteBatch",
     "estimate_row_bytes",
+    "flush_lanes",
     "fnv1a_64",
 ]

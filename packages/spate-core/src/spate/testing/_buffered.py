@@ -43,14 +43,27 @@ class Row:
     lane: Lane
 
 
+class Hold:
+    """The holder a buffer names when it retains and releases acks (one per buffer)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
+
+
 @dataclass(slots=True)
 class SealedBatch:
-    """Rows sealed together, the acks they hold and their budget bytes."""
+    """Rows sealed together, the acks they hold (as ``holder``) and their budget bytes."""
 
     seq: int
     rows: list[Row]
     acks: list[AckToken]
     nbytes: int
+    holder: Hold
     attempts: int = 0
     started_at: float | None = None
     notes: dict[str, object] = field(default_factory=dict)
@@ -86,6 +99,7 @@ class BufferedSink:
         self._sealed: deque[SealedBatch] = deque()
         self._buffered_rows = 0
         self._seq = 0
+        self._holder = Hold(f"sink {name} buffer 1")
         self._stop = False
         self._worker: threading.Thread | None = None
         self._writing = False
@@ -121,7 +135,7 @@ class BufferedSink:
             self._open.append(Row(row, key, lane))
             self._buffered_rows += 1
             if ack is not self._last_ack and ack not in self._open_acks:
-                ack.retain()
+                ack.retain(self._holder)
                 self._open_acks.append(ack)
             self._last_ack = ack
             sealed = len(self._open) >= self.max_rows
@@ -193,11 +207,13 @@ class BufferedSink:
                 rows=self._open,
                 acks=self._open_acks,
                 nbytes=len(self._open) * self.row_bytes,
+                holder=self._holder,
             )
         )
         self._open = []
         self._open_acks = []
         self._last_ack = None
+        self._holder = Hold(f"sink {self.name} buffer {self._seq + 1}")
 
     def _kick(self) -> None:
         if self.threaded:
@@ -260,7 +276,10 @@ class BufferedSink:
             if self.budget is not None:
                 self.budget.release(batch.nbytes)
             for ack in batch.acks:
-                ack.release(ok)
+                try:  # release every ack even when one raises (B4)
+                    ack.release(ok, holder=batch.holder)
+                except Exception:
+                    logger.exception("sink %s: releasing %r failed", self.name, ack)
 
     def _work(self) -> None:
         while True:

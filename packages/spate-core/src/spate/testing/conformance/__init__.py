@@ -18,7 +18,8 @@ Subclass the suite of your connector's kind in a test module, name the subclass
 * :class:`SinkConformance` — delivered acks mean rows in the destination (B2), teardown
   fails held acks (B4), retries resend the same batch and token (B9), transient errors
   are retryable (B12), bad rows are refused on append (B28), unreachable endpoints are
-  named (B29);
+  named (B29), each holder releases an ack once (B39), ``flush_lanes`` writes every row
+  of the lanes it is given (B40);
 * :class:`SourceConformance` — every record once in offset order then ``drained()``
   once, commits never pass what was handed out, no commit of its own, exact resume at
   a synchronous commit (B1), pause/resume (B7);
