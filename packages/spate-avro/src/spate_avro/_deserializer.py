@@ -24,7 +24,9 @@ from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
+from spate.schema import Field
 
+from spate_avro._describe import record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
 
@@ -57,9 +59,15 @@ class AvroDeserializer:
 
     many: ClassVar[bool] = False
 
-    def __init__(self, on_error: ErrorPolicy) -> None:
+    def __init__(self, on_error: ErrorPolicy, described: Any | None = None) -> None:
         self.on_error = on_error
         """The record error policy; the deserializer stage reads it (B28)."""
+        self._described = described
+
+    def record_fields(self) -> tuple[Field, ...] | None:
+        """The fields of the records (the reader schema's, else the writer schema's when
+        there is one), for table DDL; None for a union of records or an unknown schema."""
+        return record_fields(self._described) if self._described is not None else None
 
     def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -71,8 +79,10 @@ class AvroDeserializer:
 class RawAvroDeserializer(AvroDeserializer):
     """``mode: raw`` — the payload is one Avro datum written with the configured schema."""
 
-    def __init__(self, decode: DecodeFn, on_error: ErrorPolicy) -> None:
-        super().__init__(on_error)
+    def __init__(
+        self, decode: DecodeFn, on_error: ErrorPolicy, described: Any | None = None
+    ) -> None:
+        super().__init__(on_error, described)
         self._decode = decode
 
     def deserialize(self, payload: memoryview) -> object:
@@ -136,8 +146,9 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         reader: Any | None,
         fetch_wait: float,
         on_error: ErrorPolicy,
+        described: Any | None = None,
     ) -> None:
-        super().__init__(on_error)
+        super().__init__(on_error, described if described is not None else reader)
         self._client = client
         self._reader = reader
         self._fetch_wait = fetch_wait

@@ -149,13 +149,13 @@ def test_b17_validate_a_good_file_exits_0(env: Env) -> None:
 
 
 def test_b26_validate_names_a_missing_connector_and_its_install_command(env: Env) -> None:
-    text = _pipeline_yaml(Path("o"), 5).replace("  text: {}", "  protobuf: {}")
+    text = _pipeline_yaml(Path("o"), 5).replace("  text: {}", "  thrift: {}")
     config = env.write_config("missing.yaml", text)
     code, _, err = env.cli("validate", str(config))
     assert code == 2
     assert err == (
-        "deserializer.protobuf: no deserializer named 'protobuf' is installed; "
-        "install it with: pip install spate-protobuf\n"
+        "deserializer.thrift: no deserializer named 'thrift' is installed; "
+        "install it with: pip install spate-thrift\n"
     )
 
 

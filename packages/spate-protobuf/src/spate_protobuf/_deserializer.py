@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
+from spate.schema import Field
 from spate_avro import SchemaRegistryClient
 
 from spate_protobuf._schema import FileSchema, MessageType
@@ -84,9 +85,14 @@ class ProtobufDeserializer:
 
     many: ClassVar[bool] = False
 
-    def __init__(self, on_error: ErrorPolicy) -> None:
+    def __init__(self, on_error: ErrorPolicy, described: tuple[Field, ...] | None = None) -> None:
         self.on_error = on_error
         """The record error policy; the deserializer stage reads it (B28)."""
+        self._described = described
+
+    def record_fields(self) -> tuple[Field, ...] | None:
+        """The fields of the records, for table DDL (None when not known at start-up)."""
+        return self._described
 
     def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -98,8 +104,13 @@ class ProtobufDeserializer:
 class RawProtobufDeserializer(ProtobufDeserializer):
     """``mode: raw`` — each payload is one message of the configured type."""
 
-    def __init__(self, message_type: MessageType, on_error: ErrorPolicy) -> None:
-        super().__init__(on_error)
+    def __init__(
+        self,
+        message_type: MessageType,
+        on_error: ErrorPolicy,
+        described: tuple[Field, ...] | None = None,
+    ) -> None:
+        super().__init__(on_error, described)
         self._parse = message_type.parse
         self._convert = message_type.convert
         self.message_type = message_type
@@ -123,9 +134,14 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
     """
 
     def __init__(
-        self, client: SchemaRegistryClient, *, fetch_wait: float, on_error: ErrorPolicy
+        self,
+        client: SchemaRegistryClient,
+        *,
+        fetch_wait: float,
+        on_error: ErrorPolicy,
+        described: tuple[Field, ...] | None = None,
     ) -> None:
-        super().__init__(on_error)
+        super().__init__(on_error, described)
         self._client = client
         self._fetch_wait = fetch_wait
         self._types: dict[bytes, MessageType] = {}

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from google.protobuf import descriptor_pb2
 from spate import BuildContext, ConfigError, FatalError
+from spate.schema import Field
 from spate_avro import RegistryError, SchemaRegistryClient
 
 from spate_protobuf._config import ProtobufConfig
@@ -23,7 +24,13 @@ from spate_protobuf._deserializer import (
     ProtobufDeserializer,
     RawProtobufDeserializer,
 )
-from spate_protobuf._schema import FileSchema, compile_files, decode_serialized, load_descriptor_set
+from spate_protobuf._schema import (
+    FileSchema,
+    compile_files,
+    decode_serialized,
+    describe,
+    load_descriptor_set,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +105,9 @@ class ProtobufDeserializerFactory:
             except ValueError as exc:
                 key = "message" if "message type" in str(exc) else "descriptor_set"
                 raise ConfigError(f"{base}.{key}", str(exc)) from None
-            return RawProtobufDeserializer(message_type, config.on_error)
+            return RawProtobufDeserializer(
+                message_type, config.on_error, describe(message_type.descriptor, enums_as_names)
+            )
         if config.registry is None:
             raise ConfigError(f"{base}.registry", "required in confluent mode")
         client = SchemaRegistryClient(
@@ -108,11 +117,12 @@ class ProtobufDeserializerFactory:
             parser=RegistrySchemas(enums_as_names),
             query="?format=serialized",
         )
+        described: tuple[Field, ...] | None = None
         try:
             client.probe()
             for i, subject in enumerate(config.prewarm_subjects):
                 try:
-                    schema_id, _ = client.latest(subject)
+                    schema_id, schema = client.latest(subject)
                 except RegistryError as exc:
                     if exc.status == 404:
                         raise ConfigError(
@@ -121,6 +131,10 @@ class ProtobufDeserializerFactory:
                         ) from None
                     raise
                 logger.info("prewarmed Protobuf schema id %d of subject %s", schema_id, subject)
+                # One subject whose file has one top-level type describes the table.
+                types = list(schema.file.message_types_by_name.values())
+                if len(config.prewarm_subjects) == 1 and len(types) == 1:
+                    described = describe(types[0], enums_as_names)
         except RegistryError as exc:
             client.close()
             raise FatalError(context.component, str(exc)) from None
@@ -128,5 +142,5 @@ class ProtobufDeserializerFactory:
             client.close()
             raise
         return ConfluentProtobufDeserializer(
-            client, fetch_wait=config.fetch_wait, on_error=config.on_error
+            client, fetch_wait=config.fetch_wait, on_error=config.on_error, described=described
         )

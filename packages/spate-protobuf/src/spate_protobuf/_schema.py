@@ -47,6 +47,7 @@ from google.protobuf import (
 )
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
+from spate.schema import Field, FieldKind, FieldType
 
 Convert = Callable[[Message], dict[str, Any]]
 
@@ -318,3 +319,87 @@ def load_descriptor_set(path: str, message: str, enums_as_names: bool) -> Messag
             f"{', '.join(known) or 'none'})"
         ) from None
     return MessageType(descriptor, enums_as_names)
+
+
+_SCALARS = {
+    FieldDescriptor.TYPE_BOOL: FieldKind.BOOL,
+    FieldDescriptor.TYPE_INT32: FieldKind.INT32,
+    FieldDescriptor.TYPE_SINT32: FieldKind.INT32,
+    FieldDescriptor.TYPE_SFIXED32: FieldKind.INT32,
+    FieldDescriptor.TYPE_INT64: FieldKind.INT64,
+    FieldDescriptor.TYPE_SINT64: FieldKind.INT64,
+    FieldDescriptor.TYPE_SFIXED64: FieldKind.INT64,
+    FieldDescriptor.TYPE_UINT32: FieldKind.UINT32,
+    FieldDescriptor.TYPE_FIXED32: FieldKind.UINT32,
+    FieldDescriptor.TYPE_UINT64: FieldKind.UINT64,
+    FieldDescriptor.TYPE_FIXED64: FieldKind.UINT64,
+    FieldDescriptor.TYPE_FLOAT: FieldKind.FLOAT32,
+    FieldDescriptor.TYPE_DOUBLE: FieldKind.FLOAT64,
+    FieldDescriptor.TYPE_STRING: FieldKind.STRING,
+    FieldDescriptor.TYPE_BYTES: FieldKind.BYTES,
+}
+_WELL_KNOWN_KINDS = {
+    "google.protobuf.Timestamp": FieldKind.TIMESTAMP_MICROS,
+    "google.protobuf.Duration": FieldKind.DURATION,
+    "google.protobuf.Struct": FieldKind.JSON,
+    "google.protobuf.Value": FieldKind.JSON,
+    "google.protobuf.ListValue": FieldKind.JSON,
+    "google.protobuf.Any": FieldKind.JSON,
+    "google.protobuf.Empty": FieldKind.JSON,
+}
+
+
+def describe(descriptor: Descriptor, enums_as_names: bool) -> tuple[Field, ...]:
+    """A message type as spate's neutral record description, in the converter's shape:
+    fields with presence nullable, enums by name or number, wrappers nullable scalars."""
+    return _describe_message(descriptor, enums_as_names, ())
+
+
+def _describe_message(
+    descriptor: Descriptor, enums_as_names: bool, seen: tuple[str, ...]
+) -> tuple[Field, ...]:
+    seen = (*seen, descriptor.full_name)
+    return tuple(
+        Field(field.name, _describe_field(field, enums_as_names, seen))
+        for field in descriptor.fields
+    )
+
+
+def _describe_field(
+    field: FieldDescriptor, enums_as_names: bool, seen: tuple[str, ...]
+) -> FieldType:
+    message = field.message_type
+    if message is not None and message.GetOptions().map_entry:
+        value = _describe_value(message.fields_by_name["value"], enums_as_names, seen)
+        return FieldType(kind=FieldKind.MAP, items=value)
+    item = _describe_value(field, enums_as_names, seen)
+    if _is_repeated(field):
+        return FieldType(kind=FieldKind.ARRAY, items=item)
+    return item.with_nullable(field.has_presence) if field.has_presence else item
+
+
+def _describe_value(
+    field: FieldDescriptor, enums_as_names: bool, seen: tuple[str, ...]
+) -> FieldType:
+    message = field.message_type
+    if message is not None:
+        known = _WELL_KNOWN_KINDS.get(message.full_name)
+        if known is not None:
+            return FieldType(kind=known)
+        if message.full_name.startswith("google.protobuf.") and message.full_name.endswith("Value"):
+            return _describe_value(message.fields_by_name["value"], enums_as_names, seen)
+        if message.full_name in seen:
+            return FieldType(kind=FieldKind.JSON, name=message.full_name)
+        fields = _describe_message(message, enums_as_names, seen)
+        return FieldType(kind=FieldKind.RECORD, name=message.full_name, fields=fields)
+    if field.enum_type is not None:
+        if not enums_as_names:
+            return FieldType(kind=FieldKind.INT32)
+        values = field.enum_type.values
+        return FieldType(
+            kind=FieldKind.ENUM,
+            name=field.enum_type.full_name,
+            symbols=tuple(v.name for v in values),
+            numbers=tuple(v.number for v in values),
+        )
+    return FieldType(kind=_SCALARS.get(field.type, FieldKind.JSON))
