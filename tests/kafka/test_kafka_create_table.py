@@ -1,8 +1,8 @@
 """``create_table: if_missing`` on the real broker and the ClickHouse HTTP front.
 
 The table does not exist; the sink creates it at start-up from the Avro schema (types
-derived, one declared) before ``validate_schema: full`` checks it (B20), and every
-record lands with its values.
+derived, one declared) before ``validate_schema: full`` checks it (B59, B20), and
+every record lands with its values.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _encode(i: int) -> bytes:
     return out.getvalue()
 
 
-def test_create_table_if_missing_creates_then_validates_and_loads_b20(
+def test_b59_create_table_if_missing_creates_then_validates_and_loads_b20(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path
 ) -> None:
     from urllib.parse import urlsplit

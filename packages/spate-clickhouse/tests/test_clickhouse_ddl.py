@@ -1,5 +1,5 @@
 """Table DDL from the records' schema: the documented type mapping, ``table_options`` and
-``spate schema ddl`` (B29: a column whose type cannot be derived is named)."""
+``spate schema ddl`` (B59; B29: a column whose type cannot be derived is named)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_default_engine_is_replacing_merge_tree_with_the_dedup_window() -> None:
     )
 
 
-def test_declared_types_win_and_unknown_columns_are_named_b29() -> None:
+def test_b59_declared_types_win_and_unknown_columns_are_named_b29() -> None:
     config = _sink(columns=["order_id", {"region": "LowCardinality(String)"}])
     sql = create_table_sql(config, _fields())
     assert "`region`   LowCardinality(String)" in sql
@@ -200,7 +200,7 @@ def test_spate_schema_ddl_prints_each_clickhouse_sink(
     assert code == 0 and "orders" not in printed.out
 
 
-def test_spate_schema_ddl_names_what_it_cannot_derive_b29(
+def test_b59_spate_schema_ddl_names_what_it_cannot_derive_b29(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     avro = f"  avro:\n    mode: raw\n    schema: {{inline: '{json.dumps(AVRO)}'}}"

@@ -6,7 +6,7 @@ built from the sink's ``columns`` and ``table_options``. Used at start-up by
 ``create_table: if_missing`` (on every replica, before the B20 check) and by
 ``spate schema ddl``. A column with a declared type keeps it; any other column takes the
 type of the record field of the same name; a column with neither fails with one line
-naming it (B29).
+naming it (B59, B29).
 """
 
 from __future__ import annotations

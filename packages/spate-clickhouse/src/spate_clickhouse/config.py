@@ -90,7 +90,8 @@ class TableOptions:
     ``non_replicated_deduplication_window`` (``replicated_deduplication_window`` for a
     Replicated engine) unless ``settings`` does; 0 leaves it to the server."""
     on_cluster: str = ""
-    """Create with ``ON CLUSTER name`` (once for the cluster) instead of on each replica."""
+    """Create with ``ON CLUSTER name``: ClickHouse creates the table on every host of the
+    cluster (each replica's probe sends it; ``IF NOT EXISTS`` makes the repeats no-ops)."""
     strings: Literal["string", "low_cardinality"] = "string"
     """Strings as ``String`` or ``LowCardinality(String)``."""
     enums: Literal["enum", "low_cardinality"] = "enum"
@@ -148,9 +149,9 @@ class ClickHouseSinkConfig:
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """A row with a value its column cannot take: ``fail`` the pipeline or ``skip`` it."""
     create_table: Literal["off", "if_missing"] = "off"
-    """``if_missing``: create the table at start-up on every replica (or once ``ON CLUSTER``)
-    before ``validate_schema`` runs; column types are the declared ones, else derived from
-    the deserializer's schema."""
+    """``if_missing``: create the table at start-up from every replica's probe (``ON
+    CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
+    types are the declared ones, else derived from the deserializer's schema."""
     table_options: TableOptions = field(default_factory=TableOptions)
     """Engine, keys, TTL and settings of a created table."""
 
