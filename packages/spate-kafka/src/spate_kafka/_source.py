@@ -75,6 +75,7 @@ _UNAVAILABLE_CODES = {
 
 # A failed asynchronous commit is logged at most once per this many seconds (B35).
 _COMMIT_FAILURE_LOG_INTERVAL = 10.0
+# First and longest pause between attempts of a commit on revocation, in seconds (B36).
 _REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
 
 
