@@ -8,7 +8,11 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
 * B15 — the revoke callback runs the runtime's drain barrier and commits synchronously
   before it returns, so the next owner starts behind nothing undelivered;
 * B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
-* B29 — unreachable brokers fail ``start`` naming them.
+* B29 — unreachable brokers fail ``start`` naming them;
+* B35 — an asynchronous commit the broker rejects is counted, logged and sent again;
+* B36 — a commit on revocation that the broker cannot take (coordinator unavailable, the
+  member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
+  so the revocation completes and the member rejoins instead of failing.
 
 Payloads are ``memoryview(message.value())``: a view over the ``bytes`` librdkafka
 returned, so ``view.obj`` gives the original object back without a copy.
@@ -53,6 +57,26 @@ _FATAL_CODES = {
     KafkaError._AUTHENTICATION,
     KafkaError._INVALID_ARG,
 }
+
+# A commit failing with one of these may succeed when tried again: the broker or the group
+# coordinator is unreachable, moving, loading, or busy with a rebalance (B36).
+_UNAVAILABLE_CODES = {
+    KafkaError._WAIT_COORD,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.REBALANCE_IN_PROGRESS,
+}
+
+# A failed asynchronous commit is logged at most once per this many seconds (B35).
+_COMMIT_FAILURE_LOG_INTERVAL = 10.0
+# First and longest pause between attempts of a commit on revocation, in seconds (B36).
+_REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
 
 
 def _partition_lag(info: Mapping[str, Any]) -> int | None:
@@ -101,6 +125,23 @@ class KafkaSource:
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
         self._subscribed = False
+        # Asynchronous commits sent and not yet answered: partition -> offset (B35), and
+        # those of partitions revoked since (their failures are reported, not re-sent).
+        self._inflight_commit: dict[int, int] = {}
+        self._inflight_revoked: dict[int, int] = {}
+        self._revoke_deadline: float | None = None
+        self._rejected_commits = (
+            meter.counter(
+                metric_names.CKPT_COMMITS,
+                component=component,
+                component_type="kafka",
+                outcome="rejected",
+            )
+            if meter is not None
+            else None
+        )
+        self._rejected_unlogged = 0
+        self._rejected_logged_at = -_COMMIT_FAILURE_LOG_INTERVAL
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -109,6 +150,7 @@ class KafkaSource:
         self._events = events
         settings: dict[str, Any] = dict(self._config.consumer_settings())
         settings["error_cb"] = self._on_error
+        settings["on_commit"] = self._on_commit
         # librdkafka's own log lines go through logging, not straight to stderr.
         settings["logger"] = LIBRDKAFKA_LOG
         if self._config.statistics_interval > 0:
@@ -338,20 +380,119 @@ class KafkaSource:
         if not owned:
             return
         tps = [TopicPartition(self._topic, p, o) for p, o in sorted(owned.items())]
+        if sync:
+            self._commit_sync(consumer, tps)
+            return
         try:
-            if sync:
-                consumer.commit(offsets=tps, asynchronous=False)
-            else:
-                consumer.commit(offsets=tps, asynchronous=True)
+            consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
                 return
-            if sync:
-                raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
             logger.warning("kafka commit failed (retried on the next cadence): %s", exc)
             for p, o in owned.items():
                 self._pending_commit.setdefault(p, o)
+            return
+        # The broker's answer comes to _on_commit; until then these are only sent.
+        self._inflight_commit.update(owned)
+
+    def _commit_sync(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
+        """Commit ``tps`` before returning; raise ``SourceError`` when that fails.
+
+        Inside a revocation, a commit the broker cannot take right now (coordinator
+        unavailable or loading, transport failure, timeout, rebalance in progress) is
+        tried again until ``revoke_commit_timeout`` has passed since the revocation
+        began; then, or at once when the group has moved on without this member (its
+        session expired: unknown member, illegal generation), a RETRYABLE error tells the
+        runtime to complete the revocation without the commit — the next owner replays
+        from the last commit (B36). Errors that cannot recover (authorization) are FATAL.
+        An attempt in progress is not interrupted: librdkafka bounds it.
+        """
+        backoff, backoff_cap = _REVOKE_COMMIT_BACKOFF
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                consumer.commit(offsets=tps, asynchronous=False)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError):
+                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
+                code = error.code()
+                if code == KafkaError._NO_OFFSET:
+                    return
+                if error.fatal() or code in _FATAL_CODES:
+                    raise SourceError(
+                        f"kafka: synchronous commit failed: {error.str()}", ErrorClass.FATAL
+                    ) from exc
+                deadline = self._revoke_deadline
+                if deadline is None:
+                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
+                retry = code in _UNAVAILABLE_CODES or error.retriable()
+                if retry and time.monotonic() + backoff < deadline:
+                    logger.info(
+                        "kafka commit on revocation failed (%s); trying again in %.1fs",
+                        error.str(),
+                        backoff,
+                    )
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, backoff_cap)
+                    continue
+                raise SourceError(
+                    f"kafka: commit on revocation not possible after {attempts} attempt(s): "
+                    f"{error.str()}"
+                ) from exc
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's answer to a commit (pipeline thread, inside poll/consume/close).
+
+        A partition whose asynchronous commit failed goes back into the pending commits
+        unless a newer position was handed over since, so the next commit sends it again;
+        the failure is counted (``outcome="rejected"``) and logged at most every
+        :data:`_COMMIT_FAILURE_LOG_INTERVAL` seconds. A partition revoked since is only
+        reported: the revoke barrier committed it or left it to the next owner. Answers
+        to synchronous commits and to commits superseded by a newer one are ignored (a
+        synchronous commit raises its own error) (B35).
+        """
+        failed: list[tuple[int, int]] = []
+        reason = err
+        for tp in partitions:
+            if tp.topic != self._topic:
+                continue
+            if self._inflight_commit.get(tp.partition) == tp.offset:
+                owned = True
+                del self._inflight_commit[tp.partition]
+            elif self._inflight_revoked.get(tp.partition) == tp.offset:
+                owned = False
+                del self._inflight_revoked[tp.partition]
+            else:
+                continue
+            error = tp.error if tp.error is not None else err
+            if error is None or error.code() == KafkaError._NO_OFFSET:
+                continue
+            reason = error
+            if error.fatal() or error.code() in _FATAL_CODES:
+                self._fatal = SourceError(f"kafka: commit failed: {error.str()}", ErrorClass.FATAL)
+            failed.append((tp.partition, tp.offset))
+            if owned and tp.partition in self._assigned:
+                self._pending_commit.setdefault(tp.partition, tp.offset)
+        if not failed:
+            return
+        if self._rejected_commits is not None:
+            self._rejected_commits.inc()
+        self._rejected_unlogged += 1
+        now = time.monotonic()
+        if now - self._rejected_logged_at >= _COMMIT_FAILURE_LOG_INTERVAL:
+            logger.warning(
+                "kafka commit of %s rejected (%d rejected commit(s) since the last report): "
+                "%s; sent again with the next commit while the partition is owned",
+                ", ".join(f"{self._topic}[{p}]@{o}" for p, o in sorted(failed)),
+                self._rejected_unlogged,
+                reason.str() if reason is not None else "no reason given",
+            )
+            self._rejected_logged_at = now
+            self._rejected_unlogged = 0
 
     # -- flow control ----------------------------------------------------------------
 
@@ -395,10 +536,28 @@ class KafkaSource:
         parts = [tp.partition for tp in partitions]
         self._count_rebalance("revoked")
         logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
-        if self._events is not None and not self._closing:
-            # The barrier: drains these lanes and commits them through commit(sync=True).
-            self._events.revoked([Lane(self._topic, p) for p in parts])
-        self._flush_pending_commit(sync=True)
+        # Commits on revocation are retried while the broker is unavailable, until here (B36).
+        self._revoke_deadline = time.monotonic() + self._config.revoke_commit_timeout
+        try:
+            if self._events is not None and not self._closing:
+                # The barrier: drains these lanes and commits them through commit(sync=True).
+                self._events.revoked([Lane(self._topic, p) for p in parts])
+            self._flush_pending_commit(sync=True)
+        except SourceError as exc:
+            if exc.error_class is ErrorClass.FATAL:
+                raise
+            logger.warning(
+                "partitions %s revoked without their last commit (%s); the next owner "
+                "replays from the previous commit",
+                sorted(parts),
+                exc.reason,
+            )
+        finally:
+            self._revoke_deadline = None
+        for p in parts:
+            sent = self._inflight_commit.pop(p, None)
+            if sent is not None:
+                self._inflight_revoked[p] = sent
         self._assigned.difference_update(parts)
         self._paused.difference_update(parts)
         self._revoked_in_call.update(parts)

@@ -50,6 +50,9 @@ class KafkaSourceConfig:
     """``end``: bounded mode — stop at the end offsets seen at start, drain, exit 0."""
     consume_batch: int = 5000
     """Messages taken per ``consume()`` call."""
+    revoke_commit_timeout: Duration = 30.0
+    """How long a commit on revocation is retried while the broker or group coordinator is
+    unavailable; after that the revocation completes without it (the next owner replays)."""
     rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
     """Other librdkafka consumer settings (TLS, SASL, fetch tuning), passed through."""
 
@@ -70,6 +73,8 @@ class KafkaSourceConfig:
             yield "statistics_interval", "must not be negative"
         if self.consume_batch < 1:
             yield "consume_batch", "must be at least 1"
+        if self.revoke_commit_timeout < 0:
+            yield "revoke_commit_timeout", "must not be negative"
         for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
             yield f"rdkafka.{key}", message
 

@@ -106,7 +106,12 @@ SINK_ABANDONED = _c(
 
 # Checkpoint
 CKPT_PENDING = _g("spate_checkpoint_pending_batches", "Unresolved batches per lane.", "lane")
-CKPT_COMMITS = _c("spate_checkpoint_commits_total", "Commits handed to the source.", "outcome")
+CKPT_COMMITS = _c(
+    "spate_checkpoint_commits_total",
+    "Commits by outcome: handed to the source (ok), refused (error), skipped on a "
+    "revocation (skipped), rejected by the broker after an asynchronous send (rejected).",
+    "outcome",
+)
 CKPT_WATERMARK_AGE = _g(
     "spate_checkpoint_watermark_age_seconds",
     "Seconds since the lane's committable watermark last advanced while work was pending.",

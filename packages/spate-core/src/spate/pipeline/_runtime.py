@@ -178,7 +178,9 @@ class PipelineRuntime:
         """Revoke barrier (B15): drain, commit ``lanes`` synchronously, then return.
 
         Called by the source on the pipeline thread, possibly from inside ``poll`` or
-        ``close``. Never raises into the source: a failure here fails the run.
+        ``close``. Never raises into the source: a failure here fails the run, except a
+        commit the source could not make for a reason that can pass (B36), which leaves
+        the lanes to the next owner at their last commit.
         """
         lanes = set(lanes)
         logger.info("pipeline %s revoking %s", self.name, ", ".join(map(str, sorted(lanes))))
@@ -198,7 +200,7 @@ class PipelineRuntime:
                 # only positions that still moved need committing.
                 done = self._committer.committed
                 final = {lane: pos for lane, pos in final.items() if done.get(lane) != pos}
-            if final and not self._committer.commit_now(sync=True, positions=final):
+            if final and not self._committer.commit_now(sync=True, positions=final, revoking=True):
                 self.fail(f"synchronous commit on revocation of {sorted(map(str, lanes))} failed")
             self._committer.forget(lanes)
         except Exception as exc:
