@@ -37,7 +37,7 @@ from spate.sink import (
 )
 
 from spate_kafka._logging import LIBRDKAFKA_LOG
-from spate_kafka._passthrough import PRODUCER_OWNED, passthrough_errors
+from spate_kafka._passthrough import PRODUCER_OWNED, librdkafka_errors, passthrough_errors
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,12 @@ class KafkaSinkConfig:
             yield "delivery_timeout", "must be positive"
         if self.max_message_bytes < 1:
             yield "max_message_bytes", "must be positive"
+        refused = False
         for key, message in passthrough_errors(self.rdkafka, PRODUCER_OWNED):
+            refused = True
             yield f"rdkafka.{key}", message
+        if self.rdkafka and not refused:
+            yield from librdkafka_errors(self.producer_settings(), self.rdkafka, producer=True)
 
     def producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {

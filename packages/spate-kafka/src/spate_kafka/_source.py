@@ -121,6 +121,11 @@ class KafkaSource:
                 ErrorClass.FATAL,
             ) from exc
         self._consumer = consumer
+        logger.info(
+            "waiting for brokers at %s (up to %gs, startup_timeout)",
+            self._config.brokers,
+            self._config.startup_timeout,
+        )
         try:
             metadata = consumer.list_topics(self._topic, timeout=self._config.startup_timeout)
         except KafkaException as exc:
@@ -381,7 +386,6 @@ class KafkaSource:
         self._paused.clear()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
-        self._count_rebalance("assigned")
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
         if self._end_offsets is not None:
             self._done.difference_update(parts)
@@ -393,7 +397,6 @@ class KafkaSource:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         parts = [tp.partition for tp in partitions]
-        self._count_rebalance("revoked")
         logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
         if self._events is not None and not self._closing:
             # The barrier: drains these lanes and commits them through commit(sync=True).
@@ -464,15 +467,6 @@ class KafkaSource:
                 )
                 self._lag[partition] = gauge
         gauge.set(value)
-
-    def _count_rebalance(self, event: str) -> None:
-        if self._meter is not None:
-            self._meter.counter(
-                metric_names.SOURCE_REBALANCES,
-                component=self._component,
-                component_type="kafka",
-                event=event,
-            ).inc()
 
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:

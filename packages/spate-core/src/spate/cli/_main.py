@@ -121,7 +121,12 @@ class _Cli:
 
     def new_connector(self, args: argparse.Namespace) -> int:
         try:
-            root, files = new_connector(args.name, Path(args.directory), args.kind)
+            root, files = new_connector(
+                args.name,
+                Path(args.directory),
+                args.kind,
+                installed_tags=self.registry.names(args.kind),
+            )
         except ScaffoldError as exc:
             self.error(exc)
             return EXIT_USAGE
@@ -172,7 +177,7 @@ class _Cli:
             logger.debug("start-up failed", exc_info=True)
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
-        logger.info("%s", report.summary())
+        # The runtime logged the summary line when the drain ended.
         return report.exit_code
 
 
@@ -185,9 +190,14 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     parser.add_argument(
         "--log-level", default="info", choices=LEVELS, help="log level (default: info)"
     )
+    # --log-level is accepted after the subcommand too; there it overrides the default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level", default=argparse.SUPPRESS, choices=LEVELS, help="log level (default: info)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    run = sub.add_parser("run", help="run a pipeline from a configuration file")
+    run = sub.add_parser("run", parents=[common], help="run a pipeline from a configuration file")
     run.add_argument("config", help="pipeline configuration (YAML)")
     run.add_argument(
         "--chain",
@@ -195,11 +205,18 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
         help="the operator chain: a function chains(ctx) returning a chain "
         "(required with sinks:; without it decoded records go to the single sink)",
     )
-    validate = sub.add_parser("validate", help="check a configuration file and exit")
+    validate = sub.add_parser(
+        "validate", parents=[common], help="check a configuration file and exit"
+    )
     validate.add_argument("config", help="pipeline configuration (YAML)")
-    sub.add_parser("plugins", help="list installed sources, sinks, deserializers and commands")
+    sub.add_parser(
+        "plugins",
+        parents=[common],
+        help="list installed sources, sinks, deserializers and commands",
+    )
     scaffold = sub.add_parser(
         "new-connector",
+        parents=[common],
         help="create a connector package from spate's templates (working code and tests)",
     )
     scaffold.add_argument("name", help="connector name, the YAML tag (e.g. parquet)")
@@ -219,7 +236,7 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
             )
             continue
         contributed[info.name] = sub.add_parser(
-            info.name, help=f"(from {info.distribution} {info.version})"
+            info.name, parents=[common], help=f"(from {info.distribution} {info.version})"
         )
     return parser, contributed
 
@@ -257,6 +274,7 @@ def main(
         # add its arguments before anything is parsed (so its --help is complete).
         try:
             command = registry.command(chosen)
+            contributed[chosen].description = command.help  # shown by `spate NAME --help`
             command.configure(contributed[chosen])
         except PluginError as exc:
             print(one_line(exc), file=err)

@@ -124,12 +124,16 @@ COORD_STORE_SECONDS = _h(
     "spate_coordination_store_op_duration_seconds", "Coordination store operations.", "op"
 )
 
-# End to end
-E2E_LATENCY = _h(
-    "spate_end_to_end_latency_seconds",
-    "From the record's source timestamp to its durable write.",
-)
-
 ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, MetricFamily)
 )
+
+COORDINATION_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family.name.startswith("spate_coordination_")
+)
+"""Families that apply only to a pipeline with a ``coordination:`` section."""
+
+PIPELINE_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family not in COORDINATION_FAMILIES
+)
+"""Families every pipeline has; what a new :class:`~spate.metrics.Meter` declares."""

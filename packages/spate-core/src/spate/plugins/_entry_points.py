@@ -14,7 +14,31 @@ from dataclasses import dataclass
 from importlib import metadata
 
 FRONT_DOOR = "spate"
-"""The distribution whose extras are named after connectors (``pip install "spate[kafka]"``)."""
+"""The distribution whose extras are named after connectors (``spate[kafka]``)."""
+
+FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
+    "kafka": ("spate-kafka", "spate-avro", "spate-json"),
+    "clickhouse": ("spate-clickhouse",),
+    "clickhouse-embedded": ("spate-clickhouse",),
+    "s3": ("spate-s3",),
+    "avro": ("spate-avro",),
+    "json": ("spate-json",),
+    "coordination": ("spate-coordination",),
+    "coordination-nats": ("spate-coordination",),
+    "datagen": ("spate-datagen",),
+    "full": (
+        "spate-kafka",
+        "spate-clickhouse",
+        "spate-s3",
+        "spate-avro",
+        "spate-json",
+        "spate-coordination",
+        "spate-datagen",
+    ),
+}
+"""The front door's extras and the spate distributions each pulls in, for install hints
+when the front door itself is not installed (a test keeps this equal to the front door's
+``pyproject.toml``). Hints name only these real distributions, never a guess (B26)."""
 
 
 @dataclass(frozen=True, slots=True)
