@@ -31,7 +31,7 @@ def test_b23_family_names_follow_the_conventions() -> None:
             assert family.name.endswith("_seconds"), family.name
         assert not set(family.labels) & set(BASE_LABELS), family.name
         assert family.help.strip(), family.name
-    # Sanity: the sections of DESIGN §9 are all present.
+    # Sanity: the sections of docs/guides/monitoring.md are all present.
     prefixes = {f.name.split("_")[1] for f in ALL_FAMILIES}
     assert {"source", "deser", "operator", "backpressure", "sink", "checkpoint"} <= prefixes
     assert "coordination" in prefixes

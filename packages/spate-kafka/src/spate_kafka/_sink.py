@@ -1,6 +1,6 @@
 """The Kafka sink: an idempotent producer with ``acks=all`` behind the shared sink pool.
 
-The pool does batching, retries, the breaker and acks (DESIGN §7); this module only
+The pool does batching, retries, the breaker and acks (docs/concepts/sinks.md); this module only
 turns rows into messages and writes a sealed batch: every message of the batch is
 produced, and the batch counts as written once *every* delivery report succeeded. A
 failed report fails the attempt; the pool retries the whole batch (B9, B12), so a retry

@@ -1,4 +1,6 @@
-"""The admin HTTP server: ``/metrics``, ``/healthz`` and ``/readyz`` (DESIGN §9, B22, B23).
+"""The admin HTTP server: ``/metrics``, ``/healthz`` and ``/readyz`` (B22, B23).
+
+The endpoints are documented in docs/guides/monitoring.md.
 
 A ``ThreadingHTTPServer`` on a daemon thread, bound to ``admin.listen``. ``none`` binds
 nothing (the server is never created); port 0 binds a free port, which

@@ -1,4 +1,4 @@
-"""The framework's own config sections and their defaults (DESIGN §8, B17).
+"""The framework's own config sections and their defaults (docs/reference/configuration.md, B17).
 
 Connector sections (``source``, ``deserializer``, each sink) are validated by the
 connector's own model; these are the sections spate itself owns. Every field has a

@@ -3,7 +3,7 @@
 There is no module-level registry: each pipeline gets a :class:`Meter` with a fresh
 ``CollectorRegistry`` (or one it is handed), so several pipelines can share a process
 and tests never reset global state. Every series carries ``pipeline``, ``component`` and
-``component_type`` labels plus the family's own labels (DESIGN §9, B23).
+``component_type`` labels plus the family's own labels (docs/guides/monitoring.md, B23).
 """
 
 from __future__ import annotations

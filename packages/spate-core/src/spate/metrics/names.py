@@ -1,4 +1,6 @@
-"""Every metric family spate exports: name, kind, help and extra labels (DESIGN §9, B23).
+"""Every metric family spate exports: name, kind, help and extra labels (B23).
+
+The monitoring guide (docs/guides/monitoring.md) documents each of them.
 
 Names exist only here. All start with ``spate_``; counters end in ``_total``; measured
 values carry a unit suffix. Every series also has the :data:`BASE_LABELS`. The monitoring

@@ -9,7 +9,7 @@ the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16).
 plugin registry and then calls this constructor.
 
 No module-level state: the meter, clock, budget and run nonce belong to the pipeline,
-so several pipelines can share a process (DESIGN §13).
+so several pipelines can share a process (docs/concepts/architecture.md).
 """
 
 from __future__ import annotations

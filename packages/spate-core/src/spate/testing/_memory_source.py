@@ -6,7 +6,7 @@
 ``pause``/``resume``, records commits, and for a bounded input calls
 ``events.drained()`` once everything was handed out. Payloads are ``memoryview`` slices
 of one shared ``bytes`` buffer per loaded chunk (:attr:`MemorySourceHandle.buffers`), so
-tests can check that nothing copies them (DESIGN §3).
+tests can check that nothing copies them (docs/concepts/architecture.md).
 
 The handle lets a test add data, end the input, script a rebalance (revoked lanes rewind
 to their last commit when assigned again, as Kafka does) and read
