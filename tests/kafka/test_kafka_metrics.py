@@ -4,6 +4,7 @@ event, labelled with the connector's name, so ``sum()`` over them counts nothing
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,63 @@ def test_b23_one_lag_and_rebalance_series_per_lane_labelled_kafka(
     assert sorted(events) == ["assigned", "revoked"]
     for labels in [*series["spate_source_lag_records"], *series["spate_source_rebalances_total"]]:
         assert (labels["component"], labels["component_type"]) == ("source", "kafka"), labels
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.drained_seen = False
+
+    def assigned(self, lanes: object) -> None:
+        pass
+
+    def revoked(self, lanes: object) -> None:
+        pass
+
+    def drained(self) -> None:
+        self.drained_seen = True
+
+
+def test_a_bounded_kafka_source_says_how_many_records_remain(kafka_bootstrap: str) -> None:
+    """What the CLI's progress bar reads: records left before the end offsets seen at start."""
+    from spate.config import decode
+    from spate.source import BoundedSource
+    from spate_kafka import KafkaSource, KafkaSourceConfig
+
+    topic = unique_name("remaining")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    produce_keyed(kafka_bootstrap, topic, 300)
+    config = decode(
+        KafkaSourceConfig,
+        {
+            "brokers": kafka_bootstrap,
+            "topic": topic,
+            "group_id": unique_name("g"),
+            "stop_at": "end",
+        },
+        "source.kafka",
+    )
+    source = KafkaSource(config)
+    assert isinstance(source, BoundedSource)
+    assert source.remaining() is None  # not started
+    events = _Events()
+    source.start(events)
+    try:
+        received = 0
+        deadline = time.monotonic() + 60
+        while not events.drained_seen and time.monotonic() < deadline:
+            for batch in source.poll(0.2):
+                received += len(batch.payloads)
+                left = source.remaining()
+                assert left is None or left <= 300 - received
+        assert received == 300
+        assert source.remaining() == 0
+    finally:
+        source.close()
+    unbounded = KafkaSource(
+        decode(
+            KafkaSourceConfig,
+            {"brokers": kafka_bootstrap, "topic": topic, "group_id": unique_name("g")},
+            "source.kafka",
+        )
+    )
+    assert unbounded.remaining() is None

@@ -477,3 +477,20 @@ class KafkaSource:
     def assigned_partitions(self) -> frozenset[int]:
         """Partitions currently owned (for tests and health)."""
         return frozenset(self._assigned)
+
+    def remaining(self) -> int | None:
+        """Records of the owned partitions left before the bounded end (``stop_at: end``),
+        for a progress display; None when unbounded or not started. Any thread: reads
+        the consumer's local positions, never the broker."""
+        end_offsets, consumer = self._end_offsets, self._consumer
+        if end_offsets is None or consumer is None:
+            return None
+        todo = [p for p in list(self._assigned) if p not in self._done]
+        if not todo:
+            return 0
+        positions = consumer.position([TopicPartition(self._topic, p) for p in todo])
+        # A partition not fetched yet has no position: it counts once it has one.
+        known = [tp for tp in positions if tp.offset >= 0]
+        if not known:
+            return None
+        return sum(max(0, end_offsets.get(tp.partition, 0) - tp.offset) for tp in known)

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from spate import __version__
 from spate._assembly import assemble
 from spate.cli._logging import LEVELS, configure_logging
+from spate.cli._progress import progress_bar
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
@@ -92,10 +93,17 @@ def _describe(cfg: PipelineConfig) -> str:
 
 
 class _Cli:
-    def __init__(self, registry: Registry, stdout: TextIO, stderr: TextIO) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        stdout: TextIO,
+        stderr: TextIO,
+        log_handler: logging.StreamHandler[Any] | None = None,
+    ) -> None:
         self.registry = registry
         self.stdout = stdout
         self.stderr = stderr
+        self.log_handler = log_handler
 
     def error(self, exc: BaseException | str) -> None:
         text = exc if isinstance(exc, str) else one_line(exc)
@@ -162,7 +170,9 @@ class _Cli:
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         try:
-            report = assembly.pipeline.run()
+            pipeline = assembly.pipeline
+            with progress_bar(pipeline.source, pipeline.meter, self.stderr, self.log_handler):
+                report = pipeline.run()
         except (ConfigError, PluginError) as exc:
             logger.debug("start-up failed", exc_info=True)
             self.error(exc)
@@ -283,8 +293,8 @@ def main(
         args = parser.parse_args(args_list)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    configure_logging(args.log_level, err)
-    cli = _Cli(registry, out, err)
+    handler = configure_logging(args.log_level, err)
+    cli = _Cli(registry, out, err, handler)
     if command is not None:
         return command.run(args)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {

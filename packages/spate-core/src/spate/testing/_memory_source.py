@@ -254,6 +254,16 @@ class MemorySource:
     def close(self) -> None:
         self.closed = True
 
+    def remaining(self) -> int | None:
+        """Records of the owned lanes not handed out yet (``BoundedSource``); None before
+        ``start`` and when unbounded, since more data may be added."""
+        if not self._bounded or self._events is None:
+            return None
+        with self._lock:
+            return sum(
+                len(self._lanes[lane].views) - self._lanes[lane].position for lane in self._owned
+            )
+
 
 def memory_source(
     data: Mapping[int, Sequence[bytes]] | None = None,
