@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from spate.errors import ErrorClass, SinkError
+from spate.plugins import install_hint
 
 from spate_clickhouse._errors import to_sink_error
 
@@ -103,11 +104,7 @@ def parse_endpoint(url: str) -> Endpoint:
     )
 
 
-CHDB_HINT = (
-    "install spate-clickhouse's embedded extra (the front door's extra "
-    "spate[clickhouse-embedded]); from a spate checkout: "
-    'pip install "./packages/spate-clickhouse[embedded]"'
-)
+CHDB_HINT = install_hint("spate-clickhouse", "clickhouse-embedded", dist_extra="embedded")
 
 
 def _require_chdb(endpoint: Endpoint) -> None:

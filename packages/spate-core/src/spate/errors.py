@@ -4,7 +4,7 @@
 SpateError
 ├── ConfigError            bad configuration: dotted key path (+ file, line, column)
 ├── PluginError            a plugin could not be loaded or is not a factory
-│   └── MissingConnectorError (also ImportError) names `pip install "spate[x]"`
+│   └── MissingConnectorError (also ImportError) names what to install, or close names
 ├── SourceError            a source failed (ErrorClass + reason)
 ├── SinkError              a sink write failed (ErrorClass + reason)
 ├── DeserError             a payload could not be decoded (DeserErrorKind)

@@ -169,11 +169,10 @@ def test_two_distributions_declaring_one_name_is_an_error(plugin_dir: tuple[Path
         Registry(path=[str(root)]).factory("sink", "dup")
 
 
-def _hint(dist: str, extra: str, local: str | None = None) -> str:
+def _hint(dist: str, extra: str) -> str:
     return (
         f"install {dist} (the front door's extra spate[{extra}]); spate is not on the "
-        f'public package index yet, so from a spate checkout: pip install "./packages/'
-        f'{local or dist}"'
+        f'public package index yet, so from a spate checkout: pip install "./packages/{dist}"'
     )
 
 
@@ -194,9 +193,7 @@ def test_b26_missing_connector_hint_comes_from_the_front_door_extras(tmp_path: P
         ("deserializer", "avro"): _hint("spate-avro", "avro"),
         ("source", "s3"): _hint("spate-s3", "s3"),
         ("source", "datagen"): _hint("spate-datagen", "datagen"),
-        ("coordination_store", "nats"): _hint(
-            "spate-coordination", "coordination-nats", "spate-coordination[nats]"
-        ),
+        ("coordination_store", "nats"): _hint("spate-coordination[nats]", "coordination-nats"),
         ("coordination_store", "memory"): _hint("spate-coordination", "coordination"),
         ("sink", "nosuchthing"): None,
     }
@@ -225,7 +222,7 @@ def test_b26_without_the_front_door_the_hint_names_only_known_distributions(
         registry.factory("source", "kafka")
     assert info.value.install == _hint("spate-kafka", "kafka")
     assert registry.install_hint("coordination_store", "nats") == _hint(
-        "spate-coordination", "coordination-nats", "spate-coordination[nats]"
+        "spate-coordination[nats]", "coordination-nats"
     )
     # A name no spate distribution provides gets no install command (it could be anybody's).
     assert registry.install_hint("sink", "parquet") is None

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spate.plugins import install_hint
+
 from spate_datagen._codec import encoder
 from spate_datagen._events import Manifest, storefront_events
 
@@ -155,10 +157,8 @@ class DatagenCommand:
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
-            sys.stderr.write(
-                "spate datagen produces to Kafka and needs the Kafka connector: "
-                'pip install "spate[kafka,datagen]"\n'
-            )
+            hint = install_hint("spate-kafka", "kafka")
+            sys.stderr.write(f"spate datagen produces to Kafka and needs confluent-kafka: {hint}\n")
             return 2
         try:
             manifest = produce_events(

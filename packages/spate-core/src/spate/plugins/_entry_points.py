@@ -41,6 +41,23 @@ when the front door itself is not installed (a test keeps this equal to the fron
 ``pyproject.toml``). Hints name only these real distributions, never a guess (B26)."""
 
 
+def install_hint(distribution: str, extra: str, *, dist_extra: str | None = None) -> str:
+    """How to install one of spate's distributions, for an error message (B26, B45).
+
+    Names the distribution, the front door's extra that brings it, and the install from
+    a spate checkout — spate is not on the public package index yet, and the name
+    ``spate`` there belongs to another project (ADR 0002), so the hint never sends
+    anyone to the index. ``dist_extra`` is the distribution's own extra
+    (``spate-clickhouse[embedded]``).
+    """
+    wanted = f"{distribution}[{dist_extra}]" if dist_extra else distribution
+    return (
+        f"install {wanted} (the front door's extra {FRONT_DOOR}[{extra}]); spate is not "
+        f'on the public package index yet, so from a spate checkout: pip install "./packages/'
+        f'{wanted}"'
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class EntryPointInfo:
     """One declared entry point and the distribution that declares it."""

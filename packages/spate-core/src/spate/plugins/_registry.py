@@ -37,6 +37,7 @@ from spate.plugins._entry_points import (
     FRONT_DOOR_EXTRAS,
     EntryPointInfo,
     front_door_requirements,
+    install_hint,
     normalize,
     scan,
 )
@@ -232,13 +233,10 @@ class Registry:
         if found is None:
             return None
         extra, dist = found
-        local = f"./packages/{dist}"
+        own_extra = None
         if extra.startswith(f"{dist.removeprefix(f'{FRONT_DOOR}-')}-"):
-            local += f"[{extra.partition('-')[2]}]"  # coordination-nats: its [nats] extra
-        return (
-            f"install {dist} (the front door's extra {FRONT_DOOR}[{extra}]); spate is not "
-            f'on the public package index yet, so from a spate checkout: pip install "{local}"'
-        )
+            own_extra = extra.partition("-")[2]  # coordination-nats: its [nats] extra
+        return install_hint(dist, extra, dist_extra=own_extra)
 
     def _providing(self, plugin_kind: PluginKind, wanted: str) -> tuple[str, str] | None:
         """(extra, distribution) for connector ``wanted``: the extra named like it, else
