@@ -104,3 +104,26 @@ def test_b42_dropped_records_are_in_the_exit_report_by_reason(
     assert len(skips) == 2, skips  # one per reason: the rest is inside the interval
     assert any("(error) at memory[0] offset 3:" in m and "no threes" in m for m in skips), skips
     assert any("(unrouted) at memory[0] offset 2" in m for m in skips), skips
+
+
+def test_a_failing_user_operator_logs_its_traceback_once_and_the_reason_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under the fail policy the reason is one line; the traceback is logged only when
+    the user's own code raised (here a map), never for a policy decision."""
+    clock = ManualClock()
+    source, _ = memory_source({0: [b"1", b"x", b"3"]}, batch_size=10)
+    sink, _script = capture_sink("out", clock=clock)
+    with caplog.at_level("DEBUG", logger="spate"):
+        report = (
+            Pipeline("user-error", source, {"out": sink}, clock=clock, handle_signals=False)
+            .chains(lambda ctx: ctx.chain().map(int).sink("out"))
+            .run()
+        )
+    assert report.exit_code == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    with_traceback = [r for r in errors if r.exc_info]
+    assert len(with_traceback) == 1
+    assert isinstance(with_traceback[0].exc_info[1], ValueError)  # the user's exception
+    reasons = [r for r in errors if "offset 1" in r.getMessage()]
+    assert len(reasons) == 1, [r.getMessage() for r in errors]
