@@ -92,7 +92,8 @@ class ChainRuntime:
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
         sink_objs = tuple(sinks.values())
-        self.sink_labels = tuple(s.name for s in sink_objs)
+        # What messages call each sink: its own name (a single sink's connector name).
+        self.sink_labels = tuple(getattr(s, "name", key) for key, s in sinks.items())
         self.offers: tuple[OfferFn, ...] = tuple(s.offer for s in sink_objs)
         self.record_policies: tuple[ErrorPolicy, ...] = tuple(
             _record_policy(s, record_policy) for s in sink_objs
