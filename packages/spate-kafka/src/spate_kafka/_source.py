@@ -94,6 +94,7 @@ class KafkaSource:
         self._closing = False
         self._end_offsets: dict[int, int] | None = None
         self._done: set[int] = set()
+        self._handed_out: dict[int, int] = {}  # bounded mode: next offset per partition
         self._drained = False
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
@@ -284,6 +285,7 @@ class KafkaSource:
         if end_offsets is None or consumer is None or not self._assigned:
             return
         for batch in batches:
+            self._handed_out[batch.lane.partition] = batch.next_offset
             if batch.next_offset >= end_offsets.get(batch.lane.partition, 0):
                 self._done.add(batch.lane.partition)
         undone = [p for p in self._assigned if p not in self._done]
@@ -480,17 +482,17 @@ class KafkaSource:
 
     def remaining(self) -> int | None:
         """Records of the owned partitions left before the bounded end (``stop_at: end``),
-        for a progress display; None when unbounded or not started. Any thread: reads
-        the consumer's local positions, never the broker."""
-        end_offsets, consumer = self._end_offsets, self._consumer
-        if end_offsets is None or consumer is None:
+        for a progress display; None when unbounded or nothing was handed out yet. Any
+        thread: reads only what the pipeline thread recorded, never the consumer."""
+        end_offsets = self._end_offsets
+        if end_offsets is None:
             return None
         todo = [p for p in list(self._assigned) if p not in self._done]
         if not todo:
             return 0
-        positions = consumer.position([TopicPartition(self._topic, p) for p in todo])
-        # A partition not fetched yet has no position: it counts once it has one.
-        known = [tp for tp in positions if tp.offset >= 0]
+        handed_out = dict(self._handed_out)
+        # A partition nothing was read from yet counts once something was.
+        known = [p for p in todo if p in handed_out]
         if not known:
             return None
-        return sum(max(0, end_offsets.get(tp.partition, 0) - tp.offset) for tp in known)
+        return sum(max(0, end_offsets.get(p, 0) - handed_out[p]) for p in known)
