@@ -68,7 +68,7 @@ class RegistryConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AvroConfig:
-    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro (DESIGN §10)."""
+    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro."""
 
     mode: AvroMode = "confluent"
     """``confluent`` (magic byte 0 + 4-byte schema id, schemas from the registry), ``raw``

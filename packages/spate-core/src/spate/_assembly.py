@@ -22,6 +22,7 @@ from spate._clock import Clock, SystemClock
 from spate.admin._server import AdminServer
 from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
+from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.pipeline._builder import Pipeline, new_run_nonce
 from spate.plugins._factory import BuildContext
@@ -61,7 +62,9 @@ def assemble(
     registry = registry if registry is not None else default_registry()
     name = config.pipeline.name
     clock = clock if clock is not None else SystemClock()
-    meter = meter if meter is not None else Meter(name)
+    if meter is None:
+        coordinated = config.coordination is not None
+        meter = Meter(name, declare=names.ALL_FAMILIES if coordinated else names.PIPELINE_FAMILIES)
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
     budget = Pipeline.new_budget(config.backpressure)
 
@@ -100,6 +103,8 @@ def assemble(
         budget=budget,
         handle_signals=handle_signals,
         gc_threshold=config.pipeline.gc_threshold,
+        source_type=config.source.tag,
+        status_interval=config.pipeline.status_interval,
     )
     if chains is not None:
         pipeline.chains(chains)

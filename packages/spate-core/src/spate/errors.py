@@ -4,7 +4,7 @@
 SpateError
 ├── ConfigError            bad configuration: dotted key path (+ file, line, column)
 ├── PluginError            a plugin could not be loaded or is not a factory
-│   └── MissingConnectorError (also ImportError) names `pip install "spate[x]"`
+│   └── MissingConnectorError (also ImportError) names what to install, or close names
 ├── SourceError            a source failed (ErrorClass + reason)
 ├── SinkError              a sink write failed (ErrorClass + reason)
 ├── DeserError             a payload could not be decoded (DeserErrorKind)
@@ -19,6 +19,7 @@ Upholds B28 (record errors are classified, never crash) and B29 (clear start-up 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 
 class ErrorClass(enum.Enum):
@@ -91,17 +92,64 @@ class PluginError(SpateError):
 
 
 class MissingConnectorError(PluginError, ImportError):
-    """The configuration names a connector whose distribution is not installed (B26)."""
+    """The configuration names a connector that is not installed (B26).
 
-    def __init__(self, kind: str, name: str, install: str | None, *, path: str = "") -> None:
-        hint = f"; install it with: {install}" if install else ""
-        where = f"{path}: " if path else ""
-        super().__init__(f"{where}no {kind} named {name!r} is installed{hint}")
+    ``install`` says how to install the distribution that provides it (when it is one of
+    spate's), ``did_you_mean`` lists close installed or known names (a typo), and
+    ``installed`` the names of that kind that are installed. ``file``, ``line`` and
+    ``column`` say where the configuration names it, once known.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        install: str | None,
+        *,
+        path: str = "",
+        did_you_mean: Sequence[str] = (),
+        installed: Sequence[str] = (),
+        file: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        where = ""
+        if file is not None:
+            where = file + "".join(f":{n}" for n in (line, column) if n is not None) + ": "
+        text = f"{where}{path + ': ' if path else ''}no {kind} named {name!r} is installed"
+        if install:
+            text += f"; {install}"
+        elif did_you_mean:
+            text += "; did you mean " + " or ".join(repr(n) for n in did_you_mean) + "?"
+        elif installed:
+            text += f" (installed: {', '.join(sorted(installed))})"
+        super().__init__(text)
         # Set after ImportError.__init__, which resets its own ``name`` and ``path``.
         self.kind = kind
         self.name = name
         self.install = install
         self.path = path
+        self.did_you_mean = tuple(did_you_mean)
+        self.installed = tuple(installed)
+        self.file = file
+        self.line = line
+        self.column = column
+
+    def with_location(
+        self, *, file: str | None, line: int | None = None, column: int | None = None
+    ) -> MissingConnectorError:
+        """A copy that also names where in which file the connector is named."""
+        return MissingConnectorError(
+            self.kind,
+            self.name or "",
+            self.install,
+            path=self.path or "",
+            did_you_mean=self.did_you_mean,
+            installed=self.installed,
+            file=file,
+            line=line,
+            column=column,
+        )
 
 
 class SourceError(SpateError):

@@ -20,7 +20,7 @@ _TARGET = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JsonConfig:
-    """``deserializer: {json: ...}`` — decode JSON payloads with orjson (DESIGN §10)."""
+    """``deserializer: {json: ...}`` — decode JSON payloads with orjson."""
 
     framing: JsonFraming = "single"
     """``single``: one JSON value per payload (an empty payload holds no record);

@@ -1,6 +1,6 @@
 """The Kafka sink: an idempotent producer with ``acks=all`` behind the shared sink pool.
 
-The pool does batching, retries, the breaker and acks (DESIGN §7); this module only
+The pool does batching, retries, the breaker and acks (docs/concepts/sinks.md); this module only
 turns rows into messages and writes a sealed batch: every message of the batch is
 produced, and the batch counts as written once *every* delivery report succeeded. A
 failed report fails the attempt; the pool retries the whole batch (B9, B12), so a retry
@@ -37,7 +37,7 @@ from spate.sink import (
 )
 
 from spate_kafka._logging import LIBRDKAFKA_LOG
-from spate_kafka._passthrough import PRODUCER_OWNED, passthrough_errors
+from spate_kafka._passthrough import PRODUCER_OWNED, librdkafka_errors, passthrough_errors
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,12 @@ class KafkaSinkConfig:
             yield "delivery_timeout", "must be positive"
         if self.max_message_bytes < 1:
             yield "max_message_bytes", "must be positive"
+        refused = False
         for key, message in passthrough_errors(self.rdkafka, PRODUCER_OWNED):
+            refused = True
             yield f"rdkafka.{key}", message
+        if self.rdkafka and not refused:
+            yield from librdkafka_errors(self.producer_settings(), self.rdkafka, producer=True)
 
     def producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {

@@ -118,6 +118,7 @@ class KafkaSource:
         self._closing = False
         self._end_offsets: dict[int, int] | None = None
         self._done: set[int] = set()
+        self._handed_out: dict[int, int] = {}  # bounded mode: next offset per partition
         self._drained = False
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
@@ -163,6 +164,11 @@ class KafkaSource:
                 ErrorClass.FATAL,
             ) from exc
         self._consumer = consumer
+        logger.info(
+            "waiting for brokers at %s (up to %gs, startup_timeout)",
+            self._config.brokers,
+            self._config.startup_timeout,
+        )
         try:
             metadata = consumer.list_topics(self._topic, timeout=self._config.startup_timeout)
         except KafkaException as exc:
@@ -321,6 +327,7 @@ class KafkaSource:
         if end_offsets is None or consumer is None or not self._assigned:
             return
         for batch in batches:
+            self._handed_out[batch.lane.partition] = batch.next_offset
             if batch.next_offset >= end_offsets.get(batch.lane.partition, 0):
                 self._done.add(batch.lane.partition)
         undone = [p for p in self._assigned if p not in self._done]
@@ -522,7 +529,6 @@ class KafkaSource:
         self._paused.clear()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
-        self._count_rebalance("assigned")
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
         if self._end_offsets is not None:
             self._done.difference_update(parts)
@@ -534,7 +540,6 @@ class KafkaSource:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         parts = [tp.partition for tp in partitions]
-        self._count_rebalance("revoked")
         logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
         # Commits on revocation are retried while the broker is unavailable, until here (B36).
         self._revoke_deadline = time.monotonic() + self._config.revoke_commit_timeout
@@ -624,15 +629,6 @@ class KafkaSource:
                 self._lag[partition] = gauge
         gauge.set(value)
 
-    def _count_rebalance(self, event: str) -> None:
-        if self._meter is not None:
-            self._meter.counter(
-                metric_names.SOURCE_REBALANCES,
-                component=self._component,
-                component_type="kafka",
-                event=event,
-            ).inc()
-
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:
             raise SourceError("kafka: the source is not started", ErrorClass.FATAL)
@@ -642,3 +638,20 @@ class KafkaSource:
     def assigned_partitions(self) -> frozenset[int]:
         """Partitions currently owned (for tests and health)."""
         return frozenset(self._assigned)
+
+    def remaining(self) -> int | None:
+        """Records of the owned partitions left before the bounded end (``stop_at: end``),
+        for a progress display; None when unbounded or nothing was handed out yet. Any
+        thread: reads only what the pipeline thread recorded, never the consumer."""
+        end_offsets = self._end_offsets
+        if end_offsets is None:
+            return None
+        todo = [p for p in list(self._assigned) if p not in self._done]
+        if not todo:
+            return 0
+        handed_out = dict(self._handed_out)
+        # A partition nothing was read from yet counts once something was.
+        known = [p for p in todo if p in handed_out]
+        if not known:
+            return None
+        return sum(max(0, end_offsets.get(p, 0) - handed_out[p]) for p in known)

@@ -14,7 +14,7 @@ from typing import Literal
 
 from spate.config import Duration
 
-from spate_kafka._passthrough import CONSUMER_OWNED, passthrough_errors
+from spate_kafka._passthrough import CONSUMER_OWNED, librdkafka_errors, passthrough_errors
 
 CONSUMER_DEFAULTS: Mapping[str, str] = {
     # A new group reads the topic from the start, as Kafka Connect sinks do.
@@ -75,8 +75,12 @@ class KafkaSourceConfig:
             yield "consume_batch", "must be at least 1"
         if self.revoke_commit_timeout < 0:
             yield "revoke_commit_timeout", "must not be negative"
+        refused = False
         for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
+            refused = True
             yield f"rdkafka.{key}", message
+        if self.rdkafka and not refused and self.brokers.strip() and self.group_id.strip():
+            yield from librdkafka_errors(self.consumer_settings(), self.rdkafka, producer=False)
 
     def consumer_settings(self) -> dict[str, str | int | float | bool]:
         """The librdkafka configuration this source runs with (callbacks added later)."""

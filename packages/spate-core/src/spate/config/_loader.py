@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 import yaml
 
-from spate.config._decode import decode, join_path
+from spate.config._decode import decode, join_path, unknown_key
 from spate.config._interpolate import interpolate
 from spate.config.models import (
     AdminConfig,
@@ -36,7 +36,7 @@ from spate.config.models import (
     PipelineConfig,
     PipelineSection,
 )
-from spate.errors import ConfigError
+from spate.errors import ConfigError, MissingConnectorError
 
 RESERVED_SINK_NAMES = frozenset({"", "sink"})
 """Sink names a ``sinks:`` map may not use (``sink`` names the single-sink form)."""
@@ -111,6 +111,12 @@ def parse_config(
 
             resolver = default_registry()
         return _build(data, file, resolver if check_connectors else None)
+    except MissingConnectorError as exc:
+        if exc.file is not None:
+            raise
+        found = _locate(positions, exc.path or "")
+        line, column = found if found is not None else (None, None)
+        raise exc.with_location(file=file, line=line, column=column) from None
     except ConfigError as exc:
         if exc.file is not None:
             raise
@@ -134,9 +140,7 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         raise ConfigError("", "the configuration must be a mapping of sections at the top")
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise ConfigError(
-                str(key), f"unknown key (expected one of {', '.join(TOP_LEVEL_KEYS)})"
-            )
+            raise ConfigError(str(key), unknown_key(str(key), TOP_LEVEL_KEYS))
     sections = {
         name: decode(model, data.get(name), name) for name, model in _FRAMEWORK_SECTIONS.items()
     }
@@ -178,7 +182,10 @@ def _sinks(data: Mapping[str, object]) -> tuple[dict[str, ConnectorSpec], bool]:
     if not has_sink and not has_sinks:
         raise ConfigError("sink", "required key is missing (give sink, or sinks for named sinks)")
     if has_sink:
-        return {"sink": _spec("sink", "sink", "sink", data["sink"])}, False
+        spec = _spec("sink", "sink", "sink", data["sink"])
+        # The single sink's logs and metrics carry its connector's name ("sink
+        # clickhouse: ..."), not the section's ("sink sink: ...").
+        return {"sink": dataclasses.replace(spec, component=spec.tag)}, False
     raw = data["sinks"]
     if not isinstance(raw, Mapping):
         raise ConfigError("sinks", "expected a mapping of sink names to connector sections")

@@ -1,4 +1,4 @@
-"""The framework's own config sections and their defaults (DESIGN §8, B17).
+"""The framework's own config sections and their defaults (docs/reference/configuration.md, B17).
 
 Connector sections (``source``, ``deserializer``, each sink) are validated by the
 connector's own model; these are the sections spate itself owns. Every field has a
@@ -26,10 +26,15 @@ class PipelineSection:
     """Python's generation-0 garbage-collection threshold while the pipeline runs (0 keeps
     the interpreter's own). Records and rows in flight are many short-lived containers;
     Python's default of 700 makes the collector scan them over and over."""
+    status_interval: Duration = 30.0
+    """How often a running pipeline logs its status line (records per second in and out,
+    lag, last commit, paused lanes, dropped records); ``0`` turns it off."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.name.strip():
             yield "name", "must not be empty"
+        if self.status_interval < 0:
+            yield "status_interval", "must be 0 (off) or positive"
         if self.io_threads < 1:
             yield "io_threads", "must be at least 1"
         if self.gc_threshold < 0:

@@ -1,4 +1,6 @@
-"""Every metric family spate exports: name, kind, help and extra labels (DESIGN §9, B23).
+"""Every metric family spate exports: name, kind, help and extra labels (B23).
+
+The monitoring guide (docs/guides/monitoring.md) documents each of them.
 
 Names exist only here. All start with ``spate_``; counters end in ``_total``; measured
 values carry a unit suffix. Every series also has the :data:`BASE_LABELS`. The monitoring
@@ -136,12 +138,16 @@ COORD_STORE_SECONDS = _h(
     "spate_coordination_store_op_duration_seconds", "Coordination store operations.", "op"
 )
 
-# End to end
-E2E_LATENCY = _h(
-    "spate_end_to_end_latency_seconds",
-    "From the record's source timestamp to its durable write.",
-)
-
 ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, MetricFamily)
 )
+
+COORDINATION_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family.name.startswith("spate_coordination_")
+)
+"""Families that apply only to a pipeline with a ``coordination:`` section."""
+
+PIPELINE_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family not in COORDINATION_FAMILIES
+)
+"""Families every pipeline has; what a new :class:`~spate.metrics.Meter` declares."""

@@ -25,9 +25,10 @@ For a chain ``map(f) -> filter(g) -> sink`` the generated ``process`` is, in ess
         n_out[0] += 1
 
 User functions and sink methods are bound as locals; there is no generator and no
-per-operator call layer, only the user's own calls (DESIGN §3, §12). ``try`` costs
-nothing in CPython 3.11+ until something raises. Counters live in locals and reach the
-metric series once per batch. flat_map becomes a nested ``for`` over the children, so a
+per-operator call layer, only the user's own calls (docs/concepts/architecture.md and the
+performance rules in docs/development.md). ``try`` costs nothing in CPython 3.11+
+until something raises. Counters live in locals and reach the metric series once per
+batch. flat_map becomes a nested ``for`` over the children, so a
 stall inside it can name the children still to run (the cursor's frames). Every rare
 path calls into :class:`~spate.ops._stage.ChainRuntime`, shared with the reference
 interpreter, and resuming a half-done record is delegated to

@@ -37,6 +37,7 @@ from spate.metrics.names import (
 )
 from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKind
 from spate.ops._contract import Stalled
+from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, Sink
 
@@ -86,10 +87,13 @@ class ChainRuntime:
         self.component = component
         self.deser_component = deser_component
         self.spec = spec
+        self.skips = SkipLog(pipeline)
         self.with_meta = spec.with_meta
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
         sink_objs = tuple(sinks.values())
+        # What messages call each sink: its own name (a single sink's connector name).
+        self.sink_labels = tuple(getattr(s, "name", key) for key, s in sinks.items())
         self.offers: tuple[OfferFn, ...] = tuple(s.offer for s in sink_objs)
         self.record_policies: tuple[ErrorPolicy, ...] = tuple(
             _record_policy(s, record_policy) for s in sink_objs
@@ -215,6 +219,7 @@ class ChainRuntime:
             ) from exc
         self.m_deser_skipped.inc()
         self.m_deser_drop[exc.kind].inc()
+        self.skips.skipped(self.deser_component, exc.kind.value, _where(batch, index), exc.reason)
 
     def not_ready(self, index: int) -> Stalled:
         """The deserializer cannot decode the record yet: stall at it (B21)."""
@@ -227,6 +232,9 @@ class ChainRuntime:
         if step.kind is StepKind.TRY_MAP and step.policy is ErrorPolicy.SKIP:
             self.m_err_skip.inc()
             self.m_drop_error.inc()
+            self.skips.skipped(
+                self.component, "error", _where(batch, index), f"{step.label}: {exc!r}"
+            )
             return
         self.m_err_fail.inc()
         raise FatalError(
@@ -246,6 +254,7 @@ class ChainRuntime:
         """The route function emitted nothing: count under ``skip``, else raise."""
         if self.unrouted is ErrorPolicy.SKIP:
             self.m_drop_unrouted.inc()
+            self.skips.skipped(self.component, "unrouted", _where(batch, index), "")
             return
         raise FatalError(
             self.component,
@@ -255,17 +264,21 @@ class ChainRuntime:
 
     def sink_error(self, sink_index: int, exc: SinkError, batch: PayloadBatch, index: int) -> None:
         """A sink refused a row with ``SinkError``: record errors follow the sink's policy."""
-        name = self.sink_names[sink_index]
         if exc.error_class is ErrorClass.RECORD:
             if self.record_policies[sink_index] is ErrorPolicy.SKIP:
                 self.m_drop_record_error.inc()
+                label = f"sink {self.sink_labels[sink_index]}"
+                self.skips.skipped(label, "record_error", _where(batch, index), exc.reason)
                 return
             raise FatalError(
-                name,
+                f"sink {self.sink_labels[sink_index]}",
                 f"cannot write a row from the record at {_where(batch, index)}: {exc.reason} "
                 "(on_record_error is fail)",
             ) from exc
-        raise FatalError(name, f"offer failed: {exc.reason} ({exc.error_class.value})") from exc
+        raise FatalError(
+            f"sink {self.sink_labels[sink_index]}",
+            f"offer failed: {exc.reason} ({exc.error_class.value})",
+        ) from exc
 
     def describe(self) -> str:
         return self.spec.describe()

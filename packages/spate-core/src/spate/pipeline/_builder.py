@@ -9,7 +9,7 @@ the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16).
 plugin registry and then calls this constructor.
 
 No module-level state: the meter, clock, budget and run nonce belong to the pipeline,
-so several pipelines can share a process (DESIGN §13).
+so several pipelines can share a process (docs/concepts/architecture.md).
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from spate._clock import Clock, SystemClock
-from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.config._loader import load_config
+from spate.config.models import BackpressureConfig, CheckpointConfig, PipelineConfig
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
@@ -81,12 +83,17 @@ class Pipeline:
         poll_timeout: float = 0.1,
         handle_signals: bool = True,
         gc_threshold: int = 50_000,
+        source_type: str = "source",
+        status_interval: float = 30.0,
     ) -> None:
         """Assemble a pipeline from built components; nothing connects until ``run()``.
 
         ``budget`` must be the same object the sinks were built with (their
         ``BuildContext.budget``); when omitted one is created from ``backpressure``
         (see :meth:`new_budget`) and sinks built afterwards must use :attr:`budget`.
+        ``source_type`` labels the source's metric series (``component_type``): the
+        source connector's name, as configuration assembly passes it.
+        ``status_interval`` is the seconds between two status lines in the log (0: none).
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -105,6 +112,8 @@ class Pipeline:
         self.poll_timeout = poll_timeout
         self.handle_signals = handle_signals
         self.gc_threshold = gc_threshold
+        self.source_type = source_type
+        self.status_interval = status_interval
         self._processor = processor
         self._chains: ChainsFn | None = None
         self._services: list[tuple[Callable[[PipelineHealth], None], Callable[[], None]]] = []
@@ -150,8 +159,21 @@ class Pipeline:
         self._shutdown.request(reason)
 
     @classmethod
-    def from_config(cls, config: Any, /, **overrides: Any) -> Pipeline:
-        """Build a pipeline from a loaded configuration, through the plugin registry."""
+    def from_config(
+        cls, config: PipelineConfig | str | os.PathLike[str], /, **overrides: Any
+    ) -> Pipeline:
+        """Build a pipeline from a configuration, through the plugin registry.
+
+        ``config`` is a loaded :class:`~spate.config.PipelineConfig` or the path of a
+        YAML file, loaded with :func:`~spate.config.load_config`.
+        """
+        if isinstance(config, str | os.PathLike):
+            config = load_config(config, resolver=overrides.get("registry"))
+        elif not isinstance(config, PipelineConfig):
+            raise TypeError(
+                "Pipeline.from_config takes a PipelineConfig or the path of a YAML file, "
+                f"got {type(config).__name__}"
+            )
         assembly = importlib.import_module("spate._assembly")
         pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
         return pipeline
@@ -203,6 +225,8 @@ class Pipeline:
             shutdown=self._shutdown,
             wake=self._wake,
             poll_timeout=self.poll_timeout,
+            source_type=self.source_type,
+            status_interval=self.status_interval,
         )
         self._health.target = runtime
         restore = install_signal_handlers(self._shutdown) if self.handle_signals else None

@@ -32,7 +32,7 @@ from spate.checkpoint._ack import AckToken
 from spate.checkpoint._committer import Committer
 from spate.checkpoint._tracker import PartitionTracker
 from spate.config.models import BackpressureConfig, CheckpointConfig
-from spate.errors import ErrorClass, SourceError
+from spate.errors import ErrorClass, FatalError, SourceError, SpateError
 from spate.flow._budget import InflightBudget
 from spate.flow._gate import PendingGate
 from spate.flow._watermark import Hysteresis
@@ -42,6 +42,7 @@ from spate.ops._contract import BatchProcessor, Stalled
 from spate.pipeline._drain import write_out
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
+from spate.pipeline._status import StatusLine
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Sink
 from spate.source._contract import Source
@@ -88,8 +89,11 @@ class PipelineRuntime:
         shutdown: ShutdownHandle,
         wake: threading.Event,
         poll_timeout: float = 0.1,
+        source_type: str = "source",
+        status_interval: float = 0.0,
     ) -> None:
         self.name = name
+        self._source_type = source_type
         self._source = source
         self._sinks = dict(sinks)
         self._processor = processor
@@ -135,8 +139,11 @@ class PipelineRuntime:
         self._heartbeat = clock.monotonic()
         self._started_at = clock.monotonic()
         self._gauges_due = self._started_at
+        self._status = StatusLine(name, interval=status_interval, meter=meter, now=self._started_at)
         # Metric series, created once.
-        src = {"component": "source", "component_type": "source"}
+        # One series per lane and event, labelled with the source connector's name; a
+        # source reporting its own lag sets the same series (B23).
+        src = {"component": "source", "component_type": source_type}
         self._lane_metrics: dict[Lane, _LaneMetrics] = {}
         self._poll_seconds = meter.histogram(names.SOURCE_POLL_SECONDS, **src)
         self._rebalance_assigned = meter.counter(names.SOURCE_REBALANCES, **src, event="assigned")
@@ -241,13 +248,13 @@ class PipelineRuntime:
             return False, "pipeline starting"
         if not (self._assigned_seen or self.batches_in or self._source_drained):
             return False, "no lanes assigned yet"
-        for name, sink in self._sinks.items():
+        for sink in self._sinks.values():
             try:
                 ready = sink.ready()
             except Exception as exc:
-                return False, f"sink {name} probe raised: {exc}"
+                return False, f"sink {sink.name} probe raised: {exc}"
             if not ready:
-                return False, f"sink {name} not ready"
+                return False, f"sink {sink.name} not ready"
         return True, "ready"
 
     def liveness(self, stall_after: float) -> tuple[bool, str]:
@@ -352,7 +359,7 @@ class PipelineRuntime:
         metrics = self._lane_metrics.get(lane)
         if metrics is None:
             label = str(lane)
-            src = {"component": "source", "component_type": "source", "lane": label}
+            src = {"component": "source", "component_type": self._source_type, "lane": label}
             ckpt = {"component": "checkpoint", "component_type": "checkpoint", "lane": label}
             metrics = _LaneMetrics(
                 records=self._meter.counter(names.SOURCE_RECORDS, **src),
@@ -378,6 +385,18 @@ class PipelineRuntime:
             taken = backlog[0]
             try:
                 result = self._processor.process(taken.batch, taken.ack, taken.cursor)
+            except FatalError as exc:
+                # An error policy said fail: the reason names the record; a traceback
+                # only helps when the user's own code raised.
+                backlog.popleft()
+                taken.ack.release(False)
+                cause = exc.__cause__
+                if isinstance(cause, Exception) and not isinstance(cause, SpateError):
+                    logger.error("user code raised on %s", taken.batch.lane, exc_info=cause)
+                else:
+                    logger.debug("processing a batch of %s failed", taken.batch.lane, exc_info=True)
+                self.fail(str(exc))
+                return bool(backlog)
             except Exception as exc:
                 backlog.popleft()
                 taken.ack.release(False)
@@ -445,10 +464,19 @@ class PipelineRuntime:
 
     def _update_gauges(self) -> None:
         self._bp_inflight.set(self._budget.used)
-        for snap in self.tracker.snapshot():
+        snapshot = self.tracker.snapshot()
+        for snap in snapshot:
             metrics = self._metrics_for(snap.lane)
             metrics.pending.set(snap.pending)
             metrics.age.set(snap.seconds_since_advance)
+        if self._status.enabled:
+            self._status.maybe_report(
+                self._clock.monotonic(),
+                records_in=self.records_in,
+                records_out=self.tracker.record_counts()[0],
+                paused=len(self._paused),
+                lanes=len(snapshot),
+            )
 
     @property
     def paused(self) -> frozenset[Lane]:
@@ -461,7 +489,9 @@ class PipelineRuntime:
         """The final drain (B14): write out, commit synchronously, abandon the rest."""
         if self._failure is not None:
             reason = self._failure
-        logger.info("pipeline %s draining: %s", self.name, reason)
+            logger.info("pipeline %s draining after the failure", self.name)
+        else:
+            logger.info("pipeline %s draining: %s", self.name, reason)
         deadline = self._clock.monotonic() + self._cfg.drain_timeout
         written = write_out(self, self._sinks, self._clock, deadline)
         commit_ok = self._committer.commit_now(sync=True)
@@ -481,6 +511,10 @@ class PipelineRuntime:
         snapshot = self.tracker.snapshot()
         unfinished = sum(s.queued for s in snapshot)
         delivered, failed = self.tracker.record_counts()
+        dropped: dict[str, int] = {}
+        for family in (names.DESER_DROPPED, names.OPS_DROPPED):
+            for why, count in self._meter.totals(family, "reason").items():
+                dropped[why] = dropped.get(why, 0) + int(count)
         self._closing = True
         try:
             self._source.close()
@@ -517,6 +551,7 @@ class PipelineRuntime:
             records_delivered=delivered,
             records_failed=failed,
             batches_in=self.batches_in,
+            dropped=dropped,
             abandoned_batches=unfinished,
             revoked_batches_dropped=self._revoke_abandoned,
             abandoned_rows=abandoned_rows,
@@ -524,6 +559,7 @@ class PipelineRuntime:
             committed=self._committer.committed,
             duration_seconds=self._clock.monotonic() - self._started_at,
         )
+        # A failure's reason was logged when it happened (fail()): not repeated here.
         log = logger.info if completed else logger.error
-        log("%s", report.summary())
+        log("%s", report.summary(with_reason=self._failure is None))
         return report

@@ -1,4 +1,6 @@
-"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on (DESIGN §7).
+"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on.
+
+What it does is described in docs/concepts/sinks.md.
 
 A connector supplies buffers and per-endpoint writers (:mod:`spate.sink._writer`); the
 pool does the rest:

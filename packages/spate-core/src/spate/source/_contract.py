@@ -21,7 +21,7 @@ The runtime drives a source from the pipeline thread only:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spate.records import Lane, PayloadBatch
 
@@ -71,4 +71,19 @@ class Source(Protocol):
 
     def close(self) -> None:
         """Release connections. Called once, after the final commit."""
+        ...
+
+
+@runtime_checkable
+class BoundedSource(Protocol):
+    """A source with a known end may also say how much is left (optional).
+
+    ``remaining()`` is the number of records still to hand out before the end (a
+    bounded Kafka run's end offsets, a memory source's data), or None while it is not
+    known. It is called from another thread (the CLI's progress display), so it only
+    reads state; it never blocks on the network for long.
+    """
+
+    def remaining(self) -> int | None:
+        """Records left before the end, or None when unknown."""
         ...

@@ -1,4 +1,6 @@
-"""``DeserializerConformance``: the promises every deserializer keeps (B28, B17, DESIGN §3).
+"""``DeserializerConformance``: the promises every deserializer keeps (B28, B17).
+
+Borrowed payloads are described in docs/concepts/architecture.md.
 
 * every sample payload decodes to its expected values, whether the ``memoryview`` spans
   a whole ``bytes`` object (a Kafka message) or is a slice of a larger buffer (an S3
