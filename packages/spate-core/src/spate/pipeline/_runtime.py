@@ -32,7 +32,7 @@ from spate.checkpoint._ack import AckToken
 from spate.checkpoint._committer import Committer
 from spate.checkpoint._tracker import PartitionTracker
 from spate.config.models import BackpressureConfig, CheckpointConfig
-from spate.errors import ErrorClass, SourceError
+from spate.errors import ErrorClass, FatalError, SourceError
 from spate.flow._budget import InflightBudget
 from spate.flow._gate import PendingGate
 from spate.flow._watermark import Hysteresis
@@ -379,8 +379,12 @@ class PipelineRuntime:
             except Exception as exc:
                 backlog.popleft()
                 taken.ack.release(False)
-                logger.exception("processing a batch of %s failed", taken.batch.lane)
-                self.fail(f"processing {taken.batch.lane} failed: {exc}")
+                if isinstance(exc, FatalError):
+                    # A record policy said fail; its reason names the record: one line.
+                    self.fail(str(exc))
+                else:
+                    logger.exception("processing a batch of %s failed", taken.batch.lane)
+                    self.fail(f"processing {taken.batch.lane} failed: {exc}")
                 return bool(backlog)
             if result is None:
                 backlog.popleft()
