@@ -22,7 +22,9 @@ kept for the life of the client. Upholds B21 and B28:
   deserializer's policy.
 
 Start-up calls (:meth:`SchemaRegistryClient.probe`, :meth:`SchemaRegistryClient.latest`)
-block and raise :class:`RegistryError` naming the endpoint (B29).
+block and raise :class:`RegistryError` naming the endpoint (B29). :meth:`close` stops
+the background thread; every request opens and closes its own connection, so nothing
+is left open after it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ class SchemaRegistryClient:
     @property
     def url(self) -> str:
         return self._base
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: the fetch thread is stopped."""
+        return self._closed
 
     # -- blocking calls (start-up, tests, producers) ---------------------------------
 

@@ -19,6 +19,10 @@ Outcomes:
   unreachable, or not serving the schema yet): the runtime retries it later and never
   drops it (B21).
 
+A deserializer that holds resources (a background thread, connections) may have a
+``close()`` method; ``Pipeline.run`` calls it once when the run ends, however it ends,
+and also when the run cannot start.
+
 A deserializer whose framing yields several records per payload (``ndjson``, ``array``)
 sets ``many = True`` and implements :meth:`ManyDeserializer.deserialize_many`, which
 returns a list whose items are values or ``DeserError`` instances (one bad line is one
