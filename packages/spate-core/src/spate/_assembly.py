@@ -6,6 +6,7 @@ pipeline; each connector's factory looked up in the plugin registry and handed i
 decoded config and a :class:`~spate.plugins.BuildContext`; the admin server attached as
 a service of the run (unless ``admin.listen: none``). It builds objects only; nothing
 connects until ``run()``, whose start-up fails with one line naming the endpoint (B29).
+When a component cannot be built after the deserializer was, the deserializer is closed.
 
 Does not own: the runtime (``spate.pipeline``), the chain compiler (``spate.ops``), or
 config parsing (``spate.config``).
@@ -24,7 +25,7 @@ from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
 from spate.metrics import names
 from spate.metrics._meter import Meter
-from spate.pipeline._builder import Pipeline, new_run_nonce
+from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
 
@@ -89,34 +90,39 @@ def assemble(
 
     source = build(config.source)
     deserializer = build(config.deserializer) if config.deserializer is not None else None
-    sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
-    pipeline = Pipeline(
-        name,
-        source,
-        sinks,
-        deserializer=deserializer,
-        checkpoint=config.checkpoint,
-        backpressure=config.backpressure,
-        clock=clock,
-        meter=meter,
-        run_nonce=run_nonce,
-        budget=budget,
-        handle_signals=handle_signals,
-        gc_threshold=config.pipeline.gc_threshold,
-        source_type=config.source.tag,
-        status_interval=config.pipeline.status_interval,
-    )
-    if chains is not None:
-        pipeline.chains(chains)
-    admin = None
-    if config.admin.listen != "none":
-        admin = AdminServer(
-            config.admin.listen,
-            registry=meter.registry if config.metrics.exporter == "prometheus" else None,
-            stall_after=config.admin.stall_after,
-            pipeline=name,
+    try:
+        sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
+        pipeline = Pipeline(
+            name,
+            source,
+            sinks,
+            deserializer=deserializer,
+            checkpoint=config.checkpoint,
+            backpressure=config.backpressure,
+            clock=clock,
+            meter=meter,
+            run_nonce=run_nonce,
+            budget=budget,
+            handle_signals=handle_signals,
+            gc_threshold=config.pipeline.gc_threshold,
+            source_type=config.source.tag,
+            status_interval=config.pipeline.status_interval,
         )
-        pipeline.add_service(admin.start, admin.stop)
+        if chains is not None:
+            pipeline.chains(chains)
+        admin = None
+        if config.admin.listen != "none":
+            admin = AdminServer(
+                config.admin.listen,
+                registry=meter.registry if config.metrics.exporter == "prometheus" else None,
+                stall_after=config.admin.stall_after,
+                pipeline=name,
+            )
+            pipeline.add_service(admin.start, admin.stop)
+    except BaseException:
+        # The pipeline that would own (and close) the deserializer never came to be.
+        close_deserializer(deserializer, name)
+        raise
     return Assembly(pipeline=pipeline, admin=admin, config=config)
 
 

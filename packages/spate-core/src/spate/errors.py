@@ -176,17 +176,33 @@ class DeserErrorKind(enum.Enum):
     MALFORMED = "malformed"
     """The bytes are not a valid encoding: a record error (skip or fail by policy)."""
     SCHEMA_UNAVAILABLE = "schema_unavailable"
-    """The schema is known not to exist (e.g. a registry 404): a record error."""
+    """The schema exists but cannot be used (not parseable, not resolvable): a record error."""
     NOT_READY = "not_ready"
-    """The schema cannot be fetched right now: retry the record later, never drop (B21)."""
+    """The schema cannot be had yet (registry down, or not serving the id yet): retry the
+    record later, never drop (B21)."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """The schema id stayed unknown for as long as the deserializer waits for it: a record
+    error, counted apart; skipped only where the user opted in (B28)."""
 
 
 class DeserError(SpateError):
-    """A payload could not be decoded; ``kind`` decides what happens to the record."""
+    """A payload could not be decoded; ``kind`` decides what happens to the record.
 
-    def __init__(self, reason: str, kind: DeserErrorKind = DeserErrorKind.MALFORMED) -> None:
+    ``policy`` overrides the deserializer's ``on_error`` for this one error, for a
+    deserializer with its own setting for one kind of error (Avro's
+    ``on_unknown_schema``); None follows ``on_error``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        kind: DeserErrorKind = DeserErrorKind.MALFORMED,
+        *,
+        policy: ErrorPolicy | None = None,
+    ) -> None:
         self.reason = reason
         self.kind = kind
+        self.policy = policy
         super().__init__(reason)
 
 

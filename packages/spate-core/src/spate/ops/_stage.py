@@ -8,7 +8,8 @@ to encode — are methods here, so both executors count and fail in exactly the 
 
 The deserializer stage (this module's other half) applies the deserializer's contract
 (:mod:`spate.ops._deser`): a value goes on, ``NO_RECORD`` is dropped as ``empty``, a
-``DeserError`` is a record error under ``deser_policy`` (``skip`` by default, B28) and
+``DeserError`` is a record error under ``deser_policy`` (``skip`` by default, B28) or
+under its own ``policy`` when it carries one, and
 ``NOT_READY`` stalls the batch so the record is decoded again later, never dropped (B21).
 
 :class:`Cursor` is the resume position inside a batch (B8): the next record to start
@@ -209,13 +210,18 @@ class ChainRuntime:
     # -- slow paths, shared by both executors --
 
     def deser_error(self, exc: DeserError, batch: PayloadBatch, index: int) -> None:
-        """A record the deserializer could not decode: count it; raise under ``fail``."""
-        if self.deser_policy is ErrorPolicy.FAIL:
+        """A record the deserializer could not decode: count it; raise under ``fail``.
+
+        The error's own ``policy``, when it has one, wins over ``on_error``.
+        """
+        policy = self.deser_policy if exc.policy is None else exc.policy
+        if policy is ErrorPolicy.FAIL:
             self.m_deser_failed.inc()
+            setting = "; on_error is fail" if exc.policy is None else ""
             raise FatalError(
                 self.deser_component,
                 f"cannot decode the record at {_where(batch, index)}: {exc.reason} "
-                f"({exc.kind.value}; on_error is fail)",
+                f"({exc.kind.value}{setting})",
             ) from exc
         self.m_deser_skipped.inc()
         self.m_deser_drop[exc.kind].inc()

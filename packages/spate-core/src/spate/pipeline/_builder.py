@@ -4,7 +4,8 @@
 deserializer; the operator chain comes from :meth:`Pipeline.chains` (the user's
 ``fn(ctx)``, compiled by :mod:`spate.ops`) or, without the ops layer, from a
 ``processor`` given directly. :meth:`Pipeline.run` blocks on the calling thread until
-the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16).
+the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16); the pipeline
+owns the deserializer it is given and closes it when ``run`` returns or raises.
 ``Pipeline.from_config`` (configuration assembly) builds the components through the
 plugin registry and then calls this constructor.
 
@@ -211,6 +212,14 @@ class Pipeline:
         if self._ran:
             raise RuntimeError("a Pipeline runs once; build a new one to run again")
         self._ran = True
+        try:
+            return self._run()
+        finally:
+            # However the run ended — completed, drained on a signal, failed, or never
+            # started — the deserializer's resources (a registry fetch thread) go too.
+            close_deserializer(self.deserializer, self.name)
+
+    def _run(self) -> ExitReport:
         processor = self._build_processor()
         runtime = PipelineRuntime(
             name=self.name,
@@ -269,6 +278,17 @@ class Pipeline:
             if restore is not None:
                 restore()
             gc.set_threshold(*gc_before)
+
+
+def close_deserializer(deserializer: object, pipeline: str) -> None:
+    """Call the deserializer's optional ``close()``; log (never raise) what it raises."""
+    close = getattr(deserializer, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        logger.exception("closing the deserializer of pipeline %s failed", pipeline)
 
 
 def new_run_nonce() -> str:

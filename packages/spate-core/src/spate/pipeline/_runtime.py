@@ -400,8 +400,12 @@ class PipelineRuntime:
             except Exception as exc:
                 backlog.popleft()
                 taken.ack.release(False)
-                logger.exception("processing a batch of %s failed", taken.batch.lane)
-                self.fail(f"processing {taken.batch.lane} failed: {exc}")
+                if isinstance(exc, FatalError):
+                    # A record policy said fail; its reason names the record: one line.
+                    self.fail(str(exc))
+                else:
+                    logger.exception("processing a batch of %s failed", taken.batch.lane)
+                    self.fail(f"processing {taken.batch.lane} failed: {exc}")
                 return bool(backlog)
             if result is None:
                 backlog.popleft()

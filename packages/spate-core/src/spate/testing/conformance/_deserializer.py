@@ -41,7 +41,11 @@ DESER_MALFORMED = Promise(
 )
 DESER_SHAPE = Promise("§3", "`many` names the method the runtime calls, and it exists")
 
-_RECORD_ERRORS = (DeserErrorKind.MALFORMED, DeserErrorKind.SCHEMA_UNAVAILABLE)
+_RECORD_ERRORS = (
+    DeserErrorKind.MALFORMED,
+    DeserErrorKind.SCHEMA_UNAVAILABLE,
+    DeserErrorKind.UNKNOWN_SCHEMA,
+)
 
 
 class DeserializerConformance(ConfigConformance):
