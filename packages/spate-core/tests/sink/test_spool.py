@@ -317,3 +317,15 @@ def test_b57_enospc_is_a_clear_error_and_nothing_unwritten_is_acked(
     again.flush(ManualClock().monotonic() + 1e9)
     assert len(script2.rows) == 50 * len(delivered)
     assert all(t.status is not AckStatus.DELIVERED for t in pending)
+
+
+def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
+    import datetime
+    import decimal
+
+    from spate.sink._spool import decode_record, encode_record
+
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
+    row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
+    assert decode_record(encode_record(row, None, LANE)) == (row, None, LANE)
+    assert b"\n" not in encode_record(row, None, LANE)

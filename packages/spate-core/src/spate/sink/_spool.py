@@ -27,13 +27,16 @@ thread (offer, tick, flush); resolutions arrive on the next tier's worker thread
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import functools
 import json
 import logging
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,6 +49,15 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import Offer, Sink
 from spate.sink._store import BatchRef, SpoolStore
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
+    _orjson = None  # type: ignore[assignment]
+
+_ORJSON_OPTIONS = (
+    0 if _orjson is None else (_orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_NON_STR_KEYS)
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,26 +100,76 @@ class SpoolConfig:
             yield "replay_timeout", "must be positive"
 
 
+def _tagged(value: object) -> object:
+    """JSON for the values rows commonly carry beyond plain JSON (tagged, one key)."""
+    if isinstance(value, datetime.datetime):
+        return {"$dt": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"$dec": str(value)}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$b": bytes(value).decode("latin-1")}
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} cannot be spooled as JSON")
+
+
+_UNTAG: dict[str, Callable[[str], object]] = {
+    "$dt": datetime.datetime.fromisoformat,
+    "$date": datetime.date.fromisoformat,
+    "$dec": decimal.Decimal,
+    "$b": lambda text: text.encode("latin-1"),
+}
+
+
+def _untag(obj: dict[str, object]) -> object:
+    if len(obj) == 1:
+        ((key, value),) = obj.items()
+        convert = _UNTAG.get(key)
+        if convert is not None and isinstance(value, str):
+            return convert(value)
+    return obj
+
+
 def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
-    """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it is not JSON."""
+    """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
+
+    Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
+    kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
+    stays a tuple. orjson encodes when installed (same output), else the standard library.
+    """
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
     if key is not None:
         body["k"] = key.decode("latin-1")
     if isinstance(row, (bytes, bytearray, memoryview)):
         body["b"] = bytes(row).decode("latin-1")
+    elif type(row) is tuple:
+        body["t"] = row
     else:
         body["r"] = row
     try:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        if _orjson is not None:
+            encoded: bytes = _orjson.dumps(body, default=_tagged, option=_ORJSON_OPTIONS)
+            return encoded
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
     except (TypeError, ValueError) as exc:
-        raise SinkError(f"spool: row is not a JSON value: {exc}", ErrorClass.RECORD) from exc
+        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
+    return text.encode()
 
 
 def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
     """Inverse of :func:`encode_record`: ``(row, key, lane)``."""
-    body = json.loads(payload)
+    body = json.loads(payload, object_hook=_untag)
     key = body.get("k")
-    row = body["b"].encode("latin-1") if "b" in body else body.get("r")
+    if "b" in body:
+        row: object = body["b"].encode("latin-1")
+    elif "t" in body:
+        row = tuple(body["t"])
+    else:
+        row = body.get("r")
     return row, None if key is None else key.encode("latin-1"), Lane(body["s"], body["p"])
 
 
@@ -160,6 +222,8 @@ class SpoolTier:
         self._started = False
         self._closed = False
         self._write_error: str | None = None
+        self._next_started = False
+        self._start_error: str | None = None
         kw = {"component": name, "component_type": "spool"}
         self._m_records = meter.gauge(names.TIER_HELD_RECORDS, **kw)
         self._m_bytes = meter.gauge(names.TIER_HELD_BYTES, **kw)
@@ -177,11 +241,14 @@ class SpoolTier:
         """Start the next tier, recover the store and replay what it holds (B56).
 
         Called once by the runtime before anything is consumed; blocks until the replayed
-        records were all offered to the next tier (or ``replay_timeout`` passed).
+        records were all offered to the next tier (or ``replay_timeout`` passed). With
+        ``ack: spooled`` a next tier that cannot start (its endpoint is down) does not stop
+        the spool: it takes custody meanwhile and retries the start on every tick; the
+        replay then follows, still ahead of every newer batch.
         """
         if self._started:
             return
-        self.next.start()
+        self._start_next(at_start=True)
         found = self._store.recover()
         replayed = 0
         for stored in found:
@@ -206,6 +273,8 @@ class SpoolTier:
                 self.config.dir,
             )
             self._m_replayed.inc(replayed)
+            if not self._next_started:
+                return
             deadline = self._clock.monotonic() + self.config.replay_timeout
             while self._handing:
                 self._hand_on()
@@ -228,8 +297,6 @@ class SpoolTier:
         """
         if self._handing:
             self._hand_on()
-            if self._handing and any(b.replayed for b in self._handing):
-                return Offer.REJECTED  # replayed records go before new data (B56)
         if self._unwritten and not self._write_pending():
             return Offer.REJECTED
         if self._store.held_bytes() >= self.config.max_bytes:
@@ -253,8 +320,9 @@ class SpoolTier:
     def tick(self) -> None:
         """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""
         self._seal(force_sync=True)
-        self._hand_on()
-        self.next.tick()
+        if self._next_started or self._start_next(at_start=False):
+            self._hand_on()
+            self.next.tick()
         self._gauges()
 
     def flush(self, deadline: float) -> bool:
@@ -264,6 +332,8 @@ class SpoolTier:
         store reclaims every segment (a clean run leaves the directory empty).
         """
         self._seal(force_sync=True)
+        if not self._next_started and not self._start_next(at_start=False):
+            return False
         while True:
             if self._unwritten:
                 self._write_pending()
@@ -317,7 +387,7 @@ class SpoolTier:
 
     def ready(self) -> bool:
         """False while a replay runs (B56) and until the next tier is ready."""
-        return self._started and self._replaying == 0 and self.next.ready()
+        return self._started and self._next_started and self._replaying == 0 and self.next.ready()
 
     def close(self) -> None:
         """Close the next tier and the store; held segments stay for the next run."""
@@ -414,8 +484,33 @@ class SpoolTier:
             functools.partial(self._resolved, batch),
         )
 
+    def _start_next(self, *, at_start: bool) -> bool:
+        """Start the next tier; with ``ack: spooled`` a failure is logged, not raised."""
+        try:
+            self.next.start()
+        except Exception as exc:
+            if self.config.ack != "spooled" or (not at_start and self._start_error is None):
+                raise
+            reason = str(exc)
+            if reason != self._start_error:
+                logger.warning(
+                    "spool %s: the next tier cannot start (%s); spooling meanwhile and "
+                    "retrying on every checkpoint tick",
+                    self.name,
+                    reason,
+                )
+            self._start_error = reason
+            return False
+        if self._start_error is not None:
+            logger.info("spool %s: the next tier started; handing spooled records on", self.name)
+        self._start_error = None
+        self._next_started = True
+        return True
+
     def _hand_on(self) -> None:
         """Offer durable rows to the next tier, oldest batch first, until it refuses."""
+        if not self._next_started:
+            return
         handing = self._handing
         nxt = self.next
         while handing:
