@@ -79,7 +79,8 @@ class SpoolConfig:
     max_records: int = 10_000
     """Rows per spooled batch at most (one append, and with ``fsync: batch`` one fsync)."""
     max_bytes: ByteSize = 1024 * 1024 * 1024
-    """Bytes held on disk at which the spool stops accepting (the source pauses, B7)."""
+    """Bytes held on disk at which the spool stops accepting (the source pauses, B7);
+    checked as each batch opens, so the spool may pass it by up to one batch."""
     segment_bytes: ByteSize = 64 * 1024 * 1024
     """Size at which a segment is closed and a new one started."""
     store: str = "jsonl"
@@ -299,14 +300,16 @@ class SpoolTier:
             self._hand_on()
         if self._unwritten and not self._write_pending():
             return Offer.REJECTED
-        if self._store.held_bytes() >= self.config.max_bytes:
-            self._store.collect()
-            if self._store.held_bytes() >= self.config.max_bytes:
-                return Offer.REJECTED
-        payload = encode_record(row, key, lane)
         batch = self._open
         if batch is None:
+            # Checked once per batch: a batch that fits starts, so the spool can pass
+            # max_bytes by at most one batch.
+            if self._store.held_bytes() >= self.config.max_bytes:
+                self._store.collect()
+                if self._store.held_bytes() >= self.config.max_bytes:
+                    return Offer.REJECTED
             batch = self._open = _Batch([], created=self._clock.monotonic())
+        payload = encode_record(row, key, lane)
         batch.rows.append((row, key, lane))
         batch.payloads.append(payload)
         batch.nbytes += len(payload)
