@@ -54,7 +54,7 @@ def spooled_identities(spool: Path) -> set[bytes]:
         directory = spool / table
         if not directory.is_dir():
             continue
-        for name in sorted(os.listdir(directory)):
+        for name in sorted(n for n in os.listdir(directory) if n.endswith(".jsonl")):
             try:
                 data = (directory / name).read_bytes()
             except FileNotFoundError:  # deleted after ClickHouse took it

@@ -15,8 +15,16 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, Lane, ManualClock
 from spate.metrics import Meter
-from spate.sink import JsonlStore, Offer, SpoolConfig, SpoolCorruptError, SpoolTier
+from spate.sink import (
+    BatchRef,
+    JsonlStore,
+    Offer,
+    SpoolConfig,
+    SpoolCorruptError,
+    SpoolTier,
+)
 from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
+from spate.testing.conformance import ConformanceFailure, StoreConformance
 
 LANE = Lane("t", 0)
 
@@ -329,3 +337,31 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
     assert decode_record(encode_record(row, None, LANE)) == (row, None, LANE)
     assert b"\n" not in encode_record(row, None, LANE)
+
+
+class TestJsonlStoreConformance(StoreConformance):
+    """The built-in store passes the store conformance suite (B54, B55)."""
+
+    def open_store(self, directory: Path) -> JsonlStore:
+        return JsonlStore(str(directory), segment_bytes=256)
+
+
+class _ForgetfulStore(JsonlStore):
+    """Forgets to reclaim: releases nothing (a broken store the suite must catch)."""
+
+    def release(self, ref: BatchRef) -> None:
+        return None
+
+
+def test_the_store_suite_fails_a_store_that_never_releases(tmp_path: Path) -> None:
+    class Suite(StoreConformance):
+        def open_store(self, directory: Path) -> JsonlStore:
+            return _ForgetfulStore(str(directory))
+
+    suite = Suite()
+    suite.setup_method()
+    try:
+        with pytest.raises(ConformanceFailure, match="B54 broken"):
+            suite.test_b54_released_batches_never_come_back()
+    finally:
+        suite.teardown_method()

@@ -12,7 +12,10 @@ The JSONL segment format, one file ``seg-<n>.jsonl`` per segment::
     <crc32 of payload, 8 hex digits> <payload>\\n     one record (payload: one JSON value)
     <crc32 of payload, 8 hex digits> #<count>\\n      end of a batch of <count> records
 
-A batch counts only once its end line is complete. On recovery the newest segment's
+A batch counts only once its end line is complete. ``seg-<n>.released`` lists the byte
+positions of the segment's batches already released (written without fsync: a lost
+note only replays a delivered batch once more); the segment and its note are deleted
+together once every batch is released. On recovery the newest segment's
 tail after its last complete batch (a crash mid-write) is cut; a bad line anywhere else
 is corruption and start-up fails naming the segment and byte offset. Does not own:
 encoding rows (the spool tier does that), acks, or forwarding.
@@ -20,6 +23,7 @@ encoding rows (the spool tier does that), acks, or forwarding.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -169,14 +173,22 @@ class JsonlStore:
                 number = int(name[4:-6])
                 path = os.path.join(self.directory, name)
                 batches, size = self._read_segment(path, number, last=i == len(names) - 1)
+                done = _read_released(path)
+                batches = [b for b in batches if b.ref.position not in done]
                 if not batches:
-                    os.unlink(path)
+                    _unlink(path)
+                    _unlink(_released_path(path))
                     continue
                 seg = _Segment(number, path, size, {b.ref.position for b in batches})
                 seg.appended = len(batches)
                 self._segments[number] = seg
                 found.extend(batches)
                 self._next_number = max(self._next_number, number + 1)
+            for name in os.listdir(self.directory):
+                if name.startswith("seg-") and name.endswith(".released"):
+                    segment = os.path.join(self.directory, name[: -len(".released")] + ".jsonl")
+                    if not os.path.exists(segment):
+                        _unlink(os.path.join(self.directory, name))  # its segment is gone
             if names:
                 self._next_number = max(self._next_number, int(names[-1][4:-6]) + 1)
                 _fsync_dir(self.directory)
@@ -308,11 +320,9 @@ class JsonlStore:
     def _reclaim(self, seg: _Segment) -> None:
         if seg.batches or seg is self._current:
             return
-        try:
-            os.unlink(seg.path)
-            _fsync_dir(self.directory)
-        except FileNotFoundError:
-            pass
+        _unlink(seg.path)
+        _unlink(_released_path(seg.path))
+        _fsync_dir(self.directory)
         del self._segments[seg.number]
 
     # -- releasing -----------------------------------------------------------------------
@@ -323,7 +333,12 @@ class JsonlStore:
             if seg is None or ref.position not in seg.batches:
                 raise RuntimeError(f"spool {self.directory}: batch {ref} released twice")
             seg.batches.discard(ref.position)
-            if seg is not self._current:
+            if seg.batches or seg is self._current:
+                # Noted (not fsynced) so a restart does not replay it; losing the note
+                # only replays a delivered batch once more (at-least-once).
+                with open(_released_path(seg.path), "ab") as fh:
+                    fh.write(b"%d\n" % ref.position)
+            else:
                 self._reclaim(seg)
 
     def collect(self) -> None:
@@ -347,6 +362,25 @@ class JsonlStore:
                     self._rotate()
                 except OSError:
                     logger.warning("spool %s: closing the segment failed", self.directory)
+
+
+def _released_path(segment: str) -> str:
+    return segment[: -len(".jsonl")] + ".released"
+
+
+def _read_released(segment: str) -> set[int]:
+    """Positions noted as released for ``segment`` (a torn last line is ignored)."""
+    try:
+        with open(_released_path(segment), "rb") as fh:
+            lines = fh.read().split(b"\n")
+    except FileNotFoundError:
+        return set()
+    return {int(line) for line in lines[:-1] if line.isdigit()}
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _write_all(fd: int, data: bytes) -> None:
