@@ -180,3 +180,53 @@ sink:
     rows = read_file_sink(out)
     assert sorted(rows) == sorted(f"{p}:{i}" for p in range(3) for i in range(records))
     assert os.listdir(spool_dir) == []
+
+
+def test_b57_b7_a_full_spool_pauses_the_source_which_resumes_when_the_terminal_catches_up(
+    tmp_path: Path,
+) -> None:
+    """A pipeline over a spool with a tiny ``max_bytes`` and a slow terminal: the source
+    is paused because the sink refuses rows, resumes as segments are deleted, and every
+    record arrives; the spool directory is empty after the drain."""
+    from prometheus_client import CollectorRegistry as Registry
+    from spate import Pipeline, SystemClock
+    from spate.config.models import CheckpointConfig
+    from spate.sink import JsonlStore, SpoolConfig, SpoolTier
+    from spate.testing import CopyToSinkProcessor, memory_source
+
+    records = scaled(20_000, minimum=2_000)
+    data = {p: [f"{p}:{i}".encode() for i in range(records // 2)] for p in range(2)}
+    source, _handle = memory_source(data, batch_size=200)
+    clock = SystemClock()
+    meter = Meter("spool-pause", Registry())
+    terminal, script = capture_sink("t", max_rows=500, clock=clock, threaded=True)
+    script.always(delay(0.02))
+    config = SpoolConfig(
+        dir=str(tmp_path), ack="spooled", max_records=200, segment_bytes=4096, max_bytes=8192
+    )
+    spool = SpoolTier(
+        "spool",
+        config,
+        terminal,
+        JsonlStore(str(tmp_path), segment_bytes=config.segment_bytes),
+        meter=meter,
+        clock=clock,
+    )
+    pipeline = Pipeline(
+        "spool-pause",
+        source,
+        {"sink": spool},
+        processor=CopyToSinkProcessor(spool),
+        checkpoint=CheckpointConfig(interval=0.1),
+        meter=meter,
+        handle_signals=False,
+    )
+    report = pipeline.run()
+    assert report.exit_code == 0, report
+    labels = {"pipeline": "spool-pause", "component": "backpressure", "component_type": "flow"}
+    paused = meter.registry.get_sample_value(
+        "spate_backpressure_pause_events_total", {**labels, "cause": "sink_full"}
+    )
+    assert sorted(script.rows) == sorted(r for rows in data.values() for r in rows)
+    assert os.listdir(tmp_path) == []
+    assert paused, "the source was never paused by the full spool"
