@@ -50,15 +50,6 @@ from spate.records import Lane
 from spate.sink._contract import Offer, Sink
 from spate.sink._store import BatchRef, SpoolStore
 
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
-    _orjson = None  # type: ignore[assignment]
-
-_ORJSON_OPTIONS = (
-    0 if _orjson is None else (_orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_NON_STR_KEYS)
-)
-
 logger = logging.getLogger(__name__)
 
 _SPOOL_LANE = Lane("spool", 0)
@@ -135,6 +126,19 @@ def _untag(obj: dict[str, object]) -> object:
     return obj
 
 
+@functools.cache
+def _fast_dumps() -> Callable[[object], bytes] | None:
+    """orjson's encoder with the same output as the standard library's, if installed.
+
+    Imported on first use: importing spate loads no optional library."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
+        return None
+    options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+    return functools.partial(orjson.dumps, default=_tagged, option=options)
+
+
 def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
 
@@ -152,9 +156,9 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     else:
         body["r"] = row
     try:
-        if _orjson is not None:
-            encoded: bytes = _orjson.dumps(body, default=_tagged, option=_ORJSON_OPTIONS)
-            return encoded
+        dumps = _fast_dumps()
+        if dumps is not None:
+            return dumps(body)
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
     except (TypeError, ValueError) as exc:
         raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
