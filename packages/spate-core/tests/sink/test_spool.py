@@ -365,3 +365,53 @@ def test_the_store_suite_fails_a_store_that_never_releases(tmp_path: Path) -> No
             suite.test_b54_released_batches_never_come_back()
     finally:
         suite.teardown_method()
+
+
+def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
+    tmp_path: Path,
+) -> None:
+    """A crash after the terminal wrote a spooled batch but before the spool noted it:
+    the replay in a new run (new run nonce) is written under the same tokens, so a
+    terminal that deduplicates by token drops it."""
+    from spate.testing import scripted_pool
+
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    rows = [{"i": i} for i in range(7)]
+
+    def run(directory: Path, nonce: str, offer: bool) -> list[str]:
+        clock = ManualClock()
+        pool, endpoints = scripted_pool(
+            "t", shards=2, run_nonce=nonce, clock=clock, config=None, io_threads=0
+        )
+        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=100)
+        spool = SpoolTier(
+            "s",
+            config,
+            pool,
+            JsonlStore(str(directory), nonce=nonce),
+            meter=Meter("p", CollectorRegistry()),
+            clock=clock,
+        )
+        spool.start()
+        if offer:
+            ack = Acks().new()
+            for i, row in enumerate(rows):
+                assert spool.offer(row, b"%d" % i, LANE, ack) is Offer.ACCEPTED
+            ack.release()
+            spool.tick()
+            spool.tick()
+        else:
+            spool.flush(clock.monotonic() + 60)
+        tokens = sorted(a.token for a in endpoints.attempts)
+        assert sorted(r["i"] for r in endpoints.rows()) == list(range(7))  # type: ignore[index]
+        return tokens
+
+    first = run(first_dir, "run1", offer=True)
+    # The crash: the segment as written, without the note that it was delivered.
+    second_dir.mkdir()
+    for name in os.listdir(first_dir):
+        if name.endswith(".jsonl"):
+            shutil.copy(first_dir / name, second_dir / name)
+    replayed = run(second_dir, "run2", offer=False)
+    assert first == replayed
+    assert all("run1" in token and "run2" not in token for token in replayed)

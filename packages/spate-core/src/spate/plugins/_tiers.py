@@ -141,7 +141,7 @@ def _build_nested(raw: Mapping[str, Any], component: str, context: BuildContext)
 def open_store(config: SpoolConfig, context: BuildContext) -> SpoolStore:
     """The spool store ``config.store`` names (built in: ``jsonl``)."""
     if config.store == "jsonl":
-        return JsonlStore(config.dir, segment_bytes=config.segment_bytes)
+        return JsonlStoreFactory.build(config, context)
     from spate.plugins._registry import Registry, default_registry
 
     registry = context.registry if isinstance(context.registry, Registry) else default_registry()
@@ -208,4 +208,4 @@ class JsonlStoreFactory:
 
     @staticmethod
     def build(config: SpoolConfig, context: BuildContext) -> SpoolStore:
-        return JsonlStore(config.dir, segment_bytes=config.segment_bytes)
+        return JsonlStore(config.dir, segment_bytes=config.segment_bytes, nonce=context.run_nonce)

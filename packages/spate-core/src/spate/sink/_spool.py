@@ -14,7 +14,9 @@ Then:
 Every durable batch is offered to the next tier under an ack token of the spool's own
 (one per spooled batch); when that token resolves delivered the store releases the batch
 and deletes a segment once all of it is released (B54). A batch the next tier failed
-stays in the store and is replayed on the next start.
+stays in the store and is replayed on the next start. A next tier with
+``begin_identified`` (the sink pool) gets each batch's identity (writing run, segment,
+position), from which it derives dedup tokens that a replay repeats (B9, B56).
 
 On :meth:`SpoolTier.start` the store is recovered (torn tails cut, corruption fails
 start-up naming segment and byte offset, B55) and the batches found are handed on before
@@ -520,12 +522,18 @@ class SpoolTier:
             return
         handing = self._handing
         nxt = self.next
+        # A next tier that can name batches (the sink pool) gets each spooled batch's
+        # identity, so its dedup tokens are the same when the batch is replayed (B56).
+        begin = getattr(nxt, "begin_identified", None)
+        end = getattr(nxt, "end_identified", None)
         while handing:
             batch = handing[0]
             token = batch.token
-            assert token is not None
+            assert token is not None and batch.ref is not None
             rows = batch.rows
             i = batch.handed
+            if i == 0 and begin is not None and batch.ref.origin:
+                begin(batch.ref.identity)
             while i < len(rows):
                 row, key, lane = rows[i]
                 try:
@@ -541,6 +549,8 @@ class SpoolTier:
                     return
                 i += 1
             batch.handed = i
+            if end is not None and batch.ref.origin:
+                end()
             handing.popleft()
             batch.rows = []
             token.release(not batch.failed)

@@ -7,12 +7,13 @@ On start :meth:`SpoolStore.recover` returns every batch left by an earlier run, 
 for replay. Stores are plugins (entry-point group ``spate.stores``, entry name = the
 ``store:`` value of a spool); :class:`JsonlStore` (``jsonl``) is built in.
 
-The JSONL segment format, one file ``seg-<n>.jsonl`` per segment::
+The JSONL segment format, one file ``seg-<n>-<origin>.jsonl`` per segment (``origin``:
+a nonce of the run that wrote it, so batch identities never repeat across runs)::
 
     <crc32 of payload, 8 hex digits> <payload>\\n     one record (payload: one JSON value)
     <crc32 of payload, 8 hex digits> #<count>\\n      end of a batch of <count> records
 
-A batch counts only once its end line is complete. ``seg-<n>.released`` lists the byte
+A batch counts only once its end line is complete. ``seg-<n>-<origin>.released`` lists the byte
 positions of the segment's batches already released (written without fsync: a lost
 note only replays a delivered batch once more); the segment and its note are deleted
 together once every batch is released. On recovery the newest segment's
@@ -27,6 +28,7 @@ import contextlib
 import logging
 import os
 import threading
+import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,9 +49,17 @@ class BatchRef:
 
     segment: int
     position: int
+    origin: str = ""
+    """The run that wrote the segment (a nonce): with segment and position, an identity
+    that never repeats across runs."""
 
     def __str__(self) -> str:
         return f"{self.segment}:{self.position}"
+
+    @property
+    def identity(self) -> str:
+        """``<origin>-<segment>-<position>``: names this batch's rows in every run."""
+        return f"{self.origin}-{self.segment}-{self.position}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,7 @@ def _unframe(line: bytes) -> bytes | None:
 class _Segment:
     number: int
     path: str
+    origin: str
     size: int = 0
     batches: set[int] = field(default_factory=set)
     """Positions of batches not yet released."""
@@ -148,10 +159,14 @@ class _Segment:
 class JsonlStore:
     """The built-in store: JSON-lines segment files with per-line CRC32 framing."""
 
-    def __init__(self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024, nonce: str | None = None
+    ) -> None:
+        """``nonce`` names the segments this run writes (default: a random one)."""
         if segment_bytes < 1:
             raise ValueError("segment_bytes must be positive")
         self.directory = directory
+        self.nonce = nonce if nonce else uuid.uuid4().hex[:12]
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}
@@ -170,16 +185,16 @@ class JsonlStore:
         found: list[StoredBatch] = []
         with self._lock:
             for i, name in enumerate(names):
-                number = int(name[4:-6])
+                number, origin = _parse_name(name)
                 path = os.path.join(self.directory, name)
-                batches, size = self._read_segment(path, number, last=i == len(names) - 1)
+                batches, size = self._read_segment(path, number, origin, last=i == len(names) - 1)
                 done = _read_released(path)
                 batches = [b for b in batches if b.ref.position not in done]
                 if not batches:
                     _unlink(path)
                     _unlink(_released_path(path))
                     continue
-                seg = _Segment(number, path, size, {b.ref.position for b in batches})
+                seg = _Segment(number, path, origin, size, {b.ref.position for b in batches})
                 seg.appended = len(batches)
                 self._segments[number] = seg
                 found.extend(batches)
@@ -190,11 +205,13 @@ class JsonlStore:
                     if not os.path.exists(segment):
                         _unlink(os.path.join(self.directory, name))  # its segment is gone
             if names:
-                self._next_number = max(self._next_number, int(names[-1][4:-6]) + 1)
+                self._next_number = max(self._next_number, _parse_name(names[-1])[0] + 1)
                 _fsync_dir(self.directory)
         return found
 
-    def _read_segment(self, path: str, number: int, *, last: bool) -> tuple[list[StoredBatch], int]:
+    def _read_segment(
+        self, path: str, number: int, origin: str, *, last: bool
+    ) -> tuple[list[StoredBatch], int]:
         with open(path, "rb") as fh:
             data = fh.read()
         batches: list[StoredBatch] = []
@@ -219,7 +236,7 @@ class JsonlStore:
                         f"spool segment {path} at byte {offset}",
                         f"batch end says {payload[1:]!r} records, found {len(records)}",
                     )
-                batches.append(StoredBatch(BatchRef(number, batch_start), records))
+                batches.append(StoredBatch(BatchRef(number, batch_start, origin), records))
                 records = []
                 good_end = newline + 1
                 batch_start = good_end
@@ -272,7 +289,7 @@ class JsonlStore:
             seg.batches.add(position)
             seg.appended += 1
             self._dirty = True
-            return BatchRef(seg.number, position)
+            return BatchRef(seg.number, position, seg.origin)
 
     def sync(self) -> None:
         with self._lock:
@@ -290,7 +307,7 @@ class JsonlStore:
     def _open_segment(self) -> _Segment:
         number = self._next_number
         self._next_number += 1
-        path = os.path.join(self.directory, f"seg-{number:012d}.jsonl")
+        path = os.path.join(self.directory, f"seg-{number:012d}-{self.nonce}.jsonl")
         try:
             self._file = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             _fsync_dir(self.directory)
@@ -299,7 +316,7 @@ class JsonlStore:
                 f"spool {self.directory}: cannot create segment {path}: {exc.strerror or exc}",
                 ErrorClass.RETRYABLE,
             ) from exc
-        seg = _Segment(number, path)
+        seg = _Segment(number, path, self.nonce)
         self._segments[number] = seg
         self._current = seg
         return seg
@@ -362,6 +379,13 @@ class JsonlStore:
                     self._rotate()
                 except OSError:
                     logger.warning("spool %s: closing the segment failed", self.directory)
+
+
+def _parse_name(name: str) -> tuple[int, str]:
+    """``seg-<number>-<origin>.jsonl`` → ``(number, origin)``."""
+    stem = name[len("seg-") : -len(".jsonl")]
+    number, _, origin = stem.partition("-")
+    return int(number), origin
 
 
 def _released_path(segment: str) -> str:
