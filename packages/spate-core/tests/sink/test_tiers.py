@@ -230,3 +230,52 @@ def test_b57_b7_a_full_spool_pauses_the_source_which_resumes_when_the_terminal_c
     assert sorted(script.rows) == sorted(r for rows in data.values() for r in rows)
     assert os.listdir(tmp_path) == []
     assert paused, "the source was never paused by the full spool"
+
+
+def test_memory_tier_on_tick_hands_everything_on_at_each_tick() -> None:
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    tier = MemoryTier(
+        "m",
+        MemoryTierConfig(max_records=100, every=3600, on_tick=True),
+        terminal,
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+    )
+    ack = Acks().new()
+    tier.offer("a", None, LANE, ack)
+    ack.release()
+    tier.tick()
+    terminal.tick()
+    assert script.rows == ["a"] and ack.status is AckStatus.DELIVERED
+
+
+def test_b58_yaml_tee_writes_every_record_to_both_sinks(tmp_path: Path) -> None:
+    records = scaled(3_000, minimum=200)
+    left, right = tmp_path / "left.jsonl", tmp_path / "right.jsonl"
+    config = tmp_path / "tee.yaml"
+    config.write_text(
+        f"""\
+pipeline: {{name: tee-run}}
+checkpoint: {{interval: 100ms}}
+admin: {{listen: none}}
+source:
+  memory: {{partitions: 2, records: {records}, batch_size: 250}}
+sink:
+  tee:
+    sinks:
+      - file: {{path: "{left}", max_rows: 300}}
+      - file: {{path: "{right}", max_rows: 700}}
+""",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "run", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    expected = sorted(f"{p}:{i}" for p in range(2) for i in range(records))
+    assert sorted(read_file_sink(left)) == expected
+    assert sorted(read_file_sink(right)) == expected

@@ -2,9 +2,9 @@
 
 Rows are held with the ack of the source batch they came from (retained once per row)
 and handed to the next tier when ``max_records`` or ``max_bytes`` is reached, when the
-oldest held row is ``every`` old (checked on offer and tick), and on flush (drain,
-revocation). The next tier retains the same ack before the memory tier lets go of it,
-so a source batch is never acknowledged before its rows reached a durable tier or the
+oldest held row is ``every`` old (checked on tick), at every tick with ``on_tick``, and
+on flush (drain, revocation). The next tier retains the same ack before the memory tier
+lets go of it, so a source batch is never acknowledged before its rows reached a durable tier or the
 terminal (ADR 0002). Volatile: a crash loses what it holds, which the source then
 replays — hence it may only stand before a spool, never after (config validation).
 """
@@ -39,6 +39,8 @@ class MemoryTierConfig:
     """Hand everything on once the held rows' estimated size reaches this."""
     every: Duration = 60.0
     """Hand everything on once the oldest held row is this old."""
+    on_tick: bool = False
+    """Also hand everything on at every checkpoint tick (``checkpoint.interval``)."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.max_records < 1:
@@ -101,8 +103,9 @@ class MemoryTier:
         return Offer.ACCEPTED
 
     def tick(self) -> None:
-        """Checkpoint tick: hand on when ``every`` elapsed; tick the next tier."""
-        if self._held and self._clock.monotonic() - self._oldest >= self.config.every:
+        """Checkpoint tick: hand on when ``every`` elapsed (or ``on_tick``); tick the next tier."""
+        due = self.config.on_tick or self._clock.monotonic() - self._oldest >= self.config.every
+        if self._held and due:
             self._start_flush()
         elif self._flushing:
             self._hand_on()
