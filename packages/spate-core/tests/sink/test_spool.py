@@ -415,3 +415,41 @@ def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
     replayed = run(second_dir, "run2", offer=False)
     assert first == replayed
     assert all("run1" in token and "run2" not in token for token in replayed)
+
+
+class _FailingSyncStore(JsonlStore):
+    """A store whose next fsync fails (EIO), as a failing disk's would."""
+
+    fail_next = True
+
+    def sync(self) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            from spate import ErrorClass, SinkError
+
+            raise SinkError("spool: fsync failed: Input/output error", ErrorClass.FATAL)
+        super().sync()
+
+
+def test_b57_a_failed_fsync_never_acknowledges_its_batch(tmp_path: Path) -> None:
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _FailingSyncStore(str(tmp_path))
+    spool = SpoolTier(
+        "s",
+        SpoolConfig(dir=str(tmp_path), ack="spooled"),
+        terminal,
+        store,
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+    )
+    spool.start()
+    acks = Acks()
+    lost = offer_batch(spool, acks, [{"i": 1}])
+    spool.tick()
+    assert lost.status is AckStatus.FAILED  # never acknowledged, never handed on
+    kept = offer_batch(spool, acks, [{"i": 2}])
+    spool.tick()
+    assert kept.status is AckStatus.DELIVERED
+    assert spool.flush(clock.monotonic() + 60)
+    assert script.rows == [{"i": 2}]

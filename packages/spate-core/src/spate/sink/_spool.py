@@ -441,7 +441,22 @@ class SpoolTier:
             try:
                 self._store.sync()
             except SinkError as exc:
+                # After a failed fsync the kernel may have dropped the pages and a retry
+                # could report success without them: these batches are not durable and
+                # are never acknowledged; their source batches fail (B2, B57).
                 self._failed_write(exc)
+                failed, self._unsynced = self._unsynced, []
+                rows = 0
+                for batch in failed:
+                    rows += len(batch.rows)
+                    for ack in batch.acks:
+                        ack.release(False)
+                    batch.acks = []
+                logger.error(
+                    "spool %s: %d rows could not be made durable; their source batches fail",
+                    self.name,
+                    rows,
+                )
                 return False
             self._m_fsync.observe(time.perf_counter() - started)
             self._durable(self._unsynced)

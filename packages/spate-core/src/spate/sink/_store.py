@@ -264,9 +264,15 @@ class JsonlStore:
         data = b"".join(chunks)
         with self._lock:
             seg = self._current
-            if seg is not None and seg.size > 0 and seg.size + len(data) > self.segment_bytes:
-                self._rotate()
-                seg = None
+            try:
+                if seg is not None and seg.size > 0 and seg.size + len(data) > self.segment_bytes:
+                    self._rotate()
+                    seg = None
+            except OSError as exc:
+                raise SinkError(
+                    f"spool {self.directory}: closing a segment failed: {exc.strerror or exc}",
+                    ErrorClass.FATAL,
+                ) from exc
             if seg is None:
                 seg = self._open_segment()
             position = seg.size
