@@ -279,3 +279,64 @@ sink:
     expected = sorted(f"{p}:{i}" for p in range(2) for i in range(records))
     assert sorted(read_file_sink(left)) == expected
     assert sorted(read_file_sink(right)) == expected
+
+
+STORE_MODULE = """
+from pathlib import Path
+
+from spate.sink import JsonlStore, SpoolConfig
+
+
+class MarkedStore(JsonlStore):
+    def recover(self):
+        Path(self.directory).parent.joinpath("marked-store-used").touch()
+        return super().recover()
+
+
+class MarkedStoreFactory:
+    config_model = SpoolConfig
+
+    @staticmethod
+    def build(config, context):
+        return MarkedStore(config.dir, segment_bytes=config.segment_bytes, nonce=context.run_nonce)
+"""
+
+
+def test_b27_a_third_party_spool_store_is_used_through_its_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spate._assembly import assemble
+    from spate.plugins import Registry
+
+    from tests.support.fake_plugins import install_dist
+
+    plugins = tmp_path / "plugins"
+    install_dist(
+        plugins,
+        "spate-marked-store",
+        entry_points={"spate.stores": {"marked": "marked_store:MarkedStoreFactory"}},
+        modules={"marked_store.py": STORE_MODULE},
+    )
+    monkeypatch.syspath_prepend(str(plugins))
+    registry = Registry(path=[str(plugins), *sys.path])
+    out, spool = tmp_path / "out.jsonl", tmp_path / "spool"
+    config = parse_config(
+        f"""\
+pipeline: {{name: marked-store}}
+checkpoint: {{interval: 100ms}}
+admin: {{listen: none}}
+source:
+  memory: {{records: 300}}
+sink:
+  tiered:
+    tiers: [{{spool: {{dir: "{spool}", store: marked}}}}]
+    terminal:
+      file: {{path: "{out}"}}
+""",
+        resolver=registry,
+    )
+    report = assemble(config, registry=registry, handle_signals=False).pipeline.run()
+    assert report.exit_code == 0, report
+    assert (tmp_path / "marked-store-used").exists()
+    assert sorted(read_file_sink(out)) == sorted(f"0:{i}" for i in range(300))
+    assert os.listdir(spool) == []
