@@ -340,3 +340,23 @@ sink:
     assert (tmp_path / "marked-store-used").exists()
     assert sorted(read_file_sink(out)) == sorted(f"0:{i}" for i in range(300))
     assert os.listdir(spool) == []
+
+
+def test_b17_nested_sink_sections_are_checked_at_validation(tmp_path: Path) -> None:
+    text = _yaml(f'[{{spool: {{dir: "{tmp_path}"}}}}]', tmp_path).replace("{path:", "{pathz:")
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    assert err.value.path == "sink.tiered.terminal.file.pathz"
+    tee = """\
+source:
+  memory: {records: 1}
+sink:
+  tee:
+    sinks:
+      - file: {path: a.jsonl}
+      - nosuchsink: {}
+"""
+    with pytest.raises(ConfigError) as err:
+        parse_config(tee)
+    assert err.value.path.startswith("sink.tee.sinks[1]")
+    assert "nosuchsink" in err.value.message

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from spate.config._decode import decode, join_path
-from spate.errors import ConfigError
+from spate.errors import ConfigError, SpateError
 from spate.plugins._factory import BuildContext, PluginKind
 from spate.sink._contract import Sink
 from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
@@ -90,10 +90,7 @@ class TieredSinkConfig:
             elif tag == "memory" and spool_at is not None:
                 yield where, MEMORY_AFTER_SPOOL
         if self.terminal:
-            try:
-                _single(self.terminal, "terminal sink")
-            except ValueError as exc:
-                yield "terminal", str(exc)
+            yield from _nested_errors(self.terminal, "terminal")
 
     def tier_configs(self) -> list[tuple[str, MemoryTierConfig | SpoolConfig]]:
         """The decoded tiers, in travel order."""
@@ -115,10 +112,32 @@ class TeeSinkConfig:
         if len(self.sinks) < 2:
             yield "sinks", "a tee needs at least two sinks"
         for i, raw in enumerate(self.sinks):
-            try:
-                _single(raw, "sink")
-            except ValueError as exc:
-                yield join_path("sinks", i), str(exc)
+            yield from _nested_errors(raw, join_path("sinks", i))
+
+
+def _nested_errors(raw: Mapping[str, Any], where: str) -> Iterator[tuple[str, str]]:
+    """Errors of a nested sink section, decoded by its connector's model (B17, B29).
+
+    Checked through the default registry, as the loader does without a resolver; the
+    build decodes again through the pipeline's own registry.
+    """
+    from spate.config._loader import decode_connector
+    from spate.config.models import ConnectorSpec
+    from spate.plugins._registry import default_registry
+
+    try:
+        tag, body = _single(raw, "sink")
+    except ValueError as exc:
+        yield where, str(exc)
+        return
+    path = join_path(where, tag)
+    spec = ConnectorSpec(kind="sink", tag=tag, component=where, path=path, body=body)
+    try:
+        decode_connector(spec, default_registry())
+    except ConfigError as exc:
+        yield exc.path, exc.message
+    except SpateError as exc:
+        yield path, str(exc)
 
 
 def _build_nested(raw: Mapping[str, Any], component: str, context: BuildContext) -> Sink:
