@@ -82,6 +82,7 @@ def assemble(
             budget=budget,
             io_threads=config.pipeline.io_threads,
             coordination=config.coordination,
+            registry=registry,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name

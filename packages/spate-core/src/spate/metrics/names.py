@@ -83,7 +83,7 @@ SINK_RECORDS = _c("spate_sink_records_total", "Rows durably written.", "shard")
 SINK_BYTES = _c("spate_sink_bytes_total", "Encoded bytes durably written.", "shard")
 SINK_FLUSHES = _c(
     "spate_sink_flushes_total",
-    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain).",
+    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain, tier).",
     "shard",
     "reason",
 )
@@ -104,6 +104,24 @@ SINK_BREAKER_STATE = _g(
 )
 SINK_ABANDONED = _c(
     "spate_sink_abandoned_rows_total", "Rows abandoned without a successful write.", "shard"
+)
+
+# Tiers (memory, spool, tee)
+TIER_HELD_RECORDS = _g(
+    "spate_tier_held_records", "Records a tier holds that the next tier has not settled."
+)
+TIER_HELD_BYTES = _g("spate_tier_held_bytes", "Bytes a tier holds (on disk for a spool).")
+TIER_OLDEST_AGE = _g(
+    "spate_tier_oldest_record_age_seconds", "Age of the oldest record a tier holds (0: none)."
+)
+TIER_FLUSHES = _c("spate_tier_flushes_total", "Batches a tier sealed and passed on.")
+SPOOL_SEGMENTS = _g("spate_spool_segments", "Segment files the spool holds on disk.")
+SPOOL_REPLAYED = _c(
+    "spate_spool_replayed_records_total", "Records replayed from the spool on start."
+)
+SPOOL_FSYNC_SECONDS = _h("spate_spool_fsync_duration_seconds", "Duration of one spool fsync.")
+SPOOL_WRITE_ERRORS = _c(
+    "spate_spool_write_errors_total", "Spool appends or fsyncs that failed (a full disk)."
 )
 
 # Checkpoint
