@@ -100,6 +100,7 @@ def assemble(
         budget=budget,
         handle_signals=handle_signals,
         gc_threshold=config.pipeline.gc_threshold,
+        lane_stall_after=config.admin.lane_stall_after,
     )
     if chains is not None:
         pipeline.chains(chains)

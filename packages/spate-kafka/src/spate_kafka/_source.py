@@ -8,7 +8,11 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
 * B15 — the revoke callback runs the runtime's drain barrier and commits synchronously
   before it returns, so the next owner starts behind nothing undelivered;
 * B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
-* B29 — unreachable brokers fail ``start`` naming them.
+* B29 — unreachable brokers fail ``start`` naming them;
+* B32 — librdkafka keeps an application's pause on a partition that is assigned back, so
+  every assignment sets librdkafka's pause state to what spate wants (nothing, after the
+  runtime's new epoch); ``fetch_lag`` lets ``/healthz`` notice a partition that is
+  behind and silent although spate did not pause it.
 
 Payloads are ``memoryview(message.value())``: a view over the ``bytes`` librdkafka
 returned, so ``view.obj`` gives the original object back without a copy.
@@ -71,6 +75,23 @@ def _partition_lag(info: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
+    """Records of a partition not handed to the application yet (B32).
+
+    Measured from the last position handed out, else the committed offset; capped at the
+    bounded run's end offset. None while librdkafka knows neither end.
+    """
+    high = info.get("hi_offset", -1)
+    position = info.get("app_offset", -1)
+    if not isinstance(position, int) or position < 0:
+        position = info.get("committed_offset", -1)
+    if not isinstance(high, int) or not isinstance(position, int) or high < 0 or position < 0:
+        return None
+    if end is not None:
+        high = min(high, end)
+    return max(0, high - position)
+
+
 class KafkaSource:
     """A :class:`spate.source.Source` over one topic in one consumer group."""
 
@@ -98,6 +119,7 @@ class KafkaSource:
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
         self._lag: dict[int, GaugeSeries] = {}
+        self._unfetched: dict[int, int] = {}
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
         self._subscribed = False
@@ -388,8 +410,26 @@ class KafkaSource:
             self._mark_done_from_committed(parts)
         if self._events is not None and not self._closing:
             self._events.assigned([Lane(self._topic, p) for p in parts])
+        consumer.assign(partitions)
+        self._apply_pauses(consumer, parts)
         if self._end_offsets is not None and self._assigned and not self._drained:
             self._check_bounded_end(())
+
+    def _apply_pauses(self, consumer: Consumer, parts: Collection[int]) -> None:
+        """Set librdkafka's pause state of newly assigned partitions to spate's (B32).
+
+        librdkafka keeps an application's pause on a partition assigned back to this
+        member, while the runtime starts each assignment unpaused: without this, a
+        backpressure pause active during a rebalance would never be lifted.
+        """
+        # Drained: every partition is read to its end offset and stays paused.
+        wanted = set(parts) if self._drained else self._paused.intersection(parts)
+        fetch = [TopicPartition(self._topic, p) for p in parts if p not in wanted]
+        hold = [TopicPartition(self._topic, p) for p in parts if p in wanted]
+        if fetch:
+            consumer.resume(fetch)
+        if hold:
+            consumer.pause(hold)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         parts = [tp.partition for tp in partitions]
@@ -406,6 +446,9 @@ class KafkaSource:
         for p in parts:
             self._pending_commit.pop(p, None)
             self._set_lag(p, 0)
+        with self._lag_lock:
+            for p in parts:
+                self._unfetched.pop(p, None)
 
     def _check_assignment_timeout(self) -> None:
         limit = self._config.assignment_timeout
@@ -446,6 +489,25 @@ class KafkaSource:
             lag = _partition_lag(info)
             if lag is not None:
                 self._set_lag(partition, lag)
+            end = self._end_offsets.get(partition) if self._end_offsets is not None else None
+            unfetched = _fetch_lag(info, end)
+            if unfetched is not None:
+                with self._lag_lock:
+                    self._unfetched[partition] = unfetched
+
+    def fetch_lag(self) -> dict[Lane, int]:
+        """Records waiting per owned partition spate is not pausing (any thread, B32)."""
+        if self._drained:
+            return {}
+        assigned = frozenset(self._assigned)
+        paused = frozenset(self._paused)
+        with self._lag_lock:
+            unfetched = dict(self._unfetched)
+        return {
+            Lane(self._topic, p): lag
+            for p, lag in unfetched.items()
+            if p in assigned and p not in paused
+        }
 
     # -- helpers ---------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ class Pipeline:
         run_nonce: str | None = None,
         budget: InflightBudget | None = None,
         poll_timeout: float = 0.1,
+        lane_stall_after: float | None = None,
         handle_signals: bool = True,
         gc_threshold: int = 50_000,
     ) -> None:
@@ -87,6 +88,8 @@ class Pipeline:
         ``budget`` must be the same object the sinks were built with (their
         ``BuildContext.budget``); when omitted one is created from ``backpressure``
         (see :meth:`new_budget`) and sinks built afterwards must use :attr:`budget`.
+        ``lane_stall_after`` is ``admin.lane_stall_after`` (None: the probe's
+        ``stall_after``).
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -103,6 +106,7 @@ class Pipeline:
         self.run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
         self.budget = budget if budget is not None else self.new_budget(self.backpressure)
         self.poll_timeout = poll_timeout
+        self.lane_stall_after = lane_stall_after
         self.handle_signals = handle_signals
         self.gc_threshold = gc_threshold
         self._processor = processor
@@ -203,6 +207,7 @@ class Pipeline:
             shutdown=self._shutdown,
             wake=self._wake,
             poll_timeout=self.poll_timeout,
+            lane_stall_after=self.lane_stall_after,
         )
         self._health.target = runtime
         restore = install_signal_handlers(self._shutdown) if self.handle_signals else None

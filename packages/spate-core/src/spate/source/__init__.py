@@ -1,5 +1,5 @@
 """Source contract and source-side helpers."""
 
-from spate.source._contract import Source, SourceEvents
+from spate.source._contract import FetchLagSource, Source, SourceEvents
 
-__all__ = ["Source", "SourceEvents"]
+__all__ = ["FetchLagSource", "Source", "SourceEvents"]

@@ -16,6 +16,10 @@ The runtime drives a source from the pipeline thread only:
 4. ``pause(lanes)`` / ``resume(lanes)`` stop and restart fetching while ``poll`` keeps
    being called (B7).
 5. ``close()`` releases everything; the runtime has already committed what it could.
+
+A source that can tell, per lane it fetches, how many records are waiting that ``poll``
+has not returned yet also implements :class:`FetchLagSource`; ``/healthz`` then notices a
+lane that is owned, behind and silent although spate did not pause it (B32).
 """
 
 from __future__ import annotations
@@ -71,4 +75,17 @@ class Source(Protocol):
 
     def close(self) -> None:
         """Release connections. Called once, after the final commit."""
+        ...
+
+
+class FetchLagSource(Protocol):
+    """Optional part of a source: how far behind each lane it fetches is (B32)."""
+
+    def fetch_lag(self) -> Mapping[Lane, int]:
+        """Records waiting to be fetched per owned lane the source is not pausing.
+
+        Lanes the source paused (for the runtime or because a bounded lane is done) are
+        left out. Measured values, possibly a few seconds old; may be called from any
+        thread and never blocks on the pipeline thread.
+        """
         ...
