@@ -9,14 +9,15 @@ released while a second member of the group joins and leaves.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from spate import ExitReport, Pipeline
 from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.records import Lane
 from spate.testing import OK, RETRYABLE, CaptureScript, CopyToSinkProcessor, capture_sink
 from spate_kafka import KafkaSource, KafkaSourceConfig
 
@@ -188,3 +189,56 @@ def test_pause_held_through_a_join_and_a_leave_is_lifted(
     finally:
         report = member.stop()
     assert report.state == "completed", report.summary()
+
+
+class _Events:
+    """The source's events with no runtime behind them (the test drives ``poll``)."""
+
+    def assigned(self, lanes: Collection[Lane]) -> None:
+        pass
+
+    def revoked(self, lanes: Collection[Lane]) -> None:
+        pass
+
+    def drained(self) -> None:
+        pass
+
+
+def test_fetch_lag_names_a_partition_paused_behind_spates_back_only(
+    kafka_bootstrap: str,
+) -> None:
+    """B32: what /healthz reads — records waiting on an owned partition that librdkafka
+    holds paused although spate did not pause it; a partition spate paused is left out."""
+    topic, group = unique_name("fetch-lag"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, 4)
+    produce_keyed(kafka_bootstrap, topic, 2000)
+    source = KafkaSource(
+        KafkaSourceConfig(
+            brokers=kafka_bootstrap,
+            topic=topic,
+            group_id=group,
+            statistics_interval=0.2,
+            consume_batch=10,
+            rdkafka=dict(GROUP_SETTINGS),
+        )
+    )
+    source.start(_Events())
+    try:
+        seen: set[int] = set()
+        wait_until(
+            lambda: seen.update(b.lane.partition for b in source.poll(0.1)) or len(seen) == 4,
+            120,
+            "a batch from every partition",
+        )
+        consumer = source._consumer
+        assert consumer is not None
+        consumer.pause([TopicPartition(topic, 0)])  # as librdkafka kept it across a rebalance
+        source.pause([Lane(topic, 1)])  # spate's own pause: not a stall
+        wait_until(
+            lambda: not source.poll(0.1) and bool(source.fetch_lag().get(Lane(topic, 0))),
+            120,
+            "lag reported on the partition paused behind spate's back",
+        )
+        assert Lane(topic, 1) not in source.fetch_lag()
+    finally:
+        source.close()

@@ -76,15 +76,22 @@ def _partition_lag(info: Mapping[str, Any]) -> int | None:
 
 
 def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
-    """Records of a partition not handed to the application yet (B32).
+    """Records of a partition the consumer has not fetched yet (B32).
 
-    Measured from the last position handed out, else the committed offset; capped at the
-    bounded run's end offset. None while librdkafka knows neither end.
+    From librdkafka's next fetch offset (which a pause rewinds to the application's
+    position, and which steps over transaction markers) or the application's position,
+    to the last stable offset (the high watermark without one), capped at the bounded
+    run's end offset. None while librdkafka knows neither end.
     """
-    high = info.get("hi_offset", -1)
-    position = info.get("app_offset", -1)
-    if not isinstance(position, int) or position < 0:
-        position = info.get("committed_offset", -1)
+    known = [
+        value
+        for value in (info.get("next_offset"), info.get("app_offset"))
+        if isinstance(value, int) and value >= 0
+    ]
+    position = max(known) if known else info.get("committed_offset", -1)
+    high = info.get("ls_offset", -1)
+    if not isinstance(high, int) or high < 0:
+        high = info.get("hi_offset", -1)
     if not isinstance(high, int) or not isinstance(position, int) or high < 0 or position < 0:
         return None
     if end is not None:
