@@ -224,11 +224,12 @@ def test_fetch_lag_names_a_partition_paused_behind_spates_back_only(
     )
     source.start(_Events())
     try:
-        seen: set[int] = set()
+        # Batches of 10 from about 500 records a partition: partition 0 is far from its
+        # end when its first batch arrives, and librdkafka knows its high watermark.
         wait_until(
-            lambda: seen.update(b.lane.partition for b in source.poll(0.1)) or len(seen) == 4,
+            lambda: any(b.lane.partition == 0 for b in source.poll(0.1)),
             120,
-            "a batch from every partition",
+            "a batch from partition 0",
         )
         consumer = source._consumer
         assert consumer is not None
