@@ -1,17 +1,22 @@
-"""Backpressure pauses across rebalances on the real broker (B7, B15, B32).
+"""Pauses and bounded runs across rebalances on the real broker (B7, B15, B32, B33, B34).
 
 librdkafka keeps a partition the application paused paused when it is assigned back to
-the same member. Each test runs one pipeline in this process — Kafka source → a capture
-sink whose writes are scripted — so the sink can be held full (every write retried) and
-released while a second member of the group joins and leaves.
+the same member. Most tests run pipelines in this process — Kafka source → a capture
+sink whose writes are scripted — so a sink can be held full (every write retried) and
+released while members join, leave or die: the held sink keeps a drained bounded member
+running, as a slow sink does.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -95,6 +100,7 @@ def start_member(
     bounded: bool = False,
     held: bool = True,
     consume_batch: int = 100,
+    client_id: str = "spate",
 ) -> Member:
     """A pipeline of ``group`` whose sink refuses rows (``held``) until the script says ok."""
     source = KafkaSource(
@@ -106,7 +112,7 @@ def start_member(
             statistics_interval=1.0,
             stop_at="end" if bounded else "never",
             consume_batch=consume_batch,
-            rdkafka=dict(GROUP_SETTINGS),
+            rdkafka={**GROUP_SETTINGS, "client.id": client_id},
         )
     )
     backpressure = BackpressureConfig()
@@ -203,6 +209,9 @@ class _Events:
     def drained(self) -> None:
         pass
 
+    def undrained(self) -> None:
+        pass
+
 
 def test_fetch_lag_names_a_partition_paused_behind_spates_back_only(
     kafka_bootstrap: str,
@@ -243,3 +252,118 @@ def test_fetch_lag_names_a_partition_paused_behind_spates_back_only(
         assert Lane(topic, 1) not in source.fetch_lag()
     finally:
         source.close()
+
+
+PEER = """
+import sys
+from confluent_kafka import Consumer, TopicPartition
+
+bootstrap, topic, group = sys.argv[1:4]
+consumer = Consumer({
+    "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+    "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+})
+
+def on_assign(consumer, partitions):
+    # Reads nothing and commits nothing: whatever it owns is left for the next owner.
+    consumer.pause(partitions)
+    print("assigned", sorted(tp.partition for tp in partitions), flush=True)
+
+consumer.subscribe([topic], on_assign=on_assign)
+while True:
+    consumer.poll(0.2)
+"""
+
+
+def test_partition_of_a_peer_killed_after_this_member_drained_is_read(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """B34, B16: a bounded member that drained its partition is handed the partition of a
+    peer killed with nothing committed: it reads it to its end offset and completes."""
+    topic, group = unique_name("late-partition"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, 2)
+    positions = produce_keyed(kafka_bootstrap, topic, 100, value=lambda i: b"k%d" % i)
+    sizes = end_offsets(kafka_bootstrap, topic)
+    log = tmp_path / "peer.log"
+    with log.open("wb") as out:
+        peer = subprocess.Popen(
+            [sys.executable, "-c", PEER, kafka_bootstrap, topic, group],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    member: Member | None = None
+    try:
+        wait_until(lambda: "assigned [0, 1]" in log.read_text(), 120, "the peer owns both")
+        # One poll takes its whole partition, then the sink refuses rows (capacity 40).
+        member = start_member(kafka_bootstrap, topic, group, bounded=True, consume_batch=1000)
+        wait_until(lambda: len(member.source.assigned_partitions) == 1, 120, "a split group")
+        (mine,) = member.source.assigned_partitions
+        # Its partition read to the end: drained, but the held sink keeps the run going.
+        wait_until(lambda: member.polled(mine) >= sizes[mine], 120, "its partition read")
+        peer.send_signal(signal.SIGKILL)
+        peer.wait(30)
+        wait_until(lambda: member.source.assigned_partitions == {0, 1}, 120, "the peer's too")
+        member.script.always(OK)
+        report = member.join(180)
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+            peer.wait(30)
+        if member is not None and member.thread.is_alive():
+            member.stop()
+    assert report.state == "completed", report.summary()
+    assert member.delivered() >= set(positions)
+    assert committed_offsets(kafka_bootstrap, group, topic) == sizes
+
+
+def test_bounded_member_left_without_a_partition_finishes_while_the_owners_run(
+    kafka_bootstrap: str,
+) -> None:
+    """B33, B16: 3 bounded members on 2 partitions. The one the settled group leaves
+    without a partition completes on its own, while the owners are still held; then the
+    owners read everything, commit the end offsets and complete."""
+    topic, group = unique_name("spare"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, 2)
+    positions = produce_keyed(kafka_bootstrap, topic, 400, value=lambda i: b"k%d" % i)
+    owners = [
+        start_member(kafka_bootstrap, topic, group, bounded=True, client_id=f"a{i}")
+        for i in range(2)
+    ]
+    spare: Member | None = None
+    try:
+        wait_until(
+            lambda: [len(o.source.assigned_partitions) for o in owners] == [1, 1],
+            120,
+            "one partition for each owner",
+        )
+        # The range assignor orders members by id (client.id first): the last one joining
+        # sorts after the owners and is left without a partition.
+        spare = start_member(kafka_bootstrap, topic, group, bounded=True, client_id="z")
+        wait_until(
+            lambda: (
+                spare.metric(
+                    "spate_source_rebalances_total",
+                    component="source",
+                    component_type="source",
+                    event="assigned",
+                )
+                > 0
+            ),
+            120,
+            "the third member's (empty) assignment",
+        )
+        assert not spare.source.assigned_partitions
+        report = spare.join(120)
+        assert report.state == "completed", report.summary()
+        assert all(m.thread.is_alive() for m in owners)  # still held: it did not wait for them
+        for owner in owners:
+            owner.script.always(OK)
+        reports = [owner.join(120) for owner in owners]
+    finally:
+        for member in [*owners, spare]:
+            if member is not None and member.thread.is_alive():
+                member.stop()
+    assert [r.state for r in reports] == ["completed", "completed"], [r.summary() for r in reports]
+    assert not spare.delivered()
+    assert set().union(*(o.delivered() for o in owners)) == set(positions)
+    assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)

@@ -18,7 +18,8 @@ end of a run (signal, end of a bounded source, failure) and every revocation go 
 the drain routine in :mod:`spate.pipeline._drain` (B14, B15). Per batch work only —
 nothing here loops over records except a C-level byte count.
 
-Liveness also
+A bounded source may take back its ``drained()`` when a rebalance hands it lanes it has
+not read (``undrained()``, B34); the run then goes on until it drains again. Liveness also
 watches every lane the source reports behind (``FetchLagSource``): owned, not paused by
 spate, and nothing polled from it for ``lane_stall_after`` means fetching stopped behind
 spate's back (B32).
@@ -247,6 +248,12 @@ class PipelineRuntime:
         """A bounded source handed out everything (pipeline thread)."""
         logger.info("pipeline %s: source drained", self.name)
         self._source_drained = True
+
+    def undrained(self) -> None:
+        """A bounded source that drained has input again (pipeline thread, B34)."""
+        if self._source_drained:
+            logger.info("pipeline %s: source has input again; reading it", self.name)
+        self._source_drained = False
 
     # -- health (any thread) ----------------------------------------------------------
 

@@ -8,7 +8,9 @@ The runtime drives a source from the pipeline thread only:
    ``events.revoked`` from *inside* ``poll`` (librdkafka does); ``revoked`` returns only
    after the runtime drained those lanes and committed them synchronously (B15). A
    bounded source calls ``events.drained()`` once it has handed out everything, then
-   keeps returning no batches.
+   keeps returning no batches — unless a rebalance may hand it lanes it has not read to
+   their end: it then calls ``events.undrained()`` first, reads them, and calls
+   ``events.drained()`` again (B34).
 3. ``commit(offsets, sync=...)`` receives, per lane, the next offset to consume. The
    runtime only ever passes positions behind delivered data (B1); a source must never
    commit anything else. ``sync=False`` may only store them for the source's own commit
@@ -47,6 +49,14 @@ class SourceEvents(Protocol):
 
     def drained(self) -> None:
         """A bounded source has handed out all of its input."""
+        ...
+
+    def undrained(self) -> None:
+        """A bounded source that called ``drained()`` has input again (B34).
+
+        A rebalance may hand a drained Kafka member a partition a peer did not finish;
+        the run goes on until the source calls ``drained()`` again.
+        """
         ...
 
 
