@@ -108,6 +108,7 @@ def assemble(
             gc_threshold=config.pipeline.gc_threshold,
             source_type=config.source.tag,
             status_interval=config.pipeline.status_interval,
+            lane_stall_after=config.admin.lane_stall_after,
         )
         if chains is not None:
             pipeline.chains(chains)

@@ -9,6 +9,13 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
   before it returns, so the next owner starts behind nothing undelivered;
 * B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
 * B29 — unreachable brokers fail ``start`` naming them;
+* B32 — librdkafka keeps an application's pause on a partition that is assigned back, so
+  every assignment sets librdkafka's pause state to what spate wants (nothing, after the
+  runtime's new epoch); ``fetch_lag`` lets ``/healthz`` notice a partition that is
+  behind and silent although spate did not pause it;
+* B33 — bounded mode: a member left with no partition once the group settled is drained;
+* B34 — bounded mode: a rebalance after this member drained reopens the run
+  (``events.undrained()``) until every partition it is then given is read to its end.
 * B35 — an asynchronous commit the broker rejects is counted, logged and sent again;
 * B36 — a commit on revocation that the broker cannot take (coordinator unavailable, the
   member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
@@ -47,6 +54,10 @@ from spate_kafka.config import KafkaSourceConfig
 logger = logging.getLogger(__name__)
 
 _EMPTY = memoryview(b"")
+
+_EMPTY_ASSIGNMENT_SETTLE = 3.0
+"""Bounded mode: seconds an empty assignment must hold before the member counts as drained
+(a group that is still forming hands out partitions again within a rebalance or two)."""
 
 # Errors after which the consumer cannot go on; everything else librdkafka retries itself.
 _FATAL_CODES = {
@@ -95,6 +106,30 @@ def _partition_lag(info: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
+    """Records of a partition the consumer has not fetched yet (B32).
+
+    From librdkafka's next fetch offset (which a pause rewinds to the application's
+    position, and which steps over transaction markers) or the application's position,
+    to the last stable offset (the high watermark without one), capped at the bounded
+    run's end offset. None while librdkafka knows neither end.
+    """
+    known = [
+        value
+        for value in (info.get("next_offset"), info.get("app_offset"))
+        if isinstance(value, int) and value >= 0
+    ]
+    position = max(known) if known else info.get("committed_offset", -1)
+    high = info.get("ls_offset", -1)
+    if not isinstance(high, int) or high < 0:
+        high = info.get("hi_offset", -1)
+    if not isinstance(high, int) or not isinstance(position, int) or high < 0 or position < 0:
+        return None
+    if end is not None:
+        high = min(high, end)
+    return max(0, high - position)
+
+
 class KafkaSource:
     """A :class:`spate.source.Source` over one topic in one consumer group."""
 
@@ -123,6 +158,8 @@ class KafkaSource:
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
         self._lag: dict[int, GaugeSeries] = {}
+        self._unfetched: dict[int, int] = {}
+        self._empty_since: float | None = None
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
         self._subscribed = False
@@ -233,14 +270,17 @@ class KafkaSource:
             raise self._fatal
         self._maybe_commit()
         self._check_assignment_timeout()
-        if self._drained:
-            # Keep serving group events (heartbeats, rebalances) without fetching.
-            consumer.poll(timeout=min(timeout, 0.1))
-            return ()
         self._revoked_in_call.clear()
+        if self._drained:
+            # Every owned partition is paused; this serves group events (heartbeats,
+            # rebalances). A rebalance inside this call may reopen the run (B34): then
+            # what it returned is read, not dropped.
+            timeout = min(timeout, 0.1)
         messages = consumer.consume(num_messages=self._config.consume_batch, timeout=timeout)
         if self._fatal is not None:
             raise self._fatal
+        if self._drained:
+            return ()
         batches = self._group(messages) if messages else ()
         if self._end_offsets is not None:
             self._check_bounded_end(batches)
@@ -324,7 +364,21 @@ class KafkaSource:
     def _check_bounded_end(self, batches: Sequence[PayloadBatch]) -> None:
         end_offsets = self._end_offsets
         consumer = self._consumer
-        if end_offsets is None or consumer is None or not self._assigned:
+        if end_offsets is None or consumer is None or self._drained:
+            return
+        if not self._assigned:
+            # B33: more members than partitions. Once the group settled with nothing for
+            # this member, it has nothing to read. (A revocation not yet followed by an
+            # assignment is a rebalance under way: _empty_since is None then.)
+            since = self._empty_since
+            if since is not None and time.monotonic() - since >= _EMPTY_ASSIGNMENT_SETTLE:
+                self._drained = True
+                logger.info(
+                    "bounded mode: no partition of %s assigned after the group settled",
+                    self._topic,
+                )
+                if self._events is not None:
+                    self._events.drained()
             return
         for batch in batches:
             self._handed_out[batch.lane.partition] = batch.next_offset
@@ -527,16 +581,45 @@ class KafkaSource:
         parts = [tp.partition for tp in partitions]
         self._assigned = set(parts)
         self._paused.clear()
+        self._empty_since = None if parts else time.monotonic()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
-        if self._end_offsets is not None:
+        bounded = self._end_offsets is not None and not self._closing
+        if bounded:
             self._done.difference_update(parts)
             self._mark_done_from_committed(parts)
+            if self._drained and not self._done.issuperset(parts):
+                self._reopen("assigned partitions it has not read to their end offsets")
         if self._events is not None and not self._closing:
             self._events.assigned([Lane(self._topic, p) for p in parts])
-        if self._end_offsets is not None and self._assigned and not self._drained:
+        consumer.assign(partitions)
+        self._apply_pauses(consumer, parts)
+        if bounded and self._assigned:
             self._check_bounded_end(())
+
+    def _apply_pauses(self, consumer: Consumer, parts: Collection[int]) -> None:
+        """Set librdkafka's pause state of newly assigned partitions to spate's (B32).
+
+        librdkafka keeps an application's pause on a partition assigned back to this
+        member, while the runtime starts each assignment unpaused: without this, a
+        backpressure pause active during a rebalance would never be lifted.
+        """
+        # Drained: every partition is read to its end offset and stays paused.
+        wanted = set(parts) if self._drained else self._paused.intersection(parts)
+        fetch = [TopicPartition(self._topic, p) for p in parts if p not in wanted]
+        hold = [TopicPartition(self._topic, p) for p in parts if p in wanted]
+        if fetch:
+            consumer.resume(fetch)
+        if hold:
+            consumer.pause(hold)
+
+    def _reopen(self, why: str) -> None:
+        """B34: a drained bounded member may be handed unread partitions; read them."""
+        self._drained = False
+        logger.info("bounded mode: reading on, %s", why)
+        if self._events is not None and not self._closing:
+            self._events.undrained()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         parts = [tp.partition for tp in partitions]
@@ -570,6 +653,13 @@ class KafkaSource:
         for p in parts:
             self._pending_commit.pop(p, None)
             self._set_lag(p, 0)
+        with self._lag_lock:
+            for p in parts:
+                self._unfetched.pop(p, None)
+        self._empty_since = None
+        if self._drained and self._end_offsets is not None and not self._closing:
+            # The assignment that follows may hold a partition a peer did not finish.
+            self._reopen("a rebalance started after this member drained")
 
     def _check_assignment_timeout(self) -> None:
         limit = self._config.assignment_timeout
@@ -610,6 +700,25 @@ class KafkaSource:
             lag = _partition_lag(info)
             if lag is not None:
                 self._set_lag(partition, lag)
+            end = self._end_offsets.get(partition) if self._end_offsets is not None else None
+            unfetched = _fetch_lag(info, end)
+            if unfetched is not None:
+                with self._lag_lock:
+                    self._unfetched[partition] = unfetched
+
+    def fetch_lag(self) -> dict[Lane, int]:
+        """Records waiting per owned partition spate is not pausing (any thread, B32)."""
+        if self._drained:
+            return {}
+        assigned = frozenset(self._assigned)
+        paused = frozenset(self._paused)
+        with self._lag_lock:
+            unfetched = dict(self._unfetched)
+        return {
+            Lane(self._topic, p): lag
+            for p, lag in unfetched.items()
+            if p in assigned and p not in paused
+        }
 
     # -- helpers ---------------------------------------------------------------------
 

@@ -98,8 +98,14 @@ class AdminConfig:
     stall_after: Duration = 30.0
     """``/healthz`` turns 503 when the pipeline thread or a sink worker made no progress
     for this long, or the watermark is stuck while data flows."""
+    lane_stall_after: Duration | None = None
+    """``/healthz`` also turns 503 when an owned partition has records to fetch yet
+    returned nothing for this long although spate did not pause it (fetching stopped
+    behind spate's back). Unset: the same as ``stall_after``."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.lane_stall_after is not None and self.lane_stall_after <= 0:
+            yield "lane_stall_after", "must be positive"
         if self.listen == "none":
             return
         host, sep, port = self.listen.rpartition(":")

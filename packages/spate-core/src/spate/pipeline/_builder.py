@@ -82,6 +82,7 @@ class Pipeline:
         run_nonce: str | None = None,
         budget: InflightBudget | None = None,
         poll_timeout: float = 0.1,
+        lane_stall_after: float | None = None,
         handle_signals: bool = True,
         gc_threshold: int = 50_000,
         source_type: str = "source",
@@ -95,6 +96,8 @@ class Pipeline:
         ``source_type`` labels the source's metric series (``component_type``): the
         source connector's name, as configuration assembly passes it.
         ``status_interval`` is the seconds between two status lines in the log (0: none).
+        ``lane_stall_after`` is ``admin.lane_stall_after`` (None: the probe's
+        ``stall_after``).
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -111,6 +114,7 @@ class Pipeline:
         self.run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
         self.budget = budget if budget is not None else self.new_budget(self.backpressure)
         self.poll_timeout = poll_timeout
+        self.lane_stall_after = lane_stall_after
         self.handle_signals = handle_signals
         self.gc_threshold = gc_threshold
         self.source_type = source_type
@@ -236,6 +240,7 @@ class Pipeline:
             poll_timeout=self.poll_timeout,
             source_type=self.source_type,
             status_interval=self.status_interval,
+            lane_stall_after=self.lane_stall_after,
         )
         self._health.target = runtime
         restore = install_signal_handlers(self._shutdown) if self.handle_signals else None

@@ -17,6 +17,12 @@ Sink workers resolve acks on their own threads; the runtime only reads the track
 end of a run (signal, end of a bounded source, failure) and every revocation go through
 the drain routine in :mod:`spate.pipeline._drain` (B14, B15). Per batch work only —
 nothing here loops over records except a C-level byte count.
+
+A bounded source may take back its ``drained()`` when a rebalance hands it lanes it has
+not read (``undrained()``, B34); the run then goes on until it drains again. Liveness also
+watches every lane the source reports behind (``FetchLagSource``): owned, not paused by
+spate, and nothing polled from it for ``lane_stall_after`` means fetching stopped behind
+spate's back (B32).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from spate._clock import Clock, SystemClock
@@ -91,6 +97,7 @@ class PipelineRuntime:
         poll_timeout: float = 0.1,
         source_type: str = "source",
         status_interval: float = 0.0,
+        lane_stall_after: float | None = None,
     ) -> None:
         self.name = name
         self._source_type = source_type
@@ -104,6 +111,14 @@ class PipelineRuntime:
         self._shutdown = shutdown
         self._wake = wake
         self._poll_timeout = poll_timeout
+        self._lane_stall_after = lane_stall_after
+        # Sources that implement FetchLagSource report how far behind each lane is.
+        fetch_lag = getattr(source, "fetch_lag", None)
+        self._fetch_lag: Callable[[], Mapping[Lane, int]] | None = (
+            fetch_lag if callable(fetch_lag) else None
+        )
+        # Per owned lane: when it last returned a batch, was assigned or was resumed (B32).
+        self._fetched_at: dict[Lane, float] = {}
         self._real_time = isinstance(clock, SystemClock)
         self.tracker = PartitionTracker(clock)
         self.tracker.add_waker(wake)
@@ -178,6 +193,9 @@ class PipelineRuntime:
         self.tracker.assign(lanes)
         self._paused.difference_update(lanes)
         self._gated.difference_update(lanes)
+        now = self._clock.monotonic()
+        for lane in lanes:
+            self._fetched_at[lane] = now
         self._assigned_seen = True
         self._rebalance_assigned.inc()
 
@@ -228,6 +246,7 @@ class PipelineRuntime:
         self._paused.difference_update(lanes)
         self._gated.difference_update(lanes)
         for lane in lanes:
+            self._fetched_at.pop(lane, None)
             metrics = self._lane_metrics.get(lane)
             if metrics is not None:
                 metrics.lag.set(0)  # B23: not owned any more
@@ -238,6 +257,12 @@ class PipelineRuntime:
         """A bounded source handed out everything (pipeline thread)."""
         logger.info("pipeline %s: source drained", self.name)
         self._source_drained = True
+
+    def undrained(self) -> None:
+        """A bounded source that drained has input again (pipeline thread, B34)."""
+        if self._source_drained:
+            logger.info("pipeline %s: source has input again; reading it", self.name)
+        self._source_drained = False
 
     # -- health (any thread) ----------------------------------------------------------
 
@@ -272,6 +297,25 @@ class PipelineRuntime:
                 return False, (
                     f"watermark of {lane.lane} stuck for {lane.seconds_since_advance:.1f}s "
                     f"with {lane.queued} batch(es) behind it"
+                )
+        return self._silent_lanes(now, stall_after)
+
+    def _silent_lanes(self, now: float, stall_after: float) -> tuple[bool, str]:
+        """B32: an owned lane with records to fetch, not paused by spate, polled nothing."""
+        fetch_lag = self._fetch_lag
+        if fetch_lag is None:
+            return True, "alive"
+        limit = self._lane_stall_after if self._lane_stall_after is not None else stall_after
+        fetched_at = dict(self._fetched_at)
+        paused = frozenset(self._paused)
+        for lane, lag in fetch_lag().items():
+            since = fetched_at.get(lane)
+            if lag <= 0 or since is None or lane in paused:
+                continue
+            if now - since > limit:
+                return False, (
+                    f"lane {lane} is {lag} record(s) behind and returned nothing for "
+                    f"{now - since:.1f}s although spate did not pause it"
                 )
         return True, "alive"
 
@@ -347,6 +391,7 @@ class PipelineRuntime:
         if not batch.payloads:
             return
         ack = self.tracker.register(batch)
+        self._fetched_at[batch.lane] = self._clock.monotonic()
         count = len(batch.payloads)
         self.records_in += count
         self.batches_in += 1
@@ -465,6 +510,10 @@ class PipelineRuntime:
         if to_resume:
             self._source.resume(to_resume)
             self._paused -= to_resume
+            now = self._clock.monotonic()
+            for lane in to_resume:
+                if lane in self._fetched_at:
+                    self._fetched_at[lane] = now
 
     def _update_gauges(self) -> None:
         self._bp_inflight.set(self._budget.used)

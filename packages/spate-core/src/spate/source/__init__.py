@@ -1,5 +1,5 @@
 """Source contract and source-side helpers."""
 
-from spate.source._contract import BoundedSource, Source, SourceEvents
+from spate.source._contract import BoundedSource, FetchLagSource, Source, SourceEvents
 
-__all__ = ["BoundedSource", "Source", "SourceEvents"]
+__all__ = ["BoundedSource", "FetchLagSource", "Source", "SourceEvents"]
