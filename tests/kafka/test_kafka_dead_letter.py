@@ -32,6 +32,7 @@ import fastavro
 import pytest
 from spate import Pipeline
 from spate.metrics import Meter
+from spate.ops._deadletter import ROW_COLUMNS
 
 from tests.support.delivery import DeliverySampler
 from tests.support.scale import scaled
@@ -363,3 +364,85 @@ def test_bad_records_reach_the_dead_letter_topic_and_replay_delivers_them_b71_b7
             )
             == 0
         )
+
+
+@pytest.mark.timeout(600)
+def test_dead_letters_into_a_clickhouse_table_b71(
+    kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path
+) -> None:
+    """A ClickHouse table as the dead-letter sink: payload as text, the error as columns."""
+    topic, group = unique_name("dlq-json"), unique_name("g")
+    suffix = unique_name("t").replace("-", "_")
+    good, dead = f"dlq_good_{suffix}", f"dlq_dead_{suffix}"
+    _query(clickhouse_url, f"CREATE TABLE {good} (id Int64) ENGINE = MergeTree ORDER BY id")
+    _query(
+        clickhouse_url,
+        f"CREATE TABLE {dead} (key Nullable(String), payload String, error_stage String, "
+        "error_reason String, error_message String, source_topic String, "
+        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
+        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
+    )
+    create_topic(kafka_bootstrap, topic, 1)
+    count = 60
+    positions = produce_keyed(
+        kafka_bootstrap,
+        topic,
+        count,
+        value=lambda i: b"{not json" if i % 7 == 0 else json.dumps({"id": i}).encode(),
+        partition=0,
+    )
+    config = tmp_path / "c.json"
+    config.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": "dlq-table"},
+                "checkpoint": {"interval": "200ms"},
+                "admin": {"listen": "none"},
+                "source": {
+                    "kafka": {
+                        "brokers": kafka_bootstrap,
+                        "topic": topic,
+                        "group_id": group,
+                        "stop_at": "end",
+                        "commit_interval": "200ms",
+                    }
+                },
+                "deserializer": {"json": {"on_error": "dead_letter"}},
+                "sink": {
+                    "clickhouse": {
+                        "table": good,
+                        "columns": ["id"],
+                        "shards": [{"replicas": [clickhouse_url]}],
+                    }
+                },
+                "dead_letter": {
+                    "sink": {
+                        "clickhouse": {
+                            "table": dead,
+                            "columns": list(ROW_COLUMNS),
+                            "shards": [{"replicas": [clickhouse_url]}],
+                        }
+                    }
+                },
+            }
+        )
+    )
+    exit_code, _ = _run(config, None)
+    assert exit_code == 0
+    bad = sorted(i for i in range(count) if i % 7 == 0)
+    ids = [int(x) for x in _query(clickhouse_url, f"SELECT id FROM {good} FORMAT TSV").split()]
+    assert sorted(ids) == [i for i in range(count) if i % 7]
+    rows = [
+        json.loads(line)
+        for line in _query(
+            clickhouse_url,
+            f"SELECT key, payload, error_stage, error_reason, source_topic, source_offset, "
+            f"pipeline FROM {dead} ORDER BY source_offset FORMAT JSONEachRow",
+        ).splitlines()
+    ]
+    assert [r["key"] for r in rows] == [f"k{i}" for i in bad]
+    assert {r["payload"] for r in rows} == {"{not json"}
+    assert {(r["error_stage"], r["error_reason"]) for r in rows} == {("deserializer", "malformed")}
+    assert [int(r["source_offset"]) for r in rows] == [positions[b"k%d" % i][1] for i in bad]
+    assert {(r["source_topic"], r["pipeline"]) for r in rows} == {(topic, "dlq-table")}
+    assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
