@@ -9,6 +9,7 @@ configuration refuses ``dead_letter`` policies without a dead-letter sink.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, ClassVar
 
 import pytest
@@ -56,10 +57,16 @@ def _pipeline(
     return pipeline, handle, out_script, dlq_script
 
 
-def test_b71_the_runtime_writes_and_commits_dead_letters_with_the_batch() -> None:
+def test_b71_the_runtime_writes_and_commits_dead_letters_with_the_batch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     payloads = [b"1", b"{x", b"2", b"0", b"5", b"{y"]
     pipeline, handle, out, dlq = _pipeline(payloads)
-    report = pipeline.run()
+    with caplog.at_level(logging.WARNING, logger="spate.ops.skipped"):
+        report = pipeline.run()
+    # Visible without a scrape: the first dead letter of a stage and reason is logged.
+    assert "deserializer dead-lettered a record (malformed) at memory[0] offset 1" in caplog.text
+    assert "operator dead-lettered a record (ZeroDivisionError)" in caplog.text
     assert report.exit_code == 0, report.summary()
     assert out.rows == [10, 5, 2]
     assert [(r["error_stage"], r["error_reason"], r["source_offset"]) for r in dlq.rows] == [

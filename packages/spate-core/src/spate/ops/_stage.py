@@ -99,6 +99,7 @@ class ChainRuntime:
         self.deser_component = deser_component
         self.spec = spec
         self.skips = SkipLog(pipeline)
+        self.dead_letters = SkipLog(pipeline, action="dead-lettered")
         self.with_meta = spec.with_meta
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
@@ -375,6 +376,7 @@ class ChainRuntime:
         if dlq is None or ack is None:
             raise FatalError(self.component, "a dead_letter policy without a dead-letter sink")
         row = dlq.record(stage, reason, message, batch, index)
+        self.dead_letters.skipped(stage, reason, _where(batch, index), message)
         if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
             return None
         cursor = Cursor(index + 1, frames, ((DEAD_LETTER_SINK, row), *rest))
