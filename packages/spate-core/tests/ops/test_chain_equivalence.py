@@ -228,7 +228,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         deser_policy=draw(st.sampled_from(list(ErrorPolicy))),
         meta=draw(st.booleans()),
         on_error=draw(st.sampled_from(["fail", "dead_letter"])),
-        dl_rejects=draw(st.frozensets(st.integers(1, 30), max_size=6)),
+        dl_rejects=draw(st.frozensets(st.integers(1, 6), max_size=4)),
     )
 
 
