@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from spate import AckStatus, ErrorPolicy, FatalError, ManualClock
+from spate import AckStatus, DeserError, ErrorPolicy, FatalError, ManualClock
 from spate.config import DeadLetterSettings
 from spate.metrics import Meter
 from spate.ops import ChainContext, compile_chain
@@ -242,3 +242,22 @@ def test_b71_dead_letter_policy_without_a_dead_letter_sink_is_refused() -> None:
             meter=Meter("p"),
             pipeline="p",
         )
+
+
+def test_b71_an_error_asking_for_dead_letter_without_a_sink_fails_naming_the_record() -> None:
+    """A deserializer setting of its own (Avro's ``on_unknown_schema``) may ask for it."""
+
+    class Unknown:
+        many = False
+
+        def deserialize(self, payload: memoryview) -> object:
+            raise DeserError("schema id 7 unknown", policy=ErrorPolicy.DEAD_LETTER)
+
+    pool, _ = scripted_pool()
+    processor = compile_chain(
+        None, deserializer=Unknown(), sinks={"sink": pool}, meter=Meter("p"), pipeline="p"
+    )
+    with pytest.raises(
+        FatalError, match=r"orders\[3\] offset 100 is to be dead-lettered.*no dead_letter"
+    ):
+        processor.process(make_batch([b"1"]), Acks().new(1))

@@ -374,7 +374,11 @@ class ChainRuntime:
         """
         dlq = self.dead_letter
         if dlq is None or ack is None:
-            raise FatalError(self.component, "a dead_letter policy without a dead-letter sink")
+            raise FatalError(
+                stage,
+                f"the record at {_where(batch, index)} is to be dead-lettered ({reason}: "
+                f"{message}), but the pipeline has no dead_letter section",
+            )
         row = dlq.record(stage, reason, message, batch, index)
         self.dead_letters.skipped(stage, reason, _where(batch, index), message)
         if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
