@@ -40,6 +40,7 @@ from spate_kafka._sink import KafkaSinkConfig
 from spate_kafka.config import KafkaSourceConfig
 
 HEADER_PREFIX = "spate.error."
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.")
 TIMEOUT = 30.0
 """Seconds the brokers may take to answer before the command gives up."""
 
@@ -85,8 +86,10 @@ def read_dead_letters(
     sink: KafkaSinkConfig, *, timeout: float = TIMEOUT
 ) -> Iterator[DeadLetterRecord]:
     """Every record of the dead-letter topic up to the end offsets seen at the start."""
+    # The connection settings of the sink's passthrough (TLS, SASL); producer tuning
+    # (linger, compression, acks) means nothing to a consumer.
     settings: dict[str, Any] = {
-        k: v for k, v in sink.rdkafka.items() if not k.startswith(("linger", "batch"))
+        k: v for k, v in sink.rdkafka.items() if k.startswith(_CONNECTION_PREFIXES)
     }
     settings.update(
         {
