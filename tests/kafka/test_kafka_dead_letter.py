@@ -446,3 +446,107 @@ def test_dead_letters_into_a_clickhouse_table_b71(
     assert [int(r["source_offset"]) for r in rows] == [positions[b"k%d" % i][1] for i in bad]
     assert {(r["source_topic"], r["pipeline"]) for r in rows} == {(topic, "dlq-table")}
     assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
+
+
+@pytest.mark.timeout(600)
+def test_a_dead_letter_table_that_is_down_holds_commits_until_it_is_back_b71(
+    kafka_bootstrap: str, clickhouse_url: str, chfront: Any, tmp_path: Path
+) -> None:
+    """The dead-letter table's front answers 5xx to every insert: good rows are written,
+    but no offset is committed past a record whose dead letter is not written; once the
+    front recovers, every dead letter is written and the offsets reach the end."""
+    topic, group = unique_name("dlq-down"), unique_name("g")
+    suffix = unique_name("t").replace("-", "_")
+    good, dead = f"dlq_good_{suffix}", f"dlq_dead_{suffix}"
+    dl_front = chfront()
+    _query(clickhouse_url, f"CREATE TABLE {good} (id Int64) ENGINE = MergeTree ORDER BY id")
+    _query(
+        dl_front.url,
+        f"CREATE TABLE {dead} (key Nullable(String), payload String, error_stage String, "
+        "error_reason String, error_message String, source_topic String, "
+        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
+        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
+    )
+    create_topic(kafka_bootstrap, topic, 1)
+    count = 200
+    produce_keyed(
+        kafka_bootstrap,
+        topic,
+        count,
+        value=lambda i: b"{not json" if i % 20 == 10 else json.dumps({"id": i}).encode(),
+        partition=0,
+    )
+    first_bad = 10
+    dl_front.inject("5xx", only="insert")
+    fast_retry = {"initial": "100ms", "max": "500ms"}
+    config = tmp_path / "c.json"
+    config.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": "dlq-down"},
+                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
+                "admin": {"listen": "none"},
+                "source": {
+                    "kafka": {
+                        "brokers": kafka_bootstrap,
+                        "topic": topic,
+                        "group_id": group,
+                        "commit_interval": "200ms",
+                        "consume_batch": 25,
+                    }
+                },
+                "deserializer": {"json": {"on_error": "dead_letter"}},
+                "sink": {
+                    "clickhouse": {
+                        "table": good,
+                        "columns": ["id"],
+                        "shards": [{"replicas": [clickhouse_url]}],
+                        "batch": {"max_rows": 20},
+                    }
+                },
+                "dead_letter": {
+                    "sink": {
+                        "clickhouse": {
+                            "table": dead,
+                            "columns": list(ROW_COLUMNS),
+                            "shards": [{"replicas": [dl_front.url]}],
+                            "retry": fast_retry,
+                            "breaker": {"open_for": "1s"},
+                        }
+                    }
+                },
+            }
+        )
+    )
+    pipeline = Pipeline.from_config(config, handle_signals=False)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(pipeline.run().exit_code))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(_table_keys(clickhouse_url, good)) < first_bad:
+            assert thread.is_alive() and time.monotonic() < deadline, "no good rows written"
+            time.sleep(0.2)
+        # The dead-letter table stays down for a while: commits must not pass offset 10.
+        held: list[int] = []
+        for _ in range(15):
+            assert thread.is_alive(), "the pipeline must wait for the dead-letter table"
+            held.append(committed_offsets(kafka_bootstrap, group, topic).get(0, 0))
+            time.sleep(0.2)
+        assert max(held) <= first_bad, held
+        dl_front.recover()
+        ends = end_offsets(kafka_bootstrap, topic)
+        while committed_offsets(kafka_bootstrap, group, topic) != ends:
+            assert thread.is_alive() and time.monotonic() < deadline + 120, "never caught up"
+            time.sleep(0.2)
+    finally:
+        pipeline.request_stop("test done")
+        thread.join(120)
+    assert result == [0]
+    offsets = sorted(
+        int(x) for x in _query(dl_front.url, f"SELECT source_offset FROM {dead} FORMAT TSV").split()
+    )
+    assert offsets == [i for i in range(count) if i % 20 == 10]
+    assert sorted(int(k[1:]) for k in _table_keys(clickhouse_url, good)) == [
+        i for i in range(count) if i % 20 != 10
+    ]
