@@ -105,10 +105,12 @@ class AvroConfig:
     on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL
     """What happens to a record whose schema id is still unknown after
     ``unknown_schema_timeout``: fail the pipeline, naming the id, topic, partition and
-    offset, or skip the record (counted with reason ``unknown_schema``)."""
+    offset, skip the record (counted with reason ``unknown_schema``), or write it to the
+    ``dead_letter`` sink."""
     on_error: ErrorPolicy = ErrorPolicy.SKIP
-    """What the pipeline does with a payload that cannot be decoded: skip it (counted)
-    or fail. Unknown schema ids follow ``on_unknown_schema`` instead."""
+    """What the pipeline does with a payload that cannot be decoded: skip it (counted),
+    fail, or write it to the ``dead_letter`` sink with its error. Unknown schema ids
+    follow ``on_unknown_schema`` instead."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.mode == "confluent":

@@ -112,7 +112,8 @@ class ClickHouseSinkConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
-    """A row with a value its column cannot take: ``fail`` the pipeline or ``skip`` it."""
+    """A row with a value its column cannot take: ``fail`` the pipeline, ``skip``
+    it, or write its record to the ``dead_letter`` sink."""
 
     # -- derived views ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ config parsing (``spate.config``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
 from spate.metrics import names
 from spate.metrics._meter import Meter
+from spate.ops._deadletter import is_kafka_sink
 from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
@@ -93,6 +95,12 @@ def assemble(
     deserializer = build(config.deserializer) if config.deserializer is not None else None
     try:
         sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
+        dead_letter = None
+        dl_settings = config.dead_letter_settings
+        if config.dead_letter is not None:
+            dead_letter = build(config.dead_letter)
+            kafka = is_kafka_sink(dl_settings, config.dead_letter.tag)
+            dl_settings = dataclasses.replace(dl_settings, format="kafka" if kafka else "row")
         pipeline = Pipeline(
             name,
             source,
@@ -109,6 +117,8 @@ def assemble(
             source_type=config.source.tag,
             status_interval=config.pipeline.status_interval,
             lane_stall_after=config.admin.lane_stall_after,
+            dead_letter=dead_letter,
+            dead_letter_settings=dl_settings,
         )
         if chains is not None:
             pipeline.chains(chains)

@@ -34,10 +34,12 @@ class ErrorClass(enum.Enum):
 
 
 class ErrorPolicy(enum.Enum):
-    """What to do with a record that failed: skip it (counted) or fail the pipeline."""
+    """What to do with a record that failed: skip it (counted), fail the pipeline, or
+    write it to the pipeline's ``dead_letter`` sink with its error (B71)."""
 
     SKIP = "skip"
     FAIL = "fail"
+    DEAD_LETTER = "dead_letter"
 
 
 class SpateError(Exception):

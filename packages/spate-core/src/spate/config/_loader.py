@@ -32,6 +32,7 @@ from spate.config.models import (
     BackpressureConfig,
     CheckpointConfig,
     ConnectorSpec,
+    DeadLetterSettings,
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
@@ -49,7 +50,12 @@ _FRAMEWORK_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsConfig,
 }
 _CONNECTOR_SECTIONS = ("source", "deserializer", "sink", "sinks")
-TOP_LEVEL_KEYS: tuple[str, ...] = (*_FRAMEWORK_SECTIONS, *_CONNECTOR_SECTIONS, "coordination")
+TOP_LEVEL_KEYS: tuple[str, ...] = (
+    *_FRAMEWORK_SECTIONS,
+    *_CONNECTOR_SECTIONS,
+    "coordination",
+    "dead_letter",
+)
 
 
 class ConnectorResolver(Protocol):
@@ -154,8 +160,11 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
     coordination = data.get("coordination")
     if coordination is not None and not isinstance(coordination, Mapping):
         raise ConfigError("coordination", "expected a mapping")
+    dead_letter, dead_letter_settings = _dead_letter(data.get("dead_letter"))
     if resolver is not None:
         source = decode_connector(source, resolver)
+        if dead_letter is not None:
+            dead_letter = decode_connector(dead_letter, resolver)
         if deserializer is not None:
             deserializer = decode_connector(deserializer, resolver)
         sinks = {name: decode_connector(spec, resolver) for name, spec in sinks.items()}
@@ -170,6 +179,8 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         sinks=sinks,
         sinks_map=sinks_map,
         coordination=dict(coordination) if coordination is not None else None,
+        dead_letter=dead_letter,
+        dead_letter_settings=dead_letter_settings,
         file=file,
     )
 
@@ -201,6 +212,24 @@ def _sinks(data: Mapping[str, object]) -> tuple[dict[str, ConnectorSpec], bool]:
             raise ConfigError(path, f"{shown} is reserved and cannot name a sink")
         sinks[name] = _spec("sink", name, path, body)
     return sinks, True
+
+
+def _dead_letter(raw: object) -> tuple[ConnectorSpec | None, DeadLetterSettings]:
+    """``dead_letter: {sink: {connector: {...}}, max_ratio: ..., ...}`` (B71)."""
+    if raw is None:
+        return None, DeadLetterSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("dead_letter", "expected a mapping with a sink section")
+    if raw.get("sink") is None:
+        raise ConfigError(
+            "dead_letter.sink",
+            "required key is missing (the sink dead letters go to, such as {kafka: {...}})",
+        )
+    spec = _spec("sink", "dead_letter", "dead_letter.sink", raw["sink"])
+    settings = decode(
+        DeadLetterSettings, {k: v for k, v in raw.items() if k != "sink"}, "dead_letter"
+    )
+    return spec, settings
 
 
 def _spec(

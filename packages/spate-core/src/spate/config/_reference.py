@@ -28,6 +28,7 @@ from spate.config.models import (
     AdminConfig,
     BackpressureConfig,
     CheckpointConfig,
+    DeadLetterSettings,
     MetricsConfig,
     PipelineSection,
 )
@@ -50,6 +51,12 @@ FRAMEWORK_SECTIONS: tuple[Section, ...] = (
     Section("backpressure", BackpressureConfig),
     Section("admin", AdminConfig),
     Section("metrics", MetricsConfig),
+    Section(
+        "dead_letter",
+        DeadLetterSettings,
+        note="`dead_letter.sink` is a sink connector section, like `sink:` "
+        "(`{kafka: {...}}`, `{clickhouse: {...}}`, ...), documented under Sinks below.",
+    ),
 )
 
 

@@ -123,6 +123,33 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetterSettings:
+    """``dead_letter:`` — besides ``sink:`` (any sink connector section): the format of
+    what the dead-letter sink is offered and the limits (B71, B72)."""
+
+    format: Literal["auto", "kafka", "row"] = "auto"
+    """What the dead-letter sink is offered: ``kafka`` (original key and value, error in
+    ``spate.error.*`` headers), ``row`` (a mapping of payload and error columns), or
+    ``auto``: ``kafka`` for a Kafka sink, ``row`` for any other."""
+    max_consecutive: int = 1000
+    """Fail the pipeline when this many records of one lane in a row are dead-lettered
+    (0: no limit)."""
+    max_ratio: float = 0.5
+    """Fail the pipeline when more than this fraction of the records seen over the last
+    ``window`` records were dead-lettered (1: no limit)."""
+    window: int = 10_000
+    """Records the ``max_ratio`` is measured over (it is checked once this many were seen)."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_consecutive < 0:
+            yield "max_consecutive", "must be 0 (no limit) or positive"
+        if not 0 < self.max_ratio <= 1:
+            yield "max_ratio", "must be in (0, 1]"
+        if self.window < 1:
+            yield "window", "must be at least 1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FrameworkSections:
     """The framework-owned top-level sections, decoded together."""
 
@@ -174,6 +201,10 @@ class PipelineConfig:
     sinks: Mapping[str, ConnectorSpec]
     sinks_map: bool = False
     coordination: Mapping[str, object] | None = None
+    dead_letter: ConnectorSpec | None = None
+    """The dead-letter sink (``dead_letter.sink``), if any (B71)."""
+    dead_letter_settings: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    """The other ``dead_letter:`` keys (format, limits)."""
     file: str | None = None
     """The file the configuration was read from, if any (for error messages)."""
 
@@ -188,4 +219,6 @@ class PipelineConfig:
         if self.deserializer is not None:
             specs.append(self.deserializer)
         specs.extend(self.sinks.values())
+        if self.dead_letter is not None:
+            specs.append(self.dead_letter)
         return specs

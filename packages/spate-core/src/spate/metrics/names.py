@@ -69,6 +69,19 @@ OPS_DROPPED = _c(
 )
 OPS_ERRORS = _c("spate_operator_errors_total", "Operator exceptions, by policy taken.", "policy")
 
+# Dead letters
+DLQ_RECORDS = _c(
+    "spate_dead_letter_records_total",
+    "Records written to the dead-letter sink, by stage (deserializer, operator, sink) and reason.",
+    "stage",
+    "reason",
+)
+DLQ_LIMIT_BREACHES = _c(
+    "spate_dead_letter_limit_breaches_total",
+    "Times a dead-letter limit (max_ratio, max_consecutive) failed the pipeline.",
+    "limit",
+)
+
 # Backpressure
 BP_PAUSED = _g("spate_backpressure_paused", "1 while the source is paused for backpressure.")
 BP_PAUSE_EVENTS = _c(

@@ -37,8 +37,11 @@ class SkipLog:
         *,
         interval: float = REPORT_INTERVAL,
         now: Callable[[], float] = time.monotonic,
+        action: str = "skipped",
     ) -> None:
+        """``action`` is the verb of the log lines (``dead-lettered`` for dead letters)."""
         self.pipeline = pipeline
+        self.action = action
         self.interval = interval
         self._now = now
         self._pending: dict[tuple[str, str], _Pending] = {}
@@ -52,10 +55,11 @@ class SkipLog:
         if pending is None:
             self._pending[key] = _Pending(next_at=now + self.interval)
             logger.warning(
-                "pipeline %s: %s skipped a record (%s) at %s; further skips are "
+                "pipeline %s: %s %s a record (%s) at %s; further ones are "
                 "counted and reported at most every %gs",
                 self.pipeline,
                 stage,
+                self.action,
                 reason,
                 example,
                 self.interval,
@@ -70,9 +74,10 @@ class SkipLog:
     def _report(self, key: tuple[str, str], pending: _Pending, now: float) -> None:
         stage, reason = key
         logger.warning(
-            "pipeline %s: %s skipped %d more record(s) (%s), e.g. at %s",
+            "pipeline %s: %s %s %d more record(s) (%s), e.g. at %s",
             self.pipeline,
             stage,
+            self.action,
             pending.count,
             reason,
             pending.example,

@@ -26,12 +26,18 @@ from typing import TYPE_CHECKING, Any, Self
 
 from spate._clock import Clock, SystemClock
 from spate.config._loader import load_config
-from spate.config.models import BackpressureConfig, CheckpointConfig, PipelineConfig
+from spate.config.models import (
+    BackpressureConfig,
+    CheckpointConfig,
+    DeadLetterSettings,
+    PipelineConfig,
+)
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor
+from spate.ops._deadletter import DEAD_LETTER_COMPONENT, DeadLetter
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import NotStartedHealth, PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime
@@ -87,6 +93,8 @@ class Pipeline:
         gc_threshold: int = 50_000,
         source_type: str = "source",
         status_interval: float = 30.0,
+        dead_letter: Sink | None = None,
+        dead_letter_settings: DeadLetterSettings | None = None,
     ) -> None:
         """Assemble a pipeline from built components; nothing connects until ``run()``.
 
@@ -98,6 +106,9 @@ class Pipeline:
         ``status_interval`` is the seconds between two status lines in the log (0: none).
         ``lane_stall_after`` is ``admin.lane_stall_after`` (None: the probe's
         ``stall_after``).
+        ``dead_letter`` is the sink records under a ``dead_letter`` error policy go to,
+        offered in ``dead_letter_settings.format`` (``kafka``; else ``row``) and under its
+        limits (B71, B72); it runs, flushes and drains like the other sinks.
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -106,6 +117,15 @@ class Pipeline:
         self.name = name
         self.source = source
         self.sinks: dict[str, Sink] = dict(sinks)
+        if dead_letter is not None and DEAD_LETTER_COMPONENT in self.sinks:
+            raise ConfigError(
+                f"sinks.{DEAD_LETTER_COMPONENT}",
+                "is reserved for the dead-letter sink when there is one",
+            )
+        self.dead_letter = dead_letter
+        self.dead_letter_settings = (
+            dead_letter_settings if dead_letter_settings is not None else DeadLetterSettings()
+        )
         self.deserializer = deserializer
         self.checkpoint = checkpoint if checkpoint is not None else CheckpointConfig()
         self.backpressure = backpressure if backpressure is not None else BackpressureConfig()
@@ -193,6 +213,15 @@ class Pipeline:
             return processor(self.sinks)
         # No processor: compile the user's chain, or (without one) send every decoded
         # record to the single sink.
+        dead_letter = None
+        if self.dead_letter is not None:
+            dead_letter = DeadLetter(
+                self.dead_letter,
+                self.dead_letter_settings,
+                meter=self.meter,
+                pipeline=self.name,
+                kafka_format=self.dead_letter_settings.format == "kafka",
+            )
         try:
             return compile_chain(
                 self._chains,
@@ -200,9 +229,16 @@ class Pipeline:
                 sinks=self.sinks,
                 meter=self.meter,
                 pipeline=self.name,
+                dead_letter=dead_letter,
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError("chains", str(exc)) from exc
+
+    def _runtime_sinks(self) -> dict[str, Sink]:
+        """The sinks the runtime starts, ticks, drains and closes: the dead-letter one too."""
+        if self.dead_letter is None:
+            return self.sinks
+        return {**self.sinks, DEAD_LETTER_COMPONENT: self.dead_letter}
 
     # -- running ----------------------------------------------------------------------
 
@@ -228,7 +264,7 @@ class Pipeline:
         runtime = PipelineRuntime(
             name=self.name,
             source=self.source,
-            sinks=self.sinks,
+            sinks=self._runtime_sinks(),
             processor=processor,
             checkpoint=self.checkpoint,
             backpressure=self.backpressure,
