@@ -1,4 +1,6 @@
-"""The Kafka source against a hand-written ``Consumer.consume()`` loop (DESIGN §12).
+"""The Kafka source against a hand-written ``Consumer.consume()`` loop.
+
+Measured by the performance rules in docs/development.md.
 
 Data lives in the real broker (``make services-up``; the mock cluster drops old data):
 ``SPATE_BENCH_RECORDS`` (default 1,000,000) messages of 100 bytes in a 4-partition

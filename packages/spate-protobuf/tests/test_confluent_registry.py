@@ -1,4 +1,4 @@
-"""Confluent-framed Protobuf with schemas from the registry (B21, B28, B29).
+"""Confluent-framed Protobuf with schemas from the registry (B21, B28, B29, B30, B31).
 
 The payloads are written by confluent-kafka's own ``ProtobufSerializer`` (a client this
 project did not write) against the registry test server, so the framing (magic byte,
@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from spate import ConfigError, DeserError, DeserErrorKind, FatalError, ManualClock
+from spate import ConfigError, DeserError, DeserErrorKind, ErrorPolicy, FatalError, ManualClock
 from spate.config import decode
 from spate_avro import AvroConfig, AvroDeserializerFactory
 from spate_protobuf import ConfluentProtobufDeserializer, RawProtobufDeserializer
@@ -136,7 +136,7 @@ def test_registry_outage_makes_records_not_ready_until_it_answers_b21(
         deser.close()
 
 
-def test_unknown_schema_id_follows_the_avro_registry_rules_b21_b28(
+def test_unknown_schema_id_follows_the_avro_registry_rules_b21_b28_b30(
     kit: Any, schema_registry: SchemaRegistryServer
 ) -> None:
     """Both formats share one registry client, so an unknown id ends the same way."""
@@ -162,6 +162,84 @@ def test_unknown_schema_id_follows_the_avro_registry_rules_b21_b28(
         avro.close()
         proto.close()
     assert kinds[0] is kinds[1] and kinds[0] is not DeserErrorKind.MALFORMED
+
+
+def test_schema_id_a_lagging_registry_does_not_know_yet_waits_then_decodes_b30(
+    kit: Any, order_classes: Any, schema_registry: SchemaRegistryServer, serialize: Serialize
+) -> None:
+    """B30: a 404 for a Protobuf schema id is not final: the record is not ready, the id
+    is asked again with capped exponential backoff, and it decodes once served."""
+    wire = serialize(order_classes["shop.v1.Order"](order_id=7))
+    schema_id = int.from_bytes(wire[1:5], "big")
+    schema_registry.hide(schema_id)
+    clock = ManualClock()
+    deser = kit.build(
+        {
+            "mode": "confluent",
+            "registry": {"url": schema_registry.url, "retry_backoff_max": "4s"},
+            "fetch_wait": "5s",
+        },
+        clock,
+    )
+    path = f"GET /schemas/ids/{schema_id}"
+    try:
+        counts = []
+        for second in range(8):
+            if second:
+                clock.advance(1.0)
+            with pytest.raises(DeserError, match="Schema not found") as caught:
+                deser.deserialize(memoryview(wire))
+            assert caught.value.kind is DeserErrorKind.NOT_READY  # never dropped (B21)
+            counts.append(schema_registry.requests[path])
+        assert counts == [1, 2, 2, 3, 3, 3, 3, 4]  # asked at t = 0, 1, 3, 7
+        schema_registry.reveal(schema_id)
+        clock.advance(4.0)
+        assert deser.deserialize(memoryview(wire))["order_id"] == 7
+    finally:
+        deser.close()
+
+
+@pytest.mark.parametrize("policy", [ErrorPolicy.FAIL, ErrorPolicy.SKIP])
+def test_schema_id_unknown_past_unknown_schema_timeout_follows_on_unknown_schema_b30(
+    kit: Any, schema_registry: SchemaRegistryServer, policy: ErrorPolicy
+) -> None:
+    """B30: as in spate-avro, an id still unknown ``unknown_schema_timeout`` after its
+    first 404 is an ``unknown_schema`` error carrying ``on_unknown_schema`` (default
+    fail), whatever ``on_error`` says; before that it is only not ready."""
+    clock = ManualClock()
+    extra: dict[str, Any] = {"fetch_wait": "5s", "unknown_schema_timeout": "10s"}
+    if policy is ErrorPolicy.SKIP:
+        extra["on_unknown_schema"] = "skip"
+    deser = kit.build(
+        {"mode": "confluent", "registry": {"url": schema_registry.url}, **extra}, clock
+    )
+    payload = kit.confluent(77, [0], b"")
+    try:
+        for step in (0.0, 9.9):
+            clock.advance(step)
+            with pytest.raises(DeserError) as caught:
+                deser.deserialize(memoryview(payload))
+            assert caught.value.kind is DeserErrorKind.NOT_READY
+        clock.advance(0.1)
+        with pytest.raises(DeserError, match=r"schema id 77 .*not found") as caught:
+            deser.deserialize(memoryview(payload))
+        assert caught.value.kind is DeserErrorKind.UNKNOWN_SCHEMA
+        assert caught.value.policy is policy
+        assert "unknown_schema_timeout 10s" in caught.value.reason
+    finally:
+        deser.close()
+
+
+def test_close_stops_the_registry_client_b31(
+    kit: Any, order_classes: Any, schema_registry: SchemaRegistryServer, serialize: Serialize
+) -> None:
+    """B31: closing the deserializer stops its registry client's fetch thread."""
+    wire = serialize(order_classes["shop.v1.Order"](order_id=3))
+    deser = _confluent(kit, schema_registry, fetch_wait="5s")
+    assert deser.deserialize(memoryview(wire))["order_id"] == 3
+    assert not deser.registry.closed
+    deser.close()
+    assert deser.registry.closed
 
 
 def test_an_avro_schema_id_is_schema_unavailable_b28(

@@ -20,7 +20,7 @@ from spate.errors import (
     SourceError,
     SpateError,
 )
-from spate.ops import NO_RECORD, ChainContext, Deserializer, ManyDeserializer
+from spate.ops import NO_RECORD, Chain, ChainContext, ChainSpec, Deserializer, ManyDeserializer
 from spate.pipeline import ExitReport, Pipeline, PipelineHealth
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
 from spate.records import Lane, PayloadBatch, RecordMeta
@@ -35,7 +35,9 @@ __all__ = [
     "AckStatus",
     "AckToken",
     "BuildContext",
+    "Chain",
     "ChainContext",
+    "ChainSpec",
     "Clock",
     "ComponentFactory",
     "ConfigError",

@@ -541,3 +541,20 @@ def test_a_retryable_poll_error_is_retried_and_a_fatal_one_fails_the_run() -> No
         handle_signals=False,
     ).run()
     assert report.exit_code == 1 and "authentication failed" in report.reason
+
+
+def test_b34_a_source_that_takes_back_drained_keeps_the_run_going(runtime_factory) -> None:
+    clock = ManualClock()
+    source, _handle = memory_source({0: payloads("a", 5)}, bounded=False)
+    sink, _ = capture_sink("out", clock=clock)
+    runtime, _ = runtime_factory(source, {"out": sink}, CopyToSinkProcessor(sink), clock)
+    runtime.start()
+    runtime.drained()
+    assert runtime.should_stop()
+    runtime.undrained()  # a rebalance handed the drained source a lane it has not read
+    assert not runtime.should_stop()
+    run_steps(runtime, 3)
+    assert runtime.records_in == 5
+    runtime.drained()
+    assert not runtime.step()
+    assert runtime.finish("source drained").exit_code == 0

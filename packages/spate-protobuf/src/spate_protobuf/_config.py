@@ -40,14 +40,26 @@ class ProtobufConfig:
     prewarm_subjects: tuple[str, ...] = ()
     """Subjects whose latest schema is fetched and compiled at start-up (``confluent``)."""
     negative_cache_ttl: Duration = 300.0
-    """How long a permanent registry answer (404, a schema that does not compile) is
-    remembered."""
+    """How long a registry schema that cannot be used (not Protobuf, does not compile)
+    is remembered. For an id the registry answers 404 for, it only caps the wait before
+    asking again: such records wait, they are never skipped for it."""
     fetch_wait: Duration = 0.5
     """How long a record may wait for a schema fetch on a cache miss before it is
     reported not ready (and retried later by the runtime); 0 never waits."""
+    unknown_schema_timeout: Duration = 300.0
+    """How long records whose schema id the registry does not know (404) wait for it
+    (a registry follower may not have caught up yet) before ``on_unknown_schema``
+    applies; until then the pipeline stops at the record and nothing after it is
+    committed."""
+    on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL
+    """What happens to a record whose schema id is still unknown after
+    ``unknown_schema_timeout``: fail the pipeline, naming the id, topic, partition and
+    offset, skip the record (counted with reason ``unknown_schema``), or write it to the
+    ``dead_letter`` sink."""
     on_error: ErrorPolicy = ErrorPolicy.SKIP
-    """What the pipeline does with a payload that cannot be decoded: skip it (counted)
-    or fail."""
+    """What the pipeline does with a payload that cannot be decoded: skip it (counted),
+    fail, or write it to the ``dead_letter`` sink with its error. Unknown schema ids
+    follow ``on_unknown_schema`` instead."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.mode == "confluent":
@@ -72,3 +84,5 @@ class ProtobufConfig:
             yield "negative_cache_ttl", "must not be negative"
         if self.fetch_wait < 0:
             yield "fetch_wait", "must not be negative"
+        if self.unknown_schema_timeout < 0:
+            yield "unknown_schema_timeout", "must not be negative"

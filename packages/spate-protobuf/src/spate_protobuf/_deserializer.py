@@ -9,7 +9,10 @@ becomes a :class:`~spate.errors.DeserError`, as in spate-avro (B21, B28):
   that are not a valid message of the type, a timestamp out of ``datetime`` range;
 * ``SCHEMA_UNAVAILABLE`` — an answer the registry client keeps as permanent (a schema
   that is not Protobuf or does not compile), or an index path the schema lacks;
-* ``NOT_READY`` — the registry has not answered yet: the runtime retries the record.
+* ``NOT_READY`` — the registry has not answered yet, or answers 404 for the id (a
+  follower that has not caught up): the runtime retries the record;
+* ``UNKNOWN_SCHEMA`` — the registry has answered 404 for the id for
+  ``unknown_schema_timeout``: the ``on_unknown_schema`` policy applies.
 
 The deserializer never counts: the deserializer stage counts every outcome by policy.
 """
@@ -130,7 +133,9 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
     """``mode: confluent`` — magic byte 0, a 4-byte schema id, the message indexes, the message.
 
     Compiled files come from the registry client's cache (its parser compiles them); a
-    miss raises ``NOT_READY`` (never a drop, B21).
+    miss raises ``NOT_READY`` (never a drop, B21) until the id has been unknown to the
+    registry for ``unknown_schema_timeout``; then ``UNKNOWN_SCHEMA`` with the
+    ``on_unknown_schema`` policy (B28).
     """
 
     def __init__(
@@ -140,10 +145,14 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
         fetch_wait: float,
         on_error: ErrorPolicy,
         described: tuple[Field, ...] | None = None,
+        unknown_schema_timeout: float = 300.0,
+        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
     ) -> None:
         super().__init__(on_error, described)
         self._client = client
         self._fetch_wait = fetch_wait
+        self._unknown_timeout = unknown_schema_timeout
+        self._on_unknown = on_unknown_schema
         self._types: dict[bytes, MessageType] = {}
 
     @property
@@ -191,7 +200,16 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
     def _type_for(self, data: Any, start: int) -> MessageType:
         schema_id: int = _schema_id(data, 1)[0]
         indexes, _ = read_indexes(data, 5)
-        schema: FileSchema = self._client.lookup(schema_id, self._fetch_wait)
+        try:
+            schema: FileSchema = self._client.lookup(schema_id, self._fetch_wait)
+        except DeserError as exc:
+            if exc.kind is DeserErrorKind.NOT_READY:
+                error = self._client.unknown_error(
+                    schema_id, self._unknown_timeout, self._on_unknown
+                )
+                if error is not None:
+                    raise error from None
+            raise
         try:
             return schema.by_index(indexes)
         except ValueError as exc:
@@ -200,4 +218,5 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
             ) from None
 
     def close(self) -> None:
+        """Stop the registry client's fetch thread (the pipeline calls it at the end)."""
         self._client.close()

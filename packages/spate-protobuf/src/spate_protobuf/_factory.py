@@ -142,5 +142,10 @@ class ProtobufDeserializerFactory:
             client.close()
             raise
         return ConfluentProtobufDeserializer(
-            client, fetch_wait=config.fetch_wait, on_error=config.on_error, described=described
+            client,
+            fetch_wait=config.fetch_wait,
+            on_error=config.on_error,
+            described=described,
+            unknown_schema_timeout=config.unknown_schema_timeout,
+            on_unknown_schema=config.on_unknown_schema,
         )

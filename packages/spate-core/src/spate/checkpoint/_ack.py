@@ -21,12 +21,15 @@ sink worker threads release while the pipeline thread retains.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Final
 
 from spate.errors import AckError
 from spate.records import Lane
+
+logger = logging.getLogger(__name__)
 
 
 class AckStatus(enum.Enum):
@@ -168,3 +171,54 @@ class AckToken:
             f"AckToken({self.lane}, epoch={self.epoch}, seq={self.seq}, "
             f"next_offset={self.next_offset}, {self.status.value})"
         )
+
+
+def release_all(acks: Iterable[AckToken], ok: bool, holder: Hashable) -> None:
+    """Release every one of ``acks`` held by ``holder``, even when one raises (B4, B39).
+
+    A release that raises (``AckError`` for a second release, which the token already
+    reported to the pipeline, or a resolver's bug) is logged; stopping at the first
+    would leave the rest held forever.
+    """
+    for ack in acks:
+        try:
+            ack.release(ok, holder=holder)
+        except Exception:
+            logger.exception("releasing %r for %r failed", ack, holder)
+
+
+class AckHolds:
+    """Row-by-row holds of one holder over many tokens (memory tiers, backlogs).
+
+    A holder that keeps individual rows retains a token on its first row and releases
+    it after its last, failed if any of its rows failed: each token sees one retain and
+    one release from this holder, as B39 requires, however many rows it holds.
+    """
+
+    __slots__ = ("_holder", "_rows")
+
+    def __init__(self, holder: Hashable) -> None:
+        self._holder = holder
+        self._rows: dict[AckToken, list[int | bool]] = {}
+
+    def add(self, ack: AckToken) -> None:
+        """One more row of ``ack`` is held."""
+        entry = self._rows.get(ack)
+        if entry is None:
+            ack.retain(self._holder)
+            self._rows[ack] = [1, True]
+        else:
+            entry[0] += 1
+
+    def done(self, ack: AckToken, ok: bool = True) -> None:
+        """One row of ``ack`` was handed on (``ok``) or failed; the last row releases."""
+        entry = self._rows.get(ack)
+        if entry is None:  # never held: let the token report the misuse
+            ack.release(ok, holder=self._holder)
+            return
+        entry[0] -= 1
+        if not ok:
+            entry[1] = False
+        if entry[0] == 0:
+            del self._rows[ack]
+            ack.release(bool(entry[1]), holder=self._holder)

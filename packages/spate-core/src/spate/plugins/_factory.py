@@ -31,6 +31,7 @@ class PluginKind(enum.Enum):
 
     SOURCE = "source"
     SINK = "sink"
+    STORE = "store"
     DESERIALIZER = "deserializer"
     COORDINATION_STORE = "coordination_store"
 
@@ -66,6 +67,9 @@ class BuildContext:
     record_fields: tuple[Field, ...] | None = None
     """For sinks: the fields of the records the deserializer produces, when it can say
     (:mod:`spate.schema`); a sink may create its table from them."""
+    registry: object | None = None
+    """The plugin registry the pipeline is assembled with, for factories that build
+    nested connector sections (the ``tiered`` and ``tee`` sinks); None: the default one."""
 
 
 ConfigT = TypeVar("ConfigT")

@@ -18,7 +18,7 @@ from spate.checkpoint._ack import AckToken
 from spate.records import Lane
 from spate.sink._writer import RowBuffer
 
-SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain"]
+SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain", "tier"]
 
 BUDGET_CHUNK = 64 * 1024
 """Bytes a batch may hold beyond what it has acquired from the budget before acquiring."""

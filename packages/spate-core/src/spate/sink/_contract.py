@@ -2,11 +2,12 @@
 
 The chain hands each output row to :meth:`Sink.offer` together with the ack token of
 the source batch it came from. A sink that accepts a row becomes a holder of that token
-(``ack.retain()`` once per buffer and batch) and later releases it with ``ok=True``
-once the buffer is durably written, or ``ok=False`` when it is abandoned or failed
-fatally (B2, B4). A sink that cannot take more answers :attr:`Offer.REJECTED`; the
-chain then stops where it is and the runtime pauses intake and offers the same row
-again later (B7, B8).
+(``ack.retain(holder)`` once per buffer and batch) and later releases it with
+``ack.release(ok, holder=holder)``: ``ok=True`` once the buffer is durably written,
+``ok=False`` when it is abandoned or failed fatally (B2, B4, B39). A holder keeping
+single rows counts them with :class:`~spate.checkpoint.AckHolds`. A sink that cannot
+take more answers :attr:`Offer.REJECTED`; the chain then stops where it is and the
+runtime pauses intake and offers the same row again later (B7, B8).
 
 Sinks compose: a sink that wraps another (a spool tier, a tee) implements this same
 protocol and forwards rows and acks.

@@ -1,4 +1,6 @@
-"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on (DESIGN §7).
+"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on.
+
+What it does is described in docs/concepts/sinks.md.
 
 A connector supplies buffers and per-endpoint writers (:mod:`spate.sink._writer`); the
 pool does the rest:
@@ -43,7 +45,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken
+from spate.checkpoint._ack import AckToken, release_all
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
@@ -110,6 +112,9 @@ class SinkPool:
         self._budget = budget
         self._io_threads = io_threads
         self._token_prefix = f"{pipeline}-{run_nonce}"
+        self._pipeline = pipeline
+        self._identity: str | None = None
+        self._identity_rows: dict[int, int] = {}
         self._max_rows = cfg.batch.max_rows
         self._max_bytes = cfg.batch.max_bytes
         self._linger = cfg.batch.linger
@@ -391,6 +396,31 @@ class SinkPool:
                     )
         self._ready = False
 
+    # -- identified batches (tiers) ------------------------------------------------------
+
+    def begin_identified(self, identity: str) -> None:
+        """Rows offered from now until :meth:`end_identified` form batches whose dedup
+        tokens derive from ``identity`` (``{pipeline}-{identity}-{shard}-{start}-{rows}``)
+        instead of the run nonce, so the same rows offered again under the same identity
+        in a later run carry the same tokens (a spool's replay, B56).
+
+        ``identity`` must be unique to one fixed sequence of rows across runs. Called by a
+        tier on the pipeline thread; seals what is open first.
+        """
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "tier")
+            self._identity = identity
+            self._identity_rows = {}
+
+    def end_identified(self) -> None:
+        """Seal the identified batch's rows and return to run-nonce tokens."""
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "tier")
+            self._identity = None
+            self._identity_rows = {}
+
     # -- inline mode and introspection --------------------------------------------------
 
     def pump(self) -> int:
@@ -446,7 +476,14 @@ class SinkPool:
             return
         batch.seq = shard.next_seq
         shard.next_seq += 1
-        batch.token = f"{self._token_prefix}-{shard.index}-{batch.seq}"
+        if self._identity is None:
+            batch.token = f"{self._token_prefix}-{shard.index}-{batch.seq}"
+        else:
+            # Rows of an identified batch (a spool tier's): the token names exactly
+            # which rows these are, so a replay of the same batch gets the same token.
+            start = self._identity_rows.get(shard.index, 0)
+            self._identity_rows[shard.index] = start + batch.rows
+            batch.token = f"{self._pipeline}-{self._identity}-{shard.index}-{start}-{batch.rows}"
         batch.reason = reason
         self._acquire(batch)
         shard.queue.append(batch)
@@ -500,11 +537,7 @@ class SinkPool:
         for batch, acks, nbytes, ok in settled:
             if nbytes:
                 self._budget.release(nbytes)
-            for ack in acks:
-                try:
-                    ack.release(ok, holder=batch)
-                except Exception:
-                    logger.exception("sink %s: releasing %r failed", self.name, ack)
+            release_all(acks, ok, batch)
 
     # -- writing (called without the lock) ----------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from spate._clock import Clock, SystemClock
-from spate.checkpoint._ack import AckToken
+from spate.checkpoint._ack import AckToken, release_all
 from spate.flow._contract import ByteBudget
 from spate.records import Lane
 from spate.sink._contract import Offer
@@ -275,11 +275,7 @@ class BufferedSink:
                 self._lock.notify_all()
             if self.budget is not None:
                 self.budget.release(batch.nbytes)
-            for ack in batch.acks:
-                try:  # release every ack even when one raises (B4)
-                    ack.release(ok, holder=batch.holder)
-                except Exception:
-                    logger.exception("sink %s: releasing %r failed", self.name, ack)
+            release_all(batch.acks, ok, batch.holder)  # every one, even if one raises (B4)
 
     def _work(self) -> None:
         while True:

@@ -25,6 +25,9 @@ Subclass the suite of your connector's kind in a test module, name the subclass
   a synchronous commit (B1), pause/resume (B7);
 * :class:`DeserializerConformance` — whole and sliced views decode alike, values do
   not borrow the view, malformed and truncated payloads raise ``DeserError`` (B28);
+* :class:`StoreConformance` — a spool store (``spate.stores``) returns every synced
+  batch after a restart, in order; released batches never come back and their space
+  is reclaimed (B54, B55);
 * every suite also checks the config-model convention: a frozen keyword-only dataclass,
   unknown keys and bad values refused with their dotted path (B17).
 
@@ -46,6 +49,7 @@ from spate.testing.conformance._base import (
 from spate.testing.conformance._deserializer import DeserializerConformance
 from spate.testing.conformance._sink import SinkConformance
 from spate.testing.conformance._source import RecordingEvents, SourceConformance
+from spate.testing.conformance._store import StoreConformance
 
 __all__ = [
     "ConfigConformance",
@@ -56,5 +60,6 @@ __all__ = [
     "RecordingEvents",
     "SinkConformance",
     "SourceConformance",
+    "StoreConformance",
     "conformance_context",
 ]
