@@ -9,13 +9,13 @@ from __future__ import annotations
 from tests.support.bench import run_bench
 
 
-def test_deser_bench_reports_a_ratio_for_avro_and_json() -> None:
+def test_deser_bench_reports_a_ratio_for_avro_json_and_protobuf() -> None:
     lines = run_bench("deser.py", 2500)
     assert lines[0].startswith("2,500 storefront events (2,500 distinct)")
     titles = [line for line in lines if line.startswith("== ")]
-    assert [t.split(":")[0] for t in titles] == ["== avro", "== json"]
-    assert sum(line.startswith("framework: 2,500 records, median ") for line in lines) == 2
-    assert sum(line.startswith("baseline: 2,500 records, median ") for line in lines) == 2
+    assert [t.split(":")[0] for t in titles] == ["== avro", "== json", "== protobuf"]
+    assert sum(line.startswith("framework: 2,500 records, median ") for line in lines) == 3
+    assert sum(line.startswith("baseline: 2,500 records, median ") for line in lines) == 3
     ratios = [float(line.split()[1]) for line in lines if line.startswith("ratio: ")]
-    assert len(ratios) == 2 and all(r > 0 for r in ratios)
-    assert sum(line.startswith("peak RSS: ") for line in lines) == 2
+    assert len(ratios) == 3 and all(r > 0 for r in ratios)
+    assert sum(line.startswith("peak RSS: ") for line in lines) == 3
