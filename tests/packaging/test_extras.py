@@ -38,6 +38,7 @@ CLIENT_LIBRARIES = {
     "nats-py": "nats",
     "clickhouse-connect": "clickhouse_connect",
     "chdb": "chdb",
+    "pyarrow": "pyarrow",
 }
 
 # Run inside the new environment: what is installed and what imports.
@@ -153,6 +154,7 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             "spate-s3",
             "spate-coordination",
             "spate-datagen",
+            "spate-parquet",
         },
     )
     spate_dists = {d: v for d, v in clickhouse_env.distributions.items() if d.startswith("spate")}
@@ -193,6 +195,8 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "spate-clickhouse",
             "spate-s3",
             "spate-coordination",
+            "spate-parquet",
+            "pyarrow",
         },
     )
 
