@@ -19,8 +19,17 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from spate.checkpoint._ack import AckStatus
+from spate.config import decode
 from spate.records import Lane
-from spate_parquet import CommitGate, LocalStore, ManifestStore, Part
+from spate_parquet import (
+    CommitGate,
+    LocalStore,
+    ManifestStore,
+    ParquetSinkConfig,
+    Part,
+    S3Store,
+    Store,
+)
 
 from .harness import Feeder, make_sink
 from .readback import local_files, manifest_parts, parquet_rows, s3_files
@@ -179,26 +188,55 @@ def test_b51_commit_never_passes_a_row_that_is_not_in_a_written_file(tmp_path: P
     sink.close()
 
 
+def _s3_store(bucket: tuple[Any, str], endpoint: str, prefix: str) -> S3Store:
+    config = decode(
+        ParquetSinkConfig,
+        {"path": f"s3://{bucket[1]}/{prefix}", "s3": {"endpoint_url": endpoint}},
+        "parquet",
+    )
+    return S3Store(config)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_b52_two_writers_never_lose_a_part_and_readers_never_see_a_torn_manifest(
-    tmp_path: Path,
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
-    store = LocalStore(str(tmp_path))
+    if where == "s3":
+        bucket = request.getfixturevalue("bucket")
+        store: Store = _s3_store(bucket, request.getfixturevalue("moto_endpoint"), "lake")
+        client, name = bucket
+
+        def pointer() -> bytes | None:
+            try:
+                body: bytes = client.get_object(Bucket=name, Key="lake/t.parts/_manifest.json")[
+                    "Body"
+                ].read()
+            except client.exceptions.NoSuchKey:
+                return None
+            return body
+    else:
+        store = LocalStore(str(tmp_path))
+
+        def pointer() -> bytes | None:
+            try:
+                return (tmp_path / "t.parts" / "_manifest.json").read_bytes()
+            except FileNotFoundError:
+                return None
+
     # Two "processes": separate gates, so only the compare-and-set serializes them.
     writers = [
         ManifestStore(store, "t", CommitGate(f"writer-{i}-{tmp_path}", timeout=5.0))
         for i in range(2)
     ]
-    per_writer = 40
+    per_writer = 40 if where == "local" else 15
     stop = threading.Event()
     seen: list[int] = []
     torn: list[str] = []
 
     def read() -> None:
-        pointer = tmp_path / "t.parts" / "_manifest.json"
         while not stop.is_set():
-            try:
-                data = pointer.read_bytes()
-            except FileNotFoundError:
+            data = pointer()
+            if data is None:
                 continue
             try:
                 body = json.loads(data)
@@ -230,6 +268,28 @@ def test_b52_two_writers_never_lose_a_part_and_readers_never_see_a_torn_manifest
     }
     assert not torn, torn[:3]
     assert seen, "the reader never saw a manifest"
+    body = json.loads(pointer() or b"{}")
+    assert body["version"] == 2 * per_writer, "the pointer does not show the last version"
+    if where == "s3":
+        # If-Match on the pointer: it never moves backwards.
+        assert seen == sorted(seen), "the pointer moved backwards"
+    store.close()
+
+
+def test_b52_moto_enforces_conditional_writes(bucket: tuple[Any, str], moto_endpoint: str) -> None:
+    """What the manifest relies on: If-None-Match: * and If-Match on PutObject (moto 5)."""
+    store = _s3_store(bucket, moto_endpoint, "cas")
+    try:
+        assert store.create("k", b"1")
+        assert not store.create("k", b"2")
+        found = store.get_tagged("k")
+        assert found is not None and found[0] == b"1"
+        assert not store.replace("k", b"3", '"0123456789abcdef0123456789abcdef"')
+        assert store.replace("k", b"4", found[1])
+        assert not store.replace("k", b"5", found[1]), "a stale ETag was accepted"
+        assert store.get("k") == b"4"
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("policy", ["fail", "skip"])

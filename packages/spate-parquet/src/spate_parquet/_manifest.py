@@ -14,7 +14,9 @@ if nobody has (``link`` locally, ``If-None-Match: *`` on S3). A writer that lose
 race reads the winner's version and tries ``n + 2``; so concurrent writers — threads,
 processes, hosts — never lose a part. The pointer ``_manifest.json`` is then rewritten
 whole (local: temp + fsync + rename; S3: one PUT, which readers never see half-written),
-and only forwards: a writer whose version is older than the pointer's leaves it.
+and only forwards: it is replaced conditionally on the version it showed (S3
+``If-Match`` on its ETag, ``If-None-Match: *`` for the first), and a writer whose
+version is older than the pointer's leaves it.
 
 A part written but not yet in a version is invisible to readers; a restart either
 rewrites it byte-identically (and publishes it) or, with ``orphans: delete``, deletes it.
@@ -236,10 +238,25 @@ class ManifestStore:
                 break
             # Another writer took this version: build on theirs.
             current = self._read(_version_key(candidate.version)) or current
-        pointer = self._read(POINTER)
-        if pointer is None or pointer.version < candidate.version:
-            self._store.put(self.prefix + POINTER, candidate.to_bytes())
+        self._advance_pointer(candidate)
         return candidate
+
+    def _advance_pointer(self, manifest: Manifest) -> None:
+        """Point ``_manifest.json`` at ``manifest`` unless it already shows a newer version.
+
+        A conditional write on the pointer's current version, so two writers can never
+        move it backwards (S3 ``If-Match``; local directories check, then rename).
+        """
+        key = self.prefix + POINTER
+        while True:
+            found = self._store.get_tagged(key)
+            tag = None
+            if found is not None:
+                data, tag = found
+                if Manifest.from_bytes(data).version >= manifest.version:
+                    return
+            if self._store.replace(key, manifest.to_bytes(), tag):
+                return
 
     def orphans(self, manifest: Manifest) -> list[str]:
         """Parts under the table that no version lists (written, never published)."""

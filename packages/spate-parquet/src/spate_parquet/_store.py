@@ -57,6 +57,18 @@ class Store(Protocol):
         """The object's bytes, or None when there is none."""
         ...
 
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and a tag of its version (S3: the ETag), or None."""
+        ...
+
+    def replace(self, key: str, data: bytes, tag: str | None) -> bool:
+        """Write ``data`` at ``key`` only if the object still has ``tag`` (None: is absent).
+
+        False when someone else changed it first. S3 checks this atomically
+        (``If-Match`` / ``If-None-Match``); a local directory checks, then renames.
+        """
+        ...
+
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a directory-like prefix ending in ``/`` or empty)."""
         ...
@@ -134,6 +146,25 @@ class LocalStore:
             return None
         except OSError as exc:
             raise SinkError(f"reading {self.endpoint}/{key}: {exc}", ErrorClass.RETRYABLE) from exc
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            with (self._root / key).open("rb") as handle:
+                stat = os.fstat(handle.fileno())
+                return handle.read(), f"{stat.st_ino:x}-{stat.st_mtime_ns:x}"
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SinkError(f"reading {self.endpoint}/{key}: {exc}", ErrorClass.RETRYABLE) from exc
+
+    def replace(self, key: str, data: bytes, tag: str | None) -> bool:
+        if tag is None:
+            return self.create(key, data)
+        current = self.get_tagged(key)
+        if current is None or current[1] != tag:
+            return False
+        self.put(key, data)  # a new inode: the next tag differs
+        return True
 
     def list(self, prefix: str) -> list[str]:
         base = self._root / prefix
@@ -320,6 +351,38 @@ class S3Store:
         async with reply["Body"] as body:
             data: bytes = await body.read()
         return data
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        async def go() -> tuple[bytes, str]:
+            await self._open()
+            reply = await self._client.get_object(Bucket=self._bucket, Key=self._prefix + key)
+            async with reply["Body"] as body:
+                data: bytes = await body.read()
+            return data, str(reply["ETag"])
+
+        try:
+            return self._run(go())
+        except Exception as exc:
+            if _is_code(exc, "NoSuchKey", "404"):
+                return None
+            raise translate_error(exc, f"GET {key}", self.endpoint) from exc
+
+    def replace(self, key: str, data: bytes, tag: str | None) -> bool:
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+
+        async def go() -> None:
+            await self._open()
+            await self._client.put_object(
+                Bucket=self._bucket, Key=self._prefix + key, Body=data, **condition
+            )
+
+        try:
+            self._run(go())
+        except Exception as exc:
+            if _is_code(exc, "PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                return False
+            raise translate_error(exc, f"PUT (conditional) {key}", self.endpoint) from exc
+        return True
 
     def list(self, prefix: str) -> list[str]:
         async def go() -> list[str]:
