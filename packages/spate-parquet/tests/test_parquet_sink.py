@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 from pathlib import Path
@@ -358,3 +359,64 @@ def test_b50_a_compression_change_writes_new_paths_and_old_files_stay_valid(
             meta = pq.ParquetFile(tmp_path / key).metadata
             assert meta.row_group(0).column(0).compression.lower() == codec
     assert sorted(r["id"] for r in parquet_rows(after)) == [r["id"] for r in rows]
+
+
+def test_b50_record_time_windows_and_hive_directories_cut_files_by_the_input(
+    tmp_path: Path,
+) -> None:
+    """Files never span two hours of record time; directories name the hour and the column."""
+    body = {
+        "path": str(tmp_path),
+        "schema": {"id": "int64", "country": "string", "ts": "timestamp[ms, tz=UTC]"},
+        "partition_by": ["country"],
+        "window": "1h",
+        "time_column": "ts",
+        "time_partitions": "dt=%Y-%m-%d/hour=%H",
+        "max_records": 1000,
+    }
+    base = dt.datetime(2026, 12, 1, 4, 50, tzinfo=dt.UTC)
+    rows = [
+        {"id": i, "country": "DE" if i % 3 else "FR", "ts": base + dt.timedelta(minutes=i)}
+        for i in range(30)
+    ]
+    sink = make_sink(body)
+    feeder = Feeder(sink)
+    feeder.feed(LANES[0], rows, 0, [7])
+    # The first row of 05:00 closed the 04:00 windows: their acks resolve before any flush.
+    for _ in range(1200):
+        if feeder.committed(LANES[0]) >= 7:
+            break
+        threading.Event().wait(0.05)
+    assert feeder.committed(LANES[0]) >= 7
+    assert sink.flush(float("inf"))
+    sink.close()
+    files = local_files(tmp_path)
+    assert sorted(k.rsplit("/", 1)[0] for k in files) == [
+        "dt=2026-12-01/hour=04/country=DE",
+        "dt=2026-12-01/hour=04/country=FR",
+        "dt=2026-12-01/hour=05/country=DE",
+        "dt=2026-12-01/hour=05/country=FR",
+    ]
+    for key in files:
+        table = pq.read_table(tmp_path / key)
+        hours = {t.hour for t in table.column("ts").to_pylist()}
+        assert len(hours) == 1, key
+    assert sorted(r["id"] for r in parquet_rows(files)) == list(range(30))
+
+
+def test_b52_a_schema_change_opens_a_new_part_and_the_manifest_records_both(
+    tmp_path: Path,
+) -> None:
+    body = {"path": str(tmp_path), "publish": "manifest", "table": "t", "max_records": 100}
+    sink = make_sink(body)
+    feeder = Feeder(sink)
+    feeder.batch(LANES[0], 0, [{"id": i} for i in range(5)])
+    feeder.batch(LANES[0], 5, [{"id": i, "extra": f"e{i}"} for i in range(5, 9)])
+    assert sink.flush(float("inf"))
+    sink.close()
+    manifest = json.loads((tmp_path / "t.parts" / "_manifest.json").read_bytes())
+    assert [p["rows"] for p in manifest["parts"]] == [5, 4]
+    assert [p["source"]["first"] for p in manifest["parts"]] == [0, 5]
+    assert manifest["schemas"] == ["id: int64", "id: int64, extra: string"]
+    assert [p["schema"] for p in manifest["parts"]] == [0, 1]
+    assert manifest["total_rows"] == 9
