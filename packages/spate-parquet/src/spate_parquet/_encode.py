@@ -73,8 +73,21 @@ class Encoder:
         self._identity = json.dumps(identity, sort_keys=True).encode()
 
     def table(self, rows: Sequence[Mapping[str, object]]) -> pa.Table:
-        """The rows as an Arrow table (declared schema, or inferred from these rows)."""
-        return pa.Table.from_pylist(list(rows), schema=self._schema)
+        """The rows as an Arrow table (declared schema, or inferred from these rows).
+
+        Column by column (``pa.array`` of one list per column) rather than
+        ``Table.from_pylist``: the same table, several times faster. A window's rows all
+        have one shape, so the first row's columns are every row's.
+        """
+        if not rows:
+            return pa.Table.from_pylist([], schema=self._schema)
+        schema = self._schema
+        if schema is None:
+            names = list(rows[0])
+            arrays = [pa.array([r.get(n) for r in rows]) for n in names]
+            return pa.Table.from_arrays(arrays, names=names)
+        arrays = [pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def encode(self, table: pa.Table) -> bytes:
         """The table as Parquet bytes, with every byte-affecting setting pinned."""

@@ -80,10 +80,11 @@ def _accepts(kind: pa.DataType) -> tuple[type, ...]:
 class RowShaper:
     """Turns an offered row into the dict a file holds, or refuses it (B28).
 
-    Called on the pipeline thread for every row; never blocks.
+    Called on the pipeline thread for every row; never blocks. The common case — every
+    value of exactly a type its column takes — costs one set lookup per value.
     """
 
-    __slots__ = ("_accepts", "_names", "schema")
+    __slots__ = ("_accepts", "_exact", "_fits", "_names", "schema")
 
     def __init__(self, schema: pa.Schema | None) -> None:
         self.schema = schema
@@ -91,11 +92,22 @@ class RowShaper:
         self._accepts = (
             {f.name: (_accepts(f.type), f.type) for f in schema} if schema is not None else {}
         )
+        self._exact: dict[str, frozenset[type]] = {
+            name: frozenset(
+                k for k in (*kinds, type(None)) if not (k is int and pa.types.is_boolean(arrow))
+            )
+            - ({bool} if not pa.types.is_boolean(arrow) else set())
+            for name, (kinds, arrow) in self._accepts.items()
+        }
+        self._fits: set[tuple[tuple[str, ...], tuple[type, ...]]] = set()
+        """(columns, value types) of rows already checked and found to fit."""
 
     def shape(self, row: object) -> dict[str, object]:
         """The row as a dict of column -> value; raise ``SinkError(RECORD)`` if it cannot fit."""
-        if isinstance(row, dict):
+        if type(row) is dict:
             values: dict[str, object] = row
+        elif isinstance(row, dict):
+            values = row
         elif isinstance(row, tuple | list) and self._names:
             if len(row) != len(self._names):
                 raise SinkError(
@@ -111,25 +123,35 @@ class RowShaper:
             )
         if not self._names:
             for name in values:
-                if not isinstance(name, str):
+                if type(name) is not str:
                     raise SinkError(f"column names are strings, got {name!r}", ErrorClass.RECORD)
             return values
-        accepts = self._accepts
+        signature = (tuple(values), tuple(map(type, values.values())))
+        if signature in self._fits:
+            return values
+        exact = self._exact
         for name, value in values.items():
-            spec = accepts.get(name)
-            if spec is None:
-                raise SinkError(f"column {name!r} is not in the schema", ErrorClass.RECORD)
-            if value is None:
-                continue
-            kinds, arrow = spec
-            if not isinstance(value, kinds) or (
-                isinstance(value, bool) and not pa.types.is_boolean(arrow)
-            ):
-                raise SinkError(
-                    f"column {name!r}: {type(value).__name__} value {value!r} does not fit {arrow}",
-                    ErrorClass.RECORD,
-                )
+            kinds = exact.get(name)
+            if kinds is None or type(value) not in kinds:
+                self._check(name, value)
+                return values  # fits, but only as a subclass: not remembered
+        if len(self._fits) < 4096:
+            self._fits.add(signature)
         return values
+
+    def _check(self, name: str, value: object) -> None:
+        """The slow path: subclasses are fine, anything else is refused."""
+        spec = self._accepts.get(name)
+        if spec is None:
+            raise SinkError(f"column {name!r} is not in the schema", ErrorClass.RECORD)
+        kinds, arrow = spec
+        if not isinstance(value, kinds) or (
+            isinstance(value, bool) and not pa.types.is_boolean(arrow)
+        ):
+            raise SinkError(
+                f"column {name!r}: {type(value).__name__} value {value!r} does not fit {arrow}",
+                ErrorClass.RECORD,
+            )
 
     def shape_key(self, values: Mapping[str, object]) -> tuple[str, ...]:
         """The row's shape: its column set when inferring, () with a declared schema."""

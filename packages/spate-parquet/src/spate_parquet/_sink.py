@@ -61,6 +61,8 @@ class Window:
     first: int = -1
     last: int = -1
     acks: list[AckToken] = field(default_factory=list)
+    row_bytes: int = 64
+    """Estimated in-memory size of one row (from the window's first row)."""
     settled: bool = False
     """Its acks were released (guarded by the sink's condition lock)."""
 
@@ -104,6 +106,13 @@ class ParquetSink:
         self._ready = False
         self._token: AckToken | None = None
         self._index = 0
+        self._start = 0
+        self._last: Window | None = None
+        self._placed = bool(config.window or config.partition_by)
+        self._declared = self._shaper.schema is not None
+        self._max_pending = config.max_pending
+        self._max_records = config.max_records
+        self._max_bytes = config.max_bytes
         self.files_written = 0
         self.rows_replayed = 0
         """Replayed rows dropped because a durable file already holds them."""
@@ -168,20 +177,43 @@ class ParquetSink:
     # -- rows (pipeline thread) ------------------------------------------------------
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
-        if len(self._jobs) + self._busy >= self.config.max_pending:
+        if len(self._jobs) + self._busy >= self._max_pending:
             if not self._threaded:
                 self._drain_inline(time.monotonic() + self.config.gate_timeout)
-            if len(self._jobs) + self._busy >= self.config.max_pending:
+            if len(self._jobs) + self._busy >= self._max_pending:
                 return Offer.REJECTED
         if ack is not self._token:
             self._token = ack
             self._index = 0
-        position = ack.next_offset - ack.records + self._index
+            self._start = ack.next_offset - ack.records
+        position = self._start + self._index
         # A refused row still stands for its record (the chain may skip it), so the
         # index moves on; a REJECTED row is offered again and does not.
         self._index += 1
         values = self._shaper.shape(row)
-        directory, bucket = self._place(values, lane)
+        if self._placed:
+            directory, bucket = self._place(values, lane)
+        else:
+            directory, bucket = "", 0
+        window = self._last
+        # Fast path: the row continues the window of the previous row.
+        if (
+            window is not None
+            and position > window.last
+            and window.bucket == bucket
+            and window.lane == lane
+            and window.directory == directory
+            and (self._declared or window.shape == tuple(values))
+        ):
+            if window.acks[-1] is not ack:
+                ack.retain()
+                window.acks.append(ack)
+            window.rows.append(values)
+            window.nbytes += window.row_bytes
+            window.last = position
+            if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
+                self._seal((lane, directory, bucket))
+            return Offer.ACCEPTED
         if position <= self._covered.get((lane, directory), -1):
             self.rows_replayed += 1  # already in a durable file: acked with the batch
             return Offer.ACCEPTED
@@ -216,11 +248,14 @@ class ParquetSink:
         position: int,
         ack: AckToken,
     ) -> None:
-        cfg = self.config
-        if cfg.window:
-            # A row of a later window closes this lane's earlier windows.
+        if self.config.window:
+            # A row of a later window closes this lane's earlier windows; and one lane
+            # and directory has one open window at a time, so the files of a directory
+            # cover disjoint, ordered ranges of positions (what a restart relies on).
             for key in list(self._open):
-                if key[0] == lane and key[2] < bucket:
+                if key[0] == lane and (
+                    key[2] < bucket or (key[1] == directory and key[2] != bucket)
+                ):
                     self._seal(key)
         wkey = (lane, directory, bucket)
         window = self._open.get(wkey)
@@ -230,18 +265,22 @@ class ParquetSink:
             window = None
         if window is None:
             window = Window(lane, directory, bucket, shape, first=position)
+            window.row_bytes = estimate_row_bytes(values)
             self._open[wkey] = window
         if not window.acks or window.acks[-1] is not ack:
             ack.retain()
             window.acks.append(ack)
         window.rows.append(values)
-        window.nbytes += estimate_row_bytes(values)
+        window.nbytes += window.row_bytes
         window.last = position
-        if len(window.rows) >= cfg.max_records or window.nbytes >= cfg.max_bytes:
+        self._last = window
+        if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
             self._seal(wkey)
 
     def _seal(self, wkey: _WindowKey) -> None:
         window = self._open.pop(wkey)
+        if self._last is window:
+            self._last = None
         # Later replays skip what this file holds once it is durable; in-process, the
         # file is on its way, so a row re-offered for it now would be a duplicate.
         self._covered[(window.lane, window.directory)] = window.last
@@ -276,6 +315,7 @@ class ParquetSink:
         """Fail the acks of every window not yet written (B4)."""
         windows = list(self._open.values())
         self._open.clear()
+        self._last = None
         with self._cond:
             windows.extend(job.window for job in self._jobs)
             self._jobs.clear()
