@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spate._clock import Clock
 from spate.checkpoint._ack import AckStatus, AckToken
 from spate.config import decode
 from spate.records import Lane
@@ -14,9 +15,11 @@ from spate.testing.conformance import conformance_context
 from spate_parquet import ParquetSink, ParquetSinkConfig, build_sink
 
 
-def make_sink(body: Mapping[str, Any], name: str = "lake") -> ParquetSink:
+def make_sink(
+    body: Mapping[str, Any], name: str = "lake", clock: Clock | None = None
+) -> ParquetSink:
     config = decode(ParquetSinkConfig, dict(body), "sinks.lake.parquet")
-    sink = build_sink(config, conformance_context(name))
+    sink = build_sink(config, conformance_context(name, clock=clock))
     sink.start()
     return sink
 

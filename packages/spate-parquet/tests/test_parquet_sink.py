@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from spate._clock import ManualClock
 from spate.checkpoint._ack import AckStatus
 from spate.config import decode
 from spate.records import Lane
@@ -420,3 +421,47 @@ def test_b52_a_schema_change_opens_a_new_part_and_the_manifest_records_both(
     assert manifest["schemas"] == ["id: int64", "id: int64, extra: string"]
     assert [p["schema"] for p in manifest["parts"]] == [0, 1]
     assert manifest["total_rows"] == 9
+
+
+def test_b51_processing_time_windows_close_on_the_tick_after_they_end(tmp_path: Path) -> None:
+    clock = ManualClock(wall_start=1_800_000_000.0)  # a whole hour: 500,000 h
+    body = {"path": str(tmp_path), "window": "1h", "window_time": "processing"}
+    sink = make_sink(body, clock=clock)
+    feeder = Feeder(sink)
+    first = feeder.batch(LANES[0], 0, [{"id": i} for i in range(5)])
+    sink.tick()
+    assert first.status is AckStatus.PENDING  # the hour is not over: nothing is cut
+    clock.advance(3600)
+    sink.tick()
+    for _ in range(1200):
+        if first.status is not AckStatus.PENDING:
+            break
+        threading.Event().wait(0.05)
+    assert first.status is AckStatus.DELIVERED
+    assert [r["id"] for r in parquet_rows(local_files(tmp_path))] == list(range(5))
+    sink.close()
+
+
+def test_b52_a_stalled_gate_holder_does_not_stop_publishing(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path))
+    gate = CommitGate(f"stalled-{tmp_path}", timeout=0.2)
+    stalled = CommitGate(f"stalled-{tmp_path}", timeout=0.2)
+    release = threading.Event()
+    held = threading.Event()
+
+    def hold() -> Any:
+        held.set()
+        release.wait(60)
+        return None
+
+    holder = threading.Thread(target=stalled.run, args=(hold,))
+    holder.start()
+    held.wait(60)
+    try:
+        manifest = ManifestStore(store, "t", gate).publish(
+            Part("t.parts/p.parquet", 1, 1, "s", 0, 0, 0, 0), "id: int64"
+        )
+    finally:
+        release.set()
+        holder.join()
+    assert manifest.version == 1 and manifest.paths == {"t.parts/p.parquet"}
