@@ -36,10 +36,16 @@ class Feeder:
         self.tokens: dict[Lane, list[AckToken]] = {}
         self._seq = 0
 
-    def batch(self, lane: Lane, start: int, rows: Sequence[dict[str, Any]]) -> AckToken:
-        """Offer ``rows`` (positions ``start..``) as one source batch of ``lane``."""
+    def batch(
+        self, lane: Lane, start: int, rows: Sequence[dict[str, Any]], records: int | None = None
+    ) -> AckToken:
+        """Offer ``rows`` as one source batch of ``lane`` starting at offset ``start``.
+
+        The batch holds ``records`` records (default: one per row).
+        """
         self._seq += 1
-        token = AckToken(lane, 1, self._seq, start + len(rows), len(rows), _ignore)
+        held = len(rows) if records is None else records
+        token = AckToken(lane, 1, self._seq, start + held, held, _ignore)
         for row in rows:
             deadline = time.monotonic() + 60
             while self.sink.offer(row, None, lane, token) is Offer.REJECTED:

@@ -109,6 +109,7 @@ class ParquetSink:
         self._start = 0
         self._last: Window | None = None
         self._placed = bool(config.window or config.partition_by)
+        self._per_row = config.one_row_per_record
         self._declared = self._shaper.schema is not None
         self._max_pending = config.max_pending
         self._max_records = config.max_records
@@ -183,9 +184,7 @@ class ParquetSink:
             if len(self._jobs) + self._busy >= self._max_pending:
                 return Offer.REJECTED
         if ack is not self._token:
-            self._token = ack
-            self._index = 0
-            self._start = ack.next_offset - ack.records
+            self._next_batch(ack)
         position = self._start + self._index
         # A refused row still stands for its record (the chain may skip it), so the
         # index moves on; a REJECTED row is offered again and does not.
@@ -214,11 +213,35 @@ class ParquetSink:
             if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
                 self._seal((lane, directory, bucket))
             return Offer.ACCEPTED
-        if position <= self._covered.get((lane, directory), -1):
+        covered = self._covered.get((lane, directory), -1)
+        if position <= covered and (self._per_row or ack.next_offset - 1 <= covered):
             self.rows_replayed += 1  # already in a durable file: acked with the batch
             return Offer.ACCEPTED
         self._add(values, lane, directory, bucket, position, ack)
         return Offer.ACCEPTED
+
+    def _next_batch(self, ack: AckToken) -> None:
+        """A new source batch; check the one before held one row per record."""
+        previous = self._token
+        if (
+            self._per_row
+            and previous is not None
+            and previous.lane == ack.lane
+            and self._index != previous.records
+        ):
+            # Positions are offsets only when every record gives one row; from here on
+            # replayed rows are skipped only by whole source batches.
+            logger.error(
+                "sink %s: a source batch of %d records gave %d rows, but one_row_per_record "
+                "is set; set it to false for this chain (replays may now repeat rows)",
+                self.name,
+                previous.records,
+                self._index,
+            )
+            self._per_row = False
+        self._token = ack
+        self._index = 0
+        self._start = ack.next_offset - ack.records
 
     def _place(self, values: dict[str, object], lane: Lane) -> tuple[str, int]:
         cfg = self.config

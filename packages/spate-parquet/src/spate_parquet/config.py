@@ -130,6 +130,12 @@ class ParquetSinkConfig:
     orphans: Literal["keep", "delete"] = "keep"
     """Manifest mode, at start: parts written but never published are kept (a replay
     rewrites and adopts them) or deleted."""
+    one_row_per_record: bool = True
+    """The chain gives this sink exactly one row per source record, so a row's position
+    is its record's offset: a replay skips exactly the rows already in durable files and
+    writes the same files. Set to false for chains that filter, split or fan out: then
+    only whole source batches already in files are skipped (no loss; replays may repeat
+    rows and cut other files)."""
     s3: S3Config = field(default_factory=S3Config)
     """Endpoint and credentials for ``s3://`` paths."""
     retry: RetryConfig = field(default_factory=RetryConfig)
