@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from spate._clock import ManualClock
@@ -510,3 +511,38 @@ def test_b50_a_filtering_chain_loses_nothing_on_replay(tmp_path: Path, declared:
     sink.close()
     got = Counter(r["id"] for r in parquet_rows(local_files(tmp_path)))
     assert set(got) == set(kept), sorted(set(kept) - set(got))[:10]
+
+
+@pytest.mark.parametrize("orphans", ["keep", "delete"])
+def test_b52_unpublished_parts_are_kept_for_adoption_or_deleted_at_start(
+    tmp_path: Path, orphans: str
+) -> None:
+    body = {"path": str(tmp_path), "publish": "manifest", "table": "t", "max_records": 5}
+    sink = make_sink(body)
+    Feeder(sink).batch(LANES[0], 0, [{"id": i} for i in range(5)])
+    assert sink.flush(float("inf"))
+    sink.close()
+    stray = (
+        tmp_path
+        / "t.parts"
+        / "orders-0-00000000000000000005-00000000000000000009-0123456789abcdef.parquet"
+    )
+    pq.write_table(pa.table({"id": [5]}), stray)  # written, never published
+    sink = make_sink({**body, "orphans": orphans})
+    sink.close()
+    assert stray.exists() is (orphans == "keep")
+    published = manifest_parts(local_files(tmp_path), "t")
+    assert len(published) == 1 and stray.name not in published[0]
+
+
+def test_b52_an_empty_flush_changes_no_manifest(tmp_path: Path) -> None:
+    body = {"path": str(tmp_path), "publish": "manifest", "table": "t", "max_records": 5}
+    sink = make_sink(body)
+    Feeder(sink).batch(LANES[0], 0, [{"id": i} for i in range(3)])
+    assert sink.flush(float("inf"))
+    before = local_files(tmp_path)
+    assert sink.flush(float("inf"))  # nothing new: no part, no version
+    sink.tick()
+    sink.close()
+    assert local_files(tmp_path) == before
+    assert json.loads(before["t.parts/_manifest.json"])["version"] == 1
