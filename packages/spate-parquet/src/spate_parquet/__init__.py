@@ -9,6 +9,7 @@ through an atomically replaced ``_manifest.json`` after passing their audits (B5
 
 from spate_parquet._audit import AuditFailure
 from spate_parquet._factory import ParquetSinkFactory, build_sink
+from spate_parquet._gate import StoreGate
 from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
 from spate_parquet._sink import ParquetSink
 from spate_parquet._store import LocalStore, S3Store, Store, open_store
@@ -28,6 +29,7 @@ __all__ = [
     "S3Config",
     "S3Store",
     "Store",
+    "StoreGate",
     "build_sink",
     "open_store",
 ]

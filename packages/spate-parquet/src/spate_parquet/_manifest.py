@@ -189,6 +189,9 @@ class CommitGate:
             if held:
                 self._lock.release()
 
+    def close(self) -> None:
+        """Release what the gate holds (nothing for the in-process gate)."""
+
 
 class ManifestStore:
     """Reads and publishes the manifest of one table under a :class:`Store`."""

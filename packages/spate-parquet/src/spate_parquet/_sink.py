@@ -26,6 +26,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -78,8 +79,14 @@ class ParquetSink:
     """Implements ``Sink``; see the module docstring."""
 
     def __init__(
-        self, name: str, config: ParquetSinkConfig, clock: Clock, io_threads: int = 1
+        self,
+        name: str,
+        config: ParquetSinkConfig,
+        clock: Clock,
+        io_threads: int = 1,
+        gate: Callable[[str, float], CommitGate] = CommitGate,
     ) -> None:
+        """``gate(destination, timeout)`` builds the commit gate of manifest mode."""
         self.name = name
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
@@ -91,9 +98,12 @@ class ParquetSink:
         self._auditor = Auditor(config.audits) if config.audits is not None else None
         self._backoff = Backoff(config.retry)
         self._manifest: ManifestStore | None = None
+        self._gate = None
         if config.publish == "manifest":
-            gate = CommitGate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
-            self._manifest = ManifestStore(self._store, config.table, gate)
+            self._gate: CommitGate | None = gate(
+                f"{self._store.endpoint}#{config.table}", config.gate_timeout
+            )
+            self._manifest = ManifestStore(self._store, config.table, self._gate)
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
@@ -173,6 +183,8 @@ class ParquetSink:
             self._thread.join(timeout=30.0)
             self._thread = None
         self._store.close()
+        if self._gate is not None:
+            self._gate.close()
         self._ready = False
 
     # -- rows (pipeline thread) ------------------------------------------------------

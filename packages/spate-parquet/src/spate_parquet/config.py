@@ -123,8 +123,13 @@ class ParquetSinkConfig:
     """Rows per row group; part of the file identity."""
     audits: AuditConfig | None = None
     """Checks before publish; none when absent."""
+    gate: Literal["local", "coordination"] = "local"
+    """The commit gate of manifest mode: ``local`` (writers in this process) or
+    ``coordination`` (writers in every process, through a lease in the store of the
+    pipeline's top-level ``coordination`` section)."""
     gate_timeout: Duration = 30.0
-    """How long a writer waits for the destination's commit gate before retrying."""
+    """How long a writer waits for the commit gate before publishing without it (the
+    manifest's compare-and-set keeps that correct)."""
     max_pending: int = 4
     """Sealed files waiting for the writer before the sink refuses rows (B7)."""
     orphans: Literal["keep", "delete"] = "keep"
