@@ -1,4 +1,4 @@
-"""The Parquet sink against a hand-written pyarrow ``write_table`` loop (DESIGN §12).
+"""The Parquet sink against a hand-written pyarrow ``write_table`` loop.
 
 Both sides write the same rows (dicts of id, kind, region, amount, time) to local disk as
 zstd Parquet files of ``SPATE_BENCH_BATCH`` rows with row groups of

@@ -16,15 +16,25 @@ from typing import Any
 import pytest
 from spate._clock import ManualClock
 from spate.checkpoint._ack import AckToken
+from spate.config._decode import decode
 from spate.errors import ErrorClass, SinkError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink import Offer, ShardConfig, SinkPool
 from spate.testing import ScriptedEndpoints
-from spate_clickhouse import Column, DistributedPlacement, parse_type
-from spate_clickhouse._router import DistributedSink, PresetRouter, _key_bytes, int_hash64
+from spate.testing.conformance import conformance_context
+from spate_clickhouse import (
+    ClickHouseSinkConfig,
+    ClickHouseSinkFactory,
+    Column,
+    DistributedPlacement,
+    parse_type,
+)
+from spate_clickhouse._router import DistributedRouter, _key_bytes, int_hash64
 from spate_clickhouse._xxhash import xxhash64
+
+STRING = parse_type("String")
 
 
 @pytest.mark.parametrize(
@@ -106,7 +116,7 @@ keys = [f"customer-{i}" for i in range(2000)]
 p = DistributedPlacement("xxHash64", Column("k", parse_type("String")), [2, 1, 3])
 r = WeightedHashRouter([2, 1, 3])
 json.dump({"ch": [p.shard_of(k) for k in keys],
-           "key": [r.route(k.encode(), Lane("t", 0)) for k in keys]}, sys.stdout)
+           "key": [r.route(None, k.encode(), Lane("t", 0)) for k in keys]}, sys.stdout)
 """
 
 
@@ -125,8 +135,9 @@ def test_b13_placement_is_identical_in_separately_seeded_processes() -> None:
 def _distributed_sink() -> tuple[Any, ScriptedEndpoints]:
     clock = ManualClock()
     endpoints = ScriptedEndpoints(clock)
-    router = PresetRouter()
-    pool = SinkPool(
+    column = Column("k", parse_type("UInt8"))
+    router = DistributedRouter("", "k", 0, [1, 2], lambda: [column])
+    sink = SinkPool(
         "events",
         endpoints,
         shards=[ShardConfig(replicas=("a",), weight=1), ShardConfig(replicas=("b",), weight=2)],
@@ -138,8 +149,7 @@ def _distributed_sink() -> tuple[Any, ScriptedEndpoints]:
         io_threads=0,
         router=router,
     )
-    placement = DistributedPlacement("", Column("k", parse_type("UInt8")), [1, 2])
-    return DistributedSink(pool, router, lambda: placement, "k", 0), endpoints
+    return sink, endpoints
 
 
 def _ack() -> AckToken:
@@ -162,6 +172,38 @@ def test_b13_distributed_sink_places_rows_by_their_column_value() -> None:
     # weights [1, 2]: value % 3 == 0 is shard 0's interval, 1 and 2 are shard 1's
     assert keys("a") == [0, 3, 6, 9]
     assert keys("b") == [1, 2, 4, 5, 7, 8]
+    sink.close()
+
+
+def test_b13_the_pool_hands_its_router_the_row_and_a_column_places_like_its_rows() -> None:
+    """``router: distributed`` is the pool's own router (no wrapper sink in front): the
+    factory builds a plain SinkPool, and routing a whole column of sharding values gives
+    the shards of the rows holding them."""
+    config = decode(
+        ClickHouseSinkConfig,
+        {
+            "table": "t",
+            "columns": ["k", "v"],
+            "shards": [{"replicas": ["http://127.0.0.1:1"]}, {"replicas": ["http://127.0.0.1:2"]}],
+            "router": "distributed",
+            "sharding_key": "xxHash64(k)",
+        },
+        "sink.clickhouse",
+    )
+    built = ClickHouseSinkFactory.build(config, conformance_context("ch"))
+    assert type(built) is SinkPool
+    assert isinstance(built.router, DistributedRouter)
+    sink, _ = _distributed_sink()
+    sink.start()
+    router = DistributedRouter("xxHash64", "k", 0, [2, 1, 3], lambda: [Column("k", STRING)])
+    router.start()
+    assert router.placed_by == "k"
+    lane = Lane("t", 0)
+    values = [f"customer-{i}" for i in range(500)]
+    rows = [router.route((v, "x"), None, lane) for v in values]
+    assert router.route_column(values, lane) == rows
+    assert rows == [router.placement.shard_of(v) for v in values]
+    assert set(rows) == {0, 1, 2}
     sink.close()
 
 

@@ -551,7 +551,8 @@ def test_single_instance_job_from_yaml_config_runs_to_completion() -> None:
 
 
 def test_coordinator_can_run_on_a_loop_the_process_already_has() -> None:
-    """DESIGN §3: one I/O loop per process; the coordinator joins it and leaves it running."""
+    """One I/O loop per process (docs/concepts/architecture.md): the coordinator joins
+    it and leaves it running."""
     import threading
 
     from spate_coordination import CoordinationError, Coordinator

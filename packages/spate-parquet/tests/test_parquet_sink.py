@@ -192,6 +192,32 @@ def test_b51_commit_never_passes_a_row_that_is_not_in_a_written_file(tmp_path: P
     sink.close()
 
 
+def test_b40_revocation_writes_the_revoked_lane_and_leaves_the_others_open(
+    tmp_path: Path,
+) -> None:
+    """``flush_lanes`` cuts only the revoked lane's window: the other lane's next file
+    still ends where its input says (B40, B50), and its rows are not committed early."""
+    sink = make_sink(_local_body(tmp_path, max_records=100))
+    feeder = Feeder(sink)
+    revoked, kept = LANES
+    feeder.feed(revoked, _rows(revoked, 30), 0, [10])
+    feeder.feed(kept, _rows(kept, 130), 0, [10])
+    assert sink.flush_lanes([revoked], float("inf"))
+    assert feeder.committed(revoked) == 30
+    assert feeder.committed(kept) == 100  # its open window (rows 100-129) stays open
+    assert len(local_files(tmp_path)) == 2
+    feeder.feed(kept, _rows(kept, 200), 130, [10])
+    assert sink.flush(float("inf"))
+    assert feeder.committed(kept) == 200
+    files = local_files(tmp_path)
+    ranges = []
+    for path in files:
+        ids = [row["id"] for row in parquet_rows(files, [path])]
+        ranges.append((ids[0] // 1_000_000, min(ids) % 1_000_000, max(ids) % 1_000_000))
+    assert sorted(ranges) == [(0, 0, 29), (1, 0, 99), (1, 100, 199)]
+    sink.close()
+
+
 def _s3_store(bucket: tuple[Any, str], endpoint: str, prefix: str) -> S3Store:
     config = decode(
         ParquetSinkConfig,

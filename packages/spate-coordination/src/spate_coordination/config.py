@@ -80,8 +80,11 @@ class NatsStoreConfig:
     servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """Server URLs (``nats://`` or ``tls://``); the client fails over among them."""
     token: str | None = field(default=None, repr=False)
+    """Token authentication (instead of ``user``/``password`` or ``creds_file``)."""
     user: str | None = None
+    """User name for user/password authentication."""
     password: str | None = field(default=None, repr=False)
+    """Password of ``user``; write ``${NATS_PASSWORD}`` to keep it out of the file."""
     creds_file: str | None = None
     """A ``.creds`` file (user JWT and NKey seed)."""
     tls: NatsTlsConfig | None = None
@@ -92,6 +95,7 @@ class NatsStoreConfig:
     reconnect_wait: Duration = 1.0
     """Pause between reconnect attempts after the connection dropped."""
     bucket_prefix: str = "spate"
+    """First part of the key-value bucket names (``<bucket_prefix>_<job>``)."""
     replicas: int = 1
     """JetStream replicas of the buckets (1 for a single server)."""
 

@@ -11,7 +11,9 @@ the batch (one row per record; see the docs for chains that filter). A sealed wi
 goes to one writer thread, which builds the Arrow table, audits it (write-audit-publish),
 encodes it with pinned settings, writes it durably (local: fsync, rename, fsync of the
 directory; S3: the PUT returned), publishes it in manifest mode, and only then releases
-the acks it holds (B2, B51): committed offsets never pass an unwritten window.
+the acks it holds (B2, B51): committed offsets never pass an unwritten window. Each
+window is the holder of its acks (``ack.retain(window)``) and releases each once (B39).
+On revocation only the revoked lanes' windows are sealed and written (B40).
 
 At start the sink learns, per lane and directory, the last position already durable
 (from the file names, or from the manifest), and drops replayed rows up to it while
@@ -26,12 +28,12 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken
+from spate.checkpoint._ack import AckToken, release_all
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
@@ -49,9 +51,9 @@ _WindowKey = tuple[Lane, str, int]
 """(lane, Hive directory, time bucket)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Window:
-    """The rows of one file being filled."""
+    """The rows of one file being filled; the holder of its acks (B39), by identity."""
 
     lane: Lane
     directory: str
@@ -217,7 +219,7 @@ class ParquetSink:
             and (self._declared or window.shape == tuple(values))
         ):
             if window.acks[-1] is not ack:
-                ack.retain()
+                ack.retain(window)
                 window.acks.append(ack)
             window.rows.append(values)
             window.nbytes += window.row_bytes
@@ -303,7 +305,8 @@ class ParquetSink:
             window.row_bytes = estimate_row_bytes(values)
             self._open[wkey] = window
         if not window.acks or window.acks[-1] is not ack:
-            ack.retain()
+            # A batch's rows arrive together, so a window sees each ack in one run.
+            ack.retain(window)
             window.acks.append(ack)
         window.rows.append(values)
         window.nbytes += window.row_bytes
@@ -338,8 +341,31 @@ class ParquetSink:
             self._seal(key)
         if not self._threaded:
             return self._drain_inline(deadline)
+        return self._wait(lambda: bool(self._jobs or self._busy), deadline)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Seal the windows of ``lanes`` and wait until they are written (B40, B15).
+
+        Windows of other lanes stay open, so their files are cut where the input says.
+        """
+        wanted = set(lanes)
+        for key in [k for k in self._open if k[0] in wanted]:
+            self._seal(key)
+        if not self._threaded:
+            return self._drain_inline(deadline)
+
+        def pending() -> bool:
+            writing = self._writing
+            if writing is not None and writing.lane in wanted:
+                return True
+            return any(job.window.lane in wanted for job in self._jobs)
+
+        return self._wait(pending, deadline)
+
+    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
+        """Wait (condition lock held while checking) until ``pending()`` is false."""
         with self._cond:
-            while self._jobs or self._busy:
+            while pending():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -486,8 +512,7 @@ class ParquetSink:
             window.settled = True
             if not ok:
                 self._forget(window)
-        for ack in window.acks:
-            ack.release(ok)
+        release_all(window.acks, ok, window)
 
 
 def _schema_text(schema: pa.Schema) -> str:

@@ -2,8 +2,8 @@
 
 Owns :class:`S3Source`, the :class:`~spate.source.Source` the runtime drives. It runs one
 asyncio loop in a background thread (aioboto3 downloads and the coordinator's store
-calls, DESIGN §3); the pipeline thread calls ``poll``/``commit``/``pause``/``resume``
-and waits on the loop only with timeouts.
+calls, see docs/concepts/architecture.md); the pipeline thread calls ``poll``, ``commit``,
+``pause`` and ``resume`` and waits on the loop only with timeouts.
 
 Lifecycle:
 

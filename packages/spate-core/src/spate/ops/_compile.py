@@ -17,6 +17,7 @@ from spate.metrics._meter import Meter
 from spate.ops._builder import Chain, ChainContext, ChainSpec, SinkTerminal, build_chain
 from spate.ops._codegen import FusedChain
 from spate.ops._contract import BatchProcessor
+from spate.ops._deadletter import DeadLetter
 from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
@@ -35,6 +36,7 @@ def compile_chain(
     component: str = "chain",
     deser_component: str = "deserializer",
     interpreted: bool = False,
+    dead_letter: DeadLetter | None = None,
 ) -> BatchProcessor:
     """Compile ``chain`` against ``sinks`` into a :class:`BatchProcessor`.
 
@@ -71,6 +73,7 @@ def compile_chain(
         record_policy=record_policy,
         component=component,
         deser_component=deser_component,
+        dead_letter=dead_letter,
     )
     if interpreted:
         return Interpreter(rt)
