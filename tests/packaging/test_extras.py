@@ -40,6 +40,7 @@ CLIENT_LIBRARIES = {
     "clickhouse-connect": "clickhouse_connect",
     "chdb": "chdb",
     "protobuf": "google.protobuf",
+    "pyarrow": "pyarrow",
 }
 
 # Run inside the new environment: what is installed and what imports.
@@ -167,6 +168,7 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             "spate-s3",
             "spate-coordination",
             "spate-datagen",
+            "spate-parquet",
         },
     )
     spate_dists = {d: v for d, v in clickhouse_env.distributions.items() if d.startswith("spate")}
@@ -209,6 +211,8 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "spate-s3",
             "spate-coordination",
             "spate-protobuf",
+            "spate-parquet",
+            "pyarrow",
         },
     )
 

@@ -27,6 +27,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "coordination": ("spate-coordination",),
     "coordination-nats": ("spate-coordination",),
     "datagen": ("spate-datagen",),
+    "parquet": ("spate-parquet",),
     "full": (
         "spate-kafka",
         "spate-clickhouse",
@@ -36,6 +37,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
         "spate-protobuf",
         "spate-coordination",
         "spate-datagen",
+        "spate-parquet",
     ),
 }
 """The front door's extras and the spate distributions each pulls in, for install hints
