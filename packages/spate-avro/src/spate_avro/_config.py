@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from spate import ErrorPolicy
+from spate import ErrorPolicy, Secret
 from spate.config import Duration
 
 AvroMode = Literal["confluent", "raw", "single_object"]
@@ -46,8 +46,8 @@ class RegistryConfig:
     """Base URL, e.g. ``http://localhost:8081``. Required in ``confluent`` mode."""
     username: str | None = None
     """HTTP basic-auth user (an empty value means no authentication)."""
-    password: str | None = None
-    """HTTP basic-auth password."""
+    password: Secret | None = None
+    """HTTP basic-auth password (``password_file:`` reads it from a file; never logged)."""
     timeout: Duration = 5.0
     """Timeout of one registry request."""
     retry_backoff: Duration = 1.0

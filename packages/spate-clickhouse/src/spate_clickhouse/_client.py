@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -44,12 +44,12 @@ class EndpointError(ValueError):
 class Endpoint:
     """A parsed replica URL."""
 
-    url: str
+    url: str = field(repr=False)  # may carry user:password@ (B67)
     scheme: str
     host: str = ""
     port: int = 0
     user: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     chdb_path: str | None = None
     """The absolute data directory for ``chdb://`` (``:memory:`` for an in-memory engine)."""
 

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spate import NO_SECRET, Secret
 from spate.config import Duration
 from spate.errors import ErrorPolicy
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
@@ -94,8 +95,9 @@ class ClickHouseSinkConfig:
     """Database of ``table`` (default: the user's default database)."""
     user: str = "default"
     """User for ``http://``/``https://`` replicas (a user in a replica's URL wins)."""
-    password: str = ""
-    """Password of ``user``; write ``${CLICKHOUSE_PASSWORD}`` to keep it out of the file."""
+    password: Secret = NO_SECRET
+    """Password of ``user``: ``${CLICKHOUSE_PASSWORD}``, ``${file:/run/secrets/ch}`` or
+    ``password_file: /run/secrets/ch`` keep it out of the file; never logged (B67)."""
     settings: dict[str, object] = field(default_factory=dict)
     """ClickHouse settings sent with every INSERT (scalars only)."""
     compression: Literal["lz4", "zstd", "none"] = "lz4"

@@ -9,6 +9,7 @@ parsing:
   ``64KiB``), see :mod:`spate.config._units`;
 * ``int`` / ``float`` / ``bool`` also accept the strings an interpolated value produces
   (``"5"``, ``"true"``), since ``${V}`` always substitutes text;
+* ``Secret`` accepts a string and keeps it out of ``repr()`` and of redacted text (B67);
 * ``Literal[...]`` and ``enum.Enum`` accept their values; nested dataclasses, ``list``,
   ``tuple[X, ...]``, ``dict[str, X]``, ``Mapping[str, X]`` and ``X | None`` recurse.
 
@@ -28,6 +29,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from spate._secrets import Secret, register_secret
 from spate.config._units import parse_duration, parse_size
 from spate.errors import ConfigError
 
@@ -191,6 +193,11 @@ def _decode_value(tp: Any, raw: object, path: str) -> Any:
             except ValueError:
                 pass
         raise ConfigError(path, f"expected a number, got {_describe(raw)}")
+    if tp is Secret:
+        if not isinstance(raw, str):
+            raise ConfigError(path, "expected a string")  # never the value: it is a secret
+        register_secret(raw)
+        return Secret(raw)
     if tp is str:
         if isinstance(raw, str):
             return raw

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 import yaml
 
 from spate.config._decode import decode, join_path, unknown_key
-from spate.config._interpolate import interpolate
+from spate.config._interpolate import interpolate, mark_secrets
 from spate.config.models import (
     AdminConfig,
     BackpressureConfig,
@@ -104,7 +104,7 @@ def parse_config(
     """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors."""
     raw, positions = _parse_yaml(text, file)
     try:
-        data = interpolate(raw, os.environ if env is None else env)
+        data = mark_secrets(interpolate(raw, os.environ if env is None else env))
         if check_connectors and resolver is None:
             # Imported here: the registry sits above configuration in the layering.
             from spate.plugins._registry import default_registry
