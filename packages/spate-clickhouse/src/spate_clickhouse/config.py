@@ -13,6 +13,7 @@ Example (the ``sinks:`` map of ``examples/multi_table_split.yaml`` loads as writ
       password: ""
       settings: {insert_quorum: 2}       # passed to every INSERT; framework keys refused
       compression: lz4                   # lz4 | zstd | none
+      tls: {ca: /etc/ssl/ch-ca.pem, cert: client.pem, key: client.key}   # https:// replicas
       timeouts: {connect: 10s, send_receive: 300s}
       validate_schema: full              # off | names | full
       router: key                        # key (FNV-1a of the record key) | distributed
@@ -31,6 +32,7 @@ dotted path), B19 (``insert_deduplication_token``, ``insert_deduplicate`` and
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +73,29 @@ class TimeoutsConfig:
             yield "send_receive", f"must be positive, got {self.send_receive}s"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClickHouseTlsConfig:
+    """``tls:`` — how ``https://`` replicas are verified, and the client certificate (B69)."""
+
+    ca: str = ""
+    """CA bundle (PEM) that signed the replicas' certificates; empty: the system's."""
+    cert: str = ""
+    """Client certificate (PEM) for mutual TLS; needs ``key``."""
+    key: str = ""
+    """Private key (PEM) of ``cert``."""
+    verify: bool = True
+    """``false`` accepts any server certificate (logged as a warning at every connect);
+    only for a test bench, never in production."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if bool(self.cert) != bool(self.key):
+            yield "cert", "cert and key are given together (mutual TLS)"
+        for name in ("ca", "cert", "key"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                yield name, f"no such file: {path}"
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
     """A configured column: its name and, if declared, its ClickHouse type."""
@@ -103,6 +128,7 @@ class ClickHouseSinkConfig:
     compression: Literal["lz4", "zstd", "none"] = "lz4"
     """Compression of INSERT bodies over HTTP (``chdb://`` never compresses)."""
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    tls: ClickHouseTlsConfig = field(default_factory=ClickHouseTlsConfig)
     validate_schema: Literal["off", "names", "full"] = "names"
     """Start-up check against ``system.columns`` on every replica (B20)."""
     router: Literal["key", "distributed"] = "key"
