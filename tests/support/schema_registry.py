@@ -12,7 +12,9 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
   same text under the same subject keeps its id); 422 / 42201 when the text is not JSON;
 * ``GET /subjects`` → the list of subjects (403 / 40301 when ``allow_listing`` is False,
   as a registry with per-subject access control answers);
-* optional HTTP basic auth: 401 / 401 ``Unauthorized`` without the right credentials.
+* optional HTTP basic auth or bearer token: 401 / 401 ``Unauthorized`` without the right
+  credentials; optional HTTPS with a server ``ssl.SSLContext`` (``url`` is then
+  ``https://localhost:PORT``).
 
 Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
 error status (``503`` by default, as a registry that lost its backing store does),
@@ -31,6 +33,7 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -47,12 +50,21 @@ class SchemaRegistryServer:
     """An in-process registry on 127.0.0.1 (port 0 picks a free port)."""
 
     def __init__(
-        self, *, username: str | None = None, password: str | None = None, port: int = 0
+        self,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        port: int = 0,
     ) -> None:
         self._auth = None
         if username is not None:
-            token = f"{username}:{password or ''}".encode()
-            self._auth = "Basic " + base64.b64encode(token).decode("ascii")
+            basic = f"{username}:{password or ''}".encode()
+            self._auth = "Basic " + base64.b64encode(basic).decode("ascii")
+        elif token is not None:
+            self._auth = f"Bearer {token}"
+        self._tls = tls
         self._lock = threading.Lock()
         self._schemas: dict[int, tuple[str, str]] = {}  # id -> (text, schemaType)
         self._subjects: dict[str, list[int]] = {}
@@ -74,6 +86,8 @@ class SchemaRegistryServer:
 
     @property
     def url(self) -> str:
+        if self._tls is not None:
+            return f"https://localhost:{self._port}"
         return f"http://127.0.0.1:{self._port}"
 
     def start(self) -> SchemaRegistryServer:
@@ -83,6 +97,10 @@ class SchemaRegistryServer:
         handler = _make_handler(self)
         server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
         server.daemon_threads = True
+        if self._tls is not None:
+            server.socket = self._tls.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(

@@ -32,14 +32,13 @@ dotted path), B19 (``insert_deduplication_token``, ``insert_deduplicate`` and
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from spate import NO_SECRET, Secret
-from spate.config import Duration
+from spate.config import Duration, tls_file_errors
 from spate.errors import ErrorPolicy
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
 
@@ -88,12 +87,7 @@ class ClickHouseTlsConfig:
     only for a test bench, never in production."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
-        if bool(self.cert) != bool(self.key):
-            yield "cert", "cert and key are given together (mutual TLS)"
-        for name in ("ca", "cert", "key"):
-            path = getattr(self, name)
-            if path and not os.path.isfile(path):
-                yield name, f"no such file: {path}"
+        yield from tls_file_errors(self.ca, self.cert, self.key)
 
 
 @dataclass(frozen=True, slots=True)

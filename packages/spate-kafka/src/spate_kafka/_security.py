@@ -16,12 +16,12 @@ file never says two things. The password is a :class:`~spate.Secret` (B67).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from spate import NO_SECRET, Secret
+from spate.config import tls_file_errors
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 
@@ -73,13 +73,9 @@ class KafkaSecurityConfig:
         if not uses_sasl and self.sasl is not None:
             yield "sasl", f"only used with SASL_PLAINTEXT or SASL_SSL, not {self.protocol}"
         for name in ("ca", "cert", "key"):
-            path = getattr(self, name)
-            if path and not self.tls:
+            if getattr(self, name) and not self.tls:
                 yield name, f"only used with SSL or SASL_SSL, not {self.protocol}"
-            elif path and not os.path.isfile(path):
-                yield name, f"no such file: {path}"
-        if bool(self.cert) != bool(self.key):
-            yield "cert", "cert and key are given together (mutual TLS)"
+        yield from tls_file_errors(self.ca, self.cert, self.key)
 
     def librdkafka(self) -> dict[str, str]:
         """The librdkafka settings these keys stand for."""

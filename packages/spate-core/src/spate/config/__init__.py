@@ -1,6 +1,6 @@
 """Configuration: YAML loading, interpolation, units and strict decoding into models."""
 
-from spate.config._decode import ByteSize, Duration, decode, join_path
+from spate.config._decode import ByteSize, Duration, decode, join_path, tls_file_errors
 from spate.config._interpolate import interpolate, interpolate_string
 from spate.config._loader import (
     RESERVED_SINK_NAMES,
@@ -47,4 +47,5 @@ __all__ = [
     "parse_config",
     "parse_duration",
     "parse_size",
+    "tls_file_errors",
 ]

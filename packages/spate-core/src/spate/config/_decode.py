@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import os
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from spate._secrets import Secret, register_secret
@@ -57,6 +58,16 @@ def unknown_key(key: str, valid: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
     hint = "; did you mean " + " or ".join(repr(n) for n in close) + "?" if close else ""
     return f"unknown key{hint} (expected one of {', '.join(names)})"
+
+
+def tls_file_errors(ca: str, cert: str, key: str) -> Iterator[tuple[str, str]]:
+    """``(key, message)`` for TLS file settings: ``cert`` and ``key`` go together, and
+    every named file exists (so ``spate validate`` catches a wrong path, B29)."""
+    if bool(cert) != bool(key):
+        yield "cert", "cert and key are given together (mutual TLS)"
+    for name, path in (("ca", ca), ("cert", cert), ("key", key)):
+        if path and not os.path.isfile(path):
+            yield name, f"no such file: {path}"
 
 
 def join_path(path: str, key: str | int) -> str:
