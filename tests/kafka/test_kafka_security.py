@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 from spate import Pipeline, SpateError
 from spate.config import load_config
 
-from tests.support.services import _read_env_file, create_topic, unique_name
+from tests.support.services import _read_env_file, create_topic, end_offsets, unique_name
 
 pytestmark = [pytest.mark.integration]
 
@@ -166,3 +168,44 @@ def _untrusted_ca(tmp_path: Path) -> Path:
     from tests.support.tls import make_pki
 
     return make_pki(tmp_path / "other-pki").ca
+
+
+def _datagen(brokers: str, topic: str, security: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "spate.cli", "datagen", "--brokers", brokers),
+            *("--topic", topic, "--count", str(RECORDS), "--partitions", "2"),
+            *("--security", str(security), "--connect-timeout", "8"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_b70_datagen_produces_through_scram_over_tls_from_a_security_file(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    brokers, security = _modes()["sasl-ssl-scram"]
+    password_file = tmp_path / "kafka-password"
+    password_file.write_text(security["sasl"]["password"] + "\n", encoding="utf-8")
+    sasl = {k: v for k, v in security["sasl"].items() if k != "password"}
+    good = tmp_path / "security.yaml"
+    good.write_text(
+        json.dumps({**security, "sasl": {**sasl, "password_file": str(password_file)}}),
+        encoding="utf-8",
+    )
+    topic = unique_name("secure-datagen")
+    done = _datagen(brokers, topic, good)
+    assert done.returncode == 0, done.stderr
+    assert sum(end_offsets(kafka_bootstrap, topic).values()) == RECORDS
+
+    wrong_password = "Wr0ng-datagen-b70"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        json.dumps({**security, "sasl": {**sasl, "password": wrong_password}}), encoding="utf-8"
+    )
+    done = _datagen(brokers, unique_name("secure-datagen-refused"), bad)
+    assert done.returncode == 1
+    assert brokers in done.stderr and "authentication" in done.stderr.lower(), done.stderr
+    assert wrong_password not in done.stdout + done.stderr

@@ -8,6 +8,7 @@ from spate.config._loader import (
     ConnectorResolver,
     decode_connector,
     load_config,
+    load_section,
     parse_config,
 )
 from spate.config._units import format_duration, format_size, parse_duration, parse_size
@@ -44,6 +45,7 @@ __all__ = [
     "interpolate_string",
     "join_path",
     "load_config",
+    "load_section",
     "parse_config",
     "parse_duration",
     "parse_size",
