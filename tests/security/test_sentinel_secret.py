@@ -192,6 +192,10 @@ def test_b67_sentinel_secret_appears_in_no_output_endpoint_or_error(
         watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     stderr = "".join(lines)
     assert "breaker of sink clickhouse shard 0 replica" in stderr, stderr[-6000:]
     assert "level=debug" in stderr

@@ -23,7 +23,7 @@ import threading
 REDACTED = "***"
 """What a secret is replaced with."""
 
-MIN_SECRET_LENGTH = 4
+MIN_SECRET_LENGTH = 8
 """Shorter values are still secrets in ``repr()``, but not scrubbed from free text."""
 
 _SECRET_KEY = re.compile(
