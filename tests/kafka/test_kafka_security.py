@@ -209,3 +209,70 @@ def test_b70_datagen_produces_through_scram_over_tls_from_a_security_file(
     assert done.returncode == 1
     assert brokers in done.stderr and "authentication" in done.stderr.lower(), done.stderr
     assert wrong_password not in done.stdout + done.stderr
+
+
+def _dlq_config(path: Path, brokers: str, topic: str, dlq: str, security: dict[str, Any]) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": unique_name("secure-dlq")},
+                "source": _kafka_source(brokers, topic, security),
+                "sink": {"capture": {}},
+                "dead_letter": {
+                    "sink": {"kafka": {"brokers": brokers, "topic": dlq, "security": security}}
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def _dlq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spate.cli", "dlq", *args, "--connect-timeout", "8"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_b70_dlq_inspect_and_replay_use_the_security_sections(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``spate dlq inspect|replay`` reach a SCRAM-over-TLS listener with the dead-letter
+    sink's and the source's ``security:`` sections (B70, B73); a wrong password fails in
+    one line naming the brokers, never the password."""
+    from confluent_kafka import Producer
+
+    brokers, security = _modes()["sasl-ssl-scram"]
+    topic, dlq = unique_name("secure-dlq-src"), unique_name("secure-dlq")
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, dlq, 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(3):
+        headers = [("spate.error.reason", b"ValueError"), ("spate.error.stage", b"operator")]
+        producer.produce(dlq, f"v{i}".encode(), f"k{i}".encode(), headers=headers)
+    assert producer.flush(30) == 0
+
+    config = _dlq_config(tmp_path / "dlq.json", brokers, topic, dlq, security)
+    inspected = _dlq("inspect", str(config), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    rows = [json.loads(line) for line in inspected.stdout.splitlines()]
+    assert [(r["key"], r["error"]["reason"]) for r in rows] == [
+        (f"k{i}", "ValueError") for i in range(3)
+    ]
+    replayed = _dlq("replay", str(config))
+    assert replayed.returncode == 0, replayed.stderr
+    assert sum(end_offsets(kafka_bootstrap, topic).values()) == 3
+
+    wrong_password = "Wr0ng-dlq-b70"
+    bad = {**security, "sasl": {**security["sasl"], "password": wrong_password}}
+    bad_config = _dlq_config(tmp_path / "bad.json", brokers, topic, dlq, bad)
+    for action in ("inspect", "replay"):
+        done = _dlq(action, str(bad_config))
+        assert done.returncode == 1, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and brokers in lines[0], done.stderr
+        assert "authentication" in lines[0].lower(), done.stderr
+        assert wrong_password not in done.stdout + done.stderr

@@ -286,6 +286,7 @@ class S3Store:
             endpoint_url=cfg.endpoint_url or None,
             region_name=cfg.region or None,
             config=client_config,
+            verify=cfg.ca or None,
         )
         try:
             self._client = await self._client_cm.__aenter__()

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from spate.config import ByteSize, Duration
+from spate.config import ByteSize, Duration, tls_file_errors
 from spate.errors import ErrorPolicy
 from spate.sink.config import RetryConfig
 
@@ -56,8 +56,14 @@ class S3Config:
     """Goes with ``access_key_id``."""
     request_timeout: Duration = 60.0
     """Connect and read timeout of one request."""
+    ca: str = ""
+    """CA bundle (PEM) that signed the endpoint's certificate (a private CA of an
+    S3-compatible store); empty: the CAs botocore trusts by default."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.ca and self.endpoint_url.startswith("http://"):
+            yield "ca", "only used with an https:// endpoint_url"
+        yield from tls_file_errors(self.ca, "", "")
         if bool(self.access_key_id) != bool(self.secret_access_key):
             yield "access_key_id", "access_key_id and secret_access_key go together"
         if self.request_timeout <= 0:

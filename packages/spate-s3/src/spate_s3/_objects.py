@@ -199,6 +199,7 @@ class S3ObjectStore:
                 endpoint_url=cfg.endpoint_url or None,
                 region_name=cfg.region or None,
                 config=client_config,
+                verify=cfg.ca or None,
                 **keys,
             )
             self._client = await self._client_cm.__aenter__()

@@ -10,7 +10,8 @@ spate-coordination (B24).
 source:
   s3:
     url: s3://datalake/events/2024/
-    endpoint_url: http://127.0.0.1:9000   # MinIO, moto or another S3-compatible store
+    endpoint_url: https://minio.internal:9000   # MinIO, moto or another S3-compatible store
+    ca: /etc/ssl/private-ca.pem           # CA that signed its certificate (optional)
     compression: auto                     # auto | none | gzip | zstd
     framing: ndjson                       # ndjson | lines | avro_ocf
     split_target_bytes: 256MiB
@@ -29,7 +30,7 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from spate import NO_SECRET, Secret
-from spate.config import ByteSize, Duration
+from spate.config import ByteSize, Duration, tls_file_errors
 
 Compression = Literal["auto", "none", "gzip", "zstd"]
 Framing = Literal["ndjson", "lines", "avro_ocf"]
@@ -108,6 +109,9 @@ class S3SourceConfig:
     """Session token of temporary credentials (with the two keys above)."""
     profile: str = ""
     """A named profile of the shared AWS config and credentials files."""
+    ca: str = ""
+    """CA bundle (PEM) that signed the endpoint's certificate (a private CA of an
+    S3-compatible store); empty: the CAs botocore trusts by default."""
     compression: Compression = "auto"
     """``auto`` recognises gzip and zstd by their magic bytes; ``none`` reads bytes as is."""
     framing: Framing = "ndjson"
@@ -144,6 +148,9 @@ class S3SourceConfig:
                 yield "endpoint_url", "only applies to s3:// URLs"
         if self.endpoint_url and "://" not in self.endpoint_url:
             yield "endpoint_url", f"expected http(s)://host:port, got {self.endpoint_url!r}"
+        if self.ca and (self.endpoint_url or "").startswith("http://"):
+            yield "ca", "only used with an https:// endpoint_url"
+        yield from tls_file_errors(self.ca, "", "")
         if bool(self.access_key_id) != bool(self.secret_access_key):
             yield "access_key_id", "access_key_id and secret_access_key are given together"
         if self.session_token and not self.access_key_id:
