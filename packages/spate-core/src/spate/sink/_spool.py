@@ -141,13 +141,49 @@ def _fast_dumps() -> Callable[[object], bytes] | None:
     return functools.partial(orjson.dumps, default=_tagged, option=options)
 
 
+_PREFIXES: dict[Lane, bytes] = {}
+"""``{"s":<stream>,"p":<partition>,`` per lane: encoded once, not once per row."""
+
+
+def _lane_prefix(lane: Lane, dumps: Callable[[object], bytes]) -> bytes:
+    if len(_PREFIXES) >= 65536:
+        _PREFIXES.clear()
+    prefix = _PREFIXES[lane] = b'{"s":%s,"p":%d,' % (dumps(lane.stream), lane.partition)
+    return prefix
+
+
 def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
 
     Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
     kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
-    stays a tuple. orjson encodes when installed (same output), else the standard library.
+    stays a tuple. The payload is ``{"s":stream,"p":partition[,"k":key],<slot>:value}``
+    with the slot ``b`` (raw bytes), ``t`` (a tuple) or ``r`` (any other row). orjson
+    encodes when installed (the same output; the lane's part is encoded once per lane),
+    else the standard library.
     """
+    dumps = _fast_dumps()
+    if dumps is None:
+        return _encode_with_json(row, key, lane)
+    prefix = _PREFIXES.get(lane)
+    if prefix is None:
+        prefix = _lane_prefix(lane, dumps)
+    try:
+        if isinstance(row, (bytes, bytearray, memoryview)):
+            value = b'"b":' + dumps(bytes(row).decode("latin-1"))
+        elif type(row) is tuple:
+            value = b'"t":' + dumps(row)
+        else:
+            value = b'"r":' + dumps(row)
+    except (TypeError, ValueError) as exc:
+        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
+    if key is None:
+        return b"%s%s}" % (prefix, value)
+    return b'%s"k":%s,%s}' % (prefix, dumps(key.decode("latin-1")), value)
+
+
+def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
+    """:func:`encode_record` with the standard library's encoder."""
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
     if key is not None:
         body["k"] = key.decode("latin-1")
@@ -158,9 +194,6 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     else:
         body["r"] = row
     try:
-        dumps = _fast_dumps()
-        if dumps is not None:
-            return dumps(body)
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
     except (TypeError, ValueError) as exc:
         raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
@@ -187,7 +220,6 @@ class _Batch:
     rows: list[tuple[object, bytes | None, Lane]]
     payloads: list[bytes] = field(default_factory=list)
     acks: list[AckToken] = field(default_factory=list)
-    nbytes: int = 0
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
@@ -273,7 +305,7 @@ class SpoolTier:
         replayed = 0
         for stored in found:
             rows = [decode_record(p) for p in stored.records]
-            batch = _Batch(rows, nbytes=0, ref=stored.ref, replayed=True)
+            batch = _Batch(rows, ref=stored.ref, replayed=True)
             batch.created = self._clock.monotonic()
             batch.token = self._token(batch)
             self._handing.append(batch)
@@ -331,7 +363,6 @@ class SpoolTier:
         payload = encode_record(row, key, lane)
         batch.rows.append((row, key, lane))
         batch.payloads.append(payload)
-        batch.nbytes += len(payload)
         if not batch.acks or batch.acks[-1] is not ack:
             batch.hold(ack)
         if len(batch.rows) >= self.config.max_records:
