@@ -129,8 +129,9 @@ def _untag(obj: dict[str, object]) -> object:
 
 
 @functools.cache
-def _fast_dumps() -> Callable[[object], bytes] | None:
-    """orjson's encoder with the same output as the standard library's, if installed.
+def _orjson_encoders() -> tuple[Callable[[object], bytes], Callable[[str], bytes]] | None:
+    """orjson's encoder for rows (tags, non-string keys; the same output as the standard
+    library's) and its plain one for strings, if installed.
 
     Imported on first use: importing spate loads no optional library."""
     try:
@@ -138,7 +139,7 @@ def _fast_dumps() -> Callable[[object], bytes] | None:
     except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
         return None
     options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
-    return functools.partial(orjson.dumps, default=_tagged, option=options)
+    return functools.partial(orjson.dumps, default=_tagged, option=options), orjson.dumps
 
 
 _PREFIXES: dict[Lane, bytes] = {}
@@ -162,15 +163,18 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     encodes when installed (the same output; the lane's part is encoded once per lane),
     else the standard library.
     """
-    dumps = _fast_dumps()
-    if dumps is None:
+    encoders = _orjson_encoders()
+    if encoders is None:
         return _encode_with_json(row, key, lane)
+    dumps, dumps_str = encoders
     prefix = _PREFIXES.get(lane)
     if prefix is None:
         prefix = _lane_prefix(lane, dumps)
     try:
-        if isinstance(row, (bytes, bytearray, memoryview)):
-            value = b'"b":' + dumps(bytes(row).decode("latin-1"))
+        if type(row) is bytes:
+            value = b'"b":' + dumps_str(row.decode("latin-1"))
+        elif isinstance(row, (bytes, bytearray, memoryview)):
+            value = b'"b":' + dumps_str(bytes(row).decode("latin-1"))
         elif type(row) is tuple:
             value = b'"t":' + dumps(row)
         else:
@@ -179,7 +183,7 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
         raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
     if key is None:
         return b"%s%s}" % (prefix, value)
-    return b'%s"k":%s,%s}' % (prefix, dumps(key.decode("latin-1")), value)
+    return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
 
 
 def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
