@@ -5,7 +5,8 @@ once, ``SPATE_BENCH_RECORDS`` messages of 100 bytes, default 1,000,000) with a f
 consumer group, copy each payload to ``bytes`` and end in a sink that acknowledges at
 every tick. The spool side puts a ``SpoolTier`` (``ack: spooled``, ``fsync: batch``,
 ``max_records`` 5,000) in front of that sink, in a fresh directory per run, so every
-record is framed, appended, fsynced, handed on and its segment deleted. Runs are
+record is encoded, appended in its batch's frame, fsynced, handed on and its segment
+deleted. Runs are
 interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per second of the
 spool runs. Run::
 

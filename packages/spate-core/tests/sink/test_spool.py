@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,12 +184,14 @@ def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: P
     offset = data.index(b'"i":1')
     data[offset + 4] = ord("9")
     path.write_bytes(bytes(data))
-    line_start = data.rindex(b"\n", 0, offset) + 1 if b"\n" in data[:offset] else 0
+    # The batch holding the record starts at the line before it (its header).
+    record_line = data.rindex(b"\n", 0, offset) + 1
+    batch_start = data.rindex(b"\n", 0, record_line - 1) + 1
     again, _, _, _ = make(tmp_path)
     with pytest.raises(SpoolCorruptError) as err:
         again.start()
     assert segment in str(err.value)
-    assert f"at byte {line_start}" in str(err.value)
+    assert f"at byte {batch_start}" in str(err.value)
 
 
 @settings(max_examples=60, deadline=None)
@@ -453,3 +456,67 @@ def test_b57_a_failed_fsync_never_acknowledges_its_batch(tmp_path: Path) -> None
     assert kept.status is AckStatus.DELIVERED
     assert spool.flush(clock.monotonic() + 60)
     assert script.rows == [{"i": 2}]
+
+
+# -- the segment format: one CRC per batch, version 2 (B55) --------------------------------
+
+
+def test_b55_a_segment_is_versioned_and_checksums_each_batch_once(tmp_path: Path) -> None:
+    """Format 2: the segment header, then per batch one ``<crc32> <count> <length>`` line
+    and its records as JSON lines — no per-record framing."""
+    store = JsonlStore(str(tmp_path))
+    store.recover()
+    first = store.append([b'{"a":1}', b'{"a":2}'])
+    second = store.append([b'{"a":3}'])
+    store.sync()
+    store.close()
+    (segment,) = files(tmp_path)
+    data = (tmp_path / segment).read_bytes()
+    body = b'{"a":1}\n{"a":2}\n'
+    header = b"2 %d\n" % len(body)
+    assert data.startswith(b"spate-spool 2\n%08x " % zlib.crc32(header + body) + header + body)
+    assert first.position == len(b"spate-spool 2\n") and data[second.position :].endswith(
+        b' 1 8\n{"a":3}\n'
+    )
+    assert [s.records for s in JsonlStore(str(tmp_path)).recover()] == [
+        [b'{"a":1}', b'{"a":2}'],
+        [b'{"a":3}'],
+    ]
+
+
+def test_b55_a_bad_batch_in_an_older_segment_is_corruption_not_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    store = JsonlStore(str(tmp_path), segment_bytes=40)
+    store.recover()
+    store.append([b'{"a":1}'])
+    store.append([b'{"a":2}'])  # rotates: the first segment is no longer the newest
+    store.sync()
+    store.close()
+    older = tmp_path / files(tmp_path)[0]
+    data = older.read_bytes()
+    older.write_bytes(data[:-1])  # the older segment's only batch lost its last byte
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert older.name in str(err.value) and "at byte 14" in str(err.value)
+
+
+def test_b55_format_1_segments_of_earlier_releases_still_replay(tmp_path: Path) -> None:
+    """A spool left by a release that framed every record (format 1) replays after an
+    upgrade, torn tail cut as before; new batches go to a format-2 segment."""
+    name = "seg-000000000001-oldrun.jsonl"
+    lines = [b'{"a":1}', b'{"a":2}', b"#2", b'{"a":3}', b"#1", b'{"a":4}']
+    data = b"".join(b"%08x %s\n" % (zlib.crc32(p), p) for p in lines)
+    (tmp_path / name).write_bytes(data[:-3])  # torn inside the last record
+    store = JsonlStore(str(tmp_path))
+    found = store.recover()
+    assert [(s.ref.position, s.records) for s in found] == [
+        (0, [b'{"a":1}', b'{"a":2}']),
+        (data.index(b'{"a":3}') - 9, [b'{"a":3}']),
+    ]
+    store.append([b'{"a":5}'])
+    store.sync()
+    store.close()
+    old, new = files(tmp_path)
+    assert old == name and (tmp_path / new).read_bytes().startswith(b"spate-spool 2\n")
+    assert [s.records for s in JsonlStore(str(tmp_path)).recover()][-1] == [b'{"a":5}']

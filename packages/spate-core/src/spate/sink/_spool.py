@@ -129,8 +129,9 @@ def _untag(obj: dict[str, object]) -> object:
 
 
 @functools.cache
-def _fast_dumps() -> Callable[[object], bytes] | None:
-    """orjson's encoder with the same output as the standard library's, if installed.
+def _orjson_encoders() -> tuple[Callable[[object], bytes], Callable[[str], bytes]] | None:
+    """orjson's encoder for rows (tags, non-string keys; the same output as the standard
+    library's) and its plain one for strings, if installed.
 
     Imported on first use: importing spate loads no optional library."""
     try:
@@ -138,7 +139,18 @@ def _fast_dumps() -> Callable[[object], bytes] | None:
     except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
         return None
     options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
-    return functools.partial(orjson.dumps, default=_tagged, option=options)
+    return functools.partial(orjson.dumps, default=_tagged, option=options), orjson.dumps
+
+
+_PREFIXES: dict[Lane, bytes] = {}
+"""``{"s":<stream>,"p":<partition>,`` per lane: encoded once, not once per row."""
+
+
+def _lane_prefix(lane: Lane, dumps: Callable[[object], bytes]) -> bytes:
+    if len(_PREFIXES) >= 65536:
+        _PREFIXES.clear()
+    prefix = _PREFIXES[lane] = b'{"s":%s,"p":%d,' % (dumps(lane.stream), lane.partition)
+    return prefix
 
 
 def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
@@ -146,8 +158,36 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
 
     Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
     kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
-    stays a tuple. orjson encodes when installed (same output), else the standard library.
+    stays a tuple. The payload is ``{"s":stream,"p":partition[,"k":key],<slot>:value}``
+    with the slot ``b`` (raw bytes), ``t`` (a tuple) or ``r`` (any other row). orjson
+    encodes when installed (the same output; the lane's part is encoded once per lane),
+    else the standard library.
     """
+    encoders = _orjson_encoders()
+    if encoders is None:
+        return _encode_with_json(row, key, lane)
+    dumps, dumps_str = encoders
+    prefix = _PREFIXES.get(lane)
+    if prefix is None:
+        prefix = _lane_prefix(lane, dumps)
+    try:
+        if type(row) is bytes:
+            value = b'"b":' + dumps_str(row.decode("latin-1"))
+        elif isinstance(row, (bytes, bytearray, memoryview)):
+            value = b'"b":' + dumps_str(bytes(row).decode("latin-1"))
+        elif type(row) is tuple:
+            value = b'"t":' + dumps(row)
+        else:
+            value = b'"r":' + dumps(row)
+    except (TypeError, ValueError) as exc:
+        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
+    if key is None:
+        return b"%s%s}" % (prefix, value)
+    return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
+
+
+def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
+    """:func:`encode_record` with the standard library's encoder."""
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
     if key is not None:
         body["k"] = key.decode("latin-1")
@@ -158,9 +198,6 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     else:
         body["r"] = row
     try:
-        dumps = _fast_dumps()
-        if dumps is not None:
-            return dumps(body)
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
     except (TypeError, ValueError) as exc:
         raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
@@ -187,7 +224,6 @@ class _Batch:
     rows: list[tuple[object, bytes | None, Lane]]
     payloads: list[bytes] = field(default_factory=list)
     acks: list[AckToken] = field(default_factory=list)
-    nbytes: int = 0
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
@@ -273,7 +309,7 @@ class SpoolTier:
         replayed = 0
         for stored in found:
             rows = [decode_record(p) for p in stored.records]
-            batch = _Batch(rows, nbytes=0, ref=stored.ref, replayed=True)
+            batch = _Batch(rows, ref=stored.ref, replayed=True)
             batch.created = self._clock.monotonic()
             batch.token = self._token(batch)
             self._handing.append(batch)
@@ -331,7 +367,6 @@ class SpoolTier:
         payload = encode_record(row, key, lane)
         batch.rows.append((row, key, lane))
         batch.payloads.append(payload)
-        batch.nbytes += len(payload)
         if not batch.acks or batch.acks[-1] is not ack:
             batch.hold(ack)
         if len(batch.rows) >= self.config.max_records:

@@ -7,18 +7,24 @@ On start :meth:`SpoolStore.recover` returns every batch left by an earlier run, 
 for replay. Stores are plugins (entry-point group ``spate.stores``, entry name = the
 ``store:`` value of a spool); :class:`JsonlStore` (``jsonl``) is built in.
 
-The JSONL segment format, one file ``seg-<n>-<origin>.jsonl`` per segment (``origin``:
-a nonce of the run that wrote it, so batch identities never repeat across runs)::
+The JSONL segment format (version 2), one file ``seg-<n>-<origin>.jsonl`` per segment
+(``origin``: a nonce of the run that wrote it, so batch identities never repeat across runs)::
 
-    <crc32 of payload, 8 hex digits> <payload>\\n     one record (payload: one JSON value)
-    <crc32 of payload, 8 hex digits> #<count>\\n      end of a batch of <count> records
+    spate-spool 2\n                                  segment header: the format version
+    <crc32, 8 hex digits> <count> <length>\n<body>    one batch
 
-A batch counts only once its end line is complete. ``seg-<n>-<origin>.released`` lists the byte
+``body`` is ``length`` bytes: the batch's ``count`` records (each one JSON value, no
+newline inside) each followed by ``\n``; the CRC32 covers ``"<count> <length>\n"`` and
+the body, so one checksum guards a whole batch. A batch counts only once all of it is
+in the file. Segments without the header (format version 1, written by earlier
+releases: every record framed ``<crc32> <payload>\n``, a batch ended by a
+``<crc32> #<count>\n`` line) are still read. ``seg-<n>-<origin>.released`` lists the byte
 positions of the segment's batches already released (written without fsync: a lost
 note only replays a delivered batch once more); the segment and its note are deleted
 together once every batch is released. On recovery the newest segment's
-tail after its last complete batch (a crash mid-write) is cut; a bad line anywhere else
-is corruption and start-up fails naming the segment and byte offset. Does not own:
+tail after its last complete batch (a crash mid-write) is cut; a bad batch anywhere else
+is corruption and start-up fails naming the segment and the batch's byte offset.
+Does not own:
 encoding rows (the spool tier does that), acks, or forwarding.
 """
 
@@ -126,15 +132,17 @@ class SpoolStore(Protocol):
 
 
 _END = b"#"
+MAGIC = b"spate-spool 2\n"
+"""The first line of a segment in format version 2."""
 
 
 def frame(payload: bytes) -> bytes:
-    """One framed line: ``<crc32 hex> <payload>\\n`` (payload must hold no newline)."""
+    """One format-1 line: ``<crc32 hex> <payload>\\n`` (payload must hold no newline)."""
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
 
 def _unframe(line: bytes) -> bytes | None:
-    """The payload of a complete framed line (without its newline), or None if bad."""
+    """The payload of a complete format-1 line (without its newline), or None if bad."""
     if len(line) < 9 or line[8:9] != b" ":
         return None
     payload = line[9:]
@@ -143,6 +151,41 @@ def _unframe(line: bytes) -> bytes | None:
     except ValueError:
         return None
     return payload if zlib.crc32(payload) == crc else None
+
+
+def frame_batch(records: Sequence[bytes]) -> bytes:
+    """One format-2 batch: ``<crc32> <count> <length>\\n`` and the records as JSON lines.
+
+    One join and one CRC32 for the whole batch, whatever its size."""
+    body = b"\n".join(records) + b"\n" if records else b""
+    fields = b"%d %d\n" % (len(records), len(body))
+    return b"%08x %s%s" % (zlib.crc32(body, zlib.crc32(fields)), fields, body)
+
+
+def _unframe_batch(data: bytes, offset: int) -> tuple[list[bytes], int] | str:
+    """The records of the format-2 batch at ``offset`` and where it ends, or why not.
+
+    The reason starts with ``torn`` when the batch runs past the end of ``data``."""
+    newline = data.find(b"\n", offset, offset + 64)
+    if newline < 0:
+        return "torn batch header" if len(data) - offset < 64 else "bad batch header"
+    header = data[offset:newline].split(b" ")
+    try:
+        crc, count, length = int(header[0], 16), int(header[1]), int(header[2])
+    except (ValueError, IndexError):
+        return "bad batch header"
+    if len(header) != 3 or len(header[0]) != 8 or count < 0 or length < 0:
+        return "bad batch header"
+    end = newline + 1 + length
+    if end > len(data):
+        return "torn batch"
+    body = data[newline + 1 : end]
+    if zlib.crc32(body, zlib.crc32(data[offset + 9 : newline + 1])) != crc:
+        return "bad CRC"
+    records = body.split(b"\n")
+    if records.pop() != b"" or len(records) != count:
+        return f"batch header says {count} records, found {len(records)}"
+    return records, end
 
 
 @dataclass(slots=True)
@@ -214,42 +257,19 @@ class JsonlStore:
     ) -> tuple[list[StoredBatch], int]:
         with open(path, "rb") as fh:
             data = fh.read()
-        batches: list[StoredBatch] = []
-        records: list[bytes] = []
-        batch_start = 0
-        offset = 0
-        good_end = 0
-        while offset < len(data):
-            newline = data.find(b"\n", offset)
-            line = data[offset:] if newline < 0 else data[offset:newline]
-            payload = None if newline < 0 else _unframe(line)
-            if payload is None:
-                rest = data[offset:] if newline < 0 else data[newline + 1 :]
-                if last and (newline < 0 or not rest.strip(b"\x00")):
-                    break  # torn tail: the crash hit the last line of the newest segment
-                raise SpoolCorruptError(
-                    f"spool segment {path} at byte {offset}", "corrupt record (bad frame or CRC)"
-                )
-            if payload.startswith(_END):
-                if payload[1:] != str(len(records)).encode():
-                    raise SpoolCorruptError(
-                        f"spool segment {path} at byte {offset}",
-                        f"batch end says {payload[1:]!r} records, found {len(records)}",
-                    )
-                batches.append(StoredBatch(BatchRef(number, batch_start, origin), records))
-                records = []
-                good_end = newline + 1
-                batch_start = good_end
-            else:
-                records.append(payload)
-            offset = newline + 1
+        if data.startswith(MAGIC):
+            batches, good_end, torn = _read_v2(data, path, number, origin, last=last)
+        elif last and MAGIC.startswith(data):
+            batches, good_end, torn = [], 0, 0  # a crash while the header was written
+        else:
+            batches, good_end, torn = _read_v1(data, path, number, origin, last=last)
         if good_end < len(data):
             logger.warning(
                 "spool segment %s: cut a torn tail of %d bytes at byte %d (%d incomplete records)",
                 path,
                 len(data) - good_end,
                 good_end,
-                len(records),
+                torn,
             )
             with open(path, "r+b") as fh:
                 fh.truncate(good_end)
@@ -259,9 +279,7 @@ class JsonlStore:
     # -- writing -------------------------------------------------------------------------
 
     def append(self, records: Sequence[bytes]) -> BatchRef:
-        chunks = [frame(r) for r in records]
-        chunks.append(frame(b"#%d" % len(records)))
-        data = b"".join(chunks)
+        data = frame_batch(records)
         with self._lock:
             seg = self._current
             try:
@@ -275,6 +293,8 @@ class JsonlStore:
                 ) from exc
             if seg is None:
                 seg = self._open_segment()
+            if seg.size == 0:
+                data = MAGIC + data
             position = seg.size
             fd = self._file
             assert fd is not None
@@ -291,6 +311,8 @@ class JsonlStore:
                     f"failed: {exc.strerror or exc}",
                     ErrorClass.RETRYABLE,
                 ) from exc
+            if position == 0:
+                position = len(MAGIC)  # the batch starts after the segment header
             seg.size += len(data)
             seg.batches.add(position)
             seg.appended += 1
@@ -385,6 +407,79 @@ class JsonlStore:
                     self._rotate()
                 except OSError:
                     logger.warning("spool %s: closing the segment failed", self.directory)
+
+
+def _read_v2(
+    data: bytes, path: str, number: int, origin: str, *, last: bool
+) -> tuple[list[StoredBatch], int, int]:
+    """Complete batches of a format-2 segment, where they end, records in a torn tail."""
+    batches: list[StoredBatch] = []
+    offset = len(MAGIC)
+    while offset < len(data):
+        read = _unframe_batch(data, offset)
+        if isinstance(read, str):
+            # The newest segment may end in a batch cut short by a crash (or followed
+            # by zeros a file system left for it): cut it. Anything else is corruption.
+            if last and (read.startswith("torn") or not data[offset:].strip(b"\x00")):
+                break
+            if last and read == "bad CRC":
+                end = _declared_end(data, offset)
+                if end is not None and not data[end:].strip(b"\x00"):
+                    break
+            raise SpoolCorruptError(
+                f"spool segment {path} at byte {offset}", f"corrupt batch ({read})"
+            )
+        records, end = read
+        batches.append(StoredBatch(BatchRef(number, offset, origin), records))
+        offset = end
+    torn = data.count(b"\n", offset) if offset < len(data) else 0
+    return batches, offset, torn
+
+
+def _declared_end(data: bytes, offset: int) -> int | None:
+    """Where the batch at ``offset`` ends by its (parsed) header."""
+    newline = data.find(b"\n", offset, offset + 64)
+    try:
+        return newline + 1 + int(data[offset:newline].split(b" ")[2])
+    except (ValueError, IndexError):
+        return None
+
+
+def _read_v1(
+    data: bytes, path: str, number: int, origin: str, *, last: bool
+) -> tuple[list[StoredBatch], int, int]:
+    """Complete batches of a format-1 segment (a CRC32 per line), where they end, and
+    the records in a torn tail."""
+    batches: list[StoredBatch] = []
+    records: list[bytes] = []
+    batch_start = 0
+    offset = 0
+    good_end = 0
+    while offset < len(data):
+        newline = data.find(b"\n", offset)
+        line = data[offset:] if newline < 0 else data[offset:newline]
+        payload = None if newline < 0 else _unframe(line)
+        if payload is None:
+            rest = data[offset:] if newline < 0 else data[newline + 1 :]
+            if last and (newline < 0 or not rest.strip(b"\x00")):
+                break  # torn tail: the crash hit the last line of the newest segment
+            raise SpoolCorruptError(
+                f"spool segment {path} at byte {offset}", "corrupt record (bad frame or CRC)"
+            )
+        if payload.startswith(_END):
+            if payload[1:] != str(len(records)).encode():
+                raise SpoolCorruptError(
+                    f"spool segment {path} at byte {offset}",
+                    f"batch end says {payload[1:]!r} records, found {len(records)}",
+                )
+            batches.append(StoredBatch(BatchRef(number, batch_start, origin), records))
+            records = []
+            good_end = newline + 1
+            batch_start = good_end
+        else:
+            records.append(payload)
+        offset = newline + 1
+    return batches, good_end, len(records)
 
 
 def _parse_name(name: str) -> tuple[int, str]:
