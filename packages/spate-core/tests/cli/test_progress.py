@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import io
 import logging
-import os
-import pty
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from spate.cli._progress import _Tracker, progress_bar
+from spate.cli._progress import _records, _Tracker, progress_bar
 from spate.metrics import Meter
+from spate.source import Progress
 from spate.testing import memory_source
+
+from tests.support.terminal import run_on_a_terminal
 
 
 def _config(tmp_path: Path) -> Path:
@@ -30,33 +31,8 @@ def _config(tmp_path: Path) -> Path:
     return config
 
 
-def _run_on_a_terminal(config: Path) -> tuple[int, str]:
-    """``spate run`` with stdout and stderr on a pseudo-terminal; (exit code, output)."""
-    leader, follower = pty.openpty()
-    env = dict(os.environ, COLUMNS="120", TERM="xterm")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spate.cli", "run", str(config)],
-        stdin=subprocess.DEVNULL,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-    )
-    os.close(follower)
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
-    return proc.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_a_bounded_run_on_a_terminal_draws_a_progress_bar(tmp_path: Path) -> None:
-    code, output = _run_on_a_terminal(_config(tmp_path))
+    code, output = run_on_a_terminal(_config(tmp_path))
     assert code == 0, output
     assert "records" in output and "━" in output, output[-2000:]  # rich's bar
     # Against a known end: "done/total" counts and, at the end, 100%.
@@ -101,7 +77,18 @@ def test_the_tracker_counts_against_handed_out_plus_remaining() -> None:
         current[:] = [next(readings)]
         return current[0]
 
-    tracker = _Tracker(lambda: current[0][1], lambda: step()[0])
+    tracker = _Tracker(_records(lambda: current[0][1], lambda: step()[0]))
     seen = [tracker.read() for _ in range(6)]
     # The total never shrinks; done never passes it.
     assert seen == [(0, None), (10, 110), (30, 110), (40, 130), (130, 130), (140, 140)]
+    assert tracker.unit == "records"
+
+
+def test_a_source_reporting_its_own_unit_is_shown_in_that_unit() -> None:
+    """A ``ProgressSource`` (the S3 backfill: bytes) is read as it reports; the bar
+    still never moves backwards and takes the source's unit."""
+    readings = iter([None, Progress(10, 100, "bytes"), Progress(5, 90, "bytes"), None])
+    tracker = _Tracker(lambda: next(readings))
+    seen = [tracker.read() for _ in range(4)]
+    assert seen == [(0, None), (10, 100), (10, 100), (10, 100)]
+    assert tracker.unit == "bytes"

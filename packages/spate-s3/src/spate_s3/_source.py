@@ -37,6 +37,11 @@ completed: it keeps its committed progress and is not handed out again, the rest
 the job still finishes, every instance then reports it, and a later run started with
 ``coordination.retry_quarantined: true`` reads it again from that progress.
 
+Progress (``ProgressSource``): ``progress()`` is the job's committed bytes of its planned
+bytes, over every instance's splits, as the coordination store last said — read in the
+background on the I/O loop at most every ``PROGRESS_EVERY`` seconds, so the caller (the
+CLI's progress bar, on another thread) never waits on the store.
+
 Every start and stop of work on a split is logged at INFO with ``extra`` fields
 ``s3_split``, ``s3_epoch`` and ``s3_event`` (``start``/``stop``), so operators and tests
 can see which instance worked which split when.
@@ -59,7 +64,7 @@ from spate import Clock, SystemClock
 from spate.errors import ErrorClass, SourceError
 from spate.metrics import Meter
 from spate.records import Lane, PayloadBatch
-from spate.source import SourceEvents
+from spate.source import Progress, SourceEvents
 from spate_coordination import (
     CoordinationConfig,
     CoordinationError,
@@ -69,6 +74,7 @@ from spate_coordination import (
     ProgressWrite,
     SplitEvent,
     SplitEventKind,
+    SplitState,
     SplitStatus,
 )
 
@@ -80,6 +86,37 @@ from spate_s3.config import S3SourceConfig
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+PROGRESS_EVERY = 1.0
+"""Seconds between two background readings of the job's progress from the store."""
+
+
+def job_progress(plan: Mapping[str, SplitObjects], states: Mapping[str, SplitState]) -> Progress:
+    """Bytes of the job whose records are committed, of its planned bytes.
+
+    A completed split counts whole; any other counts the objects before its committed
+    position, plus the byte offset into the current object where it is known (plain
+    line-framed objects; a compressed one counts once finished). Progress this version
+    cannot read counts as none.
+    """
+    total = sum(split.total_bytes for split in plan.values())
+    done = 0
+    for split_id, split in plan.items():
+        state = states.get(split_id)
+        if state is None:
+            continue
+        if state.status is SplitStatus.COMPLETED:
+            done += split.total_bytes
+            continue
+        try:
+            position = Position.from_progress(state.progress)
+        except ValueError:
+            continue
+        sizes = [o.size for o in split.objects]
+        done += sum(sizes[: position.object_index])
+        if position.object_index < len(sizes):
+            done += min(position.byte or 0, sizes[position.object_index])
+    return Progress(done, total, "bytes")
 
 
 @dataclass(slots=True)
@@ -153,6 +190,10 @@ class S3Source:
         self._next_state_check = 0.0
         self._completed_lanes: list[Lane] = []
         self._pending_events: deque[SplitEvent] = deque()
+        self._plan: dict[str, SplitObjects] | None = None
+        self._progress: Progress | None = None
+        self._progress_read: Future[Progress | None] | None = None
+        self._progress_at = float("-inf")
 
     # -- the I/O loop
 
@@ -599,6 +640,52 @@ class S3Source:
             if state.status is SplitStatus.QUARANTINED
         ]
 
+    # -- progress (read from another thread)
+
+    def progress(self) -> Progress | None:
+        """Committed bytes of the whole job of its planned bytes (``ProgressSource``);
+        None until the plan is published. Never waits: it returns the last reading and
+        starts the next one on the I/O loop at most every ``PROGRESS_EVERY`` seconds."""
+        loop, pending = self._loop, self._progress_read
+        now = time.monotonic()
+        if (
+            loop is not None
+            and self.coordinator is not None
+            and (pending is None or pending.done())
+            and now - self._progress_at >= PROGRESS_EVERY
+        ):
+            self._progress_at = now
+            try:
+                read = asyncio.run_coroutine_threadsafe(self._read_progress(), loop)
+            except RuntimeError:  # the loop stopped in between: closing
+                return self._progress
+            read.add_done_callback(self._progress_done)
+            self._progress_read = read
+        return self._progress
+
+    def _progress_done(self, read: Future[Progress | None]) -> None:
+        if read.cancelled():
+            return
+        exc = read.exception()
+        if exc is not None:
+            logger.debug("reading the job's progress failed: %s", exc)
+            return
+        reading = read.result()
+        if reading is not None:
+            self._progress = reading
+
+    async def _read_progress(self) -> Progress | None:
+        coordinator = self.coordinator
+        if coordinator is None:
+            return None
+        core = coordinator.core
+        if self._plan is None:
+            specs = await core.read_plan()
+            if specs is None:
+                return None
+            self._plan = {spec.split_id: SplitObjects.from_spec(spec) for spec in specs}
+        return job_progress(self._plan, await core.split_states())
+
     # -- commit, pause, resume, close
 
     def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
@@ -662,6 +749,10 @@ class S3Source:
                 self._stopped(split, "completed")
             self._stopped(split, "closing")
         self._splits.clear()
+        if release and self.coordinator is not None:
+            # The last reading, so progress ends where the job did.
+            with contextlib.suppress(Exception):
+                self._progress = self._call(self._read_progress(), 2.0) or self._progress
         if self._planner is not None:
             self._planner.cancel()
             self._planner = None

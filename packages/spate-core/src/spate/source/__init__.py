@@ -1,5 +1,19 @@
 """Source contract and source-side helpers."""
 
-from spate.source._contract import BoundedSource, FetchLagSource, Source, SourceEvents
+from spate.source._contract import (
+    BoundedSource,
+    FetchLagSource,
+    Progress,
+    ProgressSource,
+    Source,
+    SourceEvents,
+)
 
-__all__ = ["BoundedSource", "FetchLagSource", "Source", "SourceEvents"]
+__all__ = [
+    "BoundedSource",
+    "FetchLagSource",
+    "Progress",
+    "ProgressSource",
+    "Source",
+    "SourceEvents",
+]

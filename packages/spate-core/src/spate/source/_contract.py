@@ -27,7 +27,7 @@ lane that is owned, behind and silent although spate did not pause it (B32).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from spate.records import Lane, PayloadBatch
 
@@ -100,6 +100,33 @@ class BoundedSource(Protocol):
 
     def remaining(self) -> int | None:
         """Records left before the end, or None when unknown."""
+        ...
+
+
+class Progress(NamedTuple):
+    """How far a bounded source is: ``done`` of ``total`` in ``unit``.
+
+    ``unit`` is ``"records"``, ``"bytes"`` or ``"splits"`` — whatever the source can
+    count against its end (a backfill knows its planned bytes, not its records).
+    """
+
+    done: int
+    total: int
+    unit: str
+
+
+@runtime_checkable
+class ProgressSource(Protocol):
+    """A source that reports its progress in its own unit (optional; see :class:`Progress`).
+
+    ``progress()`` is None while the end is not known. It is called from another thread
+    (the CLI's progress display), so it only reads state and never blocks on the
+    network. A source implementing it is shown by it rather than by
+    :class:`BoundedSource`.
+    """
+
+    def progress(self) -> Progress | None:
+        """Done and total in the source's unit, or None when unknown."""
         ...
 
 
