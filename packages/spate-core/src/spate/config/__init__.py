@@ -20,6 +20,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "MetricsConfig",
     "PipelineConfig",
     "PipelineSection",
+    "SupervisorConfig",
     "decode",
     "decode_connector",
     "format_duration",

@@ -35,6 +35,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 from spate.errors import ConfigError
 
@@ -49,7 +50,12 @@ _FRAMEWORK_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsConfig,
 }
 _CONNECTOR_SECTIONS = ("source", "deserializer", "sink", "sinks")
-TOP_LEVEL_KEYS: tuple[str, ...] = (*_FRAMEWORK_SECTIONS, *_CONNECTOR_SECTIONS, "coordination")
+TOP_LEVEL_KEYS: tuple[str, ...] = (
+    *_FRAMEWORK_SECTIONS,
+    *_CONNECTOR_SECTIONS,
+    "coordination",
+    "supervisor",
+)
 
 
 class ConnectorResolver(Protocol):
@@ -150,6 +156,12 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
     coordination = data.get("coordination")
     if coordination is not None and not isinstance(coordination, Mapping):
         raise ConfigError("coordination", "expected a mapping")
+    # The supervisor is opt-in: the section's presence (even empty) turns it on.
+    supervisor = (
+        decode(SupervisorConfig, data.get("supervisor"), "supervisor")
+        if "supervisor" in data
+        else None
+    )
     if resolver is not None:
         source = decode_connector(source, resolver)
         if deserializer is not None:
@@ -166,6 +178,7 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         sinks=sinks,
         sinks_map=sinks_map,
         coordination=dict(coordination) if coordination is not None else None,
+        supervisor=supervisor,
         file=file,
     )
 

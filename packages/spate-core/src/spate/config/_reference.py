@@ -30,6 +30,7 @@ from spate.config.models import (
     CheckpointConfig,
     MetricsConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 
 
@@ -50,6 +51,7 @@ FRAMEWORK_SECTIONS: tuple[Section, ...] = (
     Section("backpressure", BackpressureConfig),
     Section("admin", AdminConfig),
     Section("metrics", MetricsConfig),
+    Section("supervisor", SupervisorConfig),
 )
 
 
