@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from spate import ConfigError, Pipeline, Supervisor, SupervisorConfig
+from spate import ConfigError, ExitReport, Pipeline, Supervisor, SupervisorConfig
 from spate.config.models import CheckpointConfig
 from spate.metrics import Meter
 from spate.pipeline import RestartPolicy
@@ -194,7 +194,7 @@ def test_b63_stop_while_waiting_to_restart_ends_the_run(tmp_path: Path) -> None:
         meter=meter,
         handle_signals=False,
     )
-    result: list[object] = []
+    result: list[ExitReport] = []
     thread = threading.Thread(target=lambda: result.append(supervisor.run()))
     thread.start()
     deadline = 120.0
@@ -207,9 +207,9 @@ def test_b63_stop_while_waiting_to_restart_ends_the_run(tmp_path: Path) -> None:
     thread.join(120)
     assert not thread.is_alive()
     (report,) = result
-    assert getattr(report, "exit_code") == 1
+    assert report.exit_code == 1
     assert builds.built == 1
-    assert "while waiting to restart" in getattr(report, "reason")
+    assert "while waiting to restart" in report.reason
 
 
 def test_b63_failures_outside_the_window_do_not_count() -> None:

@@ -21,18 +21,26 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from spate import __version__
 from spate._assembly import assemble
+from spate._supervised import SupervisedRun, supervise
 from spate.cli._logging import LEVELS, configure_logging
+from spate.cli._processes import ProcessParent, WorkerSlot, resolve_processes, worker_command
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
+from spate.pipeline._exit import ExitReport
 from spate.plugins._registry import Registry, default_registry
 
 logger = logging.getLogger(__name__)
+
+
+class _Runner(Protocol):
+    def run(self) -> ExitReport: ...
+
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -136,6 +144,7 @@ class _Cli:
         return EXIT_OK
 
     def run(self, args: argparse.Namespace) -> int:
+        slot = WorkerSlot.from_env()
         try:
             cfg = load_config(args.config, resolver=self.registry)
             if cfg.sinks_map and args.chain is None:
@@ -144,8 +153,20 @@ class _Cli:
                     "named sinks need an operator chain to route records to them; "
                     "pass --chain module:function",
                 )
+            processes = 1 if slot is not None else resolve_processes(args.processes, cfg)
+            if processes > 1:
+                # Workers load the chain themselves; check it imports before starting them.
+                if args.chain is not None:
+                    load_chain(args.chain)
+                command = worker_command(args.config, chain=args.chain, log_level=args.log_level)
+                return ProcessParent(cfg, processes, command).run()
+            if slot is not None:
+                cfg = slot.config(cfg)
             chains = load_chain(args.chain) if args.chain is not None else None
-            assembly = assemble(cfg, registry=self.registry, chains=chains)
+            runner = self._runner(cfg, chains, slot)
+        except ValueError as exc:
+            self.error(exc)
+            return EXIT_USAGE
         except (ConfigError, PluginError) as exc:
             self.error(exc)
             return EXIT_USAGE
@@ -157,23 +178,48 @@ class _Cli:
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         try:
-            report = assembly.pipeline.run()
+            report = runner.run()
         except (ConfigError, PluginError) as exc:
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, exc)
             self.error(exc)
             return EXIT_USAGE
         except SpateError as exc:
             # An unreachable endpoint or refused credential, raised before anything is
             # consumed: one line naming it (B29).
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, exc)
             self.error(exc)
             return EXIT_FAILED
         except Exception as exc:
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, f"{type(exc).__name__}: {one_line(exc)}")
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         logger.info("%s", report.summary())
+        if report.exit_code != 0:
+            self._last_words(slot, report.reason)
+            if isinstance(runner, SupervisedRun) and runner.supervisor.gave_up:
+                self.error(report.reason)
         return report.exit_code
+
+    def _runner(
+        self, cfg: PipelineConfig, chains: Callable[[Any], Any] | None, slot: WorkerSlot | None
+    ) -> _Runner:
+        """A supervised run when the configuration has ``supervisor:``, else one run."""
+        if cfg.supervisor is not None:
+            return supervise(cfg, registry=self.registry, chains=chains)
+        assembly = assemble(cfg, registry=self.registry, chains=chains)
+        if slot is not None and assembly.admin is not None:
+            # Started after the admin server (services start in order): its port is known.
+            admin = assembly.admin
+            assembly.pipeline.add_service(lambda _health: slot.announce(admin.url), lambda: None)
+        return assembly.pipeline
+
+    @staticmethod
+    def _last_words(slot: WorkerSlot | None, why: BaseException | str) -> None:
+        if slot is not None:
+            slot.last_words(why if isinstance(why, str) else one_line(why))
 
 
 def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
@@ -194,6 +240,12 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
         metavar="MODULE:FUNCTION",
         help="the operator chain: a function chains(ctx) returning a chain "
         "(required with sinks:; without it decoded records go to the single sink)",
+    )
+    run.add_argument(
+        "--processes",
+        metavar="N",
+        help="worker processes running the pipeline, or auto for one per usable core "
+        "(default: pipeline.processes, 1)",
     )
     validate = sub.add_parser("validate", help="check a configuration file and exit")
     validate.add_argument("config", help="pipeline configuration (YAML)")
