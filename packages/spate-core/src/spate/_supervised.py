@@ -6,6 +6,9 @@ same configuration for every run, all on one meter, and an admin server that liv
 the whole supervised run (so a restart neither rebinds the port nor resets the
 supervisor's counters). The pipelines themselves are built without an admin server.
 
+:func:`run_side_by_side` runs several such runs (or plain pipelines) in one process,
+one thread each, isolated from each other (B65).
+
 Does not own: the restart rules (``spate.pipeline._supervisor``), the assembly of one
 pipeline (``spate._assembly``).
 """
@@ -13,7 +16,11 @@ pipeline (``spate._assembly``).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from spate._assembly import ChainsFn, assemble
 from spate.admin._server import AdminServer
@@ -21,8 +28,11 @@ from spate.config.models import PipelineConfig, SupervisorConfig
 from spate.metrics._meter import Meter
 from spate.pipeline._builder import Pipeline
 from spate.pipeline._exit import ExitReport
+from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
 from spate.pipeline._supervisor import Supervisor
 from spate.plugins._registry import Registry
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +41,14 @@ class SupervisedRun:
 
     supervisor: Supervisor
     admin: AdminServer | None
+
+    @property
+    def name(self) -> str:
+        return self.supervisor.name
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Drain the current run and restart nothing more (any thread)."""
+        self.supervisor.request_stop(reason)
 
     def run(self) -> ExitReport:
         """Serve the admin endpoint, run the supervisor, stop serving (blocks)."""
@@ -88,3 +106,57 @@ def supervise(
         ),
         admin=admin,
     )
+
+
+class _Run(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def run(self) -> ExitReport: ...
+
+    def request_stop(self, reason: str = ...) -> None: ...
+
+
+def run_side_by_side(runs: Sequence[_Run]) -> list[ExitReport]:
+    """Run independent pipelines side by side in this process, one thread each (B65).
+
+    Each run keeps its own meter, admin server, supervisor and drain; a failure of one
+    does not stop the others. SIGTERM/SIGINT (on the main thread) drain every run.
+    Returns the reports in the order of ``runs`` once every run has ended.
+    """
+    reports: list[ExitReport | None] = [None] * len(runs)
+
+    def body(index: int, run: _Run) -> None:
+        try:
+            reports[index] = run.run()
+        except Exception as exc:  # a start-up failure of this run only
+            logger.error("pipeline %s failed to start: %s", run.name, exc)
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            reports[index] = ExitReport(pipeline=run.name, state="failed", reason=text)
+
+    threads = [
+        threading.Thread(target=body, args=(i, run), name=f"spate-{run.name}", daemon=True)
+        for i, run in enumerate(runs)
+    ]
+    handle = _StopAll(runs)
+    restore = install_signal_handlers(handle)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # short joins keep the main thread free for signals
+    finally:
+        restore()
+    return [r for r in reports if r is not None]
+
+
+class _StopAll(ShutdownHandle):
+    def __init__(self, runs: Sequence[_Run]) -> None:
+        super().__init__()
+        self._runs = runs
+
+    def request(self, reason: str) -> None:
+        super().request(reason)
+        for run in self._runs:
+            run.request_stop(reason)

@@ -166,3 +166,49 @@ def test_b64_processes_must_be_a_count(tmp_path: Path) -> None:
     run = _Run(tmp_path, "run", str(config), "--processes", "many")
     assert run.wait() == 2
     assert "--processes: expected a number or auto, got 'many'" in run.text
+
+
+def test_b65_two_pipelines_in_one_run_one_failing_the_other_keeps_delivering(
+    tmp_path: Path,
+) -> None:
+    good_out = tmp_path / "good.jsonl"
+    good = _config(tmp_path, "good", out=good_out, listen="127.0.0.1:0")
+    bad = _config(
+        tmp_path,
+        "bad",
+        out=tmp_path / "missing-dir" / "out.jsonl",
+        listen="127.0.0.1:0",
+        extra="supervisor: {max_restarts: 1, initial_backoff: 50ms}",
+    )
+    run = _Run(tmp_path, "run", str(good), str(bad))
+    try:
+        _until(lambda: "pipeline bad gave up" in run.text, "the failing pipeline to give up", run)
+        size = good_out.stat().st_size if good_out.exists() else 0
+        # The other pipeline is still running and its admin server still answers.
+        match = re.search(r"listening on (http://\S+) \(pipeline=good", run.text)
+        assert match is not None, run.text[-3000:]
+        base = match.group(1)
+        _until(lambda: _get(base + "/readyz")[0] == 200, "pipeline good ready", run)
+        metrics = _get(base + "/metrics")[1]
+        assert 'pipeline="good"' in metrics
+        assert 'pipeline="bad"' not in metrics  # each pipeline has its own registry
+        assert run.proc.poll() is None
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.wait()
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert good_out.stat().st_size >= size > 0
+    assert code == 1  # one of the pipelines failed
+    lines = run.text.strip().splitlines()
+    assert lines[-1].startswith("pipeline bad failed: pipeline bad gave up after 2 failures")
+    assert "pipeline good completed (signal SIGTERM)" in run.text
+
+
+def test_b65_pipelines_of_one_run_need_distinct_names(tmp_path: Path) -> None:
+    first = _config(tmp_path, "same", out=tmp_path / "a.jsonl")
+    second = tmp_path / "copy.yaml"
+    second.write_text(first.read_text())
+    run = _Run(tmp_path, "run", str(first), str(second))
+    assert run.wait() == 2
+    assert "each pipeline of a run needs its own name" in run.text

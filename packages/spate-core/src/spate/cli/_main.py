@@ -21,25 +21,21 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from spate import __version__
 from spate._assembly import assemble
-from spate._supervised import SupervisedRun, supervise
+from spate._supervised import SupervisedRun, run_side_by_side, supervise
 from spate.cli._logging import LEVELS, configure_logging
 from spate.cli._processes import ProcessParent, WorkerSlot, resolve_processes, worker_command
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
-from spate.pipeline._exit import ExitReport
+from spate.pipeline._builder import Pipeline
 from spate.plugins._registry import Registry, default_registry
 
 logger = logging.getLogger(__name__)
-
-
-class _Runner(Protocol):
-    def run(self) -> ExitReport: ...
 
 
 EXIT_OK = 0
@@ -144,9 +140,12 @@ class _Cli:
         return EXIT_OK
 
     def run(self, args: argparse.Namespace) -> int:
+        if len(args.config) > 1:
+            return self._run_several(args)
+        (config,) = args.config
         slot = WorkerSlot.from_env()
         try:
-            cfg = load_config(args.config, resolver=self.registry)
+            cfg = load_config(config, resolver=self.registry)
             if cfg.sinks_map and args.chain is None:
                 raise ConfigError(
                     "sinks",
@@ -158,7 +157,7 @@ class _Cli:
                 # Workers load the chain themselves; check it imports before starting them.
                 if args.chain is not None:
                     load_chain(args.chain)
-                command = worker_command(args.config, chain=args.chain, log_level=args.log_level)
+                command = worker_command(config, chain=args.chain, log_level=args.log_level)
                 return ProcessParent(cfg, processes, command).run()
             if slot is not None:
                 cfg = slot.config(cfg)
@@ -203,9 +202,47 @@ class _Cli:
                 self.error(report.reason)
         return report.exit_code
 
+    def _run_several(self, args: argparse.Namespace) -> int:
+        """Several configuration files: their pipelines side by side in this process (B65)."""
+        runs: list[SupervisedRun | Pipeline] = []
+        names: dict[str, str] = {}
+        try:
+            if args.processes not in (None, "1"):
+                raise ConfigError("--processes", "runs one configuration file at a time")
+            chains = load_chain(args.chain) if args.chain is not None else None
+            for path in args.config:
+                cfg = load_config(path, resolver=self.registry)
+                if cfg.name in names:
+                    raise ConfigError(
+                        "pipeline.name",
+                        f"{cfg.name!r} names the pipelines of {names[cfg.name]} "
+                        f"and {path}; each pipeline of a run needs its own name",
+                        file=path,
+                    )
+                names[cfg.name] = path
+                if cfg.sinks_map and chains is None:
+                    raise ConfigError(
+                        "sinks", "named sinks need --chain module:function", file=path
+                    )
+                runs.append(self._runner(cfg, chains, None))
+        except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except Exception as exc:
+            logger.debug("building the pipelines failed", exc_info=True)
+            self.error(f"{type(exc).__name__}: {one_line(exc)}")
+            return EXIT_FAILED
+        reports = run_side_by_side(runs)
+        for report in reports:
+            logger.info("%s", report.summary())
+        failed = [r for r in reports if r.exit_code != 0]
+        for report in failed:
+            self.error(f"pipeline {report.pipeline} failed: {report.reason}")
+        return EXIT_FAILED if failed or len(reports) != len(runs) else EXIT_OK
+
     def _runner(
         self, cfg: PipelineConfig, chains: Callable[[Any], Any] | None, slot: WorkerSlot | None
-    ) -> _Runner:
+    ) -> SupervisedRun | Pipeline:
         """A supervised run when the configuration has ``supervisor:``, else one run."""
         if cfg.supervisor is not None:
             return supervise(cfg, registry=self.registry, chains=chains)
@@ -234,7 +271,11 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     run = sub.add_parser("run", help="run a pipeline from a configuration file")
-    run.add_argument("config", help="pipeline configuration (YAML)")
+    run.add_argument(
+        "config",
+        nargs="+",
+        help="pipeline configuration (YAML); several files run their pipelines side by side",
+    )
     run.add_argument(
         "--chain",
         metavar="MODULE:FUNCTION",
