@@ -212,3 +212,28 @@ def test_b65_pipelines_of_one_run_need_distinct_names(tmp_path: Path) -> None:
     run = _Run(tmp_path, "run", str(first), str(second))
     assert run.wait() == 2
     assert "each pipeline of a run needs its own name" in run.text
+
+
+def test_b64_workers_drain_when_the_parent_is_killed(tmp_path: Path) -> None:
+    config = _config(tmp_path, "orphans", out=tmp_path / "out.jsonl")
+    run = _Run(tmp_path, "run", str(config), "--processes", "2")
+    _until(lambda: len(re.findall(r"worker \d started", run.text)) == 2, "2 workers", run)
+    _until(lambda: "orphans running" in run.text, "workers running", run)
+    pids = [int(p) for _, p in re.findall(r"worker (\d) started \(pid (\d+)\)", run.text)]
+    run.proc.kill()
+    run.proc.wait()
+    deadline = time.monotonic() + 120
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and _running(pid)]
+    assert not alive, run.text[-3000:]
+    assert "the parent process is gone; draining" in run.text
+
+
+def _running(pid: int) -> bool:
+    """False for a process that exited (a zombie waiting for its reaper counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

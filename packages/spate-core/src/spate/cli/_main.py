@@ -161,6 +161,7 @@ class _Cli:
                 return ProcessParent(cfg, processes, command).run()
             if slot is not None:
                 cfg = slot.config(cfg)
+                slot.watch_parent()
             chains = load_chain(args.chain) if args.chain is not None else None
             runner = self._runner(cfg, chains, slot)
         except ValueError as exc:

@@ -126,6 +126,19 @@ class WorkerSlot:
         if url is not None:
             _write_atomically(self.directory / f"worker-{self.index}.url", url)
 
+    def watch_parent(self, interval: float = 1.0) -> None:
+        """Drain (SIGTERM to this process) once the parent is gone, so a killed parent
+        never leaves workers running on their own. Starts a daemon thread."""
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(interval)
+            logger.error("worker %d: the parent process is gone; draining", self.index)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="spate-parent-watch", daemon=True).start()
+
     def last_words(self, text: str) -> None:
         """Leave the reason this worker is ending for the parent's give-up line."""
         _write_atomically(self.directory / f"worker-{self.index}.last", text)
