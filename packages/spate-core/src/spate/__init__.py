@@ -6,7 +6,7 @@ The public API is what ``__all__`` lists; everything else is internal.
 from spate._clock import Clock, ManualClock, SystemClock
 from spate._secrets import NO_SECRET, Secret, display_url, redact, register_secret
 from spate.checkpoint import AckStatus, AckToken
-from spate.config import PipelineConfig, load_config
+from spate.config import PipelineConfig, SupervisorConfig, load_config
 from spate.errors import (
     AckError,
     ConfigError,
@@ -22,7 +22,7 @@ from spate.errors import (
     SpateError,
 )
 from spate.ops import NO_RECORD, Chain, ChainContext, ChainSpec, Deserializer, ManyDeserializer
-from spate.pipeline import ExitReport, Pipeline, PipelineHealth
+from spate.pipeline import ExitReport, Pipeline, PipelineHealth, Supervisor
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
 from spate.records import Lane, PayloadBatch, RecordMeta
 from spate.sink import Offer, Sink, SinkPool
@@ -70,6 +70,8 @@ __all__ = [
     "SourceError",
     "SourceEvents",
     "SpateError",
+    "Supervisor",
+    "SupervisorConfig",
     "SystemClock",
     "__version__",
     "display_url",

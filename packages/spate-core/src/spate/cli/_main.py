@@ -26,15 +26,19 @@ from typing import Any, TextIO
 from spate import __version__
 from spate._assembly import assemble
 from spate._secrets import redact
+from spate._supervised import SupervisedRun, run_side_by_side, supervise
 from spate.cli._logging import LEVELS, configure_logging
+from spate.cli._processes import ProcessParent, WorkerSlot, resolve_processes, worker_command
 from spate.cli._progress import progress_bar
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
+from spate.pipeline._builder import Pipeline
 from spate.plugins._registry import Registry, default_registry
 
 logger = logging.getLogger(__name__)
+
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -150,16 +154,33 @@ class _Cli:
         return EXIT_OK
 
     def run(self, args: argparse.Namespace) -> int:
+        if len(args.config) > 1:
+            return self._run_several(args)
+        (config,) = args.config
+        slot = WorkerSlot.from_env()
         try:
-            cfg = load_config(args.config, resolver=self.registry)
+            cfg = load_config(config, resolver=self.registry)
             if cfg.sinks_map and args.chain is None:
                 raise ConfigError(
                     "sinks",
                     "named sinks need an operator chain to route records to them; "
                     "pass --chain module:function",
                 )
+            processes = 1 if slot is not None else resolve_processes(args.processes, cfg)
+            if processes > 1:
+                # Workers load the chain themselves; check it imports before starting them.
+                if args.chain is not None:
+                    load_chain(args.chain)
+                command = worker_command(config, chain=args.chain, log_level=args.log_level)
+                return ProcessParent(cfg, processes, command).run()
+            if slot is not None:
+                cfg = slot.config(cfg)
+                slot.watch_parent()
             chains = load_chain(args.chain) if args.chain is not None else None
-            assembly = assemble(cfg, registry=self.registry, chains=chains)
+            runner = self._runner(cfg, chains, slot)
+        except ValueError as exc:
+            self.error(exc)
+            return EXIT_USAGE
         except (ConfigError, PluginError) as exc:
             self.error(exc)
             return EXIT_USAGE
@@ -171,25 +192,88 @@ class _Cli:
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         try:
-            pipeline = assembly.pipeline
-            with progress_bar(pipeline.source, pipeline.meter, self.stderr, self.log_handler):
-                report = pipeline.run()
+            if isinstance(runner, Pipeline):
+                with progress_bar(runner.source, runner.meter, self.stderr, self.log_handler):
+                    report = runner.run()
+            else:
+                report = runner.run()
         except (ConfigError, PluginError) as exc:
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, exc)
             self.error(exc)
             return EXIT_USAGE
         except SpateError as exc:
             # An unreachable endpoint or refused credential, raised before anything is
             # consumed: one line naming it (B29).
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, exc)
             self.error(exc)
             return EXIT_FAILED
         except Exception as exc:
             logger.debug("start-up failed", exc_info=True)
+            self._last_words(slot, f"{type(exc).__name__}: {one_line(exc)}")
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         # The runtime logged the summary line when the drain ended.
+        if report.exit_code != 0:
+            self._last_words(slot, report.reason)
+            if isinstance(runner, SupervisedRun) and runner.supervisor.gave_up:
+                self.error(report.reason)
         return report.exit_code
+
+    def _run_several(self, args: argparse.Namespace) -> int:
+        """Several configuration files: their pipelines side by side in this process (B65)."""
+        runs: list[SupervisedRun | Pipeline] = []
+        names: dict[str, str] = {}
+        try:
+            if args.processes not in (None, "1"):
+                raise ConfigError("--processes", "runs one configuration file at a time")
+            chains = load_chain(args.chain) if args.chain is not None else None
+            for path in args.config:
+                cfg = load_config(path, resolver=self.registry)
+                if cfg.name in names:
+                    raise ConfigError(
+                        "pipeline.name",
+                        f"{cfg.name!r} names the pipelines of {names[cfg.name]} "
+                        f"and {path}; each pipeline of a run needs its own name",
+                        file=path,
+                    )
+                names[cfg.name] = path
+                if cfg.sinks_map and chains is None:
+                    raise ConfigError(
+                        "sinks", "named sinks need --chain module:function", file=path
+                    )
+                runs.append(self._runner(cfg, chains, None))
+        except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except Exception as exc:
+            logger.debug("building the pipelines failed", exc_info=True)
+            self.error(f"{type(exc).__name__}: {one_line(exc)}")
+            return EXIT_FAILED
+        reports = run_side_by_side(runs)  # each runtime logs its own summary line
+        failed = [r for r in reports if r.exit_code != 0]
+        for report in failed:
+            self.error(f"pipeline {report.pipeline} failed: {report.reason}")
+        return EXIT_FAILED if failed or len(reports) != len(runs) else EXIT_OK
+
+    def _runner(
+        self, cfg: PipelineConfig, chains: Callable[[Any], Any] | None, slot: WorkerSlot | None
+    ) -> SupervisedRun | Pipeline:
+        """A supervised run when the configuration has ``supervisor:``, else one run."""
+        if cfg.supervisor is not None:
+            return supervise(cfg, registry=self.registry, chains=chains)
+        assembly = assemble(cfg, registry=self.registry, chains=chains)
+        if slot is not None and assembly.admin is not None:
+            # Started after the admin server (services start in order): its port is known.
+            admin = assembly.admin
+            assembly.pipeline.add_service(lambda _health: slot.announce(admin.url), lambda: None)
+        return assembly.pipeline
+
+    @staticmethod
+    def _last_words(slot: WorkerSlot | None, why: BaseException | str) -> None:
+        if slot is not None:
+            slot.last_words(why if isinstance(why, str) else one_line(why))
 
 
 def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
@@ -209,12 +293,22 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     run = sub.add_parser("run", parents=[common], help="run a pipeline from a configuration file")
-    run.add_argument("config", help="pipeline configuration (YAML)")
+    run.add_argument(
+        "config",
+        nargs="+",
+        help="pipeline configuration (YAML); several files run their pipelines side by side",
+    )
     run.add_argument(
         "--chain",
         metavar="MODULE:FUNCTION",
         help="the operator chain: a function chains(ctx) returning a chain "
         "(required with sinks:; without it decoded records go to the single sink)",
+    )
+    run.add_argument(
+        "--processes",
+        metavar="N",
+        help="worker processes running the pipeline, or auto for one per usable core "
+        "(default: pipeline.processes, 1)",
     )
     validate = sub.add_parser(
         "validate", parents=[common], help="check a configuration file and exit"

@@ -22,6 +22,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "MetricsConfig",
     "PipelineConfig",
     "PipelineSection",
+    "SupervisorConfig",
     "decode",
     "decode_connector",
     "format_duration",

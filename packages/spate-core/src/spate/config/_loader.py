@@ -36,6 +36,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 from spate.errors import ConfigError, MissingConnectorError
 
@@ -55,6 +56,7 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     *_CONNECTOR_SECTIONS,
     "coordination",
     "dead_letter",
+    "supervisor",
 )
 
 
@@ -182,6 +184,12 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
     if coordination is not None and not isinstance(coordination, Mapping):
         raise ConfigError("coordination", "expected a mapping")
     dead_letter, dead_letter_settings = _dead_letter(data.get("dead_letter"))
+    # The supervisor is opt-in: the section's presence (even empty) turns it on.
+    supervisor = (
+        decode(SupervisorConfig, data.get("supervisor"), "supervisor")
+        if "supervisor" in data
+        else None
+    )
     if resolver is not None:
         source = decode_connector(source, resolver)
         if dead_letter is not None:
@@ -202,6 +210,7 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         coordination=dict(coordination) if coordination is not None else None,
         dead_letter=dead_letter,
         dead_letter_settings=dead_letter_settings,
+        supervisor=supervisor,
         file=file,
     )
 

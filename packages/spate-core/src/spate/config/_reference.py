@@ -32,6 +32,7 @@ from spate.config.models import (
     DeadLetterSettings,
     MetricsConfig,
     PipelineSection,
+    SupervisorConfig,
 )
 
 
@@ -58,6 +59,7 @@ FRAMEWORK_SECTIONS: tuple[Section, ...] = (
         note="`dead_letter.sink` is a sink connector section, like `sink:` "
         "(`{kafka: {...}}`, `{clickhouse: {...}}`, ...), documented under Sinks below.",
     ),
+    Section("supervisor", SupervisorConfig),
 )
 
 

@@ -30,12 +30,19 @@ class PipelineSection:
     status_interval: Duration = 30.0
     """How often a running pipeline logs its status line (records per second in and out,
     lag, last commit, paused lanes, dropped records); ``0`` turns it off."""
+    processes: int | Literal["auto"] = 1
+    """Worker processes running this pipeline (``spate run --processes`` overrides it).
+    ``auto`` is the number of cores this process may use. With more than one, a parent
+    process starts the workers, serves one admin endpoint for all of them, forwards
+    SIGTERM/SIGINT and restarts a worker that died (the ``supervisor:`` rules)."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.name.strip():
             yield "name", "must not be empty"
         if self.status_interval < 0:
             yield "status_interval", "must be 0 (off) or positive"
+        if self.processes != "auto" and self.processes < 1:
+            yield "processes", "must be at least 1, or auto"
         if self.io_threads < 1:
             yield "io_threads", "must be at least 1"
         if self.gc_threshold < 0:
@@ -184,6 +191,54 @@ class DeadLetterSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisorConfig:
+    """``supervisor:`` — rebuild a failed pipeline (or restart a dead worker process).
+
+    Present in the YAML (even empty: ``supervisor: {}``), it makes ``spate run`` rebuild
+    the pipeline from its configuration after a failed run, waiting ``initial_backoff``,
+    then ``multiplier`` times longer after each further failure, up to ``max_backoff``.
+    It gives up, and the run exits 1, when more than ``max_restarts`` failures fall
+    within ``window`` with no healthy run between them. With ``--processes N`` the same
+    rules restart dead worker processes, whether or not the section is given.
+    """
+
+    max_restarts: int = 5
+    """Restarts allowed within ``window``; the next failure gives up (exit 1)."""
+    window: Duration = 600.0
+    """Failures older than this no longer count towards ``max_restarts``."""
+    initial_backoff: Duration = 1.0
+    """Wait before the first restart."""
+    max_backoff: Duration = 60.0
+    """Cap on the wait between restarts."""
+    multiplier: float = 2.0
+    """Each further consecutive failure multiplies the wait by this."""
+    healthy_after: Duration = 60.0
+    """A run that lasted this long before failing was healthy: the failure count and the
+    backoff start again from zero."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_restarts < 0:
+            yield "max_restarts", "must not be negative"
+        if self.window <= 0:
+            yield "window", "must be positive"
+        if self.initial_backoff < 0:
+            yield "initial_backoff", "must not be negative"
+        if self.max_backoff < self.initial_backoff:
+            yield "max_backoff", "must be at least initial_backoff"
+        if self.multiplier < 1:
+            yield "multiplier", "must be at least 1"
+        if self.healthy_after <= 0:
+            yield "healthy_after", "must be positive"
+
+    def backoff(self, failures: int) -> float:
+        """The wait before restarting after ``failures`` consecutive failures (≥ 1)."""
+        exponent = max(failures - 1, 0)
+        # Cap the exponent as well, so a long history cannot overflow the float.
+        delay = self.initial_backoff * self.multiplier ** min(exponent, 64)
+        return float(min(delay, self.max_backoff))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FrameworkSections:
     """The framework-owned top-level sections, decoded together."""
 
@@ -239,6 +294,8 @@ class PipelineConfig:
     """The dead-letter sink (``dead_letter.sink``), if any (B71)."""
     dead_letter_settings: DeadLetterSettings = field(default_factory=DeadLetterSettings)
     """The other ``dead_letter:`` keys (format, limits)."""
+    supervisor: SupervisorConfig | None = None
+    """The ``supervisor:`` section when the YAML has one (rebuild after a failure)."""
     file: str | None = None
     """The file the configuration was read from, if any (for error messages)."""
 

@@ -169,6 +169,28 @@ COORD_STORE_SECONDS = _h(
     "spate_coordination_store_op_duration_seconds", "Coordination store operations.", "op"
 )
 
+# Supervisor (restarts of a pipeline or of worker processes)
+SUPERVISOR_FAILURES = _c(
+    "spate_supervisor_failures_total",
+    "Failed runs of a supervised pipeline (or deaths of a worker process).",
+    "worker",
+)
+SUPERVISOR_RESTARTS = _c(
+    "spate_supervisor_restarts_total",
+    "Restarts of a supervised pipeline (or of a worker process) after a failure.",
+    "worker",
+)
+SUPERVISOR_GIVE_UPS = _c(
+    "spate_supervisor_give_ups_total",
+    "Times the supervisor gave up after max_restarts failures within its window.",
+    "worker",
+)
+SUPERVISOR_BACKOFF = _g(
+    "spate_supervisor_backoff_seconds",
+    "The wait before the pending restart; 0 while running.",
+    "worker",
+)
+
 ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, MetricFamily)
 )

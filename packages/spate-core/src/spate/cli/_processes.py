@@ -1,0 +1,459 @@
+"""``spate run --processes N``: a parent process and N worker processes (ADR 0008).
+
+The parent starts N copies of ``spate run`` on the same configuration (``python -m
+spate.cli``), each marked as a worker through the environment (``SPATE_WORKER_INDEX``,
+``SPATE_WORKER_DIR``). Kafka workers join the one consumer group of the configuration;
+S3 backfill workers register with the coordination store. The parent:
+
+- serves the configuration's admin endpoint for all of them. Each worker binds its own
+  admin server on ``127.0.0.1:0`` and writes its address to the worker directory; the
+  parent's ``/metrics`` scrapes every live worker and relabels each series with
+  ``worker``, next to the parent's own ``spate_supervisor_*`` series. ``/readyz`` is
+  ready when every worker answers ready; ``/healthz`` fails when a worker answers 503
+  or does not answer at all;
+- forwards SIGTERM/SIGINT to every worker and waits for every drain
+  (``checkpoint.drain_timeout`` plus :data:`DRAIN_MARGIN`), then kills what is left.
+  It exits 0 only when every worker completed (exit 0), 1 otherwise (B14, B16);
+- restarts a worker that died (a crash, ``kill -9``, exit 1) under the
+  ``supervisor:`` rules (:class:`~spate.pipeline.RestartPolicy`, one per worker); when a
+  worker exceeds ``max_restarts`` within ``window``, it drains the others and exits 1
+  with one line naming the worker and its last error.
+
+A worker that exits 0 completed (a bounded source drained) and is not restarted.
+Workers run their pipeline without an in-process supervisor: the parent is theirs.
+
+Does not own: the pipeline (each worker is an ordinary ``spate run``), the restart rules
+(``spate.pipeline._supervisor``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from spate._clock import SystemClock
+from spate.admin._server import AdminServer
+from spate.config._units import format_duration
+from spate.config.models import PipelineConfig, SupervisorConfig
+from spate.metrics import names
+from spate.metrics._meter import Meter
+from spate.pipeline._supervisor import RestartPolicy
+
+logger = logging.getLogger(__name__)
+
+ENV_INDEX = "SPATE_WORKER_INDEX"
+ENV_DIR = "SPATE_WORKER_DIR"
+DRAIN_MARGIN = 10.0
+"""Seconds the parent waits beyond ``checkpoint.drain_timeout`` for workers to exit."""
+_SCRAPE_TIMEOUT = 2.0
+_TICK = 0.2
+
+_Restore = Callable[[], None]
+
+
+def resolve_processes(arg: str | None, cfg: PipelineConfig) -> int:
+    """The number of workers: ``--processes`` over ``pipeline.processes``; ``auto`` = cores.
+
+    Raises ``ValueError`` with a one-line message for a value that is not a count.
+    """
+    value: int | str = arg if arg is not None else cfg.pipeline.processes
+    if value == "auto":
+        return usable_cores()
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"--processes: expected a number or auto, got {value!r}") from None
+    if count < 1:
+        raise ValueError(f"--processes: must be at least 1, got {count}")
+    return count
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return max(len(affinity(0)), 1)
+    return max(os.cpu_count() or 1, 1)
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerSlot:
+    """This process is worker ``index`` of a parent that watches ``directory``."""
+
+    index: int
+    directory: Path
+
+    @classmethod
+    def from_env(cls) -> WorkerSlot | None:
+        index, directory = os.environ.get(ENV_INDEX), os.environ.get(ENV_DIR)
+        if index is None or directory is None or not index.isdigit():
+            return None
+        return cls(int(index), Path(directory))
+
+    def config(self, cfg: PipelineConfig) -> PipelineConfig:
+        """``cfg`` as a worker runs it: its admin server on a free loopback port (the
+        parent serves the configured one), no in-process supervisor, one process."""
+        listen = "none" if cfg.admin.listen == "none" else "127.0.0.1:0"
+        return dataclasses.replace(
+            cfg,
+            admin=dataclasses.replace(cfg.admin, listen=listen),
+            pipeline=dataclasses.replace(cfg.pipeline, processes=1),
+            supervisor=None,
+        )
+
+    def announce(self, url: str | None) -> None:
+        """Tell the parent where this worker's admin server listens."""
+        if url is not None:
+            _write_atomically(self.directory / f"worker-{self.index}.url", url)
+
+    def watch_parent(self, interval: float = 1.0) -> None:
+        """Drain (SIGTERM to this process) once the parent is gone, so a killed parent
+        never leaves workers running on their own. Starts a daemon thread."""
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(interval)
+            logger.error("worker %d: the parent process is gone; draining", self.index)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="spate-parent-watch", daemon=True).start()
+
+    def last_words(self, text: str) -> None:
+        """Leave the reason this worker is ending for the parent's give-up line."""
+        _write_atomically(self.directory / f"worker-{self.index}.last", text)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- the parent side ---------------------------------------------------------------------
+
+
+class _Worker:
+    """One worker slot in the parent: its process, restart policy and metrics."""
+
+    def __init__(self, index: int, policy: RestartPolicy, meter: Meter) -> None:
+        self.index = index
+        self.policy = policy
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.restart_at: float | None = None
+        self.exit_code: int | None = None
+        self.done = False
+        self.last_error = ""
+        labels = {"component": "supervisor", "component_type": "supervisor"}
+        labels["worker"] = str(index)
+        self.failures = meter.counter(names.SUPERVISOR_FAILURES, **labels)
+        self.restarts = meter.counter(names.SUPERVISOR_RESTARTS, **labels)
+        self.give_ups = meter.counter(names.SUPERVISOR_GIVE_UPS, **labels)
+        self.backoff = meter.gauge(names.SUPERVISOR_BACKOFF, **labels)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class ProcessParent:
+    """Runs N workers of one configuration and supervises them (main thread)."""
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        processes: int,
+        worker_argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.processes = processes
+        self.rules = cfg.supervisor if cfg.supervisor is not None else SupervisorConfig()
+        self._argv = list(worker_argv)
+        self._env = dict(os.environ if env is None else env)
+        self._clock = SystemClock()
+        self._stop = threading.Event()
+        self._stop_reason: str | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix="spate-workers-"))
+        self.meter = Meter(cfg.pipeline.name, declare=None)
+        self.workers = [
+            _Worker(i, RestartPolicy(self.rules, self._clock), self.meter) for i in range(processes)
+        ]
+        self.gave_up: _Worker | None = None
+
+    # -- admin ---------------------------------------------------------------------------
+
+    def worker_url(self, worker: _Worker) -> str | None:
+        if not worker.alive:
+            return None
+        path = self._dir / f"worker-{worker.index}.url"
+        try:
+            return path.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def readiness(self) -> tuple[bool, str]:
+        for worker in self.workers:
+            if worker.done:
+                continue
+            url = self.worker_url(worker)
+            if url is None:
+                return False, f"worker {worker.index} not running"
+            status, text = _get(url + "/readyz")
+            if status != 200:
+                return False, f"worker {worker.index}: {text or 'no answer'}"
+        return True, "ready"
+
+    def liveness(self, stall_after: float) -> tuple[bool, str]:
+        for worker in self.workers:
+            url = self.worker_url(worker)
+            if url is None:
+                continue  # finished, or waiting to restart: not stuck
+            status, text = _get(url + "/healthz")
+            if status != 200:
+                return False, f"worker {worker.index}: {text or 'no answer'}"
+        return True, "alive"
+
+    # -- running -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start the workers, supervise them until done or stopped; the exit code."""
+        admin = self._admin()
+        restore = self._install_signals()
+        try:
+            if admin is not None:
+                admin.start(self)
+            logger.info(
+                "pipeline %s: starting %d worker processes", self.cfg.pipeline.name, self.processes
+            )
+            for worker in self.workers:
+                self._start(worker)
+            self._supervise()
+            return self._drain()
+        finally:
+            restore()
+            if admin is not None:
+                admin.stop()
+            for path in self._dir.iterdir():
+                path.unlink(missing_ok=True)
+            self._dir.rmdir()
+
+    def request_stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stop.set()
+
+    def _admin(self) -> AdminServer | None:
+        if self.cfg.admin.listen == "none":
+            return None
+        registry = None
+        if self.cfg.metrics.exporter == "prometheus":
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(_WorkersCollector(self))
+        return AdminServer(
+            self.cfg.admin.listen,
+            registry=registry,
+            stall_after=self.cfg.admin.stall_after,
+            pipeline=self.cfg.pipeline.name,
+        )
+
+    def _install_signals(self) -> _Restore:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.request_stop(f"signal {signal.Signals(signum).name}")
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+        return restore
+
+    def _start(self, worker: _Worker) -> None:
+        (self._dir / f"worker-{worker.index}.url").unlink(missing_ok=True)
+        (self._dir / f"worker-{worker.index}.last").unlink(missing_ok=True)
+        env = dict(self._env, **{ENV_INDEX: str(worker.index), ENV_DIR: str(self._dir)})
+        worker.proc = subprocess.Popen(self._argv, env=env)
+        worker.started_at = self._clock.monotonic()
+        worker.restart_at = None
+        worker.exit_code = None
+        logger.info("worker %d started (pid %d)", worker.index, worker.proc.pid)
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            now = self._clock.monotonic()
+            for worker in self.workers:
+                if worker.restart_at is not None and now >= worker.restart_at:
+                    worker.backoff.set(0)
+                    worker.restarts.inc()
+                    self._start(worker)
+                elif worker.proc is not None and worker.exit_code is None:
+                    code = worker.proc.poll()
+                    if code is not None:
+                        self._exited(worker, code)
+            if self.gave_up is not None:
+                return
+            if all(w.done for w in self.workers):
+                return
+            self._stop.wait(_TICK)
+
+    def _exited(self, worker: _Worker, code: int) -> None:
+        worker.exit_code = code
+        if code == 0:
+            worker.done = True
+            logger.info("worker %d completed", worker.index)
+            return
+        if self._stop.is_set():
+            return
+        worker.last_error = self._last_error(worker, code)
+        worker.failures.inc()
+        decision = worker.policy.failed(self._clock.monotonic() - worker.started_at)
+        if decision.give_up:
+            worker.give_ups.inc()
+            self.gave_up = worker
+            logger.error("%s", self.give_up_line(worker, decision.failures))
+            return
+        logger.warning(
+            "worker %d died (%s; %d of at most %d within %s); restarting in %s",
+            worker.index,
+            worker.last_error,
+            decision.failures,
+            self.rules.max_restarts,
+            format_duration(self.rules.window),
+            format_duration(decision.delay),
+        )
+        worker.backoff.set(decision.delay)
+        worker.restart_at = self._clock.monotonic() + decision.delay
+
+    def give_up_line(self, worker: _Worker, failures: int) -> str:
+        return (
+            f"pipeline {self.cfg.pipeline.name}: worker {worker.index} gave up after "
+            f"{failures} failures within {format_duration(self.rules.window)} "
+            f"(supervisor.max_restarts={self.rules.max_restarts}); "
+            f"last error: {worker.last_error}"
+        )
+
+    def _last_error(self, worker: _Worker, code: int) -> str:
+        try:
+            words = (self._dir / f"worker-{worker.index}.last").read_text(encoding="utf-8")
+        except OSError:
+            words = ""
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return f"{how}: {words.strip()}" if words.strip() else how
+
+    def _drain(self) -> int:
+        """Forward the stop to every live worker, wait for each drain; the exit code."""
+        live = [w for w in self.workers if w.alive]
+        if live:
+            reason = self._stop_reason or (
+                f"worker {self.gave_up.index} gave up" if self.gave_up else "stopping"
+            )
+            logger.info("stopping %d worker(s): %s", len(live), reason)
+        for worker in live:
+            assert worker.proc is not None
+            worker.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.cfg.checkpoint.drain_timeout + DRAIN_MARGIN
+        for worker in live:
+            assert worker.proc is not None
+            try:
+                code = worker.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                logger.error("worker %d did not drain in time; killing it", worker.index)
+                worker.proc.kill()
+                code = worker.proc.wait()
+            worker.exit_code = code
+            worker.done = code == 0
+        for worker in self.workers:
+            worker.backoff.set(0)
+            if worker.restart_at is not None:
+                # Waiting to restart when the stop came: its last run failed.
+                worker.done = False
+        failed = [w.index for w in self.workers if not w.done]
+        if self.gave_up is not None:
+            return 1
+        if failed:
+            logger.error(
+                "pipeline %s: worker(s) %s did not complete",
+                self.cfg.pipeline.name,
+                ", ".join(map(str, failed)),
+            )
+            return 1
+        logger.info("pipeline %s: every worker completed", self.cfg.pipeline.name)
+        return 0
+
+
+class _WorkersCollector(Collector):
+    """``/metrics`` of the parent: every live worker's series labelled ``worker``."""
+
+    def __init__(self, parent: ProcessParent) -> None:
+        self._parent = parent
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for metric in self._parent.meter.registry.collect():
+            merged[metric.name] = metric
+        for worker in self._parent.workers:
+            url = self._parent.worker_url(worker)
+            if url is None:
+                continue
+            status, text = _get(url + "/metrics")
+            if status != 200:
+                continue
+            for family in text_string_to_metric_families(text):
+                target = merged.get(family.name)
+                if target is None:
+                    target = Metric(family.name, family.documentation, family.type, family.unit)
+                    merged[family.name] = target
+                for sample in family.samples:
+                    labels = dict(sample.labels, worker=str(worker.index))
+                    target.add_sample(sample.name, labels, sample.value, sample.timestamp)
+        yield from merged.values()
+
+
+def _get(url: str) -> tuple[int, str]:
+    """GET ``url`` with a short timeout: status and body (0 and "" when unreachable)."""
+    try:
+        with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT) as response:
+            return int(response.status), response.read().decode("utf-8", "replace").strip()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode("utf-8", "replace").strip()
+    except (OSError, ValueError):
+        return 0, ""
+
+
+def worker_command(
+    config: str, *, chain: str | None, log_level: str, executable: str | None = None
+) -> list[str]:
+    """The command line of one worker: ``spate run`` on the same configuration."""
+    argv = [executable or sys.executable, "-m", "spate.cli", "--log-level", log_level]
+    argv += ["run", config]
+    if chain is not None:
+        argv += ["--chain", chain]
+    return argv
