@@ -115,8 +115,8 @@ def test_b64_parent_serves_all_workers_restarts_a_killed_one_and_drains_on_sigte
     config = _config(tmp_path, "two-workers", out=out, listen="127.0.0.1:0", extra=extra)
     run = _Run(tmp_path, "run", str(config), "--processes", "2")
     try:
-        _until(lambda: re.search(r"listening on (http://\S+)", run.text), "the admin URL", run)
-        match = re.search(r"listening on (http://\S+)", run.text)
+        _until(lambda: re.search(r"reachable at (http://\S+)", run.text), "the admin URL", run)
+        match = re.search(r"reachable at (http://\S+)", run.text)
         assert match is not None
         base = match.group(1)
         _until(lambda: _get(base + "/readyz")[0] == 200, "both workers ready", run)
@@ -185,7 +185,7 @@ def test_b65_two_pipelines_in_one_run_one_failing_the_other_keeps_delivering(
         _until(lambda: "pipeline bad gave up" in run.text, "the failing pipeline to give up", run)
         size = good_out.stat().st_size if good_out.exists() else 0
         # The other pipeline is still running and its admin server still answers.
-        match = re.search(r"listening on (http://\S+) \(pipeline=good", run.text)
+        match = re.search(r"reachable at (http://\S+) \(pipeline=good", run.text)
         assert match is not None, run.text[-3000:]
         base = match.group(1)
         _until(lambda: _get(base + "/readyz")[0] == 200, "pipeline good ready", run)
