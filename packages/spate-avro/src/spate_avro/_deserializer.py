@@ -71,9 +71,11 @@ class AvroDeserializer:
 class RawAvroDeserializer(AvroDeserializer):
     """``mode: raw`` — the payload is one Avro datum written with the configured schema."""
 
-    def __init__(self, decode: DecodeFn, on_error: ErrorPolicy) -> None:
+    def __init__(self, decode: DecodeFn, on_error: ErrorPolicy, columnar: Any = None) -> None:
         super().__init__(on_error)
         self._decode = decode
+        self.columnar = columnar
+        """A :class:`~spate_avro._columnar.ColumnarAvroDecoder` (``spate[columnar]``) or None."""
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
@@ -86,6 +88,16 @@ class RawAvroDeserializer(AvroDeserializer):
             raise _unresolvable("the writer schema", exc) from None
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
+
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        """The whole batch as columns: ``(frames, errors)`` (see ``spate_avro._columnar``)."""
+        if self.columnar is None:
+            raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
+        return self.columnar.decode(payloads)
+
+    def close(self) -> None:
+        if self.columnar is not None:
+            self.columnar.close()
 
 
 class SingleObjectAvroDeserializer(AvroDeserializer):

@@ -48,6 +48,20 @@ def _check_reader(writer: Any, reader: Any | None, key: str, what: str) -> None:
         raise ConfigError(key, f"cannot read {what}: {problem}")
 
 
+def _columnar(writer: Any, reader: Any | None, decode: Any) -> Any:
+    """The columnar decoder of a raw schema when ``spate[columnar]`` is installed and the
+    schema is a record or a union of records read without a reader schema; else None."""
+    from spate_avro._columnar import ColumnarAvroDecoder, columnar_available
+
+    if reader is not None or not columnar_available():
+        return None
+    try:
+        return ColumnarAvroDecoder(writer, decode)
+    except ValueError as exc:
+        logger.info("Avro schema stays on the row path: %s", exc)
+        return None
+
+
 class AvroDeserializerFactory:
     """Builds the Avro deserializer of ``deserializer: {avro: ...}``."""
 
@@ -65,7 +79,8 @@ class AvroDeserializerFactory:
                 raise ConfigError(f"{base}.schema", "required in raw mode")
             writer = _load(config.schema, f"{base}.schema")
             _check_reader(writer, reader, f"{base}.reader_schema", "the writer schema")
-            return RawAvroDeserializer(build_decoder(writer, reader), config.on_error)
+            decode = build_decoder(writer, reader)
+            return RawAvroDeserializer(decode, config.on_error, _columnar(writer, reader, decode))
         if config.mode == "single_object":
             sources: list[tuple[SchemaSource, str]] = []
             if config.schema is not None:

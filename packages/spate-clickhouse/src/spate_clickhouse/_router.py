@@ -34,6 +34,11 @@ from spate_clickhouse._encoder import Column
 from spate_clickhouse._types import ChType
 from spate_clickhouse._xxhash import xxhash64
 
+try:  # the compiled xxHash64 (spate[columnar]); bit-exact with the pure-Python one
+    from xxhash import xxh64_intdigest as _xxh64
+except ImportError:  # pragma: no cover - the row path needs no extra dependency
+    _xxh64 = xxhash64
+
 _M64 = 0xFFFFFFFFFFFFFFFF
 _INT_WIDTH = {
     "Int8": 1,
@@ -148,7 +153,7 @@ class DistributedPlacement:
             self._hash = lambda v: int_hash64(int(v))  # type: ignore[call-overload]
         elif function == "xxHash64":
             layout = _key_bytes(t)
-            self._hash = lambda v: xxhash64(layout(v))
+            self._hash = lambda v: _xxh64(layout(v))
         else:
             raise ValueError(f"unsupported sharding function {function}")
 
@@ -228,6 +233,21 @@ class DistributedSink:
                 ErrorClass.RECORD,
             ) from None
         return self.pool.offer(row, key, lane, ack)
+
+    # -- columnar path: the same placement, read from the frame's column (B13) --
+
+    frame_needs_keys = False
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        return self.pool.prepare_frame(frame)
+
+    def offer_frame(self, frame: object, keys: object, lane: Lane, ack: AckToken) -> Offer:
+        placement = self._placement
+        if placement is None:
+            raise RuntimeError(f"sink {self.name} is not started")
+        values = frame.column(self._column_name).to_pylist()  # type: ignore[attr-defined]
+        shards = [placement.shard_of(v) for v in values]
+        return self.pool.offer_frame(frame, None, lane, ack, shards=shards)
 
     def tick(self) -> None:
         self.pool.tick()
