@@ -133,7 +133,9 @@ class _RecordReader:
             df = self._frame(datums)
             good = df.select(pl.col(END_COLUMN) == pl.lit(_END, dtype=pl.Binary)).to_series()
             first_bad = len(datums) if good.all() else int(good.arg_min() or 0)
-        except Exception:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # the reader refused the block (a Rust panic is a BaseException)
             df, first_bad = None, 0
         if df is not None and first_bad == len(datums):
             return df.drop(END_COLUMN).with_columns(pl.Series(ROW_COLUMN, rows, dtype=pl.UInt32))
