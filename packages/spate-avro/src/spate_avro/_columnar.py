@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from spate import DeserError, DeserErrorKind
@@ -34,7 +35,9 @@ from spate_avro._schema import DecodeFn, is_union, schema_name
 ROW_COLUMN = "__spate_row"
 """The column holding each row's index in its source batch."""
 END_COLUMN = "__spate_end"
+BRANCH_COLUMN = "__spate_branch"
 _END = b"\xa5\x5a\xc3\x3c"
+_obj = attrgetter("obj")
 _SYNC = b"spate-columnar\x00\x01"
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]]
@@ -71,10 +74,13 @@ def _clean(schema: Any) -> Any:
     return schema
 
 
-def _header(record_schema: Any) -> bytes:
-    """The container header for a record schema with the sentinel field appended."""
+def _header(record_schema: Any, branch: bool) -> bytes:
+    """The container header for a record schema with the sentinel field appended (and,
+    for a union branch, the branch index read as a leading ``int`` field)."""
     schema = dict(_clean(record_schema))
+    lead = [{"name": BRANCH_COLUMN, "type": "int"}] if branch else []
     schema["fields"] = [
+        *lead,
         *schema["fields"],
         {"name": END_COLUMN, "type": {"type": "fixed", "name": "SpateEnd", "size": 4}},
     ]
@@ -94,11 +100,12 @@ def _shm_dir() -> str | None:
 class _RecordReader:
     """Reads datums of one record schema into a DataFrame through a container file."""
 
-    def __init__(self, record_schema: Any, check: DecodeFn, start: int) -> None:
+    def __init__(self, record_schema: Any, check: DecodeFn, start: int, branch: bool) -> None:
         import jetliner  # the columnar extra; imported here so the row path never needs it
 
         self._read = jetliner.read_avro
-        self._header = _header(record_schema)
+        self._branch = branch
+        self._header = _header(record_schema, branch)
         self._check = check
         self._start = start
         fd, self._path = tempfile.mkstemp(prefix="spate-avro-", suffix=".avro", dir=_shm_dir())
@@ -131,14 +138,14 @@ class _RecordReader:
             return None
         try:
             df = self._frame(datums)
-            good = df.select(pl.col(END_COLUMN) == pl.lit(_END, dtype=pl.Binary)).to_series()
-            first_bad = len(datums) if good.all() else int(good.arg_min() or 0)
+            first_bad = self._aligned(df)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # the reader refused the block (a Rust panic is a BaseException)
             df, first_bad = None, 0
         if df is not None and first_bad == len(datums):
-            return df.drop(END_COLUMN).with_columns(pl.Series(ROW_COLUMN, rows, dtype=pl.UInt32))
+            df.insert_column(df.width, pl.Series(ROW_COLUMN, rows, dtype=pl.UInt32))
+            return df
         # Check the rest with the reference decoder, then read only the datums it accepts.
         kept_datums = list(datums[:first_bad])
         kept_rows = list(rows[:first_bad])
@@ -157,7 +164,19 @@ class _RecordReader:
         if not kept_datums:
             return None
         df = self._frame(kept_datums)
-        return df.drop(END_COLUMN).with_columns(pl.Series(ROW_COLUMN, kept_rows, dtype=pl.UInt32))
+        if self._aligned(df) != len(kept_datums):  # pragma: no cover - checked datums
+            raise RuntimeError("datums the reference decoder accepts did not read back aligned")
+        df.insert_column(df.width, pl.Series(ROW_COLUMN, kept_rows, dtype=pl.UInt32))
+        return df
+
+    def _aligned(self, df: Any) -> int:
+        """Drop the helper columns; return how many leading rows ended on the sentinel."""
+        ends = df.drop_in_place(END_COLUMN)
+        if self._branch:
+            df.drop_in_place(BRANCH_COLUMN)
+        if ends.n_unique() == 1 and ends[0] == _END:
+            return int(ends.len())
+        return next(i for i, end in enumerate(ends.to_list()) if end != _END)
 
 
 def _malformed(exc: BaseException) -> DeserError:
@@ -175,8 +194,6 @@ class ColumnarAvroDecoder:
     def __init__(self, writer: Any, check: DecodeFn) -> None:
         from fastavro.schema import expand_schema
 
-        from spate_avro._schema import build_decoder
-
         expanded = expand_schema(writer)
         self._union = is_union(expanded)
         self._check = check
@@ -189,12 +206,12 @@ class ColumnarAvroDecoder:
                         f"columnar decoding needs record branches; branch {i} is "
                         f"{schema_name(branch)}"
                     )
-                self._readers.append(_RecordReader(branch, build_decoder(branch), 0))
+                self._readers.append(_RecordReader(branch, check, 0, True))
                 self._names.append(schema_name(branch))
         else:
             if not isinstance(expanded, dict) or expanded.get("type") != "record":
                 raise ValueError("columnar decoding needs a record schema or a union of records")
-            self._readers.append(_RecordReader(expanded, check, 0))
+            self._readers.append(_RecordReader(expanded, check, 0, False))
             self._names.append(None)
 
     def close(self) -> None:
@@ -204,12 +221,13 @@ class ColumnarAvroDecoder:
     def decode(self, payloads: Sequence[memoryview], prefix: int = 0) -> DecodedFrames:
         """Frames and errors for ``payloads`` (each datum after ``prefix`` bytes)."""
         errors: list[tuple[int, DeserError]] = []
-        datums: list[Any] = []
-        for view in payloads:
-            data = view.obj
-            if type(data) is not bytes or len(data) != view.nbytes:
-                data = bytes(view)
-            datums.append(data[prefix:] if prefix else data)
+        datums: list[Any] = list(map(_obj, payloads))
+        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
+            v.nbytes for v in payloads
+        ):
+            datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
+        if prefix:
+            datums = [d[prefix:] for d in datums]
         frames: list[tuple[str | None, Any]] = []
         if not self._union:
             df = self._readers[0].read(datums, range(len(datums)), errors)
@@ -217,33 +235,52 @@ class ColumnarAvroDecoder:
                 frames.append((None, df))
             errors.sort(key=_first)
             return frames, errors
-        count = len(self._readers)
-        groups: list[tuple[list[Any], list[int]]] = [([], []) for _ in range(count)]
-        check = self._check
-        for row, datum in enumerate(datums):
-            first = datum[0] if datum else 0x80
-            if first < 0x80 and (first >> 1) ^ -(first & 1) < count and not first & 1:
-                group = groups[first >> 1]
-                group[0].append(datum[1:])
-                group[1].append(row)
-                continue
-            try:  # a long or bad branch index: the reference decoder says what is wrong
-                check(datum, 0)
-            except DeserError as exc:
-                errors.append((row, exc))
-                continue
-            except Exception as exc:
-                errors.append((row, _malformed(exc)))
-                continue
-            errors.append((row, DeserError("unsupported union index encoding")))
-        for reader, name, (group_datums, rows) in zip(
-            self._readers, self._names, groups, strict=True
-        ):
-            df = reader.read(group_datums, rows, errors)
+        for index, rows in self._split(datums, errors):
+            picked = [datums[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows)(datums))
+            df = self._readers[index].read(picked, rows, errors)
             if df is not None:
-                frames.append((name, df))
+                frames.append((self._names[index], df))
         errors.sort(key=_first)
         return frames, errors
+
+    def _split(
+        self, datums: list[Any], errors: list[tuple[int, DeserError]]
+    ) -> list[tuple[int, list[int]]]:
+        """Row indices per branch, by the first byte (a one-byte zig-zag branch index);
+        any other first byte (or an empty datum) goes to the reference decoder."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        count = len(self._readers)
+        if all(datums):
+            heads = bytes(map(itemgetter(0), datums))
+        else:
+            heads = bytes(d[0] if d else 0xFF for d in datums)
+        arr = pa.Array.from_buffers(pa.uint8(), len(heads), [None, pa.py_buffer(heads)])
+        groups: list[tuple[int, list[int]]] = []
+        known = None
+        for index in range(count):
+            mask = pc.equal(arr, 2 * index)
+            known = mask if known is None else pc.or_(known, mask)
+            rows = pc.indices_nonzero(mask).to_pylist()
+            if rows:
+                groups.append((index, rows))
+        if known is not None and not pc.all(known).as_py():
+            for row in pc.indices_nonzero(pc.invert(known)).to_pylist():
+                errors.append((row, self._refuse(datums[row])))
+        return groups
+
+    def _refuse(self, datum: Any) -> DeserError:
+        """Why the reference decoder refuses a datum whose branch index is not one byte."""
+        try:
+            self._check(datum, 0)
+        except DeserError as exc:
+            return exc
+        except Exception as exc:
+            return _malformed(exc)
+        return DeserError(
+            "a union branch index longer than one byte is not supported on the columnar path"
+        )
 
 
 def _first(item: tuple[int, DeserError]) -> int:

@@ -57,49 +57,61 @@ def _unview(t: Any) -> Any:
 
 
 def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[int, str]]]:
-    """``(arrow table of the good rows, [(position, reason), …])`` for a polars frame."""
+    """``(arrow table of the good rows, [(position, reason), …])`` for a polars frame.
+
+    Eager Series checks (null counts, min/max) cost nothing per row in the common case;
+    a per-row mask is built only for a column that holds a bad value.
+    """
     import polars as pl
+    import pyarrow as pa
 
     present = set(df.columns)
-    checks: list[tuple[str, Any]] = []
-    exprs: list[Any] = []
+    problems: list[tuple[str, Any]] = []
     for column in columns:
         name = column.name
         t = column.type
-        u = t.unwrapped()
         if name not in present:
             if not t.nullable:
                 raise SinkError(
                     f"the frame has no column {name!r} (columns: {sorted(present)})",
                     ErrorClass.FATAL,
                 )
-            exprs.append(pl.lit(None).alias(name))
             continue
-        col = pl.col(name)
-        if not t.nullable:
-            checks.append((f"null into the non-Nullable column {name} ({t})", col.is_null()))
-        if u.name in INT_RANGES and df.schema[name].is_integer():
+        u = t.unwrapped()
+        series = df.get_column(name)
+        if not t.nullable and series.null_count():
+            problems.append((f"null into the non-Nullable column {name} ({t})", series.is_null()))
+        if u.name in INT_RANGES and series.dtype.is_integer() and series.len():
             lo, hi = INT_RANGES[u.name]
-            checks.append((f"value out of range for {name} ({t})", (col < lo) | (col > hi)))
-        elif u.name in ("Enum8", "Enum16") and df.schema[name] == pl.String:
+            low, high = series.min(), series.max()
+            if (low is not None and low < lo) or (high is not None and high > hi):
+                mask = ((series < lo) | (series > hi)).fill_null(False)
+                problems.append((f"value out of range for {name} ({t})", mask))
+        elif u.name in ("Enum8", "Enum16") and series.dtype == pl.String:
             names = _enum_names(u)
-            checks.append((f"value not in {name} ({t})", ~col.is_in(names) & col.is_not_null()))
-        exprs.append(col)
+            mask = (~series.is_in(names)).fill_null(False)
+            if mask.any():
+                problems.append((f"value not in {name} ({t})", mask))
     bad: list[tuple[int, str]] = []
-    if checks:
-        flags = df.select(
-            *(check.fill_null(False).alias(f"c{i}") for i, (_, check) in enumerate(checks))
-        )
-        any_bad = flags.select(pl.any_horizontal(pl.all())).to_series()
-        if any_bad.any():
-            positions = any_bad.arg_true().to_list()
-            for position in positions:
-                row = flags.row(position)
-                reason = next(checks[i][0] for i, hit in enumerate(row) if hit)
-                bad.append((position, reason))
-            df = df.filter(~any_bad)
-    table = df.select(exprs).to_arrow()
-    return _plain(table), bad
+    if problems:
+        any_bad = problems[0][1]
+        for _, mask in problems[1:]:
+            any_bad = any_bad | mask
+        reasons: dict[int, str] = {}
+        for reason, mask in problems:
+            for position in mask.arg_true().to_list():
+                reasons.setdefault(position, reason)
+        bad = sorted(reasons.items())
+        df = df.filter(~any_bad)
+    table = df.to_arrow()
+    arrays = []
+    for column in columns:
+        if column.name in present:
+            arrays.append(table.column(column.name))
+        else:
+            arrays.append(pa.nulls(table.num_rows))
+    out = pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+    return _plain(out), bad
 
 
 def take_rows(table: Any, rows: Sequence[int]) -> Any:

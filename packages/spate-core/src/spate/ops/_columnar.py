@@ -104,14 +104,14 @@ class FrameProcessor:
                 elif op.kind == "select":
                     out = df.select(*op.args)
                     if ROW_COLUMN not in out.columns and out.height == df.height:
-                        out = out.with_columns(df.get_column(ROW_COLUMN))
+                        out.insert_column(out.width, df.get_column(ROW_COLUMN))
                     df = out
                 else:
                     out = op.args[0](df)
                     if not isinstance(out, pl.DataFrame):
                         raise TypeError(f"returned {type(out).__name__}, not a polars DataFrame")
                     if ROW_COLUMN not in out.columns and out.height == df.height:
-                        out = out.with_columns(df.get_column(ROW_COLUMN))
+                        out = out.with_columns(df.get_column(ROW_COLUMN))  # not in place: user's
                     df = out
             except Exception as exc:
                 self._rt.m_err_fail.inc()
@@ -171,9 +171,9 @@ class FrameProcessor:
         batch: PayloadBatch,
         items: list[tuple[int, Any, list[bytes | None] | None]],
     ) -> None:
-        pl = self._pl
         rt = self._rt
         routed: Any = None
+        everything = False
         for sink_index, route in self._routes:
             if route.branch is not None and (
                 branch is None
@@ -189,10 +189,12 @@ class FrameProcessor:
                 sub = df.filter(mask)
                 routed = mask if routed is None else routed | mask
             else:
-                routed = pl.Series([True] * df.height) if routed is None else routed | True
+                everything = True
             sub = self._apply(route.ops, sub, batch)
             if sub.height:
                 self._prepare_for(sink_index, sub, batch, items)
+        if everything:
+            return
         missed = df.height if routed is None else int((~routed).sum())
         if missed:
             if self.spec.unrouted.value == "skip":
