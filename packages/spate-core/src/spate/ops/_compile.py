@@ -144,9 +144,12 @@ def _compile_frames(
     from spate.ops._builder import SplitTerminal
     from spate.ops._columnar import FrameProcessor
 
-    rt = ChainRuntime(
+    if deser_policy is None:
+        found = getattr(deserializer, "on_error", None)
+        deser_policy = found if isinstance(found, ErrorPolicy) else None
+    rt = ChainRuntime(  # counters and policies only: the frame path decodes by batch
         ChainSpec((), SplitTerminal(_no_route, spec.unrouted)),
-        deserializer=deserializer,
+        deserializer=None,
         sinks=sinks,
         meter=meter,
         pipeline=pipeline,
