@@ -48,3 +48,21 @@ def test_columnar_flagship_matches_the_row_path_with_corrupt_payloads(tmp_path: 
     assert col_report["counters"] == row_report["counters"]
     skipped = [v for k, v in col_report["counters"].items() if "outcome=skipped" in k]
     assert skipped == [7.0]
+
+
+def test_a_pipeline_without_a_chain_runs_columnar_when_the_extra_is_installed(
+    tmp_path: Path,
+) -> None:
+    """Decoded columns map to sink columns by name; a bad payload is skipped (B28)."""
+    result = subprocess.run(
+        [sys.executable, str(RUNNER.with_name("_nochain_runner.py")), str(tmp_path / "ch"), "500"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["exit"] == 0
+    assert report["columnar"] is True
+    assert report["rows"] == [[i, 7 * i, None if i % 3 else f"n{i}"] for i in range(500)]
