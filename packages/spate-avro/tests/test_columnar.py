@@ -156,3 +156,55 @@ def test_b28_union_split_by_branch_keeps_bad_records_exact(cuts: list[tuple[int,
             assert expected.name == name
             assert expected.record["order_id"] == row[0]
     assert sum(df.height for _, df in frames) == len(good)
+
+
+def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
+    kit: Any, schema_registry: Any
+) -> None:
+    """Two schema ids in one batch, a bad frame and a truncated datum: the frames hold the
+    good records with their batch indices; an unknown id stalls the whole batch (B21)."""
+    from spate import DeserError, DeserErrorKind
+
+    user = {
+        "type": "record",
+        "name": "User",
+        "namespace": "t",
+        "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
+    }
+    user_id = schema_registry.register("users-value", user)
+    union_id = schema_registry.register("events-value", kit.union)
+    deser = kit.build(
+        {"mode": "confluent", "registry": {"url": schema_registry.url}, "fetch_wait": "5s"}
+    )
+    try:
+        assert deser.columnar
+        payloads = []
+        for i in range(30):
+            payloads.append(kit.confluent(user_id, kit.encode(user, {"id": i, "name": f"u{i}"})))
+            event = ("spate.datagen.PaymentCaptured", {"order_id": i, "amount_cents": 3})
+            payloads.append(kit.confluent(union_id, kit.encode(kit.union, event)))
+        payloads[4] = b"\x01\x00\x00\x00\x01"  # wrong magic byte
+        payloads[6] = payloads[6][:-2]  # truncated
+        frames, errors = deser.deserialize_batch([memoryview(p) for p in payloads])
+        assert [i for i, _ in errors] == [4, 6]
+        users = [df for name, df in frames if name is None]
+        events = [df for name, df in frames if name == "spate.datagen.PaymentCaptured"]
+        assert users[0].get_column(ROW_COLUMN).to_list() == [
+            r for r in range(0, 60, 2) if r not in (4, 6)
+        ]
+        assert users[0].get_column("id").to_list() == [
+            r // 2 for r in range(0, 60, 2) if r not in (4, 6)
+        ]
+        assert events[0].get_column(ROW_COLUMN).to_list() == list(range(1, 60, 2))
+        unknown = memoryview(kit.confluent(999, b"\x02"))
+        with pytest.raises(DeserError) as row_path:
+            deser.deserialize(unknown)
+        if row_path.value.kind is DeserErrorKind.NOT_READY:
+            with pytest.raises(DeserError) as caught:
+                deser.deserialize_batch([unknown])
+            assert caught.value.kind is DeserErrorKind.NOT_READY
+        else:
+            _, errors = deser.deserialize_batch([unknown])
+            assert [(i, e.kind) for i, e in errors] == [(0, row_path.value.kind)]
+    finally:
+        deser.close()

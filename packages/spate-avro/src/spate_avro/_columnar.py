@@ -188,7 +188,7 @@ class ColumnarAvroDecoder:
     """Decodes raw Avro datums (a record schema or a top-level union of records) to frames.
 
     ``check(data, start)`` is the row path's decode function for the same schema: the
-    reference that finds bad datums exactly.
+    reference that finds bad datums exactly (called on the datum after any prefix).
     """
 
     def __init__(self, writer: Any, check: DecodeFn) -> None:

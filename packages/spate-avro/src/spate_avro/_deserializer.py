@@ -154,6 +154,10 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         self._reader = reader
         self._fetch_wait = fetch_wait
         self._decoders: dict[int, DecodeFn] = {}
+        self.columnar: Any = None
+        """Truthy when batches can be decoded as columns (``spate[columnar]``, no reader
+        schema); the columnar decoder of each schema id is built on first use."""
+        self._columnar: dict[int, Any] = {}
 
     @property
     def registry(self) -> SchemaRegistryClient:
@@ -190,6 +194,51 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
 
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        """The batch as columns, grouped by schema id: ``(frames, errors)``.
+
+        Each id resolves through the registry as on the row path; an id that is not ready
+        stalls the whole batch (``DeserError(NOT_READY)`` is raised, B21).
+        """
+        import polars as pl
+
+        from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+
+        groups: dict[int, list[int]] = {}
+        errors: list[tuple[int, DeserError]] = []
+        for index, view in enumerate(payloads):
+            if view.nbytes < 5 or view[0] != CONFLUENT_MAGIC:
+                try:
+                    self.deserialize(view)
+                except DeserError as exc:
+                    errors.append((index, exc))
+                continue
+            groups.setdefault(_schema_id(view, 1)[0], []).append(index)
+        frames: list[tuple[str | None, Any]] = []
+        for schema_id, rows in groups.items():
+            decoder = self._columnar.get(schema_id)
+            if decoder is None:
+                try:
+                    decode = self._decoders.get(schema_id) or self._decoder_for(schema_id)
+                    writer = self._client.lookup(schema_id, self._fetch_wait)
+                except DeserError as exc:
+                    if exc.kind is DeserErrorKind.NOT_READY:
+                        raise
+                    errors.extend((row, exc) for row in rows)
+                    continue
+                decoder = self._columnar[schema_id] = ColumnarAvroDecoder(writer, decode)
+            group_frames, group_errors = decoder.decode([payloads[r] for r in rows], 5)
+            errors.extend((rows[i], exc) for i, exc in group_errors)
+            positions = pl.Series(rows, dtype=pl.UInt32)
+            for name, df in group_frames:
+                df.replace_column(
+                    df.get_column_index(ROW_COLUMN),
+                    positions.gather(df.get_column(ROW_COLUMN)).alias(ROW_COLUMN),
+                )
+                frames.append((name, df))
+        errors.sort(key=lambda item: item[0])
+        return frames, errors
+
     def _decoder_for(self, schema_id: int) -> DecodeFn:
         writer = self._client.lookup(schema_id, self._fetch_wait)
         decode = build_decoder(writer, self._reader)
@@ -197,4 +246,6 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         return decode
 
     def close(self) -> None:
+        for decoder in self._columnar.values():
+            decoder.close()
         self._client.close()

@@ -62,6 +62,12 @@ def _columnar(writer: Any, reader: Any | None, decode: Any) -> Any:
         return None
 
 
+def _columnar_available() -> bool:
+    from spate_avro._columnar import columnar_available
+
+    return columnar_available()
+
+
 class AvroDeserializerFactory:
     """Builds the Avro deserializer of ``deserializer: {avro: ...}``."""
 
@@ -128,6 +134,9 @@ class AvroDeserializerFactory:
         except ConfigError:
             client.close()
             raise
-        return ConfluentAvroDeserializer(
+        deserializer = ConfluentAvroDeserializer(
             client, reader=reader, fetch_wait=config.fetch_wait, on_error=config.on_error
         )
+        if reader is None and _columnar_available():
+            deserializer.columnar = True
+        return deserializer
