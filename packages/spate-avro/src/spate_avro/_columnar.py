@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import tempfile
+import weakref
 from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -93,6 +94,11 @@ def _header(record_schema: Any, branch: bool) -> bytes:
     return b"".join(parts)
 
 
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -110,10 +116,12 @@ class _RecordReader:
         self._start = start
         fd, self._path = tempfile.mkstemp(prefix="spate-avro-", suffix=".avro", dir=_shm_dir())
         os.close(fd)
+        # Removed on close, when collected, or at interpreter exit; emptied after each
+        # read, so a killed process leaves an empty file at most.
+        self._finalizer = weakref.finalize(self, _unlink, self._path)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self._path)
+        self._finalizer()
 
     def _frame(self, datums: Sequence[Any]) -> Any:
         body = _END.join(datums) + _END
@@ -123,7 +131,10 @@ class _RecordReader:
             out.write(_zigzag(len(body)))
             out.write(body)
             out.write(_SYNC)
-        return self._read(self._path)
+        try:
+            return self._read(self._path)
+        finally:
+            os.truncate(self._path, 0)
 
     def read(
         self, datums: Sequence[Any], rows: Sequence[int], errors: list[tuple[int, DeserError]]
