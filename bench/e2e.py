@@ -261,7 +261,7 @@ def main() -> int:
         if "--rss-only" in sys.argv:
             os.environ["SPATE_BENCH_RSS"] = "1"
             start = time.perf_counter()
-            records = bench.framework()
+            records = bench.columnar() if "--columnar" in sys.argv else bench.framework()
             elapsed = time.perf_counter() - start
             print(f"framework: {records:,} records in {elapsed:.1f}s ({records / elapsed:,.0f}/s)")
             report_rss(bench.rss_samples)
