@@ -1,4 +1,4 @@
-"""How every benchmark measures (DESIGN §12), in one place.
+"""How every benchmark measures (docs/development.md, performance rules), in one place.
 
 Both sides do the same work on the same data; they run interleaved (framework,
 baseline, framework, …), each at least three times after one warm-up run each, in one

@@ -1,4 +1,6 @@
-"""Overhead of the fused operator chain against a hand-written loop (DESIGN §12).
+"""Overhead of the fused operator chain against a hand-written loop.
+
+Measured by the performance rules in docs/development.md.
 
 Both sides take the same payload batches (memoryviews over JSON ``bytes``, as a Kafka
 source hands them over) and do the same work per record: decode with the same

@@ -1,4 +1,6 @@
-"""The ClickHouse sink against a hand-written clickhouse-connect loop (DESIGN §12).
+"""The ClickHouse sink against a hand-written clickhouse-connect loop.
+
+Measured by the performance rules in docs/development.md.
 
 Both sides write the same storefront rows (from ``spate-datagen``, flattened to one
 table: kind, order id, customer, region, amount, time) to the same destination in

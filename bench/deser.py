@@ -1,4 +1,6 @@
-"""The Avro and JSON deserializers against the loops a user would write (DESIGN §12).
+"""The Avro and JSON deserializers against the loops a user would write.
+
+Measured by the performance rules in docs/development.md.
 
 Data: spate-datagen's storefront events — the example configuration's top-level union
 (OrderPlaced, PaymentCaptured, RefundIssued) — generated with a fixed seed, encoded once.

@@ -1,4 +1,6 @@
-"""The flagship end to end against the loop a user would write by hand (DESIGN §12).
+"""The flagship end to end against the loop a user would write by hand.
+
+Measured by the performance rules in docs/development.md.
 
 Data: ``SPATE_BENCH_RECORDS`` (default 1,000,000) storefront events (raw Avro, the
 flagship's union) in a 4-partition topic of the real broker (``make services-up``),

@@ -1,4 +1,6 @@
-"""The Kafka source against a hand-written ``Consumer.consume()`` loop (DESIGN §12).
+"""The Kafka source against a hand-written ``Consumer.consume()`` loop.
+
+Measured by the performance rules in docs/development.md.
 
 Data lives in the real broker (``make services-up``; the mock cluster drops old data):
 ``SPATE_BENCH_RECORDS`` (default 1,000,000) messages of 100 bytes in a 4-partition
@@ -65,7 +67,7 @@ class NullSink:
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         if ack is not self._last:
-            ack.retain()
+            ack.retain(self)
             self._held.append(ack)
             self._last = ack
         self.rows += 1
@@ -74,7 +76,7 @@ class NullSink:
     def tick(self) -> None:
         held, self._held, self._last = self._held, [], None
         for ack in held:
-            ack.release(True)
+            ack.release(True, holder=self)
 
     def flush(self, deadline: float) -> bool:
         self.tick()
@@ -83,7 +85,7 @@ class NullSink:
     def abandon(self) -> int:
         held, self._held, self._last = self._held, [], None
         for ack in held:
-            ack.release(False)
+            ack.release(False, holder=self)
         return 0
 
     def ready(self) -> bool:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: every benchmark, framework against its hand-written baseline (DESIGN §12).
+# `make bench`: every benchmark, framework against its hand-written baseline (docs/development.md, performance rules).
 # Installs what it needs, starts the local Kafka broker (benchmark data lives in a real
 # broker) and leaves services it started running only if SPATE_KEEP_SERVICES=1.
 # Size with SPATE_BENCH_RECORDS (default 1,000,000) and SPATE_BENCH_RUNS (default 3).
@@ -24,7 +24,7 @@ set -a
 . .services/env
 set +a
 
-for bench in chain_overhead deser kafka_source clickhouse_sink e2e; do
+for bench in chain_overhead deser kafka_source clickhouse_sink e2e spool; do
   echo
   echo "### bench/$bench.py"
   python "bench/$bench.py"

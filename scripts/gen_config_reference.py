@@ -102,7 +102,23 @@ def connector_sections(registry: Registry) -> list[tuple[str, list[Section]]]:
                 note += f" Also under a named sink: `sinks.<name>.{info.name}`."
             sections.append(Section(key, model, title=f"`{key}`", note=note))
         groups.append((title, sections))
+        if kind is PluginKind.SINK:
+            groups.append(("Sink tiers", tier_sections()))
     return groups
+
+
+def tier_sections() -> list[Section]:
+    """The tiers a ``tiered`` sink stacks in front of its terminal (spate-core)."""
+    from spate.sink import MemoryTierConfig, SpoolConfig
+
+    note = "A tier of `sink.tiered.tiers` (see Concepts → Tiers)."
+    return [
+        Section(key, model, title=f"`{key}`", note=note)
+        for key, model in (
+            ("sink.tiered.tiers[].memory", MemoryTierConfig),
+            ("sink.tiered.tiers[].spool", SpoolConfig),
+        )
+    ]
 
 
 def render_page(registry: Registry) -> str:

@@ -2,7 +2,7 @@
 
 A pipeline process reads a :class:`~spate.testing.SequenceSource` (its commits survive the
 process in an offsets file) and writes to the fsynced :class:`~spate.testing.FileSink`.
-The assertion is DESIGN §11's: every record reaches the file at least once, and at every
+The assertion is docs/development.md's: every record reaches the file at least once, and at every
 sampled moment the committed offsets never exceed what the file holds (B1, B14, B16).
 """
 

@@ -1,5 +1,5 @@
-"""Runs the README pipeline (``payments.py`` and ``pipeline.yaml`` in the working
-directory) on the mock cluster and chDB, stops it once every payment is in ClickHouse,
+"""Runs the README pipeline (``schema.sql``, ``payments.py`` and ``pipeline.yaml`` in the
+working directory) on the mock cluster and chDB, stops it once every payment is in ClickHouse,
 and prints a JSON summary. Usage: ``python _readme_runner.py <chdb dir>``."""
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ def main() -> None:
     os.environ["KAFKA_BROKERS"] = ",".join(f"{b.host}:{b.port}" for b in brokers)
     os.environ["CLICKHOUSE_URL"] = "chdb://" + sys.argv[1]
     client = clickhouse_connect.get_client(interface="chdb", path=sys.argv[1])
-    client.command(
-        "CREATE TABLE payments (order_id Int64, amount_cents Int64) "
-        "ENGINE = MergeTree ORDER BY order_id"
-    )
+    # The README's CREATE TABLE, as written (comments dropped).
+    with open("schema.sql", encoding="utf-8") as handle:
+        lines = [line.split("--")[0] for line in handle]
+    client.command(" ".join(" ".join(lines).split()))
 
     sys.path.insert(0, os.getcwd())
     payments = importlib.import_module("payments")
-    from spate import Pipeline, load_config
+    from spate import Pipeline
 
-    pipeline = Pipeline.from_config(load_config("pipeline.yaml"), handle_signals=False)
+    pipeline = Pipeline.from_config("pipeline.yaml", handle_signals=False)
     pipeline.chains(payments.chains)
     expected = sum(1 for ev in events if ev["kind"] == "PaymentCaptured")
 

@@ -1,5 +1,5 @@
-"""The README's twenty-line pipeline runs as written: its YAML and its Python, taken from
-README.md, move JSON payments from Kafka (the mock cluster) into ClickHouse (chDB)."""
+"""The README's twenty-line pipeline runs as written: its table, YAML and Python, taken
+from README.md, move JSON payments from Kafka (the mock cluster) into ClickHouse (chDB)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def readme_blocks(lang: str) -> list[str]:
 def test_readme_pipeline_runs_as_written(tmp_path: Path) -> None:
     yaml_text = next(b for b in readme_blocks("yaml") if "# pipeline.yaml" in b)
     py_text = next(b for b in readme_blocks("python") if "# payments.py" in b)
+    sql_text = next(b for b in readme_blocks("sql") if "CREATE TABLE payments" in b)
+    (tmp_path / "schema.sql").write_text(sql_text)
     quiet = "pipeline: {name: payments}\nadmin: {listen: none}"
     (tmp_path / "pipeline.yaml").write_text(yaml_text.replace("pipeline: {name: payments}", quiet))
     (tmp_path / "payments.py").write_text(py_text)

@@ -1,8 +1,8 @@
 """Helpers of the Kafka delivery tests: a pipeline process per ``spate run`` on a YAML file.
 
-The pipeline is Kafka source → (no deserializer, no chain) → the test kit's fsynced file
-sink, so every message value lands as one JSON string line. Producers write each key as
-its own value, so the file's lines are the delivered keys.
+The pipeline is Kafka source → (no deserializer unless one is given, no chain) → the test
+kit's fsynced file sink, so every message value lands as one JSON string line. Producers
+write each key as its own value, so the file's lines are the delivered keys.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 SPATE = Path(sys.executable).parent / "spate"
@@ -26,10 +27,15 @@ def write_config(
     out: Path,
     bounded: bool,
     name: str = "kafka-e2e",
+    deserializer: Mapping[str, object] | None = None,
 ) -> Path:
+    """The pipeline's JSON config; ``deserializer`` (a ``deserializer:`` section) decodes
+    the values before they reach the file sink."""
+    extra = {"deserializer": dict(deserializer)} if deserializer is not None else {}
     path.write_text(
         json.dumps(
             {
+                **extra,
                 "pipeline": {"name": name},
                 "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
                 "admin": {"listen": "none"},

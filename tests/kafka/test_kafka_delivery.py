@@ -1,4 +1,5 @@
-"""The Kafka source on the real broker: bounded happy path, rebalances and kill -9.
+"""The Kafka source on the real broker: bounded happy path, rebalances, kill -9 of a
+pipeline and of the broker.
 
 Each test produces keyed records (value = key) into its own topic, runs ``spate run``
 pipeline processes (Kafka source → fsynced file sink) and samples, while they run, that
@@ -30,7 +31,9 @@ from tests.support.services import (
     committed_offsets,
     create_topic,
     end_offsets,
+    kill_kafka,
     produce_keyed,
+    start_kafka,
     unique_name,
 )
 
@@ -178,3 +181,47 @@ def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) 
             assert any(offset >= c.get(partition, 0) for c in commits_at_kill), (
                 f"{key!r} at {partition}/{offset} duplicated below every commit made before a kill"
             )
+
+
+def revocations_logged(log: Path) -> int:
+    return log.read_text(errors="replace").count("partitions revoked") if log.exists() else 0
+
+
+@pytest.mark.e2e
+def test_b36_broker_crash_longer_than_the_session_keeps_the_group_running(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """B36, B1, B15: three members; the broker is killed with SIGKILL and restarted after
+    longer than session.timeout.ms. Every member revokes while the broker is down, its
+    commit on revocation cannot succeed, and it keeps running, rejoins and delivers:
+    every key arrives and no commit ever passes the file."""
+    run = Streaming.start(kafka_bootstrap, tmp_path, "broker-crash")
+    logs = [tmp_path / f"p{i}.log" for i in range(3)]
+    procs = [start_pipeline(run.config, log) for log in logs]
+    try:
+        for log in logs:
+            wait_running(log, 0)
+        wait_until(lambda: run.producer.produced >= run.count // 4, 120, "a quarter produced")
+        wait_until(lambda: len(read_keys(run.out)) >= run.count // 8, 120, "lines written")
+        revoked_before = [revocations_logged(log) for log in logs]
+        kill_kafka()
+        try:
+            # Longer than session.timeout.ms (6s): every member's session expires.
+            wait_until(
+                lambda: all(
+                    revocations_logged(log) > before
+                    for log, before in zip(logs, revoked_before, strict=True)
+                ),
+                60,
+                "every member to revoke its partitions while the broker is down",
+            )
+        finally:
+            start_kafka()
+        alive = [proc.poll() is None for proc in procs]
+        assert all(alive), [log.read_text(errors="replace")[-3000:] for log in logs]
+        run.finish()
+        assert all(proc.poll() is None for proc in procs), "a member exited after the outage"
+    finally:
+        codes = [stop_pipeline(p) for p in procs]
+    assert codes == [0] * len(codes), [log.read_text(errors="replace")[-3000:] for log in logs]
+    run.check_sampler()

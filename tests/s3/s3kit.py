@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spate.pipeline import ExitReport
     from spate.plugins import BuildContext
-    from spate_coordination import CoordinationConfig, MemoryStore
+    from spate_coordination import CoordinationConfig, CoordinationStore, SplitState
     from spate_s3 import S3Source, S3SourceConfig
 
 AWS_ENV = {
@@ -180,16 +180,53 @@ def coordination(job: str | None = None) -> CoordinationConfig:
     )
 
 
+def nats_coordination(nats_url: str, job: str | None = None, **extra: object) -> CoordinationConfig:
+    """One instance of a job on the NATS store at ``nats_url`` (short leases)."""
+    import uuid
+
+    from spate_coordination import CoordinationConfig
+
+    return CoordinationConfig(
+        store={"nats": {"servers": [nats_url]}},
+        job=job or f"job-{uuid.uuid4().hex[:8]}",
+        instance_id=f"i-{uuid.uuid4().hex[:8]}",
+        lease_duration=2.0,
+        poll_interval=0.1,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def split_states(coord: CoordinationConfig) -> dict[str, SplitState]:
+    """Every split state of ``coord``'s job, read from its store (not as a member)."""
+    import asyncio
+
+    from spate_coordination import read_split_states
+
+    async def read() -> dict[str, SplitState]:
+        store = coord.open_store(build_context())
+        await store.open()
+        try:
+            return await read_split_states(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
 def make_source(
     config: S3SourceConfig,
-    store: MemoryStore | None = None,
+    store: CoordinationStore | None = None,
     coord: CoordinationConfig | None = None,
-) -> tuple[S3Source, MemoryStore]:
+) -> tuple[S3Source, CoordinationStore]:
     from spate_coordination import MemoryStore
     from spate_s3 import S3Source
 
-    store = store if store is not None else MemoryStore(2.0)
-    return S3Source(config, coord or coordination(), store), store
+    coord = coord or coordination()
+    if store is None:
+        # The in-memory store is per test (shared by passing it on), NATS per job.
+        memory = coord.store_name == "memory"
+        store = MemoryStore(2.0) if memory else coord.open_store(build_context())
+    return S3Source(config, coord, store), store
 
 
 def run_to_end(source: S3Source, name: str = "s3-test") -> tuple[ExitReport, list[object]]:

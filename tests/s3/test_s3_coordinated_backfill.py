@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.s3.s3kit import AWS_ENV, put_ndjson, s3_client
+from tests.s3.s3kit import AWS_ENV, nats_coordination, put_ndjson, s3_client, split_states
 from tests.support.scale import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -139,28 +139,13 @@ def sink_ids(path: Path) -> list[str]:
 
 def committed_records(job: Job) -> int:
     """Records of the job committed in the coordination store (sum of split offsets)."""
-    import asyncio
-
-    from spate_coordination import Keyspace, NatsStoreConfig
-    from spate_coordination._nats import NatsStore
-    from spate_coordination._records import STATE_PREFIX, StateRecord
-
-    async def read() -> int:
-        store = NatsStore(NatsStoreConfig(servers=[job.nats_url]), job.name, 2.0)
-        await store.open()
-        try:
-            entries = await store.list(Keyspace.DURABLE, STATE_PREFIX)
-        finally:
-            await store.close()
-        total = 0
-        for entry in entries:
-            progress = StateRecord.decode(entry.value).progress
-            if isinstance(progress, dict):
-                offset = progress.get("offset")
-                total += offset if isinstance(offset, int) else 0
-        return total
-
-    return asyncio.run(read())
+    total = 0
+    for state in split_states(nats_coordination(job.nats_url, job.name)).values():
+        progress = state.progress
+        if isinstance(progress, dict):
+            offset = progress.get("offset")
+            total += offset if isinstance(offset, int) else 0
+    return total
 
 
 def wait_for(predicate: Any, timeout: float, what: str, workers: list[Worker]) -> None:

@@ -7,20 +7,27 @@ three ways a real connector could be:
 * ``forgets`` — ``write`` writes, then empties the buffer the pool would retry (B9);
 * ``no-dedup`` — declares ``dedup_by_token`` but writes a retried batch again (B9).
 
+And one sink that owns its acks instead of using the pool and releases each twice
+(:class:`DoubleReleaseSink`, breaks B2).
+
 The suite classes here are not named ``Test…``: pytest collects them only where a test
 module (or a run naming this file's wrapper) asks for them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from spate.errors import AckError
 from spate.plugins import BuildContext
 from spate.sink import ListRowBuffer, RowBuffer, ShardConfig, SinkConnector, SinkPool, WriteBatch
+from spate.testing import BufferedSink, SealedBatch
+from spate.testing._buffered import Attempt
 from spate.testing.conformance import SinkConformance
 
 Mode = Literal["honest", "lies", "forgets", "no-dedup"]
@@ -121,3 +128,41 @@ class ForgetfulSuite(JsonlSuite):
 
 class NoDedupSuite(JsonlSuite):
     mode = "no-dedup"
+
+
+class DoubleReleaseSink(BufferedSink):
+    """A sink that owns its acks (no pool) and releases each one twice after a write,
+    swallowing the error the second release raises: the bug B2's holder check catches."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("jsonl-twice", max_rows=5)
+        self._path = path
+
+    def _attempt(self, batch: SealedBatch) -> Attempt:
+        with open(self._path, "a") as out:
+            for row in batch.rows:
+                out.write(json.dumps(row.row) + "\n")
+        return "ok"
+
+    def _resolve(self, batches: list[SealedBatch], *, ok: bool) -> None:
+        super()._resolve(batches, ok=ok)
+        for batch in batches:
+            for ack in batch.acks:
+                with contextlib.suppress(AckError):  # "harmless", says the sink's author
+                    ack.release(ok, holder=batch.holder)
+
+
+class DoubleReleaseSinkFactory:
+    config_model: ClassVar[type[JsonlSinkConfig]] = JsonlSinkConfig
+
+    @staticmethod
+    def build(config: JsonlSinkConfig, context: BuildContext) -> DoubleReleaseSink:
+        return DoubleReleaseSink(config.path)
+
+
+class DoubleReleaseSuite(JsonlSuite):
+    factory = DoubleReleaseSinkFactory
+    dedup_by_token = False
+
+    def open_connector(self) -> None:  # type: ignore[override]
+        return None

@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from spate.testing.conformance import ConformanceFailure, SinkConformance
 
-from tests.sdk.broken_sinks import ForgetfulSuite, HonestSuite, LyingSuite, NoDedupSuite
+from tests.sdk.broken_sinks import (
+    DoubleReleaseSuite,
+    ForgetfulSuite,
+    HonestSuite,
+    LyingSuite,
+    NoDedupSuite,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +95,12 @@ def test_b2_the_suite_run_by_pytest_reports_the_broken_promise() -> None:
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "B2 broken (a sink reports rows written" in proc.stdout, proc.stdout[-3000:]
     assert "failed" in proc.stdout.splitlines()[-1], proc.stdout[-500:]
+
+
+def test_b39_a_sink_that_releases_an_ack_twice_fails_naming_b39() -> None:
+    """The token knows its holders, so a second release is caught even when the sink
+    swallows the error it raises."""
+    with pytest.raises(ConformanceFailure, match=r"^B39 broken \(a sink releases each ack"):
+        _run_one(DoubleReleaseSuite, "test_b39_each_holder_releases_an_ack_once")
+    with pytest.raises(ConformanceFailure, match=r"released by sink jsonl-twice buffer"):
+        _run_one(DoubleReleaseSuite, "test_b2_delivered_acks_mean_rows_in_the_destination")

@@ -1,7 +1,7 @@
 """Smoke runs of the benchmark scripts at a tiny size.
 
 Tests only check the shape of a benchmark's report (medians, ``ratio:``, peak RSS):
-benchmarks are never timed assertions in tests (DESIGN §12).
+benchmarks are never timed assertions in tests (docs/development.md, performance rules).
 """
 
 from __future__ import annotations

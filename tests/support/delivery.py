@@ -1,4 +1,4 @@
-"""The no-loss sampler of the delivery tests (DESIGN §11).
+"""The no-loss sampler of the delivery tests (docs/development.md).
 
 The producer records ``key -> (partition, offset)``. At every sampled moment the
 sampler first reads the group's committed offsets, *then* reads the keys the

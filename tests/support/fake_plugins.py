@@ -75,7 +75,7 @@ import socket
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spate.errors import SourceError
+from spate.errors import DeserError, ErrorPolicy, SourceError
 from spate.testing import FileSink, memory_source
 
 
@@ -141,16 +141,23 @@ class RemoteSourceFactory:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextConfig:
     encoding: str = "utf-8"
+    reject_suffix: str = ""
+    on_error: str = "skip"
 
 
 class _Text:
     many = False
 
-    def __init__(self, encoding):
+    def __init__(self, encoding, reject_suffix, on_error):
         self.encoding = encoding
+        self.reject_suffix = reject_suffix
+        self.on_error = ErrorPolicy(on_error)
 
     def deserialize(self, payload):
-        return bytes(payload).decode(self.encoding)
+        text = bytes(payload).decode(self.encoding)
+        if self.reject_suffix and text.endswith(self.reject_suffix):
+            raise DeserError(f"refusing {text!r}")
+        return text
 
 
 class TextFactory:
@@ -158,7 +165,7 @@ class TextFactory:
 
     @staticmethod
     def build(config, context):
-        return _Text(config.encoding)
+        return _Text(config.encoding, config.reject_suffix, config.on_error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,7 +206,8 @@ class Hello:
 """
 """Source of a third-party connector module: ``counting`` (a bounded memory source),
 ``remote`` (a source whose ``start`` connects to ``endpoint`` and fails naming it),
-``text`` (a UTF-8 deserializer), ``lines`` (the test kit's fsynced file sink), a
+``text`` (a UTF-8 deserializer refusing payloads that end in ``reject_suffix`` under its
+``on_error`` policy), ``lines`` (the test kit's fsynced file sink), a
 ``chains(ctx)`` that upper-cases records, and a ``hello`` command."""
 
 

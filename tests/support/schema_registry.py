@@ -17,8 +17,11 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
 Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
 error status (``503`` by default, as a registry that lost its backing store does),
 :meth:`SchemaRegistryServer.stop` closes the port (connection refused) and
-:meth:`SchemaRegistryServer.start` reopens it on the same port. ``requests`` counts the
-requests per path, so tests can see what the client cached.
+:meth:`SchemaRegistryServer.start` reopens it on the same port, and
+:meth:`SchemaRegistryServer.hide` answers 404 for one registered id for a while, as a
+registry follower that has not caught up with its leader does for an id registered a
+moment ago. ``requests`` counts the requests per path, so tests can see what the client
+cached.
 
 Use it as a context manager, or through the ``schema_registry`` fixture.
 """
@@ -29,6 +32,7 @@ import base64
 import collections
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +58,7 @@ class SchemaRegistryServer:
         self._subjects: dict[str, list[int]] = {}
         self._next_id = 1
         self._failure: int | None = None
+        self._hidden: dict[int, float] = {}  # id -> monotonic time it becomes visible
         self.requests: collections.Counter[str] = collections.Counter()
         self.allow_listing = True
         """False: ``GET /subjects`` answers 403, as with per-subject access control."""
@@ -120,6 +125,30 @@ class SchemaRegistryServer:
         with self._lock:
             self._failure = status
 
+    def hide(self, schema_id: int, seconds: float = float("inf")) -> None:
+        """Answer 404 for ``schema_id`` during the next ``seconds`` (a lagging follower)."""
+        with self._lock:
+            self._hidden[schema_id] = time.monotonic() + seconds
+
+    def reveal(self, schema_id: int) -> None:
+        """Serve ``schema_id`` again (ends :meth:`hide` early)."""
+        with self._lock:
+            self._hidden.pop(schema_id, None)
+
+    def hidden(self, schema_id: int) -> bool:
+        """True while ``schema_id`` is answered with 404 by :meth:`hide`."""
+        with self._lock:
+            return self._is_hidden(schema_id)
+
+    def _is_hidden(self, schema_id: int) -> bool:
+        until = self._hidden.get(schema_id)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._hidden[schema_id]
+        return False
+
     def _register(self, subject: str, text: str, kind: str) -> int:
         versions = self._subjects.setdefault(subject, [])
         for schema_id in versions:
@@ -172,7 +201,7 @@ class SchemaRegistryServer:
         except ValueError:
             return 404, _error(40403, "Schema not found")
         entry = self._schemas.get(schema_id)
-        if entry is None:
+        if entry is None or self._is_hidden(schema_id):
             return 404, _error(40403, "Schema not found")
         text, kind = entry
         answer: dict[str, object] = {"schema": text}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -507,3 +508,24 @@ def stop_kafka() -> None:
 def start_kafka() -> None:
     """Start the broker again on the same data and port; returns once it answers metadata."""
     start_service(KAFKA.name)
+
+
+def kill_kafka(timeout: float = 30.0) -> None:
+    """Kill the broker with SIGKILL (a crash, no clean shutdown); blocks until it is gone.
+
+    Only the process ``scripts/services.sh`` started for this checkout (its pid file, with a
+    command line naming this repository) is killed. ``start_kafka()`` brings it back.
+    """
+    pid_file = SERVICES_DIR / "run" / f"{KAFKA.name}.pid"
+    pid = int(pid_file.read_text().strip())
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    if str(REPO_ROOT).encode() not in cmdline:
+        raise RuntimeError(f"pid {pid} in {pid_file} is not this checkout's broker")
+    # scripts/services.sh starts the broker as a process-group leader.
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"broker pid {pid} still alive {timeout:.0f}s after SIGKILL")
+        time.sleep(0.05)
+    logger.info("kafka broker pid %d killed", pid)

@@ -1,4 +1,5 @@
-"""``bench/deser.py`` runs and reports what DESIGN §12 asks for (smoke test, tiny size).
+"""``bench/deser.py`` runs and reports what the performance rules ask for (smoke test,
+tiny size; see docs/development.md).
 
 Only the shape of the report is checked: benchmarks are never timed assertions in tests.
 """

@@ -55,7 +55,10 @@ def test_defaults() -> None:
     assert config.on_error is ErrorPolicy.SKIP
     assert config.negative_cache_ttl == 300.0
     assert config.fetch_wait == 0.5
+    assert config.unknown_schema_timeout == 300.0
+    assert config.on_unknown_schema is ErrorPolicy.FAIL  # never skipped unless opted in
     assert config.registry is not None and config.registry.timeout == 5.0
+    assert (config.registry.retry_backoff, config.registry.retry_backoff_max) == (1.0, 30.0)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +91,18 @@ def test_defaults() -> None:
         (
             {"registry": {"url": "http://r"}, "negative_cache_ttl": "-1s"},
             r"negative_cache_ttl",
+        ),
+        (
+            {"registry": {"url": "http://r"}, "unknown_schema_timeout": "-1s"},
+            r"d\.avro\.unknown_schema_timeout: expected a duration",
+        ),
+        (
+            {"registry": {"url": "http://r"}, "on_unknown_schema": "drop"},
+            r"d\.avro\.on_unknown_schema: expected",
+        ),
+        (
+            {"registry": {"url": "http://r", "retry_backoff": "5s", "retry_backoff_max": "1s"}},
+            r"d\.avro\.registry\.retry_backoff_max: must not be less than retry_backoff",
         ),
     ],
 )

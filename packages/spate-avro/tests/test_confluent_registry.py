@@ -11,7 +11,14 @@ import time
 from typing import Any
 
 import pytest
-from spate import ConfigError, DeserError, DeserErrorKind, FatalError, ManualClock
+from spate import (
+    ConfigError,
+    DeserError,
+    DeserErrorKind,
+    ErrorPolicy,
+    FatalError,
+    ManualClock,
+)
 from spate_avro import ConfluentAvroDeserializer, NamedRecord, SchemaRegistryClient
 
 from tests.support.schema_registry import SchemaRegistryServer
@@ -120,24 +127,119 @@ def test_registry_5xx_outage_is_not_ready_then_recovers_b21(
         deser.close()
 
 
-def test_unknown_schema_id_is_negatively_cached_for_its_ttl_b28(
+def _requests_while_missing(
+    deser: Any, payload: bytes, clock: ManualClock, registry: SchemaRegistryServer, path: str
+) -> list[int]:
+    """Ask for ``payload`` once per second for 12 s; the request count after each ask."""
+    counts = []
+    for second in range(12):
+        if second:
+            clock.advance(1.0)
+        with pytest.raises(DeserError, match="Schema not found") as info:
+            deser.deserialize(memoryview(payload))
+        assert info.value.kind is DeserErrorKind.NOT_READY  # never a record error (B21)
+        counts.append(registry.requests[path])
+    return counts
+
+
+def test_schema_id_a_lagging_registry_does_not_know_yet_is_retried_not_dropped_b21_b30(
     kit: Any, schema_registry: SchemaRegistryServer
 ) -> None:
+    """B21, B30: a 404 for a schema id (a follower that has not caught up) is not final: the
+    record is not ready, the id is asked again with capped exponential backoff (1, 2, 4,
+    then every 4 s), and the record decodes once the registry serves it."""
+    user_id = schema_registry.register("users-value", USER)
+    schema_registry.hide(user_id)
+    clock = ManualClock()
+    config = _config(schema_registry.url, fetch_wait="2s")
+    config["registry"]["retry_backoff_max"] = "4s"
+    deser = kit.build(config, clock=clock)
+    payload = kit.confluent(user_id, kit.encode(USER, {"id": 1, "name": "x"}))
+    path = f"GET /schemas/ids/{user_id}"
+    try:
+        counts = _requests_while_missing(deser, payload, clock, schema_registry, path)
+        # asked at t = 0, 1, 3, 7, 11
+        assert counts == [1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5]
+        schema_registry.reveal(user_id)
+        clock.advance(3.9)
+        with pytest.raises(DeserError) as info:
+            deser.deserialize(memoryview(payload))
+        assert info.value.kind is DeserErrorKind.NOT_READY
+        clock.advance(0.1)
+        assert deser.deserialize(memoryview(payload)) == {"id": 1, "name": "x"}
+        assert schema_registry.requests[path] == 6
+    finally:
+        deser.close()
+
+
+def test_negative_cache_ttl_only_shortens_the_retries_of_a_missing_id_b30(
+    kit: Any, schema_registry: SchemaRegistryServer
+) -> None:
+    """B30: ``negative_cache_ttl`` caps the wait before a 404 is asked again (1, 2, then
+    every 2 s here); it never turns the miss into a skipped record."""
     clock = ManualClock()
     deser = kit.build(
-        _config(schema_registry.url, negative_cache_ttl="1m", fetch_wait="2s"), clock=clock
+        _config(schema_registry.url, negative_cache_ttl="2s", fetch_wait="2s"), clock=clock
     )
     payload = kit.confluent(77, kit.encode(USER, {"id": 1, "name": "x"}))
     try:
-        for _ in range(3):
-            with pytest.raises(DeserError, match="Schema not found") as info:
-                deser.deserialize(memoryview(payload))
-            assert info.value.kind is DeserErrorKind.SCHEMA_UNAVAILABLE
-        assert schema_registry.requests["GET /schemas/ids/77"] == 1
-        clock.advance(61)
-        with pytest.raises(DeserError, match="Schema not found"):
+        counts = _requests_while_missing(
+            deser, payload, clock, schema_registry, "GET /schemas/ids/77"
+        )
+        # asked at t = 0, 1, 3, 5, 7, 9, 11
+        assert counts == [1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7]
+    finally:
+        deser.close()
+
+
+@pytest.mark.parametrize("policy", [ErrorPolicy.FAIL, ErrorPolicy.SKIP])
+def test_schema_id_unknown_past_unknown_schema_timeout_follows_on_unknown_schema_b30(
+    kit: Any, schema_registry: SchemaRegistryServer, policy: ErrorPolicy
+) -> None:
+    """B30: an id still unknown ``unknown_schema_timeout`` after its first 404 is an
+    ``unknown_schema`` error carrying ``on_unknown_schema`` (default fail), whatever
+    ``on_error`` says; before that it is only not ready (B21)."""
+    clock = ManualClock()
+    extra: dict[str, Any] = {"fetch_wait": "2s", "unknown_schema_timeout": "10s"}
+    if policy is ErrorPolicy.SKIP:
+        extra["on_unknown_schema"] = "skip"
+    deser = kit.build(_config(schema_registry.url, **extra), clock=clock)
+    payload = kit.confluent(77, kit.encode(USER, {"id": 1, "name": "x"}))
+    try:
+        with pytest.raises(DeserError) as info:
             deser.deserialize(memoryview(payload))
-        assert schema_registry.requests["GET /schemas/ids/77"] == 2
+        assert info.value.kind is DeserErrorKind.NOT_READY
+        clock.advance(9.9)
+        with pytest.raises(DeserError) as info:
+            deser.deserialize(memoryview(payload))
+        assert info.value.kind is DeserErrorKind.NOT_READY
+        clock.advance(0.1)
+        with pytest.raises(DeserError, match=r"schema id 77 .*not found") as info:
+            deser.deserialize(memoryview(payload))
+        assert info.value.kind is DeserErrorKind.UNKNOWN_SCHEMA
+        assert info.value.policy is policy
+        assert "unknown_schema_timeout 10s" in info.value.reason
+    finally:
+        deser.close()
+
+
+def test_unknown_schema_timeout_0_gives_up_at_the_first_404_b30(
+    kit: Any, schema_registry: SchemaRegistryServer
+) -> None:
+    deser = kit.build(
+        _config(
+            schema_registry.url,
+            fetch_wait="2s",
+            unknown_schema_timeout="0s",
+            on_unknown_schema="skip",
+        ),
+        clock=ManualClock(),
+    )
+    try:
+        with pytest.raises(DeserError, match="schema id 77") as info:
+            deser.deserialize(memoryview(kit.confluent(77, b"\x02")))
+        assert info.value.kind is DeserErrorKind.UNKNOWN_SCHEMA
+        assert info.value.policy is ErrorPolicy.SKIP
     finally:
         deser.close()
 

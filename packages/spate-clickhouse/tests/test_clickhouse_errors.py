@@ -88,3 +88,22 @@ def test_sink_errors_name_endpoint_code_and_class() -> None:
     assert error.error_class is FATAL
     assert "http://127.0.0.1:8123" in error.reason
     assert "code 516 AUTHENTICATION_FAILED" in error.reason
+
+
+def test_b29_chdb_url_without_chdb_names_spates_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """Without chDB, ``chdb://`` fails at connect with spate's own install hint."""
+    import sys
+
+    from spate_clickhouse._client import connect, parse_endpoint
+
+    monkeypatch.setitem(sys.modules, "chdb", None)  # as if not installed
+    endpoint = parse_endpoint(f"chdb://{tmp_path}")
+    with pytest.raises(SinkError) as info:
+        connect(endpoint, None)  # type: ignore[arg-type]  # never reached
+    assert info.value.error_class is ErrorClass.FATAL
+    message = str(info.value)
+    assert "spate[clickhouse-embedded]" in message
+    assert './packages/spate-clickhouse[embedded]"' in message
+    assert "clickhouse-connect[chdb]" not in message

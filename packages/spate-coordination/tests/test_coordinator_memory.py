@@ -21,6 +21,8 @@ from spate_coordination import (
     ProgressWrite,
     SplitEventKind,
     SplitSpec,
+    SplitStatus,
+    read_split_states,
 )
 
 LEASE = 3.0
@@ -28,7 +30,14 @@ POLL = 0.5
 DRAIN = 2.0
 
 
-def make(store: MemoryStore, clock: ManualClock, instance: str) -> CoordinatorCore:
+def make(
+    store: MemoryStore,
+    clock: ManualClock,
+    instance: str,
+    *,
+    meter: Meter | None = None,
+    retry_quarantined: bool = False,
+) -> CoordinatorCore:
     config = CoordinationConfig(
         store={"memory": {}},
         job="job1",
@@ -36,8 +45,10 @@ def make(store: MemoryStore, clock: ManualClock, instance: str) -> CoordinatorCo
         lease_duration=LEASE,
         poll_interval=POLL,
         drain_deadline=DRAIN,
+        retry_quarantined=retry_quarantined,
     )
-    return CoordinatorCore(config, store, clock=clock, meter=Meter(f"test-{instance}"))
+    meter = meter if meter is not None else Meter(f"test-{instance}")
+    return CoordinatorCore(config, store, clock=clock, meter=meter)
 
 
 def plan(n: int, weight: float = 1.0) -> list[SplitSpec]:
@@ -277,6 +288,84 @@ def test_b24_leader_failover_and_job_completion() -> None:
     asyncio.run(scenario())
 
 
+def test_b38_a_quarantined_split_is_its_own_state_and_is_handed_out_again_when_retried() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        meter = Meter("quarantine-test")
+        a = make(store, clock, "a", meter=meter)
+        await a.start()
+        await a.publish_plan(plan(3))
+        await rounds([a], clock, 6)
+        assert sorted(a.owned()) == ["s00", "s01", "s02"]
+        owned = a.owned()
+        assert await a.commit_progress("s01", owned["s01"].epoch, {"offset": 7}) is (
+            ProgressWrite.ACCEPTED
+        )
+        assert await a.quarantine("s01", owned["s01"].epoch, "corrupt") is ProgressWrite.ACCEPTED
+        for split in ("s00", "s02"):
+            await a.mark_completed(split, owned[split].epoch)
+        await rounds([a], clock, 4)
+        # Neither completed nor handed out again: the job does not complete.
+        assert a.owned() == {} and not a.job_complete
+        states = await a.split_states()
+        assert [s.status for s in states.values()] == [
+            SplitStatus.COMPLETED,
+            SplitStatus.QUARANTINED,
+            SplitStatus.COMPLETED,
+        ]
+        assert states["s01"].reason == "corrupt" and states["s01"].progress == {"offset": 7}
+        assert states["s01"].owner is None and states["s01"].settled
+        labels = {
+            "pipeline": "quarantine-test",
+            "component": "coordination",
+            "component_type": "coordination",
+        }
+        sample = meter.registry.get_sample_value
+        assert sample("spate_coordination_quarantined_splits_total", labels) == 1
+        assert sample("spate_coordination_splits_in_quarantine", labels) == 1
+        assert (await read_split_states(store)) == states  # the same without membership
+        # Retried: handed out again at a new epoch, resuming from its progress.
+        assert await a.retry_quarantined(["s00", "s01"]) == ["s01"]
+        assert await a.retry_quarantined() == []
+        await rounds([a], clock, 4)
+        retried = a.owned()["s01"]
+        assert retried.epoch > owned["s01"].epoch
+        assert await a.read_progress("s01") == {"offset": 7}
+        await a.mark_completed("s01", retried.epoch)
+        await rounds([a], clock, 2)
+        assert a.job_complete
+        await a.close()
+
+    asyncio.run(scenario())
+
+
+def test_b38_retry_quarantined_at_start_hands_quarantined_splits_out_again() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = MemoryStore(LEASE, clock=clock)
+        a = make(store, clock, "a")
+        await a.start()
+        await a.publish_plan(plan(2))
+        await rounds([a], clock, 6)
+        for split, mine in a.owned().items():
+            await a.quarantine(split, mine.epoch, "gone")
+        await a.close()
+        # A plain restart leaves them quarantined; one with retry_quarantined reads them.
+        b = make(store, clock, "b")
+        await b.start()
+        await rounds([b], clock, 6)
+        assert b.owned() == {}
+        await b.close()
+        c = make(store, clock, "c", retry_quarantined=True)
+        await c.start()
+        await rounds([c], clock, 6)
+        assert sorted(c.owned()) == ["s00", "s01"]
+        await c.close()
+
+    asyncio.run(scenario())
+
+
 def test_plan_is_idempotent_and_a_different_plan_is_refused() -> None:
     async def scenario() -> None:
         clock = ManualClock()
@@ -462,7 +551,8 @@ def test_single_instance_job_from_yaml_config_runs_to_completion() -> None:
 
 
 def test_coordinator_can_run_on_a_loop_the_process_already_has() -> None:
-    """DESIGN §3: one I/O loop per process; the coordinator joins it and leaves it running."""
+    """One I/O loop per process (docs/concepts/architecture.md): the coordinator joins
+    it and leaves it running."""
     import threading
 
     from spate_coordination import CoordinationError, Coordinator

@@ -192,7 +192,8 @@ def test_b26_nats_store_without_nats_py_names_the_install_command() -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("MissingConnectorError coordination.store.nats: ")
-    assert 'pip install "spate[coordination-nats]"' in out.stdout
+    assert 'pip install "./packages/spate-coordination[nats]"' in out.stdout
+    assert "spate[coordination-nats]" in out.stdout
 
 
 def test_config_builds_a_nats_store_for_the_job(private_nats: Any) -> None:

@@ -141,3 +141,57 @@ def test_produce_events_delivers_every_event_to_kafka() -> None:
         consumer.close()
     assert len(keys) == 2_000
     assert sorted(keys) == sorted(e.key for e in storefront_events(2_000, seed=5))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port  # nothing listens there any more: connections are refused
+
+
+def test_b29_datagen_against_an_unreachable_broker_fails_with_one_line() -> None:
+    import subprocess
+    import sys
+
+    port = _closed_port()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spate.cli",
+            "datagen",
+            "--brokers",
+            f"127.0.0.1:{port}",
+            "--topic",
+            "t",
+            "--count",
+            "10",
+            "--connect-timeout",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang fails here instead of blocking the suite
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr  # no librdkafka log flood
+    expected = f"spate datagen: brokers 127.0.0.1:{port} unreachable within 2s"
+    assert result.stderr.startswith(expected), result.stderr
+
+
+def test_datagen_help_describes_the_command() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "datagen", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0
+    assert "produce synthetic storefront events into a Kafka topic" in result.stdout
+    assert "--connect-timeout" in result.stdout

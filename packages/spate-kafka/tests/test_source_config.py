@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from spate.config import decode
 from spate.errors import ConfigError
@@ -92,3 +96,59 @@ def test_unknown_key_is_refused_with_path() -> None:
     with pytest.raises(ConfigError) as info:
         load(comit_interval="5s")
     assert info.value.path == "source.kafka.comit_interval"
+
+
+@pytest.mark.parametrize(
+    ("rdkafka", "path", "fragment"),
+    [
+        ({"fetch.max.byts": 1024}, "source.kafka.rdkafka.fetch.max.byts", "No such configuration"),
+        ({"fetch.min.bytes": "lots"}, "source.kafka.rdkafka.fetch.min.bytes", "Invalid value"),
+    ],
+)
+def test_b44_librdkafka_refuses_a_bad_passthrough_key_at_decode(
+    rdkafka: dict[str, object], path: str, fragment: str
+) -> None:
+    """B44: passthrough keys are checked by librdkafka when the config is decoded (no
+    broker is contacted: the brokers here do not exist)."""
+    with pytest.raises(ConfigError) as info:
+        load(rdkafka=rdkafka)
+    assert info.value.path == path
+    assert fragment in info.value.message
+
+
+def test_b44_sink_passthrough_keys_are_checked_too() -> None:
+    from spate_kafka import KafkaSinkConfig
+
+    with pytest.raises(ConfigError) as info:
+        decode(
+            KafkaSinkConfig,
+            {"brokers": "127.0.0.1:1", "topic": "t", "rdkafka": {"linger.mss": 5}},
+            "sink.kafka",
+        )
+    assert info.value.path == "sink.kafka.rdkafka.linger.mss"
+
+
+def test_b44_spate_validate_names_a_mistyped_passthrough_key(tmp_path: Path) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "source:\n"
+        "  kafka:\n"
+        "    brokers: 127.0.0.1:1\n"
+        "    topic: t\n"
+        "    group_id: g\n"
+        "    rdkafka:\n"
+        "      sesion.timeout.ms: 6000\n"
+        "sink:\n"
+        "  capture: {}\n",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "validate", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{config}:7:7: source.kafka.rdkafka.sesion.timeout.ms: ")
+    assert "No such configuration property" in result.stderr
+    assert result.stderr.count("\n") == 1

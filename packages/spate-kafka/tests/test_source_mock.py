@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from spate.config import decode
 from spate.errors import SourceError
 from spate.metrics import Meter
@@ -209,3 +209,43 @@ def test_b29_unreachable_brokers_fail_start_naming_them(events: RecordingEvents)
     with pytest.raises(SourceError) as info:
         source.start(events)
     assert "127.0.0.1:1" in str(info.value)
+
+
+def test_b35_rejected_async_commit_is_sent_again_and_counted(
+    mock_cluster: MockCluster, topic: str, events: RecordingEvents, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B35: librdkafka's commit callback reports a rejected asynchronous commit; the
+    partition goes back into the pending commits, the next commit sends it, and the
+    rejection is counted and logged. (The real broker test provokes the rejection.)"""
+    mock_cluster.produce(topic, 40)
+    meter = Meter("rejected-commit-test")
+    source = make_source(
+        mock_cluster, topic, group="g-rejected", meter=meter, commit_interval="100ms"
+    )
+    source.start(events)
+    try:
+        drain(source, 40)
+        # What librdkafka does after an asynchronous commit of [1]@5 that the broker
+        # refused: call on_commit with the error (the commit itself never reached it).
+        source._inflight_commit[1] = 5
+        with caplog.at_level("WARNING", logger="spate_kafka._source"):
+            source._on_commit(
+                KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [TopicPartition(topic, 1, 5)]
+            )
+        assert "rejected" in caplog.text
+        deadline = time.monotonic() + 10
+        while committed(mock_cluster, topic, "g-rejected")[1] != 5:
+            assert time.monotonic() < deadline, "the rejected commit was not sent again"
+            source.poll(0.1)
+    finally:
+        source.close()
+    rejected = meter.registry.get_sample_value(
+        "spate_checkpoint_commits_total",
+        {
+            "pipeline": "rejected-commit-test",
+            "component": "source",
+            "component_type": "kafka",
+            "outcome": "rejected",
+        },
+    )
+    assert rejected == 1

@@ -141,18 +141,25 @@ def test_transient_read_failures_are_retried_from_the_last_record_handed_out(
     assert [r.encode() for r in rows] == expected  # type: ignore[union-attr]
 
 
-def test_a_split_failing_every_attempt_is_quarantined_and_the_job_fails_naming_it(
+def test_b37_a_split_failing_every_retry_in_a_row_fails_the_run_naming_it_without_quarantine(
     tmp_path: Path,
 ) -> None:
+    import asyncio
+
+    from spate_coordination import SplitStatus, read_split_states
+
     root = tmp_path / "d"
     write_objects(root, [("none", 5000)])
     cfg = config(root, batch_records=300, prefetch_bytes=65536, retry_backoff=0.01)
-    source, _ = make_source(cfg)
+    source, store = make_source(cfg)
     source._objects = FlakyStore(cfg, failures=1000, every=1)
     report, rows = run_to_end(source)
     assert report.exit_code == 1
-    assert "quarantined" in report.reason and "injected failure" in report.reason
+    assert "3 read failure(s) in a row" in report.reason and "injected failure" in report.reason
     assert len(rows) < 5000
+    # Transient failures never quarantine: a rerun reads the split from its progress.
+    (state,) = asyncio.run(read_split_states(store)).values()
+    assert state.status is SplitStatus.PENDING
 
 
 def test_b25_a_restarted_finished_job_ends_at_once_without_reading(tmp_path: Path) -> None:

@@ -174,11 +174,39 @@ class _RecordReader:
             kept_rows.append(row)
         if not kept_datums:
             return None
-        df = self._frame(kept_datums)
+        try:
+            df = self._frame(kept_datums)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # a datum the lenient reference accepts, the reader refuses
+            kept_datums, kept_rows = self._strict(kept_datums, kept_rows, errors)
+            if not kept_datums:
+                return None
+            df = self._frame(kept_datums)
         if self._aligned(df) != len(kept_datums):  # pragma: no cover - checked datums
             raise RuntimeError("datums the reference decoder accepts did not read back aligned")
         df.insert_column(df.width, pl.Series(ROW_COLUMN, kept_rows, dtype=pl.UInt32))
         return df
+
+    def _strict(
+        self, datums: Sequence[Any], rows: Sequence[int], errors: list[tuple[int, DeserError]]
+    ) -> tuple[list[Any], list[int]]:
+        """The datums the reader takes one by one; the others (not canonical Avro, such as
+        a boolean byte other than 0 or 1, which the reference decoder reads leniently)
+        are record errors for those records alone (B28)."""
+        kept: list[Any] = []
+        kept_rows: list[int] = []
+        for datum, row in zip(datums, rows, strict=True):
+            try:
+                self._frame([datum])
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:
+                errors.append((row, _malformed(exc)))
+                continue
+            kept.append(datum)
+            kept_rows.append(row)
+        return kept, kept_rows
 
     def _aligned(self, df: Any) -> int:
         """Drop the helper columns; return how many leading rows ended on the sentinel."""

@@ -51,7 +51,11 @@ class RegistryConfig:
     timeout: Duration = 5.0
     """Timeout of one registry request."""
     retry_backoff: Duration = 1.0
-    """Least time between two fetches of the same schema id after a transient failure."""
+    """Wait before a schema id whose fetch failed (registry unreachable, 5xx, 404) is
+    asked for again; the wait doubles with each further failure, up to
+    ``retry_backoff_max``."""
+    retry_backoff_max: Duration = 30.0
+    """Longest wait between two fetches of the same schema id."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.url.strip():
@@ -64,11 +68,13 @@ class RegistryConfig:
             yield "timeout", "must be positive"
         if self.retry_backoff < 0:
             yield "retry_backoff", "must not be negative"
+        if self.retry_backoff_max < self.retry_backoff:
+            yield "retry_backoff_max", "must not be less than retry_backoff"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AvroConfig:
-    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro (DESIGN §10)."""
+    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro."""
 
     mode: AvroMode = "confluent"
     """``confluent`` (magic byte 0 + 4-byte schema id, schemas from the registry), ``raw``
@@ -85,13 +91,26 @@ class AvroConfig:
     prewarm_subjects: tuple[str, ...] = ()
     """Subjects whose latest schema is fetched at start-up (``confluent`` mode)."""
     negative_cache_ttl: Duration = 300.0
-    """How long a permanent registry answer (404, unparseable schema) is remembered."""
+    """How long a registry schema that cannot be used (not Avro, not parseable, with
+    references) is remembered. For an id the registry answers 404 for, it only caps the
+    wait before asking again: such records wait, they are never skipped for it."""
     fetch_wait: Duration = 0.5
     """How long a record may wait for a schema fetch on a cache miss before it is
     reported not ready (and retried later by the runtime); 0 never waits."""
+    unknown_schema_timeout: Duration = 300.0
+    """How long records whose schema id the registry does not know (404) wait for it
+    (a registry follower may not have caught up yet) before ``on_unknown_schema``
+    applies; until then the pipeline stops at the record and nothing after it is
+    committed."""
+    on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL
+    """What happens to a record whose schema id is still unknown after
+    ``unknown_schema_timeout``: fail the pipeline, naming the id, topic, partition and
+    offset, skip the record (counted with reason ``unknown_schema``), or write it to the
+    ``dead_letter`` sink."""
     on_error: ErrorPolicy = ErrorPolicy.SKIP
-    """What the pipeline does with a payload that cannot be decoded: skip it (counted)
-    or fail."""
+    """What the pipeline does with a payload that cannot be decoded: skip it (counted),
+    fail, or write it to the ``dead_letter`` sink with its error. Unknown schema ids
+    follow ``on_unknown_schema`` instead."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.mode == "confluent":
@@ -115,3 +134,5 @@ class AvroConfig:
             yield "negative_cache_ttl", "must not be negative"
         if self.fetch_wait < 0:
             yield "fetch_wait", "must not be negative"
+        if self.unknown_schema_timeout < 0:
+            yield "unknown_schema_timeout", "must not be negative"

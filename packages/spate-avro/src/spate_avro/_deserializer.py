@@ -7,10 +7,13 @@ failure into a :class:`~spate.errors.DeserError`:
 
 * ``MALFORMED`` — truncated data, a wrong magic byte or marker, trailing bytes, an
   out-of-range union branch, invalid UTF-8, a logical value out of range;
-* ``SCHEMA_UNAVAILABLE`` — an unknown single-object fingerprint, a registry 404 or an
-  unparseable registry schema (negatively cached), a writer schema the reader schema
-  cannot resolve;
-* ``NOT_READY`` — the registry has not answered yet (B21: the runtime retries the record).
+* ``SCHEMA_UNAVAILABLE`` — an unknown single-object fingerprint, an unparseable registry
+  schema (negatively cached), a writer schema the reader schema cannot resolve;
+* ``NOT_READY`` — the registry has not answered yet, or answers 404 for the schema id
+  (B21: the runtime retries the record, nothing is committed past it);
+* ``UNKNOWN_SCHEMA`` — the registry has answered 404 for the id for
+  ``unknown_schema_timeout``: the error carries ``on_unknown_schema`` as its policy
+  (fail by default, naming the id and the record's position; skip only on opt-in).
 
 The deserializer never counts: the deserializer stage counts every outcome by policy
 (B28) and reads the policy from :attr:`AvroDeserializer.on_error`.
@@ -138,7 +141,9 @@ class ConfluentAvroDeserializer(AvroDeserializer):
     """``mode: confluent`` — magic byte 0, a 4-byte schema id, then the datum.
 
     Writer schemas come from the registry client's cache; a decode function is built
-    once per schema id. A miss raises ``NOT_READY`` (never a drop, B21).
+    once per schema id. A miss raises ``NOT_READY`` (never a drop, B21) until the id has
+    been unknown to the registry for ``unknown_schema_timeout``; then ``UNKNOWN_SCHEMA``
+    with the ``on_unknown_schema`` policy (B28).
     """
 
     def __init__(
@@ -148,11 +153,15 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         reader: Any | None,
         fetch_wait: float,
         on_error: ErrorPolicy,
+        unknown_schema_timeout: float = 300.0,
+        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
     ) -> None:
         super().__init__(on_error)
         self._client = client
         self._reader = reader
         self._fetch_wait = fetch_wait
+        self._unknown_timeout = unknown_schema_timeout
+        self._on_unknown = on_unknown_schema
         self._decoders: dict[int, DecodeFn] = {}
         self.columnar: Any = None
         """Truthy when batches can be decoded as columns (``spate[columnar]``, no reader
@@ -240,12 +249,35 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         return frames, errors
 
     def _decoder_for(self, schema_id: int) -> DecodeFn:
-        writer = self._client.lookup(schema_id, self._fetch_wait)
+        try:
+            writer = self._client.lookup(schema_id, self._fetch_wait)
+        except DeserError as exc:
+            if exc.kind is DeserErrorKind.NOT_READY:
+                self._check_unknown(schema_id)
+            raise
         decode = build_decoder(writer, self._reader)
         self._decoders[schema_id] = decode
         return decode
 
+    def _check_unknown(self, schema_id: int) -> None:
+        """Raise ``UNKNOWN_SCHEMA`` once the registry has not known the id for too long."""
+        missing = self._client.missing(schema_id)
+        if missing is None or missing[0] < self._unknown_timeout:
+            return
+        waited, answer = missing
+        raise DeserError(
+            f"schema id {schema_id} still unknown to the schema registry {self._client.url} "
+            f"after {waited:.1f}s ({answer}; unknown_schema_timeout {self._unknown_timeout:g}s, "
+            f"on_unknown_schema {self._on_unknown.value})",
+            DeserErrorKind.UNKNOWN_SCHEMA,
+            policy=self._on_unknown,
+        ) from None
+
     def close(self) -> None:
-        for decoder in self._columnar.values():
-            decoder.close()
-        self._client.close()
+        """Stop the registry client's fetch thread and release the columnar decoders
+        (the pipeline calls it at the end)."""
+        try:
+            for decoder in self._columnar.values():
+                decoder.close()
+        finally:
+            self._client.close()

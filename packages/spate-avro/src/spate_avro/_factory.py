@@ -135,7 +135,12 @@ class AvroDeserializerFactory:
             client.close()
             raise
         deserializer = ConfluentAvroDeserializer(
-            client, reader=reader, fetch_wait=config.fetch_wait, on_error=config.on_error
+            client,
+            reader=reader,
+            fetch_wait=config.fetch_wait,
+            on_error=config.on_error,
+            unknown_schema_timeout=config.unknown_schema_timeout,
+            on_unknown_schema=config.on_unknown_schema,
         )
         if reader is None and _columnar_available():
             deserializer.columnar = True

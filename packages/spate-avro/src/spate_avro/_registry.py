@@ -2,22 +2,29 @@
 
 Owns the HTTP calls (``GET /schemas/ids/{id}``, ``GET /subjects/{s}/versions/latest``,
 ``POST /subjects/{s}/versions``, ``GET /subjects`` as a reachability probe), basic auth,
-and the caches. Schemas are immutable per id, so a fetched schema is kept for the life
-of the client. Upholds B21 and B28:
+the caches and the fetch schedule. Schemas are immutable per id, so a fetched schema is
+kept for the life of the client. Upholds B21 and B28:
 
 * a cache miss never blocks the pipeline thread for longer than ``fetch_wait``: the
   fetch runs on the client's own background thread, and until it succeeds the record
   is *not ready* (:class:`~spate.errors.DeserErrorKind.NOT_READY`) — the runtime keeps
   it and asks again later; it is never dropped;
-* an outage (connection refused, timeout, 5xx, 401/403, anything but the two answers
-  below) is transient: the next attempt for that id waits ``retry_backoff``;
-* only permanent answers are negatively cached for ``negative_cache_ttl``: a 404 for the
-  id, or a schema the registry returns that is not a parseable Avro schema. Records
-  with such an id are record errors (``SCHEMA_UNAVAILABLE``), skipped or failed by the
+* a failed fetch — an outage (connection refused, timeout, 5xx, 401/403) or a 404 for
+  the id — is retried with capped exponential backoff: ``retry_backoff``, doubled per
+  further failure, at most ``retry_backoff_max``. A 404 is *not* final: a registry
+  follower that has not caught up answers so for an id registered a moment ago. Its
+  wait is also capped by ``negative_cache_ttl``, which can only shorten it.
+  :meth:`SchemaRegistryClient.missing` tells the deserializer how long the registry has
+  said it does not know an id, so that it can give up after ``unknown_schema_timeout``;
+* only a schema that cannot be used — not parseable as Avro, another ``schemaType``,
+  with ``references`` — is negatively cached, for ``negative_cache_ttl``. Records with
+  such an id are record errors (``SCHEMA_UNAVAILABLE``), skipped or failed by the
   deserializer's policy.
 
 Start-up calls (:meth:`SchemaRegistryClient.probe`, :meth:`SchemaRegistryClient.latest`)
-block and raise :class:`RegistryError` naming the endpoint (B29).
+block and raise :class:`RegistryError` naming the endpoint (B29). :meth:`close` stops
+the background thread; every request opens and closes its own connection, so nothing
+is left open after it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from spate import Clock, DeserError, DeserErrorKind, SpateError
@@ -43,7 +51,10 @@ _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class RegistryError(SpateError):
-    """A registry request failed; ``permanent`` answers are the 404 and bad-schema cases."""
+    """A registry request failed; ``permanent`` is a schema that cannot be used.
+
+    A 404 is not permanent (``status`` says 404): the registry may not know the id *yet*.
+    """
 
     def __init__(
         self, url: str, reason: str, *, status: int | None = None, permanent: bool = False
@@ -56,6 +67,21 @@ class RegistryError(SpateError):
 
 
 _STOP = -1
+_MAX_DOUBLINGS = 30
+"""Backoff doublings counted at most (the wait is capped long before; this bounds the
+arithmetic)."""
+
+
+@dataclass(slots=True)
+class _Miss:
+    """A schema id whose last fetch failed: when to ask again, and why it failed."""
+
+    retry_at: float
+    reason: str
+    failures: int
+    """Consecutive failed fetches (the backoff doubles with each)."""
+    unknown_since: float | None
+    """When the registry first answered 404 for the id; None if it never did."""
 
 
 class SchemaRegistryClient:
@@ -69,6 +95,7 @@ class SchemaRegistryClient:
         self._base = config.url.rstrip("/")
         self._timeout = config.timeout
         self._backoff = config.retry_backoff
+        self._backoff_max = config.retry_backoff_max
         self._negative_ttl = negative_cache_ttl
         self._clock = clock
         self._headers = {"Accept": _CONTENT_TYPE}
@@ -78,7 +105,7 @@ class SchemaRegistryClient:
         self._lock = threading.Lock()
         self._schemas: dict[int, Any] = {}
         self._negative: dict[int, tuple[float, str]] = {}
-        self._transient: dict[int, tuple[float, str]] = {}
+        self._misses: dict[int, _Miss] = {}
         self._inflight: dict[int, threading.Event] = {}
         self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
@@ -88,6 +115,11 @@ class SchemaRegistryClient:
     @property
     def url(self) -> str:
         return self._base
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: the fetch thread is stopped."""
+        return self._closed
 
     # -- blocking calls (start-up, tests, producers) ---------------------------------
 
@@ -150,10 +182,10 @@ class SchemaRegistryClient:
                 raise DeserError("schema registry client is closed", DeserErrorKind.NOT_READY)
             event = self._inflight.get(schema_id)
             if event is None:
-                failed = self._transient.get(schema_id)
-                if failed is not None and failed[0] > now:
+                miss = self._misses.get(schema_id)
+                if miss is not None and miss.retry_at > now:
                     raise DeserError(
-                        f"schema id {schema_id} not fetched yet: {failed[1]}",
+                        f"schema id {schema_id} not fetched yet: {miss.reason}",
                         DeserErrorKind.NOT_READY,
                     )
                 event = threading.Event()
@@ -170,11 +202,19 @@ class SchemaRegistryClient:
             raise DeserError(
                 f"schema id {schema_id}: {negative[1]}", DeserErrorKind.SCHEMA_UNAVAILABLE
             )
-        failed = self._transient.get(schema_id)
-        reason = failed[1] if failed is not None else f"being fetched from {self._base}"
+        miss = self._misses.get(schema_id)
+        reason = miss.reason if miss is not None else f"being fetched from {self._base}"
         raise DeserError(
             f"schema id {schema_id} not fetched yet: {reason}", DeserErrorKind.NOT_READY
         )
+
+    def missing(self, schema_id: int) -> tuple[float, str] | None:
+        """Seconds since the registry first answered 404 for ``schema_id``, and its last
+        answer; None while it never did (or the schema has been fetched since)."""
+        miss = self._misses.get(schema_id)
+        if miss is None or miss.unknown_since is None:
+            return None
+        return self._clock.monotonic() - miss.unknown_since, miss.reason
 
     def close(self) -> None:
         """Stop the background fetcher (waits for a fetch in progress to time out)."""
@@ -205,10 +245,7 @@ class SchemaRegistryClient:
                 self._fetch_into_cache(schema_id)
             except Exception:  # top of the thread: never let a fetch kill the fetcher
                 logger.exception("unexpected error fetching schema id %d", schema_id)
-                self._transient[schema_id] = (
-                    self._clock.monotonic() + self._backoff,
-                    "unexpected error in the registry client",
-                )
+                self._failed(schema_id, "unexpected error in the registry client", None)
             finally:
                 with self._lock:
                     event = self._inflight.pop(schema_id, None)
@@ -219,23 +256,48 @@ class SchemaRegistryClient:
         try:
             parsed = self.fetch(schema_id)
         except RegistryError as exc:
-            now = self._clock.monotonic()
             if exc.permanent:
+                now = self._clock.monotonic()
                 self._negative[schema_id] = (now + self._negative_ttl, exc.reason)
-                self._transient.pop(schema_id, None)
+                self._misses.pop(schema_id, None)
                 logger.warning("schema id %d is unavailable: %s", schema_id, exc)
             else:
-                self._transient[schema_id] = (now + self._backoff, exc.reason)
-                if self._reachable:
+                self._failed(schema_id, exc.reason, exc.status)
+                if exc.status != 404 and self._reachable:
                     self._reachable = False
                     logger.warning("schema registry unavailable, records wait: %s", exc)
             return
         self._schemas[schema_id] = parsed
-        self._transient.pop(schema_id, None)
+        miss = self._misses.pop(schema_id, None)
         self._negative.pop(schema_id, None)
+        if miss is not None and miss.unknown_since is not None:
+            logger.info(
+                "schema id %d found at %s after %.1fs unknown",
+                schema_id,
+                self._base,
+                self._clock.monotonic() - miss.unknown_since,
+            )
         if not self._reachable:
             self._reachable = True
             logger.info("schema registry %s reachable again", self._base)
+
+    def _failed(self, schema_id: int, reason: str, status: int | None) -> None:
+        """Schedule the next fetch of ``schema_id`` after a failed one (fetch thread)."""
+        now = self._clock.monotonic()
+        miss = self._misses.get(schema_id)
+        failures = 1 if miss is None else miss.failures + 1
+        wait = min(self._backoff * 2 ** min(failures - 1, _MAX_DOUBLINGS), self._backoff_max)
+        unknown_since = None if miss is None else miss.unknown_since
+        if status == 404:
+            wait = min(wait, self._negative_ttl)  # negative caching only shortens the wait
+            if unknown_since is None:
+                unknown_since = now
+                logger.warning(
+                    "schema id %d not found at %s; its records wait for it",
+                    schema_id,
+                    self._base,
+                )
+        self._misses[schema_id] = _Miss(now + wait, reason, failures, unknown_since)
 
     def _parse_answer(self, schema_id: int, body: object) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
@@ -273,10 +335,8 @@ class SchemaRegistryClient:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             detail = _error_message(exc)
-            # 404 for a schema id or subject is an answer, not an outage.
-            raise RegistryError(
-                url, f"HTTP {exc.code}: {detail}", status=exc.code, permanent=exc.code == 404
-            ) from None
+            # Never permanent: a 404 may only mean the registry does not know the id yet.
+            raise RegistryError(url, f"HTTP {exc.code}: {detail}", status=exc.code) from None
         except urllib.error.URLError as exc:
             raise RegistryError(url, f"unreachable: {exc.reason}") from None
         except (OSError, ValueError) as exc:  # timeouts, resets, malformed responses

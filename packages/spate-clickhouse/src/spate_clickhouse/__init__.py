@@ -10,7 +10,7 @@ classes, ``system.columns`` validation and ClickHouse-compatible Distributed pla
 from spate_clickhouse._encoder import Column, RowEncoder
 from spate_clickhouse._errors import FATAL_CODES, classify, classify_code
 from spate_clickhouse._factory import ClickHouseSinkFactory, build_sink
-from spate_clickhouse._router import DistributedPlacement, DistributedSink
+from spate_clickhouse._router import DistributedPlacement, DistributedRouter
 from spate_clickhouse._types import ChType, parse_type
 from spate_clickhouse._writer import ClickHouseConnector, ClickHouseShardWriter
 from spate_clickhouse.config import RESERVED_SETTINGS, ClickHouseSinkConfig, TimeoutsConfig
@@ -27,7 +27,7 @@ __all__ = [
     "ClickHouseSinkFactory",
     "Column",
     "DistributedPlacement",
-    "DistributedSink",
+    "DistributedRouter",
     "RowEncoder",
     "TimeoutsConfig",
     "build_sink",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from spate.errors import ErrorClass, SinkError
+from spate.plugins import install_hint
 
 from spate_clickhouse._errors import to_sink_error
 
@@ -103,6 +104,21 @@ def parse_endpoint(url: str) -> Endpoint:
     )
 
 
+CHDB_HINT = install_hint("spate-clickhouse", "clickhouse-embedded", dist_extra="embedded")
+
+
+def _require_chdb(endpoint: Endpoint) -> None:
+    """Refuse ``chdb://`` without chDB, with spate's install hint (not clickhouse-connect's)."""
+    try:
+        import chdb  # noqa: F401
+    except ImportError:
+        raise SinkError(
+            f"{endpoint.redacted}: chdb:// runs ClickHouse embedded through chDB, which is "
+            f"not installed; {CHDB_HINT}",
+            ErrorClass.FATAL,
+        ) from None
+
+
 def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
     """A clickhouse-connect client for one replica.
 
@@ -110,6 +126,8 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
     FATAL when it answered with an error retrying cannot cure (bad credentials, unknown
     database, a second chDB directory in this process).
     """
+    if endpoint.embedded:
+        _require_chdb(endpoint)
     import clickhouse_connect
 
     database = config.database_name or None

@@ -14,8 +14,9 @@ holds it: with weights ``[1, 2]`` remainder 0 goes to shard 0, 1 and 2 to shard 
 
 The placement is a pure function of the value and the weights, so every process agrees,
 and it equals what ClickHouse computes (a test compares 10k keys with chDB's own hash).
-Rows are placed by their value, not by the record key, so :class:`DistributedSink` wraps
-the pool and tells its router the shard before each row.
+Rows are placed by their value, not by the record key: :class:`DistributedRouter` is the
+pool's router and reads the sharding column from each row it routes (or takes a whole
+column at once, :meth:`DistributedRouter.route_column`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ import datetime as dt
 import struct
 from collections.abc import Callable, Sequence
 
-from spate.checkpoint._ack import AckToken
-from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink import Offer, SinkPool
 
 from spate_clickhouse._coerce import BadValue, coercer_for
 from spate_clickhouse._encoder import Column
@@ -165,104 +164,64 @@ class DistributedPlacement:
         return self._slots[self.hash_of(value) % self._total]
 
 
-class PresetRouter:
-    """The pool's router while a :class:`DistributedSink` is in front: it returns the shard
-    the sink computed for the row being offered (pipeline thread only)."""
+class DistributedRouter:
+    """The pool's :class:`~spate.sink.Router` for ``router: distributed``: it reads the
+    sharding column of each row and places the row by :class:`DistributedPlacement`.
 
-    __slots__ = ("shard",)
-
-    def __init__(self) -> None:
-        self.shard = 0
-
-    def route(self, key: bytes | None, lane: Lane) -> int:
-        return self.shard
-
-
-class DistributedSink:
-    """A :class:`~spate.sink.SinkPool` whose rows are placed by ClickHouse's rule.
-
-    Implements the runtime's ``Sink`` protocol by delegation; only :meth:`offer` adds
-    work: it reads the sharding column of the row and presets the pool's router.
+    The placement is fixed in :meth:`start`, which the pool calls once every endpoint's
+    probe passed: the sharding column's type comes from the table (``columns``).
     """
+
+    __slots__ = ("_columns", "_function", "_index", "_placement", "_weights", "placed_by")
 
     def __init__(
         self,
-        pool: SinkPool,
-        router: PresetRouter,
-        placement: Callable[[], DistributedPlacement],
-        column_name: str,
+        function: str,
+        column: str,
         index: int,
+        weights: Sequence[int],
+        columns: Callable[[], Sequence[Column]],
     ) -> None:
-        self.pool = pool
-        self.name = pool.name
-        self._router = router
-        self._make_placement = placement
-        self._placement: DistributedPlacement | None = None
+        self.placed_by: str | None = column
+        self._function = function
         self._index = index
-        self._column_name = column_name
+        self._weights = list(weights)
+        self._columns = columns
+        self._placement: DistributedPlacement | None = None
 
     @property
-    def on_record_error(self) -> ErrorPolicy:
-        return self.pool.on_record_error
+    def placement(self) -> DistributedPlacement:
+        placement = self._placement
+        if placement is None:
+            raise RuntimeError("the distributed router is not started")
+        return placement
 
     def start(self) -> None:
-        """Start the pool (probes, schema check), then fix the placement from the
-        sharding column's type. Raises ``SinkError`` naming the problem (B29)."""
-        self.pool.start()
-        try:
-            self._placement = self._make_placement()
-        except ValueError as exc:
-            raise SinkError(f"sink {self.name}: {exc}", ErrorClass.FATAL) from None
+        """Fix the placement from the sharding column's type; a column that cannot be a
+        sharding key raises ``ValueError`` naming it (the pool fails start-up, B29)."""
+        column = self._columns()[self._index]
+        self._placement = DistributedPlacement(self._function, column, self._weights)
 
-    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
         cls = row.__class__
         try:
             if cls is tuple or cls is list:
                 value = row[self._index]  # type: ignore[index]
             elif isinstance(row, dict):
-                value = row[self._column_name]
+                value = row[self.placed_by]
             else:
-                value = getattr(row, self._column_name)
-            placement = self._placement
-            if placement is None:
-                raise RuntimeError(f"sink {self.name} is not started")
-            self._router.shard = placement.shard_of(value)
+                value = getattr(row, self.placed_by)  # type: ignore[arg-type]
+            return self.placement.shard_of(value)
         except (BadValue, LookupError, AttributeError, TypeError) as exc:
             raise SinkError(
-                f"sink {self.name}: cannot place the row by {self._column_name}: {exc}",
-                ErrorClass.RECORD,
+                f"cannot place the row by {self.placed_by}: {exc}", ErrorClass.RECORD
             ) from None
-        return self.pool.offer(row, key, lane, ack)
 
-    # -- columnar path: the same placement, read from the frame's column (B13) --
-
-    frame_needs_keys = False
-
-    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
-        return self.pool.prepare_frame(frame)
-
-    def offer_frame(self, frame: object, keys: object, lane: Lane, ack: AckToken) -> Offer:
-        placement = self._placement
-        if placement is None:
-            raise RuntimeError(f"sink {self.name} is not started")
-        values = frame.column(self._column_name).to_pylist()  # type: ignore[attr-defined]
-        shards = [placement.shard_of(v) for v in values]
-        return self.pool.offer_frame(frame, None, lane, ack, shards=shards)
-
-    def tick(self) -> None:
-        self.pool.tick()
-
-    def flush(self, deadline: float) -> bool:
-        return self.pool.flush(deadline)
-
-    def abandon(self) -> int:
-        return self.pool.abandon()
-
-    def ready(self) -> bool:
-        return self.pool.ready()
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def pending_rows(self) -> int:
-        return self.pool.pending_rows()
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        shard_of = self.placement.shard_of
+        try:
+            return [shard_of(value) for value in values]
+        except (BadValue, TypeError) as exc:
+            raise SinkError(
+                f"cannot place a row by {self.placed_by}: {exc}", ErrorClass.RECORD
+            ) from None

@@ -82,18 +82,20 @@ class ColumnSpec:
 class ClickHouseSinkConfig:
     """One ClickHouse sink: destination, columns, endpoints, settings and pool keys."""
 
-    table: str = ""
+    table: str = field(default="", metadata={"required": True})
     """Destination table, ``table`` or ``database.table``."""
     columns: tuple[str | dict[str, str], ...] = ()
     """Column names in row order; an entry ``{name: Type}`` also declares the type."""
     format: Literal["native"] = "native"
     """Wire format of the INSERT (Native, encoded by clickhouse-connect)."""
-    shards: tuple[ShardConfig, ...] = ()
+    shards: tuple[ShardConfig, ...] = field(default=(), metadata={"required": True})
     """Shards, each with its replica URLs (``http://``, ``https://`` or ``chdb://<dir>``)."""
     database: str = ""
     """Database of ``table`` (default: the user's default database)."""
     user: str = "default"
+    """User for ``http://``/``https://`` replicas (a user in a replica's URL wins)."""
     password: str = ""
+    """Password of ``user``; write ``${CLICKHOUSE_PASSWORD}`` to keep it out of the file."""
     settings: dict[str, object] = field(default_factory=dict)
     """ClickHouse settings sent with every INSERT (scalars only)."""
     compression: Literal["lz4", "zstd", "none"] = "lz4"
@@ -110,7 +112,8 @@ class ClickHouseSinkConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
-    """A row with a value its column cannot take: ``fail`` the pipeline or ``skip`` it."""
+    """A row with a value its column cannot take: ``fail`` the pipeline, ``skip``
+    it, or write its record to the ``dead_letter`` sink."""
 
     # -- derived views ------------------------------------------------------------------
 

@@ -22,7 +22,13 @@ from spate_coordination._coordinator import (
 )
 from spate_coordination._memory import MemoryStore
 from spate_coordination._plugins import MemoryStoreFactory, NatsStoreFactory
-from spate_coordination._records import Progress, SplitSpec
+from spate_coordination._records import JsonValue, Progress, SplitSpec
+from spate_coordination._states import (
+    SplitState,
+    SplitStatus,
+    read_split_states,
+    retry_quarantined,
+)
 from spate_coordination._store import (
     CoordinationError,
     CoordinationStore,
@@ -51,6 +57,7 @@ __all__ = [
     "CoordinatorCore",
     "DuplicateInstanceError",
     "Entry",
+    "JsonValue",
     "Keyspace",
     "MemoryStore",
     "MemoryStoreConfig",
@@ -65,9 +72,13 @@ __all__ = [
     "SplitEvent",
     "SplitEventKind",
     "SplitSpec",
+    "SplitState",
+    "SplitStatus",
     "StoreUnavailableError",
     "WatchEvent",
     "__version__",
     "assign",
     "load_coordination_config",
+    "read_split_states",
+    "retry_quarantined",
 ]

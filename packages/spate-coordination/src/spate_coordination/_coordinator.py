@@ -16,7 +16,12 @@ What a source (the S3 backfill source, or any source that splits work) gets:
   was taken away, fenced, or this instance's lease lapsed) and ``JOB_COMPLETE``;
 * :meth:`Coordinator.commit_progress` / :meth:`Coordinator.read_progress` — fenced
   progress (bytes or a JSON object); :meth:`Coordinator.mark_completed`;
-  :attr:`Coordinator.job_complete` once every planned split is completed.
+  :attr:`Coordinator.job_complete` once every planned split is completed;
+* :meth:`Coordinator.quarantine` — set a split aside that cannot be read (fenced like
+  progress; it keeps its progress, is not completed and is not handed out again),
+  :meth:`Coordinator.split_states` — every split's :class:`SplitState`, and
+  :meth:`Coordinator.retry_quarantined` — hand quarantined splits out again (also done
+  at start with ``retry_quarantined: true``).
 
 Fencing (B24): ``state.<split>`` holds the epoch and the progress in one value. Taking
 a split bumps the epoch by compare-and-set; every progress write is a compare-and-set
@@ -69,6 +74,8 @@ from spate_coordination._records import (
     key_tail,
     plan_digest,
 )
+from spate_coordination._states import SplitState, SplitStatus, read_split_states
+from spate_coordination._states import retry_quarantined as _retry_quarantined
 from spate_coordination._store import (
     CoordinationError,
     CoordinationStore,
@@ -195,6 +202,8 @@ class _MeteredStore:
 class _Metrics:
     owned: GaugeSeries
     completed: CounterSeries
+    quarantined: CounterSeries
+    in_quarantine: GaugeSeries
     live_workers: GaugeSeries
     leader: GaugeSeries
     acquisitions: CounterSeries
@@ -207,6 +216,8 @@ class _Metrics:
         return cls(
             owned=meter.gauge(names.COORD_OWNED, **labels),
             completed=meter.counter(names.COORD_COMPLETED, **labels),
+            quarantined=meter.counter(names.COORD_QUARANTINED, **labels),
+            in_quarantine=meter.gauge(names.COORD_IN_QUARANTINE, **labels),
             live_workers=meter.gauge(names.COORD_LIVE_WORKERS, **labels),
             leader=meter.gauge(names.COORD_LEADER, **labels),
             acquisitions=meter.counter(names.COORD_ACQUISITIONS, **labels),
@@ -301,6 +312,14 @@ class CoordinatorCore:
             await self._store.close()
             raise
         self._joined = True
+        if self.config.retry_quarantined:
+            retried = await self.retry_quarantined()
+            logger.info(
+                "job %s: %d quarantined split(s) handed out again%s",
+                self.config.job,
+                len(retried),
+                f": {', '.join(retried)}" if retried else "",
+            )
         try:
             await self._campaign()
         except StoreUnavailableError as exc:
@@ -477,7 +496,7 @@ class CoordinatorCore:
         key = STATE_PREFIX + split
         entry = await store.get(Keyspace.DURABLE, key)
         state = StateRecord.decode(entry.value) if entry is not None else StateRecord()
-        if state.completed:
+        if state.completed or state.quarantined is not None:
             return
         spec_entry = await store.get(Keyspace.DURABLE, SPLIT_PREFIX + split)
         if spec_entry is None:
@@ -593,6 +612,45 @@ class CoordinatorCore:
             self._metrics.completed.inc()
             logger.info("split %s completed at epoch %d", split, epoch)
         return result
+
+    async def quarantine(self, split: str, epoch: int, reason: str) -> ProgressWrite:
+        """Set ``split`` aside: it cannot be read (``reason`` says why).
+
+        Fenced like progress (B24). The split keeps its committed progress, is not
+        completed, and is not handed out again until it is retried
+        (:meth:`retry_quarantined`); the job cannot complete while it is quarantined.
+        """
+        if not reason:
+            raise ValueError("a quarantine needs a reason")
+        progress = None
+        if split in self._owned:
+            entry = await self._store.get(Keyspace.DURABLE, STATE_PREFIX + split)
+            if entry is not None:
+                progress = StateRecord.decode(entry.value).progress
+        result = await self._write_state(
+            split, epoch, StateRecord(epoch, None, False, progress, reason)
+        )
+        if result is ProgressWrite.ACCEPTED:
+            self._drop(split, None, "quarantined")
+            self._metrics.quarantined.inc()
+            logger.warning("split %s quarantined at epoch %d: %s", split, epoch, reason)
+            self._wake.set()
+        return result
+
+    async def split_states(self) -> dict[str, SplitState]:
+        """Every split of the job with its status, progress and quarantine reason."""
+        states = await read_split_states(self._store)
+        self._metrics.in_quarantine.set(
+            sum(1 for s in states.values() if s.status is SplitStatus.QUARANTINED)
+        )
+        return states
+
+    async def retry_quarantined(self, splits: Iterable[str] | None = None) -> list[str]:
+        """Hand quarantined splits (``splits``, or all) out again from their progress."""
+        cleared = await _retry_quarantined(self._store, None if splits is None else set(splits))
+        if cleared:
+            self._wake.set()
+        return cleared
 
     async def release(self, split: str, epoch: int) -> bool:
         """Give ``split`` up after draining (answer to ``REVOKE_REQUESTED``).
@@ -880,6 +938,20 @@ class Coordinator:
     def release(self, split: str, epoch: int) -> bool:
         """Give a drained split up (answer to ``REVOKE_REQUESTED``). Blocking."""
         return self._call(self.core.release(split, epoch))
+
+    def quarantine(self, split: str, epoch: int, reason: str) -> ProgressWrite:
+        """Set a split aside that cannot be read (blocking); see
+        :meth:`CoordinatorCore.quarantine`."""
+        return self._call(self.core.quarantine(split, epoch, reason))
+
+    def split_states(self) -> dict[str, SplitState]:
+        """Every split's status, epoch, owner, progress and quarantine reason (blocking)."""
+        return self._call(self.core.split_states())
+
+    def retry_quarantined(self, splits: Iterable[str] | None = None) -> list[str]:
+        """Clear the quarantine of ``splits`` (or of every quarantined split), keeping
+        their progress; returns the splits cleared. Blocking."""
+        return self._call(self.core.retry_quarantined(None if splits is None else list(splits)))
 
     def wait_job_complete(self, timeout: float) -> bool:
         """Block until the job is complete or ``timeout`` seconds passed."""

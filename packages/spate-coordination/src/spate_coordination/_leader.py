@@ -9,8 +9,9 @@ turns the live members, the plan and the split states into assignment records:
   (``revoke_to`` is set; the owner drains, commits and releases), and handed to the new
   owner when the release shows in ``state.<id>`` — or *by force* once ``drain_deadline``
   (plus two poll intervals, the time a live owner needs to notice) has passed;
-* completed splits lose their record; when every planned split is completed the
-  ``done`` key is written.
+* completed and quarantined splits lose their record (a quarantined one gets a new
+  record once it is retried); when every planned split is completed the ``done`` key is
+  written — never while a split is quarantined, so such a job does not complete.
 
 Targets come from the pure :func:`~spate_coordination._assign.assign`. Every write is a
 compare-and-set on the record's revision, and the lease is re-checked before each one,
@@ -56,6 +57,7 @@ class LeaderReport:
     assigned: int = 0
     revoked: int = 0
     forced: int = 0
+    quarantined: int = 0
 
 
 class Leader:
@@ -140,9 +142,15 @@ class Leader:
         assigns = _decode_all(await store.list(Keyspace.DURABLE, ASSIGN_PREFIX), ASSIGN_PREFIX)
         records = {split: AssignRecord.decode(e.value) for split, e in assigns.items()}
         completed = {s for s, st in states.items() if st.completed and s in weights}
+        quarantined = {
+            s
+            for s, st in states.items()
+            if st.quarantined is not None and s in weights and s not in completed
+        }
+        settled = completed | quarantined
 
-        # Finished splits need no owner.
-        for split in completed & set(records):
+        # Finished and quarantined splits need no owner.
+        for split in settled & set(records):
             if not self._lease.held():
                 return None
             await store.delete(Keyspace.DURABLE, ASSIGN_PREFIX + split, assigns[split].revision)
@@ -154,8 +162,12 @@ class Leader:
                 )
                 logger.info("every one of the %d splits is completed", len(weights))
             return LeaderReport(len(live), len(weights), len(completed))
+        if len(settled) == len(weights):
+            return LeaderReport(
+                len(live), len(weights), len(completed), quarantined=len(quarantined)
+            )
 
-        pending = {s: w for s, w in weights.items() if s not in completed}
+        pending = {s: w for s, w in weights.items() if s not in settled}
         current: dict[str, str] = {}
         for split in pending:
             record = records.get(split)
@@ -233,7 +245,15 @@ class Leader:
                             want,
                         )
                 self._revokes.pop(split, None)
-        return LeaderReport(len(live), len(weights), len(completed), assigned, revoked, forced)
+        return LeaderReport(
+            len(live),
+            len(weights),
+            len(completed),
+            assigned,
+            revoked,
+            forced,
+            len(quarantined),
+        )
 
     def _targets(
         self, pending: dict[str, float], live: set[str], current: dict[str, str]

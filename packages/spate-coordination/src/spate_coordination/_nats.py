@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from spate.errors import MissingConnectorError
+from spate.plugins import install_hint
 
 from spate_coordination._store import (
     CoordinationError,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = 'pip install "spate[coordination-nats]"'
+INSTALL_HINT = install_hint("spate-coordination", "coordination-nats", dist_extra="nats")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 _DELETE_OPS = ("DEL", "PURGE")
 _TTL_TOLERANCE = 0.001

@@ -10,8 +10,11 @@ written down in one place::
       plan                {"splits": n, "digest"}          written after every split.<id>
       split.<id>          {"weight", "meta"}               one planned split
       assign.<id>         {"owner", "revoke_to"}           leader's decision; absent = hold
-      state.<id>          {"epoch", "owner", "completed", "progress"}
+      state.<id>          {"epoch", "owner", "completed", "progress", "quarantined"}
       done                {"splits": n}                    every split completed
+
+A split whose ``quarantined`` holds a reason is neither completed nor assigned: it waits,
+with its progress, until it is retried (the quarantine cleared) or the job is abandoned.
 
 ``state.<id>`` holds the fencing epoch and the progress in one value, so a progress
 write is a single compare-and-set that fails as soon as a successor bumped the epoch
@@ -144,12 +147,14 @@ class AssignRecord:
 
 @dataclass(frozen=True, slots=True)
 class StateRecord:
-    """Fencing epoch, current owner (``None`` once released) and progress of one split."""
+    """Fencing epoch, current owner (``None`` once released), progress and, for a split
+    in quarantine, the reason it was put there."""
 
     epoch: int = 0
     owner: str | None = None
     completed: bool = False
     progress: Progress | None = None
+    quarantined: str | None = None
 
     def encode(self) -> bytes:
         progress: dict[str, JsonValue] | None
@@ -165,6 +170,7 @@ class StateRecord:
                 "owner": self.owner,
                 "completed": self.completed,
                 "progress": progress,
+                "quarantined": self.quarantined,
             }
         )
 
@@ -172,7 +178,12 @@ class StateRecord:
     def decode(cls, raw: bytes) -> StateRecord:
         d = _loads(raw, "split state")
         epoch, owner, completed = d.get("epoch", 0), d.get("owner"), d.get("completed", False)
-        if not isinstance(epoch, int) or not (owner is None or isinstance(owner, str)):
+        quarantined = d.get("quarantined")
+        if (
+            not isinstance(epoch, int)
+            or not (owner is None or isinstance(owner, str))
+            or not (quarantined is None or isinstance(quarantined, str))
+        ):
             raise ValueError("corrupt split state record")
         raw_progress = d.get("progress")
         progress: Progress | None = None
@@ -183,4 +194,4 @@ class StateRecord:
                 value = raw_progress["json"]
                 assert isinstance(value, dict)
                 progress = value
-        return cls(epoch, owner, bool(completed), progress)
+        return cls(epoch, owner, bool(completed), progress, quarantined)

@@ -16,6 +16,7 @@ coordination:
   instance_id: worker-a                    # default: <hostname>-<pid>
   lease_duration: 10s
   drain_deadline: 30s
+  retry_quarantined: false                 # true: read quarantined splits again
 ```
 
 Upholds B17 (unknown keys refused with their dotted path, cross-field rules) and B29
@@ -79,8 +80,11 @@ class NatsStoreConfig:
     servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """Server URLs (``nats://`` or ``tls://``); the client fails over among them."""
     token: str | None = field(default=None, repr=False)
+    """Token authentication (instead of ``user``/``password`` or ``creds_file``)."""
     user: str | None = None
+    """User name for user/password authentication."""
     password: str | None = field(default=None, repr=False)
+    """Password of ``user``; write ``${NATS_PASSWORD}`` to keep it out of the file."""
     creds_file: str | None = None
     """A ``.creds`` file (user JWT and NKey seed)."""
     tls: NatsTlsConfig | None = None
@@ -91,6 +95,7 @@ class NatsStoreConfig:
     reconnect_wait: Duration = 1.0
     """Pause between reconnect attempts after the connection dropped."""
     bucket_prefix: str = "spate"
+    """First part of the key-value bucket names (``<bucket_prefix>_<job>``)."""
     replicas: int = 1
     """JetStream replicas of the buckets (1 for a single server)."""
 
@@ -187,6 +192,9 @@ class CoordinationConfig:
     """How often the leader rebalances and workers read assignments (watches wake them early)."""
     drain_deadline: Duration = 30.0
     """How long an owner may drain a revoked split before it is taken away by force."""
+    retry_quarantined: bool = False
+    """At start, hand the job's quarantined splits out again; each resumes from its
+    committed position (fix what made them fail first)."""
 
     store_name: str = field(init=False, default="")
     store_config: object = field(init=False, default=None)

@@ -7,6 +7,7 @@ from spate._clock import Clock, ManualClock, SystemClock
 from spate.checkpoint import AckStatus, AckToken
 from spate.config import PipelineConfig, load_config
 from spate.errors import (
+    AckError,
     ConfigError,
     DeserError,
     DeserErrorKind,
@@ -19,7 +20,7 @@ from spate.errors import (
     SourceError,
     SpateError,
 )
-from spate.ops import NO_RECORD, ChainContext, Deserializer, ManyDeserializer
+from spate.ops import NO_RECORD, Chain, ChainContext, ChainSpec, Deserializer, ManyDeserializer
 from spate.pipeline import ExitReport, Pipeline, PipelineHealth
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
 from spate.records import Lane, PayloadBatch, RecordMeta
@@ -30,10 +31,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NO_RECORD",
+    "AckError",
     "AckStatus",
     "AckToken",
     "BuildContext",
+    "Chain",
     "ChainContext",
+    "ChainSpec",
     "Clock",
     "ComponentFactory",
     "ConfigError",

@@ -6,6 +6,7 @@ pipeline; each connector's factory looked up in the plugin registry and handed i
 decoded config and a :class:`~spate.plugins.BuildContext`; the admin server attached as
 a service of the run (unless ``admin.listen: none``). It builds objects only; nothing
 connects until ``run()``, whose start-up fails with one line naming the endpoint (B29).
+When a component cannot be built after the deserializer was, the deserializer is closed.
 
 Does not own: the runtime (``spate.pipeline``), the chain compiler (``spate.ops``), or
 config parsing (``spate.config``).
@@ -13,6 +14,7 @@ config parsing (``spate.config``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,8 +24,10 @@ from spate._clock import Clock, SystemClock
 from spate.admin._server import AdminServer
 from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
+from spate.metrics import names
 from spate.metrics._meter import Meter
-from spate.pipeline._builder import Pipeline, new_run_nonce
+from spate.ops._deadletter import is_kafka_sink
+from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
 
@@ -61,7 +65,9 @@ def assemble(
     registry = registry if registry is not None else default_registry()
     name = config.pipeline.name
     clock = clock if clock is not None else SystemClock()
-    meter = meter if meter is not None else Meter(name)
+    if meter is None:
+        coordinated = config.coordination is not None
+        meter = Meter(name, declare=names.ALL_FAMILIES if coordinated else names.PIPELINE_FAMILIES)
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
     budget = Pipeline.new_budget(config.backpressure)
 
@@ -78,6 +84,7 @@ def assemble(
             budget=budget,
             io_threads=config.pipeline.io_threads,
             coordination=config.coordination,
+            registry=registry,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name
@@ -86,32 +93,48 @@ def assemble(
 
     source = build(config.source)
     deserializer = build(config.deserializer) if config.deserializer is not None else None
-    sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
-    pipeline = Pipeline(
-        name,
-        source,
-        sinks,
-        deserializer=deserializer,
-        checkpoint=config.checkpoint,
-        backpressure=config.backpressure,
-        clock=clock,
-        meter=meter,
-        run_nonce=run_nonce,
-        budget=budget,
-        handle_signals=handle_signals,
-        gc_threshold=config.pipeline.gc_threshold,
-    )
-    if chains is not None:
-        pipeline.chains(chains)
-    admin = None
-    if config.admin.listen != "none":
-        admin = AdminServer(
-            config.admin.listen,
-            registry=meter.registry if config.metrics.exporter == "prometheus" else None,
-            stall_after=config.admin.stall_after,
-            pipeline=name,
+    try:
+        sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
+        dead_letter = None
+        dl_settings = config.dead_letter_settings
+        if config.dead_letter is not None:
+            dead_letter = build(config.dead_letter)
+            kafka = is_kafka_sink(dl_settings, config.dead_letter.tag)
+            dl_settings = dataclasses.replace(dl_settings, format="kafka" if kafka else "row")
+        pipeline = Pipeline(
+            name,
+            source,
+            sinks,
+            deserializer=deserializer,
+            checkpoint=config.checkpoint,
+            backpressure=config.backpressure,
+            clock=clock,
+            meter=meter,
+            run_nonce=run_nonce,
+            budget=budget,
+            handle_signals=handle_signals,
+            gc_threshold=config.pipeline.gc_threshold,
+            source_type=config.source.tag,
+            status_interval=config.pipeline.status_interval,
+            lane_stall_after=config.admin.lane_stall_after,
+            dead_letter=dead_letter,
+            dead_letter_settings=dl_settings,
         )
-        pipeline.add_service(admin.start, admin.stop)
+        if chains is not None:
+            pipeline.chains(chains)
+        admin = None
+        if config.admin.listen != "none":
+            admin = AdminServer(
+                config.admin.listen,
+                registry=meter.registry if config.metrics.exporter == "prometheus" else None,
+                stall_after=config.admin.stall_after,
+                pipeline=name,
+            )
+            pipeline.add_service(admin.start, admin.stop)
+    except BaseException:
+        # The pipeline that would own (and close) the deserializer never came to be.
+        close_deserializer(deserializer, name)
+        raise
     return Assembly(pipeline=pipeline, admin=admin, config=config)
 
 

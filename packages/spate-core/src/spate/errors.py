@@ -4,11 +4,12 @@
 SpateError
 ├── ConfigError            bad configuration: dotted key path (+ file, line, column)
 ├── PluginError            a plugin could not be loaded or is not a factory
-│   └── MissingConnectorError (also ImportError) names `pip install "spate[x]"`
+│   └── MissingConnectorError (also ImportError) names what to install, or close names
 ├── SourceError            a source failed (ErrorClass + reason)
 ├── SinkError              a sink write failed (ErrorClass + reason)
 ├── DeserError             a payload could not be decoded (DeserErrorKind)
 └── FatalError             the pipeline cannot go on (component + reason)
+    └── AckError           an ack released twice by one holder (a sink bug)
 ```
 
 Expected outcomes on the hot path are results, not exceptions; these are for the edges.
@@ -18,6 +19,7 @@ Upholds B28 (record errors are classified, never crash) and B29 (clear start-up 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 
 class ErrorClass(enum.Enum):
@@ -32,10 +34,12 @@ class ErrorClass(enum.Enum):
 
 
 class ErrorPolicy(enum.Enum):
-    """What to do with a record that failed: skip it (counted) or fail the pipeline."""
+    """What to do with a record that failed: skip it (counted), fail the pipeline, or
+    write it to the pipeline's ``dead_letter`` sink with its error (B71)."""
 
     SKIP = "skip"
     FAIL = "fail"
+    DEAD_LETTER = "dead_letter"
 
 
 class SpateError(Exception):
@@ -90,17 +94,64 @@ class PluginError(SpateError):
 
 
 class MissingConnectorError(PluginError, ImportError):
-    """The configuration names a connector whose distribution is not installed (B26)."""
+    """The configuration names a connector that is not installed (B26).
 
-    def __init__(self, kind: str, name: str, install: str | None, *, path: str = "") -> None:
-        hint = f"; install it with: {install}" if install else ""
-        where = f"{path}: " if path else ""
-        super().__init__(f"{where}no {kind} named {name!r} is installed{hint}")
+    ``install`` says how to install the distribution that provides it (when it is one of
+    spate's), ``did_you_mean`` lists close installed or known names (a typo), and
+    ``installed`` the names of that kind that are installed. ``file``, ``line`` and
+    ``column`` say where the configuration names it, once known.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        install: str | None,
+        *,
+        path: str = "",
+        did_you_mean: Sequence[str] = (),
+        installed: Sequence[str] = (),
+        file: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        where = ""
+        if file is not None:
+            where = file + "".join(f":{n}" for n in (line, column) if n is not None) + ": "
+        text = f"{where}{path + ': ' if path else ''}no {kind} named {name!r} is installed"
+        if install:
+            text += f"; {install}"
+        elif did_you_mean:
+            text += "; did you mean " + " or ".join(repr(n) for n in did_you_mean) + "?"
+        elif installed:
+            text += f" (installed: {', '.join(sorted(installed))})"
+        super().__init__(text)
         # Set after ImportError.__init__, which resets its own ``name`` and ``path``.
         self.kind = kind
         self.name = name
         self.install = install
         self.path = path
+        self.did_you_mean = tuple(did_you_mean)
+        self.installed = tuple(installed)
+        self.file = file
+        self.line = line
+        self.column = column
+
+    def with_location(
+        self, *, file: str | None, line: int | None = None, column: int | None = None
+    ) -> MissingConnectorError:
+        """A copy that also names where in which file the connector is named."""
+        return MissingConnectorError(
+            self.kind,
+            self.name or "",
+            self.install,
+            path=self.path or "",
+            did_you_mean=self.did_you_mean,
+            installed=self.installed,
+            file=file,
+            line=line,
+            column=column,
+        )
 
 
 class SourceError(SpateError):
@@ -127,17 +178,33 @@ class DeserErrorKind(enum.Enum):
     MALFORMED = "malformed"
     """The bytes are not a valid encoding: a record error (skip or fail by policy)."""
     SCHEMA_UNAVAILABLE = "schema_unavailable"
-    """The schema is known not to exist (e.g. a registry 404): a record error."""
+    """The schema exists but cannot be used (not parseable, not resolvable): a record error."""
     NOT_READY = "not_ready"
-    """The schema cannot be fetched right now: retry the record later, never drop (B21)."""
+    """The schema cannot be had yet (registry down, or not serving the id yet): retry the
+    record later, never drop (B21)."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """The schema id stayed unknown for as long as the deserializer waits for it: a record
+    error, counted apart; skipped only where the user opted in (B28)."""
 
 
 class DeserError(SpateError):
-    """A payload could not be decoded; ``kind`` decides what happens to the record."""
+    """A payload could not be decoded; ``kind`` decides what happens to the record.
 
-    def __init__(self, reason: str, kind: DeserErrorKind = DeserErrorKind.MALFORMED) -> None:
+    ``policy`` overrides the deserializer's ``on_error`` for this one error, for a
+    deserializer with its own setting for one kind of error (Avro's
+    ``on_unknown_schema``); None follows ``on_error``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        kind: DeserErrorKind = DeserErrorKind.MALFORMED,
+        *,
+        policy: ErrorPolicy | None = None,
+    ) -> None:
         self.reason = reason
         self.kind = kind
+        self.policy = policy
         super().__init__(reason)
 
 
@@ -148,3 +215,15 @@ class FatalError(SpateError):
         self.component = component
         self.reason = reason
         super().__init__(f"{component}: {reason}")
+
+
+class AckError(FatalError):
+    """An ack token was released by a holder that does not hold it (a second release by
+    the same holder), or retained twice by one holder: a sink's bookkeeping is broken.
+
+    Raised to the caller of ``retain``/``release``; the token also reports it to the
+    pipeline, which fails the run, so a sink that swallows it cannot hide it (B2).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("ack", reason)

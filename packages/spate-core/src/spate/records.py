@@ -4,7 +4,7 @@ A *lane* is the unit of ordering and commit (a Kafka topic-partition, an S3 spli
 :class:`PayloadBatch` is what one poll returns for one lane: payloads are ``memoryview``
 objects over buffers the source owns. They are *borrowed*: no operator may keep one
 after its batch is processed; keep ``bytes(view)`` instead. Where a view spans a whole
-object, ``view.obj`` returns that object without a copy (DESIGN §3).
+object, ``view.obj`` returns that object without a copy (docs/concepts/architecture.md).
 """
 
 from __future__ import annotations

@@ -94,6 +94,8 @@ def test_b23_metrics_serves_the_pipeline_registry(
         'spate_source_records_total{component="source",component_type="memory",'
         'lane="m[0]",pipeline="admin-test"} 4.0'
     ) in body
+    assert "_created" not in body  # no creation-timestamp series next to every counter
+    assert "spate_coordination_" not in body  # not a coordinated pipeline
     assert _get(f"{server.url}/nothing")[0] == 404
 
 
@@ -162,3 +164,21 @@ def test_parse_listen(listen: str, expected: tuple[str, int] | None) -> None:
 def test_parse_listen_refuses_bad_addresses(listen: str) -> None:
     with pytest.raises(ConfigError, match=r"admin\.listen"):
         parse_listen(listen)
+
+
+def test_b22_the_startup_log_names_the_address_actually_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bound to every interface, the log says 0.0.0.0 (and where to reach it locally)."""
+    server = AdminServer("0.0.0.0:0", registry=None, pipeline="p")
+    with caplog.at_level("INFO", logger="spate.admin"):
+        server.start()
+    try:
+        port = server.port
+        lines = [r.getMessage() for r in caplog.records if "listening" in r.getMessage()]
+        assert lines == [
+            f"admin server listening on 0.0.0.0:{port}, reachable at http://127.0.0.1:{port} "
+            "(pipeline=p)"
+        ]
+    finally:
+        server.stop()

@@ -110,3 +110,20 @@ def test_b26_assembly_of_an_unchecked_config_reports_the_missing_connector(
     with pytest.raises(MissingConnectorError) as info:
         assemble(cfg, registry=registry)
     assert info.value.path == "sink.nosuchsink"
+
+
+def test_from_config_accepts_the_path_of_a_yaml_file(registry: Registry, tmp_path: Path) -> None:
+    out = tmp_path / "rows.jsonl"
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(_config(out, listen="none"), encoding="utf-8")
+    for given in (str(path), path):
+        pipeline = Pipeline.from_config(given, registry=registry, handle_signals=False)
+        assert pipeline.name == "from-config"
+    report = pipeline.run()
+    assert report.exit_code == 0
+    assert len(read_file_sink(out)) == 60
+
+
+def test_from_config_refuses_anything_else_with_a_type_error() -> None:
+    with pytest.raises(TypeError, match="PipelineConfig or the path"):
+        Pipeline.from_config({"pipeline": {"name": "x"}})  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
-"""Committer: cadence, moved-only commits, sink ticks, synchronous commits (B1, B10, B14)."""
+"""Committer: cadence, moved-only commits, sink ticks, synchronous commits, commits skipped
+on revocation (B1, B10, B14, B36)."""
 
 from __future__ import annotations
 
 from spate.checkpoint import Committer, PartitionTracker
+from spate.errors import ErrorClass, SourceError
 from spate.metrics import Meter
 from spate.records import Lane, PayloadBatch
 from spate.testing import ManualClock, capture_sink, memory_source
@@ -86,3 +88,61 @@ def test_b15_revocation_commits_synchronously_even_when_nothing_moved() -> None:
     final = tracker.revoke([lane])
     assert committer.commit_now(sync=True, positions=final)
     assert handle.commits == [({lane: 3}, False), ({lane: 3}, True)]
+
+
+class _RefusingSource:
+    """A source whose commit raises ``error`` (only ``commit`` is used by the committer)."""
+
+    def __init__(self, error: SourceError) -> None:
+        self.error = error
+
+    def commit(self, offsets: object, *, sync: bool) -> None:
+        raise self.error
+
+
+def _refusing(error: SourceError) -> tuple[PartitionTracker, Committer, Meter]:
+    clock = ManualClock()
+    tracker = PartitionTracker(clock)
+    meter = Meter("test_committer_refusing")
+    committer = Committer(
+        tracker=tracker,
+        source=_RefusingSource(error),  # type: ignore[arg-type]
+        sinks={},
+        clock=clock,
+        interval=5.0,
+        meter=meter,
+    )
+    return tracker, committer, meter
+
+
+def _count(meter: Meter, outcome: str) -> float:
+    labels = {"pipeline": meter.pipeline, "component": "checkpoint"}
+    value = meter.registry.get_sample_value(
+        "spate_checkpoint_commits_total",
+        {**labels, "component_type": "checkpoint", "outcome": outcome},
+    )
+    return value or 0.0
+
+
+def test_b36_a_revocation_commit_the_source_cannot_make_now_is_skipped() -> None:
+    tracker, committer, meter = _refusing(SourceError("coordinator unavailable"))
+    lane = Lane("memory", 0)
+    tracker.assign([lane])
+    tracker.register(_batch(lane, 0, 3)).release()
+    final = tracker.revoke([lane])
+    assert committer.commit_now(sync=True, positions=final, revoking=True)
+    assert committer.committed == {}
+    assert _count(meter, "skipped") == 1 and _count(meter, "error") == 0
+    # Outside a revocation (the final drain) the same error fails the commit.
+    assert not committer.commit_now(sync=True, positions=final)
+    assert _count(meter, "error") == 1
+
+
+def test_b36_a_fatal_commit_error_on_revocation_still_fails() -> None:
+    tracker, committer, meter = _refusing(SourceError("not authorized", ErrorClass.FATAL))
+    lane = Lane("memory", 0)
+    tracker.assign([lane])
+    tracker.register(_batch(lane, 0, 3)).release()
+    final = tracker.revoke([lane])
+    assert not committer.commit_now(sync=True, positions=final, revoking=True)
+    assert _count(meter, "error") == 1 and _count(meter, "skipped") == 0

@@ -1,11 +1,14 @@
-"""PartitionTracker: contiguous delivered prefixes, worst status, epochs (B1, B2, B5, B15)."""
+"""PartitionTracker and its ack tokens: contiguous delivered prefixes, worst status,
+epochs, holders that release twice (B1, B2, B5, B15, B39)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from spate.checkpoint import AckStatus, AckToken, PartitionTracker
+from spate.errors import AckError
 from spate.records import Lane, PayloadBatch
 from spate.testing import ManualClock
 
@@ -38,21 +41,77 @@ def test_b1_out_of_order_resolution_commits_only_the_contiguous_prefix() -> None
 def test_b2_batch_stays_pending_until_every_holder_releases_and_worst_status_wins() -> None:
     tracker = PartitionTracker(ManualClock())
     token = tracker.register(batch(LANE, 0, 5))
-    token.retain()  # sink buffer 1
-    token.retain()  # sink buffer 2 (a split branch)
+    token.retain("buffer 1")
+    token.retain("buffer 2")  # a split branch
     token.release()  # the chain finished
-    token.release()  # buffer 1 written
+    token.release(holder="buffer 1")  # written
     assert token.status is AckStatus.PENDING
     assert tracker.watermarks() == {LANE: 0}
     assert tracker.pending(LANE) == 1
     other = tracker.register(batch(LANE, 5, 5))
-    other.retain()
-    other.release(False)  # one buffer abandoned ...
-    other.release(True)  # ... the other written: still failed
+    other.retain("buffer 1")
+    other.release(False, holder="buffer 1")  # one buffer abandoned ...
+    other.release(True)  # ... the chain finished: still failed
     assert other.status is AckStatus.FAILED
-    token.release()
+    token.release(holder="buffer 2")
     assert token.status is AckStatus.DELIVERED
     assert tracker.watermarks() == {LANE: 5}
+
+
+def test_b39_a_holder_releasing_twice_does_not_resolve_the_batch_early() -> None:
+    """Sink A releases twice while sink B still writes: with a count of holders the second
+    release took B's place and the batch resolved delivered (a commit ahead of B's rows)."""
+    tracker = PartitionTracker(ManualClock())
+    token = tracker.register(batch(LANE, 0, 5))
+    token.retain("sink A")
+    token.retain("sink B")
+    token.release()  # the chain
+    token.release(holder="sink A")
+    with pytest.raises(AckError, match="released by 'sink A', which does not hold it"):
+        token.release(holder="sink A")
+    assert token.status is AckStatus.PENDING
+    assert tracker.watermarks() == {LANE: 0}
+    assert tracker.fault is not None and "sink A" in tracker.fault
+    token.release(holder="sink B")  # B's rows are written: the batch is failed all the same
+    assert token.status is AckStatus.FAILED
+    assert tracker.watermarks() == {LANE: 0}
+
+
+def test_b39_a_release_after_resolution_or_without_a_hold_is_a_fault() -> None:
+    faults: list[str] = []
+    token = AckToken(LANE, 1, 1, 1, 1, lambda t: None, lambda t, reason: faults.append(reason))
+    with pytest.raises(AckError):
+        token.release(holder="never retained")
+    token.release()
+    assert token.status is AckStatus.FAILED  # the misuse failed the batch
+    with pytest.raises(AckError, match="after it resolved failed"):
+        token.release()  # the chain again
+    assert len(faults) == 2 and token.fault == faults[0]
+
+
+def test_b39_a_holder_retaining_twice_is_a_fault() -> None:
+    faults: list[str] = []
+    token = AckToken(LANE, 1, 1, 1, 1, lambda t: None, lambda t, reason: faults.append(reason))
+    token.retain("buffer")
+    with pytest.raises(AckError, match="retained twice by 'buffer'"):
+        token.retain("buffer")
+    assert token.holders == 2 and faults
+    token.release(holder="buffer")
+    token.release()
+    assert token.status is AckStatus.FAILED
+
+
+def test_b2_holders_may_release_in_any_order_and_the_last_resolves_once() -> None:
+    resolved: list[AckStatus] = []
+    token = AckToken(LANE, 1, 1, 1, 1, lambda t: resolved.append(t.status))
+    holders = [object() for _ in range(5)]
+    for holder in holders:
+        token.retain(holder)
+    for holder in reversed(holders):
+        token.release(holder=holder)
+    assert resolved == []
+    token.release()
+    assert resolved == [AckStatus.DELIVERED] and token.fault is None
 
 
 def test_b5_failed_head_batch_stalls_the_lane_and_reports_how_long() -> None:
@@ -82,12 +141,12 @@ def test_b15_resolutions_from_an_older_epoch_are_ignored() -> None:
     tracker = PartitionTracker(ManualClock())
     tracker.assign([LANE])
     old = tracker.register(batch(LANE, 0, 5))
-    old.retain()
+    old.retain("buffer")
     old.release()
     assert tracker.revoke([LANE]) == {LANE: 0}
     tracker.assign([LANE])
     new = tracker.register(batch(LANE, 0, 5))
-    old.release()  # the old ownership's write lands late
+    old.release(holder="buffer")  # the old ownership's write lands late
     assert tracker.ignored_resolutions == 1
     assert tracker.pending(LANE) == 1
     assert tracker.watermarks() == {LANE: 0}

@@ -153,3 +153,24 @@ def test_the_generated_package_is_lint_clean(generated: Generated) -> None:
             check=False,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", ["kafka", "spate-clickhouse", "core", "datagen"])
+def test_new_connector_refuses_the_names_of_spates_distributions(tmp_path: Path, name: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "new-connector", name, "--directory", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "spate's own distributions" in result.stderr and "shadow" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_new_connector_refuses_an_installed_distribution_name(tmp_path: Path) -> None:
+    # spate-sqlite, the example third-party connector, is installed in the dev environment.
+    code, _, err = _main("new-connector", "sqlite", "--directory", str(tmp_path))
+    assert code == 2
+    assert "a distribution named spate-sqlite is installed" in err

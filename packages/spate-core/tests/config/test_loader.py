@@ -56,9 +56,7 @@ class _Models:
         try:
             return table[(kind, name)]
         except KeyError:
-            raise MissingConnectorError(
-                kind, name, f"pip install spate-{name}", path=path
-            ) from None
+            raise MissingConnectorError(kind, name, f"install spate-{name}", path=path) from None
 
 
 def _parse(text: str, **kwargs: Any) -> Any:
@@ -83,7 +81,8 @@ def test_b17_connector_bodies_are_decoded_by_their_models() -> None:
     cfg = _parse(text)
     assert cfg.source.config == _SourceModel(partitions=2)
     sink = cfg.sinks["sink"]
-    assert (sink.tag, sink.component, sink.path) == ("capture", "sink", "sink.capture")
+    # The single sink's logs and metrics carry its connector's name, not "sink".
+    assert (sink.tag, sink.component, sink.path) == ("capture", "capture", "sink.capture")
     assert sink.config == _SinkModel(max_bytes=2048, batch=_Batch(linger=0.25))
     assert cfg.sinks_map is False
     assert cfg.deserializer is None
@@ -103,9 +102,29 @@ sinks:
         _parse(text, file="split.yaml")
     err = info.value
     assert err.path == "sinks.payments.capture.batch.max_rowz"
-    assert err.message == "unknown key"
+    assert err.message.startswith("unknown key; did you mean 'max_rows'? (expected one of ")
     assert (err.line, err.column) == (7, 9)
-    assert str(err) == "split.yaml:7:9: sinks.payments.capture.batch.max_rowz: unknown key"
+    assert str(err).startswith(
+        "split.yaml:7:9: sinks.payments.capture.batch.max_rowz: unknown key; did you mean"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "meant"),
+    [("batch:\n      max_row: 5", "max_rows"), ("tabel: x", "table"), ("max_byte: 1", "max_bytes")],
+)
+def test_b17_unknown_key_offers_the_close_valid_key(body: str, meant: str) -> None:
+    text = f"source:\n  memory: {{}}\nsink:\n  capture:\n    {body}\n"
+    with pytest.raises(ConfigError) as info:
+        _parse(text)
+    assert f"did you mean {meant!r}?" in info.value.message
+    assert meant in info.value.message.partition("expected one of ")[2]
+
+
+def test_b17_unknown_top_level_key_offers_the_close_section() -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse(BASE + "checkpiont: {}\n")
+    assert "did you mean 'checkpoint'?" in info.value.message
 
 
 @pytest.mark.parametrize(
@@ -210,8 +229,7 @@ def test_b26_missing_connector_names_path_and_install_command() -> None:
     with pytest.raises(MissingConnectorError) as info:
         _parse(BASE.replace("capture: {}", "clickhouse: {}"))
     assert str(info.value) == (
-        "sink.clickhouse: no sink named 'clickhouse' is installed; "
-        "install it with: pip install spate-clickhouse"
+        "sink.clickhouse: no sink named 'clickhouse' is installed; install spate-clickhouse"
     )
 
 

@@ -80,3 +80,28 @@ def test_b17_committed_reference_matches_the_models() -> None:
     assert PAGE.read_text(encoding="utf-8") == expected, (
         "docs/reference/configuration.md is stale: run python scripts/gen_config_reference.py"
     )
+
+
+def test_b17_every_key_in_the_reference_has_a_description() -> None:
+    """An empty Description cell fails: write the docstring under the field."""
+    page = _generator().render_page(Registry())
+    heading = ""
+    empty = []
+    for line in page.splitlines():
+        if line.startswith("#"):
+            heading = line
+        elif line.startswith("| `") and line.rstrip().endswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not cells[-1]:
+                empty.append(f"{heading}: {cells[0]}")
+    assert empty == []
+
+
+def test_b17_a_key_the_model_requires_is_marked_required_not_by_its_default() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class _Needs:
+        table: str = dataclasses.field(default="", metadata={"required": True})
+        """The table."""
+
+    text = "\n".join(render_sections([Section("sink.needs", _Needs)]))
+    assert "| `table` | string | required | The table. |" in text

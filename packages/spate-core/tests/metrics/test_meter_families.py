@@ -6,6 +6,7 @@ import re
 
 from prometheus_client import generate_latest
 from spate.metrics import ALL_FAMILIES, BASE_LABELS, LaneGauges, Meter, names
+from spate.metrics.names import COORDINATION_FAMILIES, PIPELINE_FAMILIES
 
 _NAME = re.compile(r"^spate_[a-z0-9_]+$")
 _UNITS = ("_seconds", "_bytes", "_rows", "_records", "_batches", "_splits", "_workers")
@@ -30,20 +31,25 @@ def test_b23_family_names_follow_the_conventions() -> None:
             assert family.name.endswith("_seconds"), family.name
         assert not set(family.labels) & set(BASE_LABELS), family.name
         assert family.help.strip(), family.name
-    # Sanity: the sections of DESIGN §9 are all present.
+    # Sanity: the sections of docs/guides/monitoring.md are all present.
     prefixes = {f.name.split("_")[1] for f in ALL_FAMILIES}
     assert {"source", "deser", "operator", "backpressure", "sink", "checkpoint"} <= prefixes
-    assert {"coordination", "end"} <= prefixes
+    assert "coordination" in prefixes
     gauges = [f for f in ALL_FAMILIES if f.kind == "gauge"]
     assert any(f.name.endswith(_UNITS) for f in gauges)
 
 
-def test_b23_a_new_meter_declares_every_family_on_its_own_registry() -> None:
+def test_b23_a_new_meter_declares_every_pipeline_family_on_its_own_registry() -> None:
     first, second = Meter("one"), Meter("two")
     assert first.registry is not second.registry
     text = generate_latest(first.registry).decode()
-    for family in ALL_FAMILIES:
+    for family in PIPELINE_FAMILIES:
         assert f"# TYPE {family.name} {family.kind}" in text, family.name
+    # Families that cannot apply (coordination without a coordination section) are out.
+    assert COORDINATION_FAMILIES and "spate_coordination_" not in text
+    everything = generate_latest(Meter("all", declare=ALL_FAMILIES).registry).decode()
+    for family in ALL_FAMILIES:
+        assert f"# TYPE {family.name} {family.kind}" in everything, family.name
     lazy = Meter("lazy", declare=None)
     assert "spate_" not in generate_latest(lazy.registry).decode()
 
@@ -92,3 +98,25 @@ def test_lane_gauges_refuse_families_not_keyed_by_lane() -> None:
         assert "lane" in str(exc)
     else:
         raise AssertionError("a shard-keyed gauge was accepted")
+
+
+def test_b23_every_declared_family_is_recorded_somewhere() -> None:
+    """A family no component records would be documented and exported but always empty."""
+    from pathlib import Path
+
+    packages = Path(__file__).resolve().parents[3]
+    sources = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in packages.glob("*/src/**/*.py")
+        if path.name != "names.py"
+    )
+    constants = {
+        attr: family
+        for attr, family in vars(names).items()
+        if isinstance(family, names.MetricFamily)
+    }
+    assert set(constants.values()) == set(ALL_FAMILIES)
+    unused = [
+        family.name for attr, family in constants.items() if not re.search(rf"\b{attr}\b", sources)
+    ]
+    assert unused == []

@@ -1,4 +1,5 @@
-"""``bench/chain_overhead.py`` runs and reports what DESIGN §12 asks for (smoke test).
+"""``bench/chain_overhead.py`` runs and reports what the performance rules ask for
+(smoke test; see docs/development.md).
 
 Only the shape of the report is checked, at a tiny size: benchmarks are never timed
 assertions in tests.

@@ -18,9 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, DeserError, DeserErrorKind, ErrorPolicy, FatalError
+from spate.config import DeadLetterSettings
 from spate.errors import ErrorClass, SinkError
 from spate.metrics import Meter
 from spate.ops import NO_RECORD, ChainContext, Stalled, compile_chain
+from spate.ops._deadletter import DeadLetter
 from spate.records import Lane, PayloadBatch
 from spate.sink import Offer
 
@@ -46,14 +48,14 @@ class RecordingSink:
         if isinstance(row, int) and self.bad_mod and row % self.bad_mod == 3:
             raise SinkError(f"cannot encode {row}", ErrorClass.RECORD)
         if not self.held or self.held[-1] is not ack:
-            ack.retain()
+            ack.retain(self.name)
             self.held.append(ack)
         self.rows.append((row, key))
         return Offer.ACCEPTED
 
     def release_all(self) -> None:
         for ack in self.held:
-            ack.release(True)
+            ack.release(True, holder=self.name)
         self.held.clear()
 
     # Unused parts of the Sink protocol.
@@ -120,7 +122,9 @@ class ManyIntDeser(IntDeser):
 op_strategy = st.one_of(
     st.tuples(st.just("map"), st.integers(0, 5)),
     st.tuples(st.just("map_raise"), st.integers(5, 9)),
-    st.tuples(st.just("try_map"), st.integers(3, 7), st.sampled_from(["skip", "fail"])),
+    st.tuples(
+        st.just("try_map"), st.integers(3, 7), st.sampled_from(["skip", "fail", "dead_letter"])
+    ),
     st.tuples(st.just("filter"), st.integers(2, 5)),
     st.tuples(st.just("flat_map"), st.integers(0, 3)),
     st.tuples(st.just("flat_gen"), st.integers(1, 3)),
@@ -131,10 +135,13 @@ op_strategy = st.one_of(
 
 
 def build(
-    ops: list[tuple[Any, ...]], log: list[tuple[str, object]], meta: bool = False
+    ops: list[tuple[Any, ...]],
+    log: list[tuple[str, object]],
+    meta: bool = False,
+    on_error: Any = "fail",
 ) -> Callable[[Any], Any]:
     def chains(ctx: ChainContext) -> Any:
-        chain = ctx.chain(meta=meta)
+        chain = ctx.chain(meta=meta, on_error=on_error)
         if meta:
             # (value, RecordMeta): fold the record's offset and key into the value, so a
             # wrong meta on either executor changes the rows.
@@ -183,6 +190,9 @@ class Scenario:
     record_policy: ErrorPolicy
     deser_policy: ErrorPolicy
     meta: bool = False
+    on_error: str = "fail"
+    dl_rejects: frozenset[int] = frozenset()
+    """Offer attempts the dead-letter sink refuses (B71: the chain stalls there)."""
 
 
 def payload_strategy(many: bool) -> st.SearchStrategy[bytes]:
@@ -217,12 +227,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         record_policy=draw(st.sampled_from(list(ErrorPolicy))),
         deser_policy=draw(st.sampled_from(list(ErrorPolicy))),
         meta=draw(st.booleans()),
+        on_error=draw(st.sampled_from(["fail", "dead_letter"])),
+        dl_rejects=draw(st.frozensets(st.integers(1, 6), max_size=4)),
     )
 
 
 def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
     log: list[tuple[str, object]] = []
-    chains = build(sc.ops, log, sc.meta)
+    chains = build(sc.ops, log, sc.meta, sc.on_error)
     sinks = {
         name: RecordingSink(name, sc.rejects[n], sc.bad_mod, sc.record_policy)
         for n, name in enumerate(["a", "b"] if sc.split else ["a"])
@@ -244,6 +256,14 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         spec = chain.split(unrouted=sc.split).route(route)
     registry = CollectorRegistry()
     meter = Meter("p", registry)
+    dl_sink = RecordingSink("dead_letter", sc.dl_rejects, 0, ErrorPolicy.FAIL)
+    dead_letter = DeadLetter(
+        dl_sink,
+        DeadLetterSettings(max_consecutive=0, max_ratio=1),
+        meter=meter,
+        pipeline="p",
+        kafka_format=False,
+    )
     deser = ManyIntDeser(sc.not_ready_tries) if sc.many else IntDeser(sc.not_ready_tries)
     processor = compile_chain(
         spec,
@@ -253,6 +273,7 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         pipeline="p",
         deser_policy=sc.deser_policy,
         interpreted=interpreted,
+        dead_letter=dead_letter,
     )
     resolved: list[AckStatus] = []
     ack = AckToken(
@@ -283,7 +304,7 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
     except FatalError as exc:
         error = f"{exc.component}: {exc.reason}"
     ack.release(error is None)
-    for sink in sinks.values():
+    for sink in [*sinks.values(), dl_sink]:
         sink.release_all()
     metrics = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -293,6 +314,7 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
     }
     return {
         "rows": {name: sink.rows for name, sink in sinks.items()},
+        "dead_letters": dl_sink.rows,
         "log": log,
         "stalls": stalls,
         "error": error,

@@ -7,6 +7,7 @@ tables drive the real :class:`~spate.ops._columnar.FrameProcessor` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -286,3 +287,83 @@ def test_a_frame_chain_needs_a_columnar_deserializer() -> None:
             meter=meter,
             pipeline="p",
         )
+
+
+class ColumnRouter:
+    """Places a row by its column ``n`` (``n % 3``), and records how it was asked."""
+
+    placed_by = "n"
+
+    def __init__(self) -> None:
+        self.columns: list[list[object]] = []
+
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
+        return int(row["n"]) % 3  # type: ignore[index]
+
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        self.columns.append(list(values))
+        return [int(v) % 3 for v in values]  # type: ignore[call-overload]
+
+
+def test_b13_a_router_placing_by_a_column_gets_the_frames_column_at_once() -> None:
+    """B13: a frame goes through the router's ``route_column`` over its ``placed_by``
+    column (not the keys), and each row lands where ``route`` puts the row."""
+    router = ColumnRouter()
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    ends = FrameEndpoints(clock)
+    pool = SinkPool(
+        "sink",
+        ends,
+        shards=[ShardConfig(replicas=(f"s{i}",)) for i in range(3)],
+        pipeline="p",
+        run_nonce="run1",
+        meter=meter,
+        clock=clock,
+        budget=InflightBudget(1 << 30),
+        io_threads=0,
+        config=PoolConfig(),
+        router=router,
+    )
+    pool.start()
+    assert not pool.frame_needs_keys
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p",
+    )  # fmt: skip
+    ack = new_ack({})
+    assert proc.process(batch([str(i).encode() for i in range(30)]), ack) is None
+    ack.release(True)
+    pool.tick()
+    assert router.columns == [list(range(30))]
+    placed = {r[0]: w.shard for w in ends.written for r in w.rows}
+    assert placed == {i: router.route({"n": i}, None, LANE) for i in range(30)}
+
+
+def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows() -> None:
+    """B71: dead letters are a row-path feature; a frame chain says so at build, and a
+    pipeline without a chain stays on the row path when a dead-letter sink is set."""
+    from spate.config import DeadLetterSettings
+    from spate.ops._columnar import FrameProcessor
+    from spate.ops._deadletter import DeadLetter
+
+    class BothDeser(FrameDeser):
+        def deserialize(self, payload: memoryview) -> object:
+            return {"n": int(bytes(payload))}
+
+    pool, _ends, meter = make_pool()
+    dlq, _dlq_ends, _ = make_pool()
+    dead_letter = DeadLetter(
+        dlq, DeadLetterSettings(), meter=meter, pipeline="p", kafka_format=False
+    )
+    with pytest.raises(ValueError, match=r"frame chain .* dead-letter"):
+        compile_chain(
+            lambda ctx: ctx.frames().sink(), deserializer=BothDeser(), sinks={"sink": pool},
+            meter=meter, pipeline="p", dead_letter=dead_letter,
+        )  # fmt: skip
+    plain = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
+                          pipeline="p")  # fmt: skip
+    assert isinstance(plain, FrameProcessor)
+    rows = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
+                         pipeline="p", dead_letter=dead_letter)  # fmt: skip
+    assert not isinstance(rows, FrameProcessor)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from spate.config.models import CheckpointConfig
 from spate.pipeline import Pipeline, PipelineHealth
-from spate.testing import CopyToSinkProcessor, ManualClock, capture_sink, delay, memory_source
+from spate.records import Lane
+from spate.testing import (
+    CopyToSinkProcessor,
+    ManualClock,
+    MemorySource,
+    capture_sink,
+    delay,
+    memory_source,
+)
 
 
 def test_b22_readiness_needs_assigned_lanes_and_ready_sinks(runtime_factory) -> None:
@@ -100,3 +108,55 @@ def test_b29_a_sink_that_cannot_start_fails_run_before_anything_is_consumed(tmp_
     else:
         raise AssertionError("expected a SinkError")
     assert handle.polls == 0 and handle.commits == []
+
+
+class _LaggingSource(MemorySource):
+    """A memory source that reports records waiting on lane 1 it never hands out."""
+
+    def __init__(self) -> None:
+        super().__init__("memory", 2, bounded=False, batch_size=5)
+        self.lag = 7
+
+    def fetch_lag(self) -> dict[Lane, int]:
+        return {Lane("memory", 1): self.lag}
+
+
+def _silent_lane_runtime(runtime_factory, *, steps: int, lane_stall_after: float | None = None):
+    """A runtime over a source whose lane 1 is behind and paused behind spate's back,
+    after ``steps`` loop turns (0.1 s of manual time each)."""
+    clock = ManualClock()
+    source = _LaggingSource()
+    source.pause([Lane("memory", 1)])  # the runtime never paused it
+    sink, _ = capture_sink("out", clock=clock)
+    runtime, _ = runtime_factory(source, {"out": sink}, CopyToSinkProcessor(sink), clock)
+    runtime._lane_stall_after = lane_stall_after
+    runtime.start()
+    for _ in range(steps):
+        runtime.step()
+    return runtime, source
+
+
+def test_b32_liveness_names_an_owned_lane_that_is_behind_and_silent_while_not_paused(
+    runtime_factory,
+) -> None:
+    runtime, source = _silent_lane_runtime(runtime_factory, steps=200)  # 20 s
+    assert runtime.liveness(30.0) == (True, "alive")
+    for _ in range(200):
+        runtime.step()
+    alive, why = runtime.liveness(30.0)
+    assert not alive and "memory[1]" in why and "7 record(s) behind" in why
+    source.lag = 0  # nothing left to fetch: a quiet lane is fine
+    assert runtime.liveness(30.0) == (True, "alive")
+
+
+def test_b32_a_lane_spate_paused_is_not_silent(runtime_factory) -> None:
+    runtime, _ = _silent_lane_runtime(runtime_factory, steps=400)
+    assert not runtime.liveness(30.0)[0]
+    runtime._paused.add(Lane("memory", 1))  # as backpressure does: spate's own pause
+    assert runtime.liveness(30.0) == (True, "alive")
+
+
+def test_b32_lane_stall_after_overrides_stall_after(runtime_factory) -> None:
+    runtime, _ = _silent_lane_runtime(runtime_factory, steps=100, lane_stall_after=5.0)  # 10 s
+    alive, why = runtime.liveness(30.0)
+    assert not alive and "memory[1]" in why

@@ -1,4 +1,7 @@
-"""Payloads reach the chain as borrowed views over the source's own buffer (DESIGN §3)."""
+"""Payloads reach the chain as borrowed views over the source's own buffer.
+
+See docs/concepts/architecture.md, "Records are borrowed".
+"""
 
 from __future__ import annotations
 

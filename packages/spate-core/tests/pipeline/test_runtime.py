@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.errors import AckError
 from spate.flow import InflightBudget
-from spate.pipeline import Pipeline
+from spate.pipeline import Pipeline, PipelineRuntime, ShutdownHandle
 from spate.records import Lane
+from spate.sink import BatchConfig, PoolConfig, Sink
 from spate.testing import (
+    CaptureScript,
+    CaptureSink,
     CopyToSinkProcessor,
     ManualClock,
+    SealedBatch,
     capture_sink,
     delay,
     memory_source,
+    scripted_pool,
 )
 
 
@@ -97,6 +104,40 @@ def test_b2_a_batch_split_to_two_sinks_fails_when_one_branch_fails(
     assert good_script.writes == 2  # the good branch wrote both batches ...
     assert handle.last_committed(0) == 10  # ... but batch 2 failed in the other branch
     assert runtime.tracker.stalled_lanes()
+
+
+class ReleasesTwice(CaptureSink):
+    """A sink that releases every ack twice once written, and swallows the error."""
+
+    def _resolve(self, batches: list[SealedBatch], *, ok: bool) -> None:
+        super()._resolve(batches, ok=ok)
+        for sealed in batches:
+            for ack in sealed.acks:
+                with contextlib.suppress(AckError):
+                    ack.release(ok, holder=sealed.holder)
+
+
+def test_b39_a_sink_releasing_twice_fails_the_run_and_never_commits_ahead(fan_out) -> None:
+    """One branch of a split releases twice while the other branch has not written yet:
+    the batch used to resolve delivered and the run committed past unwritten rows, exit 0."""
+    clock = ManualClock()
+    source, handle = memory_source({0: payloads("a", 20)}, batch_size=10)
+    slow, slow_script = capture_sink("slow", max_rows=10, clock=clock)
+    slow_script.then(delay(1e6))  # never done within the run
+    twice = ReleasesTwice("twice", CaptureScript(), max_rows=10, clock=clock)
+    report = Pipeline(
+        "b2twice",
+        source,
+        {"slow": slow, "twice": twice},
+        processor=fan_out([slow, twice]),
+        clock=clock,
+        checkpoint=CheckpointConfig(interval=1.0, drain_timeout=5.0),
+        handle_signals=False,
+    ).run()
+    assert slow_script.writes == 0
+    assert handle.last_committed(0) in (None, 0)
+    assert report.exit_code == 1
+    assert "released by sink twice buffer 1, which does not hold it" in report.reason
 
 
 def test_b5_failed_head_batch_fails_the_pipeline_after_stalled_fail_after() -> None:
@@ -315,6 +356,63 @@ def test_b15_revocation_commits_synchronously_before_the_barrier_returns() -> No
     assert sorted(script.rows) == sorted(payloads("a", 50) + payloads("b", 50))
 
 
+def revoke_lane_0_after_two_polls(
+    runtime_factory: Callable[..., tuple[PipelineRuntime, ShutdownHandle]],
+    sink: Sink,
+    clock: ManualClock,
+) -> tuple[PipelineRuntime, ShutdownHandle]:
+    """Lanes 0 and 1 hand out 20 rows each to ``sink`` (no checkpoint tick seals
+    anything), then lane 0 is revoked and assigned again; lane 0's commit is checked."""
+    source, handle = memory_source(
+        {0: payloads("a", 40), 1: payloads("b", 40)}, batch_size=10, bounded=False
+    )
+    runtime, shutdown = runtime_factory(
+        source,
+        {"out": sink},
+        CopyToSinkProcessor(sink),
+        clock,
+        checkpoint=CheckpointConfig(interval=1000.0),
+    )
+    runtime.start()
+    run_steps(runtime, 2)
+    handle.rebalance(revoke=[0], assign=[0])
+    run_steps(runtime, 1)
+    assert handle.commits[0] == ({Lane("memory", 0): 20}, True)  # before the barrier returned
+    return runtime, shutdown
+
+
+def test_b40_revoking_a_lane_writes_its_rows_and_leaves_other_lanes_buffers_open(
+    runtime_factory,
+) -> None:
+    """Lane 0's rows go to shard s0 and lane 1's to s1 (keyless rows spread by partition).
+    Revoking lane 0 writes s0's batch and commits lane 0 before the barrier returns (B15),
+    and leaves s1's batch open: it used to flush every buffer on every revocation."""
+    clock = ManualClock()
+    pool, ends = scripted_pool(
+        "out", shards=2, clock=clock, config=PoolConfig(batch=BatchConfig(linger=1000.0))
+    )
+    runtime, shutdown = revoke_lane_0_after_two_polls(runtime_factory, pool, clock)
+    assert [len(a.rows) for a in ends.attempts_on("s0")] == [20]
+    assert ends.attempts_on("s1") == []  # lane 1's batch was not cut short
+    shutdown.request("test over")
+    report = runtime.finish("test over")
+    assert report.exit_code == 0
+    assert [len(a.rows) for a in ends.attempts_on("s1")] == [
+        report.final_watermarks[Lane("memory", 1)]
+    ]
+
+
+def test_b40_a_sink_without_per_lane_flush_is_flushed_in_full_on_revocation(
+    runtime_factory,
+) -> None:
+    """A sink written before flush_lanes existed still gets every revoked row written."""
+    clock = ManualClock()
+    sink, script = capture_sink("out", max_rows=1000, clock=clock)
+    assert not hasattr(sink, "flush_lanes")
+    revoke_lane_0_after_two_polls(runtime_factory, sink, clock)
+    assert script.writes == 1 and len(script.rows) == 40  # everything, as before
+
+
 def test_b15_late_acks_of_a_revoked_epoch_are_ignored(runtime_factory) -> None:
     clock = ManualClock()
     source, handle = memory_source({0: payloads("a", 20)}, batch_size=10, bounded=False)
@@ -443,3 +541,20 @@ def test_a_retryable_poll_error_is_retried_and_a_fatal_one_fails_the_run() -> No
         handle_signals=False,
     ).run()
     assert report.exit_code == 1 and "authentication failed" in report.reason
+
+
+def test_b34_a_source_that_takes_back_drained_keeps_the_run_going(runtime_factory) -> None:
+    clock = ManualClock()
+    source, _handle = memory_source({0: payloads("a", 5)}, bounded=False)
+    sink, _ = capture_sink("out", clock=clock)
+    runtime, _ = runtime_factory(source, {"out": sink}, CopyToSinkProcessor(sink), clock)
+    runtime.start()
+    runtime.drained()
+    assert runtime.should_stop()
+    runtime.undrained()  # a rebalance handed the drained source a lane it has not read
+    assert not runtime.should_stop()
+    run_steps(runtime, 3)
+    assert runtime.records_in == 5
+    runtime.drained()
+    assert not runtime.step()
+    assert runtime.finish("source drained").exit_code == 0

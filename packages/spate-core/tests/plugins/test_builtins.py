@@ -43,7 +43,7 @@ sink:
     assert result.returncode == 0, result.stderr
     rows = read_file_sink(out)
     assert sorted(rows) == sorted(f"{p}:{i}" for p in range(3) for i in range(records))
-    assert "admin server listening on http://127.0.0.1:" in result.stderr
+    assert "admin server listening on 127.0.0.1:" in result.stderr
     assert "builtin-run completed" in result.stderr
 
 

@@ -14,8 +14,9 @@ import pytest
 from spate.config import parse_config
 from spate.errors import MissingConnectorError, PluginError
 from spate.plugins import PluginKind, Registry
+from spate.plugins._entry_points import FRONT_DOOR_EXTRAS
 
-from tests.support.fake_plugins import install_dist, install_front_door
+from tests.support.fake_plugins import front_door_extras, install_dist, install_front_door
 
 FACTORY_MODULE = """
 from dataclasses import dataclass
@@ -168,6 +169,13 @@ def test_two_distributions_declaring_one_name_is_an_error(plugin_dir: tuple[Path
         Registry(path=[str(root)]).factory("sink", "dup")
 
 
+def _hint(dist: str, extra: str) -> str:
+    return (
+        f"install {dist} (the front door's extra spate[{extra}]); spate is not on the "
+        f'public package index yet, so from a spate checkout: pip install "./packages/{dist}"'
+    )
+
+
 def test_b26_missing_connector_hint_comes_from_the_front_door_extras(tmp_path: Path) -> None:
     install_front_door(tmp_path)
     registry = Registry(path=[str(tmp_path)])
@@ -175,18 +183,18 @@ def test_b26_missing_connector_hint_comes_from_the_front_door_extras(tmp_path: P
         registry.factory("sink", "clickhouse", path="sinks.payments.clickhouse")
     assert str(info.value) == (
         "sinks.payments.clickhouse: no sink named 'clickhouse' is installed; "
-        'install it with: pip install "spate[clickhouse]"'
+        + _hint("spate-clickhouse", "clickhouse")
     )
     assert isinstance(info.value, ImportError)
     assert (info.value.kind, info.value.name) == ("sink", "clickhouse")
     assert info.value.path == "sinks.payments.clickhouse"
     hints = {
-        ("source", "kafka"): 'pip install "spate[kafka]"',
-        ("deserializer", "avro"): 'pip install "spate[avro]"',
-        ("source", "s3"): 'pip install "spate[s3]"',
-        ("source", "datagen"): 'pip install "spate[datagen]"',
-        ("coordination_store", "nats"): 'pip install "spate[coordination-nats]"',
-        ("coordination_store", "memory"): 'pip install "spate[coordination]"',
+        ("source", "kafka"): _hint("spate-kafka", "kafka"),
+        ("deserializer", "avro"): _hint("spate-avro", "avro"),
+        ("source", "s3"): _hint("spate-s3", "s3"),
+        ("source", "datagen"): _hint("spate-datagen", "datagen"),
+        ("coordination_store", "nats"): _hint("spate-coordination[nats]", "coordination-nats"),
+        ("coordination_store", "memory"): _hint("spate-coordination", "coordination"),
         ("sink", "nosuchthing"): None,
     }
     for (kind, name), hint in hints.items():
@@ -203,15 +211,53 @@ def test_b26_a_distribution_only_reachable_through_an_extra_is_found(tmp_path: P
         requires=['spate-parquet==0.1.0; extra == "warehouse"'],
     )
     registry = Registry(path=[str(tmp_path)])
-    assert registry.install_hint("sink", "parquet") == 'pip install "spate[warehouse]"'
+    assert registry.install_hint("sink", "parquet") == _hint("spate-parquet", "warehouse")
 
 
-def test_b26_without_the_front_door_the_hint_names_the_distribution(tmp_path: Path) -> None:
+def test_b26_without_the_front_door_the_hint_names_only_known_distributions(
+    tmp_path: Path,
+) -> None:
     registry = Registry(path=[str(tmp_path)])
     with pytest.raises(MissingConnectorError) as info:
         registry.factory("source", "kafka")
-    assert info.value.install == "pip install spate-kafka"
-    assert registry.install_hint("coordination_store", "nats") == "pip install spate-coordination"
+    assert info.value.install == _hint("spate-kafka", "kafka")
+    assert registry.install_hint("coordination_store", "nats") == _hint(
+        "spate-coordination[nats]", "coordination-nats"
+    )
+    # A name no spate distribution provides gets no install command (it could be anybody's).
+    assert registry.install_hint("sink", "parquet") is None
+
+
+def test_b26_the_builtin_extras_table_matches_the_front_door() -> None:
+    declared = {
+        extra: tuple(sorted({r.split("==")[0].split("[")[0] for r in reqs}))
+        for extra, reqs in front_door_extras().items()
+    }
+    assert {k: tuple(sorted(set(v))) for k, v in FRONT_DOOR_EXTRAS.items()} == declared
+
+
+@pytest.mark.parametrize("front_door", [True, False])
+def test_b26_a_typo_gets_did_you_mean_and_no_install_command(
+    tmp_path: Path, front_door: bool
+) -> None:
+    if front_door:
+        install_front_door(tmp_path)
+    registry = Registry(path=[str(tmp_path)])
+    with pytest.raises(MissingConnectorError) as info:
+        registry.factory("source", "kafak", path="source.kafak")
+    assert info.value.install is None
+    assert str(info.value) == (
+        "source.kafak: no source named 'kafak' is installed; did you mean 'kafka'?"
+    )
+    assert "pip install" not in str(info.value)
+
+
+def test_b26_an_unknown_name_lists_the_installed_ones(plugin_dir: tuple[Path, str]) -> None:
+    root, module = plugin_dir
+    install_dist(root, "acme-x", entry_points={"spate.sinks": {"echo": f"{module}:EchoFactory"}})
+    with pytest.raises(MissingConnectorError) as info:
+        Registry(path=[str(root)]).factory("sink", "zzzzqqq")
+    assert str(info.value) == "no sink named 'zzzzqqq' is installed (installed: echo)"
 
 
 def test_unknown_kind_is_refused(tmp_path: Path) -> None:

@@ -354,21 +354,34 @@ def test_b13_fnv1a_known_values_and_weighted_placement() -> None:
     for i in range(200):
         key = f"key-{i}".encode()
         expected = 0 if fnv1a_64(key) % 4 == 0 else 1
-        assert router.route(key, LANE) == expected
+        assert router.route(None, key, LANE) == expected
     # Keyless records spread by partition through the same weight intervals.
-    assert [router.route(None, Lane("t", p)) for p in range(8)] == [0, 1, 1, 1, 0, 1, 1, 1]
+    assert [router.route(None, None, Lane("t", p)) for p in range(8)] == [0, 1, 1, 1, 0, 1, 1, 1]
+
+
+def test_b13_routing_a_column_of_keys_places_like_routing_row_by_row() -> None:
+    """The columnar form of the Router contract: one call over a column of keys gives
+    the shards that routing each row gives."""
+    from spate.sink import WeightedHashRouter
+
+    router = WeightedHashRouter([2, 1, 5])
+    assert router.placed_by is None  # it places by the record key
+    keys: list[bytes | None] = [f"user-{i}".encode() for i in range(300)] + [None] * 3
+    for lane in (Lane("t", 0), Lane("t", 5)):
+        rows = [router.route(("row", i), key, lane) for i, key in enumerate(keys)]
+        assert router.route_column(keys, lane) == rows
 
 
 def test_b13_routing_is_the_same_in_another_process() -> None:
     from spate.sink import WeightedHashRouter
 
     keys = [f"user-{i}".encode() for i in range(50)]
-    here = [WeightedHashRouter([2, 1, 5]).route(k, LANE) for k in keys]
+    here = [WeightedHashRouter([2, 1, 5]).route(None, k, LANE) for k in keys]
     code = (
         "from spate.sink import WeightedHashRouter\n"
         "from spate.records import Lane\n"
         "r = WeightedHashRouter([2, 1, 5])\n"
-        "print([r.route(f'user-{i}'.encode(), Lane('t', 0)) for i in range(50)])\n"
+        "print([r.route(None, f'user-{i}'.encode(), Lane('t', 0)) for i in range(50)])\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -424,6 +437,28 @@ def test_b4_abandon_and_close_fail_every_held_ack() -> None:
     assert acks.status == {1: AckStatus.FAILED, 2: AckStatus.FAILED}
     assert pool.pending_rows() == 0
     assert ends.closed == ["s0"]
+
+
+def test_b4_b39_the_pool_releases_every_ack_of_a_batch_even_when_one_raises() -> None:
+    """A resolver that raises once used to stop the release loop: the batch's other acks
+    stayed held forever and their lanes never committed again."""
+    pool, _ = scripted_pool(budget=(budget := InflightBudget(1 << 20)))
+    pool.start()
+    calls: list[int] = []
+
+    def raising_resolver(token: AckToken) -> None:
+        calls.append(token.seq)
+        raise RuntimeError("a resolver bug")
+
+    acks = [AckToken(LANE, 0, seq, seq, 1, raising_resolver) for seq in range(5)]
+    for seq, ack in enumerate(acks):
+        offer_all(pool, [seq], ack)
+        ack.release()  # the chain's hold; the batch still holds it
+    assert budget.used > 0
+    assert pool.flush(deadline=1e9)
+    assert [a.status for a in acks] == [AckStatus.DELIVERED] * 5
+    assert sorted(calls) == list(range(5))
+    assert budget.used == 0
 
 
 def test_b7_full_shard_refuses_rows_and_budget_is_returned() -> None:
@@ -521,6 +556,29 @@ def test_worker_threads_write_everything_with_retries_on_the_real_clock() -> Non
     assert budget.used == 0
     retried = {a.token for a in ends.attempts if a.outcome == "retryable"}
     assert retried and retried <= {w.token for w in ends.written}
+
+
+def test_b40_flush_lanes_waits_for_those_lanes_batches_only_on_worker_threads() -> None:
+    """A revoked lane's batch that needs retries is waited for; another shard's batch of
+    another lane is neither sealed nor waited for."""
+    cfg = config(batch=BatchConfig(max_rows=1000, linger=3600.0), retry=RetryConfig(initial=0.001))
+    pool, ends = scripted_pool(shards=2, clock=SystemClock(), io_threads=2, config=cfg)
+    ends.script("s0", "retryable", times=3)
+    pool.start()
+    lane0, lane1 = Lane("t", 0), Lane("t", 1)  # keyless: lane 0 -> s0, lane 1 -> s1
+    a0 = AckToken(lane0, 0, 1, 5, 5, lambda t: None)
+    a1 = AckToken(lane1, 0, 1, 5, 5, lambda t: None)
+    for ack in (a0, a1):
+        for i in range(5):
+            assert pool.offer(i, None, ack.lane, ack) is Offer.ACCEPTED
+        ack.release()
+    assert pool.flush_lanes([lane0], time.monotonic() + 30)
+    assert a0.status is AckStatus.DELIVERED
+    assert a1.status is AckStatus.PENDING and ends.attempts_on("s1") == []
+    assert pool.flush_lanes([Lane("t", 7)], time.monotonic() + 30)  # holds nothing: at once
+    assert pool.pending_rows() == 5
+    assert pool.flush(time.monotonic() + 30) and a1.status is AckStatus.DELIVERED
+    pool.close()
 
 
 def test_shard_config_requires_replicas() -> None:

@@ -16,10 +16,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spate.plugins import install_hint
+
 from spate_datagen._codec import encoder
 from spate_datagen._events import Manifest, storefront_events
 
 logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for the brokers to answer a metadata request before giving up."""
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines (one per failed connection attempt) at DEBUG, not stderr."""
+
+    _log = logging.getLogger("spate_datagen.librdkafka")
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        self._log.debug(msg, *args)
 
 
 def produce_events(
@@ -31,27 +45,37 @@ def produce_events(
     fmt: str = "avro",
     partitions: int | None = None,
     producer_settings: dict[str, Any] | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
 ) -> Manifest:
     """Produce ``count`` events to ``topic`` and wait for every delivery report.
 
-    Raises ``RuntimeError`` naming the brokers when a delivery fails. ``brokers=None``
+    Raises ``RuntimeError`` naming the brokers when they do not answer within
+    ``connect_timeout`` seconds or a delivery fails. ``brokers=None``
     with ``producer_settings`` containing ``test.mock.num.brokers`` uses librdkafka's
     mock cluster (the caller keeps the producer's process alive).
     """
-    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     settings: dict[str, Any] = {
         "linger.ms": 20,
         "batch.num.messages": 10_000,
         "enable.idempotence": True,
         "compression.type": "lz4",
+        "logger": _LibrdkafkaLog(),
     }
     if brokers is not None:
         settings["bootstrap.servers"] = brokers
     settings.update(producer_settings or {})
+    producer = Producer(settings)
+    try:
+        producer.list_topics(timeout=connect_timeout)
+    except KafkaException as exc:
+        raise RuntimeError(
+            f"brokers {brokers or 'of the mock cluster'} unreachable within "
+            f"{connect_timeout:g}s: {exc.args[0]}"
+        ) from None
     if partitions is not None and brokers is not None:
         ensure_topic(brokers, topic, partitions)
-    producer = Producer(settings)
     encode = encoder(fmt)
     manifest = Manifest()
     failures: list[str] = []
@@ -81,7 +105,7 @@ def ensure_topic(brokers: str, topic: str, partitions: int, timeout: float = 30.
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": brokers})
+    admin = AdminClient({"bootstrap.servers": brokers, "logger": _LibrdkafkaLog()})
     metadata = admin.list_topics(timeout=timeout)
     if topic in metadata.topics and not metadata.topics[topic].error:
         return
@@ -120,16 +144,21 @@ class DatagenCommand:
         parser.add_argument(
             "--manifest", type=Path, default=None, help="write counts per kind as JSON here"
         )
+        parser.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=CONNECT_TIMEOUT,
+            metavar="SECONDS",
+            help=f"give up when the brokers do not answer in time (default {CONNECT_TIMEOUT:g})",
+        )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
-            sys.stderr.write(
-                "spate datagen produces to Kafka and needs the Kafka connector: "
-                'pip install "spate[kafka,datagen]"\n'
-            )
+            hint = install_hint("spate-kafka", "kafka")
+            sys.stderr.write(f"spate datagen produces to Kafka and needs confluent-kafka: {hint}\n")
             return 2
         try:
             manifest = produce_events(
@@ -139,6 +168,7 @@ class DatagenCommand:
                 seed=args.seed,
                 fmt=args.format,
                 partitions=args.partitions,
+                connect_timeout=args.connect_timeout,
             )
         except Exception as exc:  # the command's top level: one clear line, no traceback
             sys.stderr.write(f"spate datagen: {exc}\n")

@@ -20,15 +20,15 @@ _TARGET = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JsonConfig:
-    """``deserializer: {json: ...}`` — decode JSON payloads with orjson (DESIGN §10)."""
+    """``deserializer: {json: ...}`` — decode JSON payloads with orjson."""
 
     framing: JsonFraming = "single"
     """``single``: one JSON value per payload (an empty payload holds no record);
     ``ndjson``: one value per line, a bad line is one bad record; ``array``: one JSON
     array per payload whose elements are the records, all or nothing (B21)."""
     on_error: ErrorPolicy = ErrorPolicy.SKIP
-    """What the pipeline does with a record that cannot be decoded: skip it (counted) or
-    fail."""
+    """What the pipeline does with a record that cannot be decoded: skip it (counted),
+    fail, or write it to the ``dead_letter`` sink with its error."""
     top_level: Literal["object", "any"] = "object"
     """``object``: every record must be a JSON object, anything else is a record error;
     ``any``: any JSON value is a record."""

@@ -71,7 +71,7 @@ class SingleJsonDeserializer(JsonDeserializer):
     """``framing: single`` — one JSON value per payload.
 
     :meth:`create` picks a subclass specialised for the configuration, so the per-record
-    method does no configuration checks of its own (DESIGN §12).
+    method does no configuration checks of its own (docs/development.md, performance rules).
     """
 
     many: ClassVar[bool] = False

@@ -7,6 +7,7 @@ refused at start-up with their dotted path, including librdkafka's aliases for t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 
 # Settings the source owns: offsets are stored and committed only behind delivered data,
@@ -61,3 +62,40 @@ def passthrough_errors(
                     "partitions with the eager protocol"
                 ),
             )
+
+
+_PROPERTY = re.compile(r'configuration property:? "([^"]+)"')
+
+
+def librdkafka_errors(
+    settings: Mapping[str, object], passthrough: Mapping[str, object], *, producer: bool
+) -> Iterator[tuple[str, str]]:
+    """Yield ``(key, message)`` when librdkafka refuses ``settings`` (B44).
+
+    librdkafka checks every property (name, value, combinations) when a client is
+    created; without ``bootstrap.servers`` the client connects to nothing, so this runs
+    at ``spate validate`` and costs a few milliseconds. A refused property is reported
+    at its own key (``rdkafka.<key>``) when it is one of the ``passthrough`` keys, else
+    at ``rdkafka``.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    from spate_kafka._logging import LIBRDKAFKA_LOG
+
+    probe: dict[str, object] = {
+        k: v for k, v in settings.items() if k not in ("bootstrap.servers", "metadata.broker.list")
+    }
+    probe["logger"] = LIBRDKAFKA_LOG
+    try:
+        client = Producer(probe) if producer else Consumer(probe)
+    except KafkaException as exc:
+        error = exc.args[0]
+        text = error.str() if hasattr(error, "str") else str(error)
+        match = _PROPERTY.search(text)
+        key = match.group(1) if match else ""
+        yield (f"rdkafka.{key}" if key in passthrough else "rdkafka"), f"librdkafka: {text}"
+        return
+    if producer:
+        client.flush(0)
+    else:
+        client.close()

@@ -1,14 +1,15 @@
 """The Kafka sink: an idempotent producer with ``acks=all`` behind the shared sink pool.
 
-The pool does batching, retries, the breaker and acks (DESIGN §7); this module only
+The pool does batching, retries, the breaker and acks (docs/concepts/sinks.md); this module only
 turns rows into messages and writes a sealed batch: every message of the batch is
 produced, and the batch counts as written once *every* delivery report succeeded. A
 failed report fails the attempt; the pool retries the whole batch (B9, B12), so a retry
 may duplicate messages whose reports had succeeded — at-least-once, never less.
 
-Rows are ``bytes`` / ``str`` (the message value, no key) or a ``(key, value)`` pair whose
-parts are ``bytes``, ``str`` or ``None``. A message larger than ``max_message_bytes`` is
-a record error, found when the row is appended (B28).
+Rows are ``bytes`` / ``str`` (the message value, no key), a ``(key, value)`` pair whose
+parts are ``bytes``, ``str`` or ``None``, or a ``(key, value, headers)`` triple whose
+headers are ``(name, bytes)`` pairs (a dead letter's error, B71). A message larger than
+``max_message_bytes`` is a record error, found when the row is appended (B28).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from spate.sink import (
 )
 
 from spate_kafka._logging import LIBRDKAFKA_LOG
-from spate_kafka._passthrough import PRODUCER_OWNED, passthrough_errors
+from spate_kafka._passthrough import PRODUCER_OWNED, librdkafka_errors, passthrough_errors
 
 logger = logging.getLogger(__name__)
 
-Message = tuple[bytes | None, bytes]
+Headers = list[tuple[str, bytes]]
+Message = tuple[bytes | None, bytes, Headers | None]
 
 # Delivery errors retrying cannot fix: the pool fails the batch at once.
 _PERMANENT = {
@@ -76,7 +78,8 @@ class KafkaSinkConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
-    """A row that cannot be written (too large, wrong type): ``fail`` or ``skip`` (counted)."""
+    """A row that cannot be written (too large, wrong type): ``fail``, ``skip`` (counted)
+    or ``dead_letter``."""
     rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
     """Other librdkafka producer settings (TLS, SASL, linger), passed through."""
 
@@ -89,8 +92,12 @@ class KafkaSinkConfig:
             yield "delivery_timeout", "must be positive"
         if self.max_message_bytes < 1:
             yield "max_message_bytes", "must be positive"
+        refused = False
         for key, message in passthrough_errors(self.rdkafka, PRODUCER_OWNED):
+            refused = True
             yield f"rdkafka.{key}", message
+        if self.rdkafka and not refused:
+            yield from librdkafka_errors(self.producer_settings(), self.rdkafka, producer=True)
 
     def producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
@@ -140,21 +147,29 @@ class MessageBuffer:
         self._limit = limit
 
     def append(self, row: object) -> int:
+        headers: Headers | None = None
         if isinstance(row, tuple):
-            if len(row) != 2:
-                raise SinkError("a Kafka row is a value or a (key, value) pair", ErrorClass.RECORD)
+            if len(row) == 3 and isinstance(row[2], list):
+                headers = row[2]
+            elif len(row) != 2:
+                raise SinkError(
+                    "a Kafka row is a value, a (key, value) pair or a (key, value, headers) triple",
+                    ErrorClass.RECORD,
+                )
             key, value = _as_bytes(row[0], "key"), _as_bytes(row[1], "value")
         else:
             key, value = None, _as_bytes(row, "value")
         if value is None:
             raise SinkError("a Kafka row needs a value", ErrorClass.RECORD)
         size = len(value) + (len(key) if key is not None else 0)
+        if headers:
+            size += sum(len(name) + len(data) for name, data in headers)
         if size > self._limit:
             raise SinkError(
                 f"message of {size} bytes exceeds max_message_bytes ({self._limit})",
                 ErrorClass.RECORD,
             )
-        self.messages.append((key, value))
+        self.messages.append((key, value, headers))
         return 120 + size
 
     def __len__(self) -> int:
@@ -210,10 +225,13 @@ class KafkaShardWriter:
         delivery = _Delivery(len(buffer.messages))
         report = delivery.report
         topic = self._topic
-        for key, value in buffer.messages:
+        for key, value, headers in buffer.messages:
             while True:
                 try:
-                    producer.produce(topic, value, key, on_delivery=report)
+                    if headers is None:
+                        producer.produce(topic, value, key, on_delivery=report)
+                    else:
+                        producer.produce(topic, value, key, headers=headers, on_delivery=report)
                     break
                 except BufferError:
                     producer.poll(0.05)

@@ -8,7 +8,18 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
 * B15 — the revoke callback runs the runtime's drain barrier and commits synchronously
   before it returns, so the next owner starts behind nothing undelivered;
 * B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
-* B29 — unreachable brokers fail ``start`` naming them.
+* B29 — unreachable brokers fail ``start`` naming them;
+* B32 — librdkafka keeps an application's pause on a partition that is assigned back, so
+  every assignment sets librdkafka's pause state to what spate wants (nothing, after the
+  runtime's new epoch); ``fetch_lag`` lets ``/healthz`` notice a partition that is
+  behind and silent although spate did not pause it;
+* B33 — bounded mode: a member left with no partition once the group settled is drained;
+* B34 — bounded mode: a rebalance after this member drained reopens the run
+  (``events.undrained()``) until every partition it is then given is read to its end.
+* B35 — an asynchronous commit the broker rejects is counted, logged and sent again;
+* B36 — a commit on revocation that the broker cannot take (coordinator unavailable, the
+  member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
+  so the revocation completes and the member rejoins instead of failing.
 
 Payloads are ``memoryview(message.value())``: a view over the ``bytes`` librdkafka
 returned, so ``view.obj`` gives the original object back without a copy.
@@ -44,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 _EMPTY = memoryview(b"")
 
+_EMPTY_ASSIGNMENT_SETTLE = 3.0
+"""Bounded mode: seconds an empty assignment must hold before the member counts as drained
+(a group that is still forming hands out partitions again within a rebalance or two)."""
+
 # Errors after which the consumer cannot go on; everything else librdkafka retries itself.
 _FATAL_CODES = {
     KafkaError._FATAL,
@@ -53,6 +68,26 @@ _FATAL_CODES = {
     KafkaError._AUTHENTICATION,
     KafkaError._INVALID_ARG,
 }
+
+# A commit failing with one of these may succeed when tried again: the broker or the group
+# coordinator is unreachable, moving, loading, or busy with a rebalance (B36).
+_UNAVAILABLE_CODES = {
+    KafkaError._WAIT_COORD,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.REBALANCE_IN_PROGRESS,
+}
+
+# A failed asynchronous commit is logged at most once per this many seconds (B35).
+_COMMIT_FAILURE_LOG_INTERVAL = 10.0
+# First and longest pause between attempts of a commit on revocation, in seconds (B36).
+_REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
 
 
 def _partition_lag(info: Mapping[str, Any]) -> int | None:
@@ -69,6 +104,30 @@ def _partition_lag(info: Mapping[str, Any]) -> int | None:
     if isinstance(high, int) and isinstance(position, int) and high >= 0 and position >= 0:
         return max(0, high - position)
     return None
+
+
+def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
+    """Records of a partition the consumer has not fetched yet (B32).
+
+    From librdkafka's next fetch offset (which a pause rewinds to the application's
+    position, and which steps over transaction markers) or the application's position,
+    to the last stable offset (the high watermark without one), capped at the bounded
+    run's end offset. None while librdkafka knows neither end.
+    """
+    known = [
+        value
+        for value in (info.get("next_offset"), info.get("app_offset"))
+        if isinstance(value, int) and value >= 0
+    ]
+    position = max(known) if known else info.get("committed_offset", -1)
+    high = info.get("ls_offset", -1)
+    if not isinstance(high, int) or high < 0:
+        high = info.get("hi_offset", -1)
+    if not isinstance(high, int) or not isinstance(position, int) or high < 0 or position < 0:
+        return None
+    if end is not None:
+        high = min(high, end)
+    return max(0, high - position)
 
 
 class KafkaSource:
@@ -94,13 +153,33 @@ class KafkaSource:
         self._closing = False
         self._end_offsets: dict[int, int] | None = None
         self._done: set[int] = set()
+        self._handed_out: dict[int, int] = {}  # bounded mode: next offset per partition
         self._drained = False
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
         self._lag: dict[int, GaugeSeries] = {}
+        self._unfetched: dict[int, int] = {}
+        self._empty_since: float | None = None
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
         self._subscribed = False
+        # Asynchronous commits sent and not yet answered: partition -> offset (B35), and
+        # those of partitions revoked since (their failures are reported, not re-sent).
+        self._inflight_commit: dict[int, int] = {}
+        self._inflight_revoked: dict[int, int] = {}
+        self._revoke_deadline: float | None = None
+        self._rejected_commits = (
+            meter.counter(
+                metric_names.CKPT_COMMITS,
+                component=component,
+                component_type="kafka",
+                outcome="rejected",
+            )
+            if meter is not None
+            else None
+        )
+        self._rejected_unlogged = 0
+        self._rejected_logged_at = -_COMMIT_FAILURE_LOG_INTERVAL
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -109,6 +188,7 @@ class KafkaSource:
         self._events = events
         settings: dict[str, Any] = dict(self._config.consumer_settings())
         settings["error_cb"] = self._on_error
+        settings["on_commit"] = self._on_commit
         # librdkafka's own log lines go through logging, not straight to stderr.
         settings["logger"] = LIBRDKAFKA_LOG
         if self._config.statistics_interval > 0:
@@ -121,6 +201,11 @@ class KafkaSource:
                 ErrorClass.FATAL,
             ) from exc
         self._consumer = consumer
+        logger.info(
+            "waiting for brokers at %s (up to %gs, startup_timeout)",
+            self._config.brokers,
+            self._config.startup_timeout,
+        )
         try:
             metadata = consumer.list_topics(self._topic, timeout=self._config.startup_timeout)
         except KafkaException as exc:
@@ -185,14 +270,17 @@ class KafkaSource:
             raise self._fatal
         self._maybe_commit()
         self._check_assignment_timeout()
-        if self._drained:
-            # Keep serving group events (heartbeats, rebalances) without fetching.
-            consumer.poll(timeout=min(timeout, 0.1))
-            return ()
         self._revoked_in_call.clear()
+        if self._drained:
+            # Every owned partition is paused; this serves group events (heartbeats,
+            # rebalances). A rebalance inside this call may reopen the run (B34): then
+            # what it returned is read, not dropped.
+            timeout = min(timeout, 0.1)
         messages = consumer.consume(num_messages=self._config.consume_batch, timeout=timeout)
         if self._fatal is not None:
             raise self._fatal
+        if self._drained:
+            return ()
         batches = self._group(messages) if messages else ()
         if self._end_offsets is not None:
             self._check_bounded_end(batches)
@@ -276,9 +364,24 @@ class KafkaSource:
     def _check_bounded_end(self, batches: Sequence[PayloadBatch]) -> None:
         end_offsets = self._end_offsets
         consumer = self._consumer
-        if end_offsets is None or consumer is None or not self._assigned:
+        if end_offsets is None or consumer is None or self._drained:
+            return
+        if not self._assigned:
+            # B33: more members than partitions. Once the group settled with nothing for
+            # this member, it has nothing to read. (A revocation not yet followed by an
+            # assignment is a rebalance under way: _empty_since is None then.)
+            since = self._empty_since
+            if since is not None and time.monotonic() - since >= _EMPTY_ASSIGNMENT_SETTLE:
+                self._drained = True
+                logger.info(
+                    "bounded mode: no partition of %s assigned after the group settled",
+                    self._topic,
+                )
+                if self._events is not None:
+                    self._events.drained()
             return
         for batch in batches:
+            self._handed_out[batch.lane.partition] = batch.next_offset
             if batch.next_offset >= end_offsets.get(batch.lane.partition, 0):
                 self._done.add(batch.lane.partition)
         undone = [p for p in self._assigned if p not in self._done]
@@ -338,20 +441,119 @@ class KafkaSource:
         if not owned:
             return
         tps = [TopicPartition(self._topic, p, o) for p, o in sorted(owned.items())]
+        if sync:
+            self._commit_sync(consumer, tps)
+            return
         try:
-            if sync:
-                consumer.commit(offsets=tps, asynchronous=False)
-            else:
-                consumer.commit(offsets=tps, asynchronous=True)
+            consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
                 return
-            if sync:
-                raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
             logger.warning("kafka commit failed (retried on the next cadence): %s", exc)
             for p, o in owned.items():
                 self._pending_commit.setdefault(p, o)
+            return
+        # The broker's answer comes to _on_commit; until then these are only sent.
+        self._inflight_commit.update(owned)
+
+    def _commit_sync(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
+        """Commit ``tps`` before returning; raise ``SourceError`` when that fails.
+
+        Inside a revocation, a commit the broker cannot take right now (coordinator
+        unavailable or loading, transport failure, timeout, rebalance in progress) is
+        tried again until ``revoke_commit_timeout`` has passed since the revocation
+        began; then, or at once when the group has moved on without this member (its
+        session expired: unknown member, illegal generation), a RETRYABLE error tells the
+        runtime to complete the revocation without the commit — the next owner replays
+        from the last commit (B36). Errors that cannot recover (authorization) are FATAL.
+        An attempt in progress is not interrupted: librdkafka bounds it.
+        """
+        backoff, backoff_cap = _REVOKE_COMMIT_BACKOFF
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                consumer.commit(offsets=tps, asynchronous=False)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError):
+                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
+                code = error.code()
+                if code == KafkaError._NO_OFFSET:
+                    return
+                if error.fatal() or code in _FATAL_CODES:
+                    raise SourceError(
+                        f"kafka: synchronous commit failed: {error.str()}", ErrorClass.FATAL
+                    ) from exc
+                deadline = self._revoke_deadline
+                if deadline is None:
+                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
+                retry = code in _UNAVAILABLE_CODES or error.retriable()
+                if retry and time.monotonic() + backoff < deadline:
+                    logger.info(
+                        "kafka commit on revocation failed (%s); trying again in %.1fs",
+                        error.str(),
+                        backoff,
+                    )
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, backoff_cap)
+                    continue
+                raise SourceError(
+                    f"kafka: commit on revocation not possible after {attempts} attempt(s): "
+                    f"{error.str()}"
+                ) from exc
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's answer to a commit (pipeline thread, inside poll/consume/close).
+
+        A partition whose asynchronous commit failed goes back into the pending commits
+        unless a newer position was handed over since, so the next commit sends it again;
+        the failure is counted (``outcome="rejected"``) and logged at most every
+        :data:`_COMMIT_FAILURE_LOG_INTERVAL` seconds. A partition revoked since is only
+        reported: the revoke barrier committed it or left it to the next owner. Answers
+        to synchronous commits and to commits superseded by a newer one are ignored (a
+        synchronous commit raises its own error) (B35).
+        """
+        failed: list[tuple[int, int]] = []
+        reason = err
+        for tp in partitions:
+            if tp.topic != self._topic:
+                continue
+            if self._inflight_commit.get(tp.partition) == tp.offset:
+                owned = True
+                del self._inflight_commit[tp.partition]
+            elif self._inflight_revoked.get(tp.partition) == tp.offset:
+                owned = False
+                del self._inflight_revoked[tp.partition]
+            else:
+                continue
+            error = tp.error if tp.error is not None else err
+            if error is None or error.code() == KafkaError._NO_OFFSET:
+                continue
+            reason = error
+            if error.fatal() or error.code() in _FATAL_CODES:
+                self._fatal = SourceError(f"kafka: commit failed: {error.str()}", ErrorClass.FATAL)
+            failed.append((tp.partition, tp.offset))
+            if owned and tp.partition in self._assigned:
+                self._pending_commit.setdefault(tp.partition, tp.offset)
+        if not failed:
+            return
+        if self._rejected_commits is not None:
+            self._rejected_commits.inc()
+        self._rejected_unlogged += 1
+        now = time.monotonic()
+        if now - self._rejected_logged_at >= _COMMIT_FAILURE_LOG_INTERVAL:
+            logger.warning(
+                "kafka commit of %s rejected (%d rejected commit(s) since the last report): "
+                "%s; sent again with the next commit while the partition is owned",
+                ", ".join(f"{self._topic}[{p}]@{o}" for p, o in sorted(failed)),
+                self._rejected_unlogged,
+                reason.str() if reason is not None else "no reason given",
+            )
+            self._rejected_logged_at = now
+            self._rejected_unlogged = 0
 
     # -- flow control ----------------------------------------------------------------
 
@@ -379,26 +581,71 @@ class KafkaSource:
         parts = [tp.partition for tp in partitions]
         self._assigned = set(parts)
         self._paused.clear()
+        self._empty_since = None if parts else time.monotonic()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
-        self._count_rebalance("assigned")
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
-        if self._end_offsets is not None:
+        bounded = self._end_offsets is not None and not self._closing
+        if bounded:
             self._done.difference_update(parts)
             self._mark_done_from_committed(parts)
+            if self._drained and not self._done.issuperset(parts):
+                self._reopen("assigned partitions it has not read to their end offsets")
         if self._events is not None and not self._closing:
             self._events.assigned([Lane(self._topic, p) for p in parts])
-        if self._end_offsets is not None and self._assigned and not self._drained:
+        consumer.assign(partitions)
+        self._apply_pauses(consumer, parts)
+        if bounded and self._assigned:
             self._check_bounded_end(())
+
+    def _apply_pauses(self, consumer: Consumer, parts: Collection[int]) -> None:
+        """Set librdkafka's pause state of newly assigned partitions to spate's (B32).
+
+        librdkafka keeps an application's pause on a partition assigned back to this
+        member, while the runtime starts each assignment unpaused: without this, a
+        backpressure pause active during a rebalance would never be lifted.
+        """
+        # Drained: every partition is read to its end offset and stays paused.
+        wanted = set(parts) if self._drained else self._paused.intersection(parts)
+        fetch = [TopicPartition(self._topic, p) for p in parts if p not in wanted]
+        hold = [TopicPartition(self._topic, p) for p in parts if p in wanted]
+        if fetch:
+            consumer.resume(fetch)
+        if hold:
+            consumer.pause(hold)
+
+    def _reopen(self, why: str) -> None:
+        """B34: a drained bounded member may be handed unread partitions; read them."""
+        self._drained = False
+        logger.info("bounded mode: reading on, %s", why)
+        if self._events is not None and not self._closing:
+            self._events.undrained()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         parts = [tp.partition for tp in partitions]
-        self._count_rebalance("revoked")
         logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
-        if self._events is not None and not self._closing:
-            # The barrier: drains these lanes and commits them through commit(sync=True).
-            self._events.revoked([Lane(self._topic, p) for p in parts])
-        self._flush_pending_commit(sync=True)
+        # Commits on revocation are retried while the broker is unavailable, until here (B36).
+        self._revoke_deadline = time.monotonic() + self._config.revoke_commit_timeout
+        try:
+            if self._events is not None and not self._closing:
+                # The barrier: drains these lanes and commits them through commit(sync=True).
+                self._events.revoked([Lane(self._topic, p) for p in parts])
+            self._flush_pending_commit(sync=True)
+        except SourceError as exc:
+            if exc.error_class is ErrorClass.FATAL:
+                raise
+            logger.warning(
+                "partitions %s revoked without their last commit (%s); the next owner "
+                "replays from the previous commit",
+                sorted(parts),
+                exc.reason,
+            )
+        finally:
+            self._revoke_deadline = None
+        for p in parts:
+            sent = self._inflight_commit.pop(p, None)
+            if sent is not None:
+                self._inflight_revoked[p] = sent
         self._assigned.difference_update(parts)
         self._paused.difference_update(parts)
         self._revoked_in_call.update(parts)
@@ -406,6 +653,13 @@ class KafkaSource:
         for p in parts:
             self._pending_commit.pop(p, None)
             self._set_lag(p, 0)
+        with self._lag_lock:
+            for p in parts:
+                self._unfetched.pop(p, None)
+        self._empty_since = None
+        if self._drained and self._end_offsets is not None and not self._closing:
+            # The assignment that follows may hold a partition a peer did not finish.
+            self._reopen("a rebalance started after this member drained")
 
     def _check_assignment_timeout(self) -> None:
         limit = self._config.assignment_timeout
@@ -446,6 +700,25 @@ class KafkaSource:
             lag = _partition_lag(info)
             if lag is not None:
                 self._set_lag(partition, lag)
+            end = self._end_offsets.get(partition) if self._end_offsets is not None else None
+            unfetched = _fetch_lag(info, end)
+            if unfetched is not None:
+                with self._lag_lock:
+                    self._unfetched[partition] = unfetched
+
+    def fetch_lag(self) -> dict[Lane, int]:
+        """Records waiting per owned partition spate is not pausing (any thread, B32)."""
+        if self._drained:
+            return {}
+        assigned = frozenset(self._assigned)
+        paused = frozenset(self._paused)
+        with self._lag_lock:
+            unfetched = dict(self._unfetched)
+        return {
+            Lane(self._topic, p): lag
+            for p, lag in unfetched.items()
+            if p in assigned and p not in paused
+        }
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -465,15 +738,6 @@ class KafkaSource:
                 self._lag[partition] = gauge
         gauge.set(value)
 
-    def _count_rebalance(self, event: str) -> None:
-        if self._meter is not None:
-            self._meter.counter(
-                metric_names.SOURCE_REBALANCES,
-                component=self._component,
-                component_type="kafka",
-                event=event,
-            ).inc()
-
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:
             raise SourceError("kafka: the source is not started", ErrorClass.FATAL)
@@ -483,3 +747,20 @@ class KafkaSource:
     def assigned_partitions(self) -> frozenset[int]:
         """Partitions currently owned (for tests and health)."""
         return frozenset(self._assigned)
+
+    def remaining(self) -> int | None:
+        """Records of the owned partitions left before the bounded end (``stop_at: end``),
+        for a progress display; None when unbounded or nothing was handed out yet. Any
+        thread: reads only what the pipeline thread recorded, never the consumer."""
+        end_offsets = self._end_offsets
+        if end_offsets is None:
+            return None
+        todo = [p for p in list(self._assigned) if p not in self._done]
+        if not todo:
+            return 0
+        handed_out = dict(self._handed_out)
+        # A partition nothing was read from yet counts once something was.
+        known = [p for p in todo if p in handed_out]
+        if not known:
+            return None
+        return sum(max(0, end_offsets.get(p, 0) - handed_out[p]) for p in known)

@@ -14,7 +14,7 @@ from typing import Literal
 
 from spate.config import Duration
 
-from spate_kafka._passthrough import CONSUMER_OWNED, passthrough_errors
+from spate_kafka._passthrough import CONSUMER_OWNED, librdkafka_errors, passthrough_errors
 
 CONSUMER_DEFAULTS: Mapping[str, str] = {
     # A new group reads the topic from the start, as Kafka Connect sinks do.
@@ -50,6 +50,9 @@ class KafkaSourceConfig:
     """``end``: bounded mode — stop at the end offsets seen at start, drain, exit 0."""
     consume_batch: int = 5000
     """Messages taken per ``consume()`` call."""
+    revoke_commit_timeout: Duration = 30.0
+    """How long a commit on revocation is retried while the broker or group coordinator is
+    unavailable; after that the revocation completes without it (the next owner replays)."""
     rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
     """Other librdkafka consumer settings (TLS, SASL, fetch tuning), passed through."""
 
@@ -70,8 +73,14 @@ class KafkaSourceConfig:
             yield "statistics_interval", "must not be negative"
         if self.consume_batch < 1:
             yield "consume_batch", "must be at least 1"
+        if self.revoke_commit_timeout < 0:
+            yield "revoke_commit_timeout", "must not be negative"
+        refused = False
         for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
+            refused = True
             yield f"rdkafka.{key}", message
+        if self.rdkafka and not refused and self.brokers.strip() and self.group_id.strip():
+            yield from librdkafka_errors(self.consumer_settings(), self.rdkafka, producer=False)
 
     def consumer_settings(self) -> dict[str, str | int | float | bool]:
         """The librdkafka configuration this source runs with (callbacks added later)."""

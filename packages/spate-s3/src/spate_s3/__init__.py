@@ -15,14 +15,13 @@ from spate_s3._factory import S3SourceFactory, default_coordination
 from spate_s3._objects import ObjectChangedError, ObjectInfo
 from spate_s3._plan import PACKING_VERSION, SplitObjects, plan_splits
 from spate_s3._reader import Position
-from spate_s3._source import QUARANTINE_KEY, S3Source
+from spate_s3._source import S3Source
 from spate_s3.config import Location, S3SourceConfig, parse_url
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PACKING_VERSION",
-    "QUARANTINE_KEY",
     "Location",
     "ObjectChangedError",
     "ObjectInfo",

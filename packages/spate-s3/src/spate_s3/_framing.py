@@ -29,10 +29,12 @@ import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from spate.plugins import install_hint
+
 from spate_s3._compression import CorruptObjectError
 
-AVRO_INSTALL_HINT = (
-    'framing avro_ocf needs fastavro: pip install "spate-s3[avro]" (or "spate[s3,avro]")'
+AVRO_INSTALL_HINT = "framing avro_ocf needs fastavro: " + install_hint(
+    "spate-s3", "avro", dist_extra="avro"
 )
 
 

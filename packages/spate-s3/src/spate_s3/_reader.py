@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from spate.errors import ErrorClass, SourceError
 from spate.records import Lane, PayloadBatch
-from spate_coordination._records import JsonValue
+from spate_coordination import JsonValue
 
 from spate_s3._compression import CorruptObjectError, Decompressor, decompressor, detect
 from spate_s3._framing import Framer, framer
@@ -78,8 +78,8 @@ class Position:
 
 
 class SplitReadError(SourceError):
-    """Reading a split failed; ``permanent`` when retrying cannot help (changed or
-    corrupt object) so the split is quarantined at once."""
+    """Reading a split failed; ``permanent`` when retrying cannot help (a changed or
+    corrupt object, access denied) so the split is quarantined at once (B37)."""
 
     def __init__(self, reason: str, *, permanent: bool) -> None:
         super().__init__(reason, ErrorClass.FATAL if permanent else ErrorClass.RETRYABLE)
@@ -338,7 +338,8 @@ class SplitReader:
         if isinstance(exc, ObjectChangedError):
             return SplitReadError(exc.reason, permanent=True)
         if isinstance(exc, SourceError):
-            return SplitReadError(exc.reason, permanent=False)
+            # A fatal class (access denied, an invalid range) does not heal by retrying.
+            return SplitReadError(exc.reason, permanent=exc.error_class is ErrorClass.FATAL)
         return SplitReadError(
             f"reading {self._describe(self._object)} failed: {exc!r}", permanent=False
         )

@@ -2,8 +2,8 @@
 
 Owns :class:`S3Source`, the :class:`~spate.source.Source` the runtime drives. It runs one
 asyncio loop in a background thread (aioboto3 downloads and the coordinator's store
-calls, DESIGN §3); the pipeline thread calls ``poll``/``commit``/``pause``/``resume``
-and waits on the loop only with timeouts.
+calls, see docs/concepts/architecture.md); the pipeline thread calls ``poll``, ``commit``,
+``pause`` and ``resume`` and waits on the loop only with timeouts.
 
 Lifecycle:
 
@@ -22,14 +22,20 @@ Lifecycle:
    included), then releases the split; ``FORCED`` drops it at once (its uncommitted
    records are replayed by the next owner: at-least-once).
 5. When every split of the job is completed the source reports ``drained`` and the
-   pipeline ends with exit 0 — unless a split was quarantined, which fails the run with
-   a line naming each quarantined split and its reason.
+   pipeline ends with exit 0 — unless a split is quarantined, which fails the run (exit
+   1) with a line naming each quarantined split and its reason.
 
-Failures: an object that changed under its split (ETag no longer matches) or that cannot
-be decoded quarantines the split at once (B25: never mix versions); other read errors
-are retried ``split_attempts`` times from the last handed-out record, then quarantine.
-A quarantined split is marked completed with the reason in its progress record, so the
-rest of the job still finishes and every instance reports the failure.
+Failures (B37): an object that changed under its split (ETag no longer matches), data
+that cannot be decoded, or an error no retry can fix (access denied) quarantines the
+split at once (B25: never mix versions). Transient read errors restart the split from
+the last handed-out record after ``retry_backoff`` (doubling); the count is of
+*consecutive* failures and starts again as soon as a record is read, so errors spread
+over a long split never add up. ``split_attempts`` consecutive failures without a
+record in between fail the run, naming the split (its committed progress stays: a rerun
+resumes there). A quarantined split is its own state in the coordination store, not
+completed: it keeps its committed progress and is not handed out again, the rest of
+the job still finishes, every instance then reports it, and a later run started with
+``coordination.retry_quarantined: true`` reads it again from that progress.
 
 Every start and stop of work on a split is logged at INFO with ``extra`` fields
 ``s3_split``, ``s3_epoch`` and ``s3_event`` (``start``/``stop``), so operators and tests
@@ -49,7 +55,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from spate._clock import Clock, SystemClock
+from spate import Clock, SystemClock
 from spate.errors import ErrorClass, SourceError
 from spate.metrics import Meter
 from spate.records import Lane, PayloadBatch
@@ -59,13 +65,12 @@ from spate_coordination import (
     CoordinationError,
     CoordinationStore,
     Coordinator,
-    Keyspace,
     PlanConflictError,
     ProgressWrite,
     SplitEvent,
     SplitEventKind,
+    SplitStatus,
 )
-from spate_coordination._records import STATE_PREFIX, StateRecord
 
 from spate_s3._objects import ObjectInfo, ObjectStore, open_object_store
 from spate_s3._plan import SplitObjects, plan_splits, to_specs
@@ -75,9 +80,6 @@ from spate_s3.config import S3SourceConfig
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-QUARANTINE_KEY = "quarantined"
-"""Key of the reason in a quarantined split's progress record."""
 
 
 @dataclass(slots=True)
@@ -89,7 +91,8 @@ class _Split:
     reader: SplitReader
     committed: Position
     marks: dict[int, Position] = field(default_factory=dict)
-    attempts: int = 0
+    failures: int = 0
+    """Consecutive read failures with no record read in between (B37)."""
     retry_at: float | None = None
     last_error: str = ""
     stopped: bool = False
@@ -341,6 +344,7 @@ class S3Source:
                 continue
             if got is not None:
                 batch, position = got
+                split.failures = 0  # progress: the retry budget is whole again (B37)
                 split.marks[batch.next_offset] = position
                 batches.append(batch)
         if not batches:
@@ -446,7 +450,7 @@ class S3Source:
             self._events.revoked(lanes)
             self._paused.difference_update(lanes)
         for split in [s for s in self._splits.values() if s.done()]:
-            if not self._write_state(split, completed=True):
+            if not self._write_state(split):
                 continue
             self._splits.pop(split.split_id, None)
             self._stopped(split, "completed")
@@ -454,23 +458,17 @@ class S3Source:
             self._events.revoked([split.lane])
             self._paused.discard(split.lane)
 
-    def _write_state(
-        self, split: _Split, *, completed: bool = False, quarantine: str | None = None
-    ) -> bool:
-        """Mark a split completed (optionally quarantined); False to retry later."""
+    def _write_state(self, split: _Split, *, quarantine: str | None = None) -> bool:
+        """Mark a split completed, or quarantined with a reason; False to retry later."""
         coordinator = self.coordinator
         assert coordinator is not None
         try:
             if quarantine is not None:
-                progress = dict(split.committed.to_progress())
-                progress[QUARANTINE_KEY] = quarantine
-                result = coordinator.commit_progress(split.split_id, split.epoch, progress)
-                if result is ProgressWrite.FENCED:
-                    return True
-            if completed and coordinator.mark_completed(split.split_id, split.epoch) is (
-                ProgressWrite.FENCED
-            ):
-                logger.info("split %s: completion fenced (a successor owns it)", split.split_id)
+                result = coordinator.quarantine(split.split_id, split.epoch, quarantine)
+            else:
+                result = coordinator.mark_completed(split.split_id, split.epoch)
+            if result is ProgressWrite.FENCED:
+                logger.info("split %s: state write fenced (a successor owns it)", split.split_id)
         except (CoordinationError, TimeoutError) as exc:
             logger.warning(
                 "recording the state of split %s failed, will retry: %s", split.split_id, exc
@@ -479,17 +477,31 @@ class S3Source:
         return True
 
     def _failed(self, split: _Split, exc: SplitReadError) -> None:
-        split.attempts += 1
+        """A read error surfaced after the records before it were handed out (B37).
+
+        Permanent errors quarantine the split. Transient ones restart it from the last
+        handed-out record; only ``split_attempts`` failures in a row, with no record read
+        in between, fail the run (the committed progress stays for a rerun).
+        """
+        split.failures += 1
         split.last_error = exc.reason
-        if exc.permanent or split.attempts >= self.config.split_attempts:
+        if exc.permanent:
             self._quarantine(split, exc.reason)
             return
-        delay = self.config.retry_backoff * (2 ** (split.attempts - 1))
+        attempts = self.config.split_attempts
+        if split.failures >= attempts:
+            self._stopped(split, "failing")
+            self._set_fatal(
+                f"split {split.split_id}: {split.failures} read failure(s) in a row "
+                f"(split_attempts is {attempts}); the last: {exc.reason}"
+            )
+            return
+        delay = self.config.retry_backoff * (2 ** (split.failures - 1))
         logger.warning(
-            "split %s: read failed (attempt %d of %d), retrying in %.1fs: %s",
+            "split %s: read failed (%d in a row, %d allowed), retrying in %.1fs: %s",
             split.split_id,
-            split.attempts,
-            self.config.split_attempts,
+            split.failures,
+            attempts,
             delay,
             exc.reason,
         )
@@ -505,19 +517,14 @@ class S3Source:
 
     def _quarantine(self, split: _Split, reason: str) -> None:
         assert self._events is not None
-        logger.error(
-            "split %s quarantined after %d attempt(s): %s",
-            split.split_id,
-            split.attempts,
-            reason,
-        )
+        logger.error("split %s: quarantined: %s", split.split_id, reason)
         self._stopped(split, "quarantined")
         # Commit what was delivered before the failure, then record the quarantine.
         self._events.revoked([split.lane])
         self._splits.pop(split.split_id, None)
         self._paused.discard(split.lane)
         for _ in range(3):
-            if self._write_state(split, completed=True, quarantine=reason):
+            if self._write_state(split, quarantine=reason):
                 return
             time.sleep(self.config.retry_backoff)
         self._set_fatal(f"split {split.split_id} quarantined ({reason}); recording it failed")
@@ -539,10 +546,10 @@ class S3Source:
             return
         if not coordinator.job_complete:
             now = self._clock.monotonic()
-            if not self._splits or now < self._next_state_check:
+            if now < self._next_state_check:
                 return
             self._next_state_check = now + self.coordination_config.poll_interval
-            if not self._others_completed():
+            if not self._others_settled():
                 return
         try:
             quarantined = self._quarantined()
@@ -564,40 +571,33 @@ class S3Source:
         assert self._events is not None
         self._events.drained()
 
-    def _states(self) -> dict[str, StateRecord]:
-        coordinator = self.coordinator
-        assert coordinator is not None
-        store = coordinator.core.store
-        entries = self._call(store.list(Keyspace.DURABLE, STATE_PREFIX))
-        return {e.key[len(STATE_PREFIX) :]: StateRecord.decode(e.value) for e in entries}
+    def _others_settled(self) -> bool:
+        """Whether every planned split not owned here is completed or quarantined.
 
-    def _others_completed(self) -> bool:
-        """Whether every planned split not owned here is completed."""
+        Then no split can come this way any more (a quarantined one only in a later
+        run), so an instance that owns nothing may stop too.
+        """
         coordinator = self.coordinator
         assert coordinator is not None
         try:
-            plan = coordinator.read_plan()
-            states = self._states()
+            if coordinator.read_plan() is None:
+                return False
+            states = coordinator.split_states()
         except (CoordinationError, TimeoutError) as exc:
             logger.debug("reading split states failed: %s", exc)
             return False
-        if plan is None:
-            return False
-        for spec in plan:
-            if spec.split_id in self._splits:
-                continue
-            state = states.get(spec.split_id)
-            if state is None or not state.completed:
-                return False
-        return True
+        return bool(states) and all(
+            state.settled for split_id, state in states.items() if split_id not in self._splits
+        )
 
     def _quarantined(self) -> list[str]:
-        found: list[str] = []
-        for split_id, state in sorted(self._states().items()):
-            progress = state.progress
-            if state.completed and isinstance(progress, Mapping) and QUARANTINE_KEY in progress:
-                found.append(f"{split_id}: {progress[QUARANTINE_KEY]}")
-        return found
+        coordinator = self.coordinator
+        assert coordinator is not None
+        return [
+            f"{split_id}: {state.reason}"
+            for split_id, state in coordinator.split_states().items()
+            if state.status is SplitStatus.QUARANTINED
+        ]
 
     # -- commit, pause, resume, close
 
@@ -634,7 +634,7 @@ class S3Source:
             split.committed = position
             for mark in [m for m in split.marks if m <= offset]:
                 del split.marks[mark]
-            if split.done() and self._write_state(split, completed=True):
+            if split.done() and self._write_state(split):
                 # Every record is delivered: complete now (the final commit of a drain
                 # has no poll after it); the lane is revoked on the next poll.
                 self._splits.pop(split.split_id, None)
@@ -657,7 +657,7 @@ class S3Source:
 
     def _shutdown(self, *, release: bool) -> None:
         for split in list(self._splits.values()):
-            if release and split.done() and self._write_state(split, completed=True):
+            if release and split.done() and self._write_state(split):
                 # The final commit delivered everything but could not complete it.
                 self._stopped(split, "completed")
             self._stopped(split, "closing")

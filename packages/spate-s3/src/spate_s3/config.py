@@ -113,9 +113,11 @@ class S3SourceConfig:
     """List the prefix again when a plan is already published, and fail if it changed.
     Off: a restarted job reuses its published plan without listing (B25)."""
     split_attempts: int = 3
-    """Attempts to read a split through transient errors before it is quarantined."""
+    """Transient read failures of a split in a row (no record read in between) before
+    the run fails; a record read starts the count again (B37)."""
     retry_backoff: Duration = 1.0
-    """Pause before a split is read again after a transient error (doubles each time)."""
+    """Pause before a split is read again after a transient error (doubles with each
+    failure in a row)."""
     request_timeout: Duration = 30.0
     """Timeout of one S3 request (connect and read)."""
     startup_timeout: Duration = 30.0

@@ -1,4 +1,6 @@
-"""The admin HTTP server: ``/metrics``, ``/healthz`` and ``/readyz`` (DESIGN §9, B22, B23).
+"""The admin HTTP server: ``/metrics``, ``/healthz`` and ``/readyz`` (B22, B23).
+
+The endpoints are documented in docs/guides/monitoring.md.
 
 A ``ThreadingHTTPServer`` on a daemon thread, bound to ``admin.listen``. ``none`` binds
 nothing (the server is never created); port 0 binds a free port, which
@@ -17,15 +19,36 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from spate.admin._probes import HealthView, healthz, readyz
 from spate.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+
+class _WithoutCreated:
+    """The registry's metrics without the ``*_created`` samples prometheus-client adds to
+    counters and histograms (creation timestamps nobody graphs, one per series)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            kept = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(kept) == len(metric.samples):
+                yield metric
+                continue
+            copy = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            copy.samples = kept
+            yield copy
+
 
 DISABLED = "none"
 
@@ -69,7 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.split("?", 1)[0]
         content_type = "text/plain; charset=utf-8"
         if route == "/metrics" and admin.registry is not None:
-            status, body = 200, generate_latest(admin.registry)
+            status, body = 200, generate_latest(_WithoutCreated(admin.registry))
             content_type = CONTENT_TYPE_LATEST
         elif route == "/healthz":
             status, text = healthz(admin.health, admin.stall_after)
@@ -163,8 +186,13 @@ class AdminServer:
             daemon=True,
         )
         self._thread.start()
+        host = self._address[0]
+        bound = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         logger.info(
-            "admin server listening on %s (pipeline=%s port=%d)", self.url, self.pipeline, self.port
+            "admin server listening on %s, reachable at %s (pipeline=%s)",
+            bound,
+            self.url,
+            self.pipeline,
         )
 
     def stop(self) -> None:

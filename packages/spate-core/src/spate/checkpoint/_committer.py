@@ -6,6 +6,11 @@ the tracker's watermarks that moved since the last commit go to
 ``Source.commit(offsets, sync=False)``. Revocation and drain call
 :meth:`Committer.commit_now` with ``sync=True`` (B14, B15). Nothing but a tracker
 watermark is ever handed to the source (B1). Runs on the pipeline thread only.
+
+A synchronous commit on revocation that the source refuses with a non-fatal
+``SourceError`` (the broker unavailable, the group moved on) is counted as
+``outcome="skipped"`` and does not fail the run: the lanes are gone either way, and the
+next owner replays from the last commit (B36).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from spate._clock import Clock
 from spate.checkpoint._tracker import PartitionTracker
+from spate.errors import ErrorClass, SourceError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
@@ -56,6 +62,9 @@ class Committer:
         self._err = meter.counter(
             names.CKPT_COMMITS, component=component, component_type="checkpoint", outcome="error"
         )
+        self._skipped = meter.counter(
+            names.CKPT_COMMITS, component=component, component_type="checkpoint", outcome="skipped"
+        )
         self.errors = 0
 
     @property
@@ -87,12 +96,15 @@ class Committer:
         *,
         sync: bool,
         positions: Mapping[Lane, int] | None = None,
+        revoking: bool = False,
     ) -> bool:
         """Commit moved watermarks of ``lanes`` (all owned lanes when None).
 
         ``positions`` overrides the tracker (the revoke path passes the final
         watermarks it took from :meth:`PartitionTracker.revoke`). Returns False when the
-        source's commit raised; the error is logged and counted.
+        source's commit raised; the error is logged and counted. With ``revoking``, a
+        non-fatal ``SourceError`` is counted as skipped and returns True: the revocation
+        completes without the commit (B36).
         """
         marks = dict(positions) if positions is not None else self._tracker.watermarks(lanes)
         if sync:
@@ -106,12 +118,28 @@ class Committer:
             return True
         try:
             self._source.commit(moved, sync=sync)
+        except SourceError as exc:
+            if not revoking or exc.error_class is ErrorClass.FATAL:
+                self._failed(len(moved), sync)
+                return False
+            self._skipped.inc()
+            logger.warning(
+                "commit on revocation of %s not possible, the revocation completes without "
+                "it and the next owner replays from the last commit: %s",
+                ", ".join(map(str, sorted(moved))),
+                exc.reason,
+            )
+            return True
         except Exception:
-            self.errors += 1
-            self._err.inc()
-            logger.exception("commit of %d lane(s) failed (sync=%s)", len(moved), sync)
+            self._failed(len(moved), sync)
             return False
         self._ok.inc()
         self._committed.update(moved)
         logger.debug("committed %s (sync=%s)", moved, sync)
         return True
+
+    def _failed(self, lanes: int, sync: bool) -> None:
+        """Count and log the commit that just raised (called inside its ``except``)."""
+        self.errors += 1
+        self._err.inc()
+        logger.exception("commit of %d lane(s) failed (sync=%s)", lanes, sync)

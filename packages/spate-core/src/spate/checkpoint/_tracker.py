@@ -94,6 +94,8 @@ class PartitionTracker:
         self._failed_records = 0
         self.ignored_resolutions = 0
         """Resolutions of tokens from an ended ownership epoch (B15)."""
+        self.fault: str | None = None
+        """The first misuse of a token (a holder released twice): the run must fail."""
 
     # -- ownership ------------------------------------------------------------------
 
@@ -155,7 +157,13 @@ class PartitionTracker:
                 state.watermark = batch.first_offset
             state.seq += 1
             token = AckToken(
-                lane, state.epoch, state.seq, batch.next_offset, len(batch), self._resolved
+                lane,
+                state.epoch,
+                state.seq,
+                batch.next_offset,
+                len(batch),
+                self._resolved,
+                self._faulted,
             )
             state.queue.append(token)
             state.unresolved += 1
@@ -175,6 +183,16 @@ class PartitionTracker:
             else:
                 self._failed_records += token.records
             waiters = list(self._wake)
+        for event in waiters:
+            event.set()
+
+    def _faulted(self, token: AckToken, reason: str) -> None:
+        """Fault handler of every token: a holder released twice (any thread, B2)."""
+        with self._lock:
+            if self.fault is None:
+                self.fault = reason
+            waiters = list(self._wake)
+        logger.error("%s", reason)
         for event in waiters:
             event.set()
 

@@ -52,7 +52,9 @@ class KeyValueFormatter(logging.Formatter):
         return " ".join(parts)
 
 
-def configure_logging(level: str = "info", stream: TextIO | None = None) -> logging.Handler:
+def configure_logging(
+    level: str = "info", stream: TextIO | None = None
+) -> logging.StreamHandler[TextIO]:
     """Send every log record at ``level`` and above to ``stream`` (stderr) as key=value."""
     if level.lower() not in LEVELS:
         raise ValueError(f"unknown log level {level!r} (expected one of {', '.join(LEVELS)})")

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from spate import __version__
 from spate._assembly import assemble
 from spate.cli._logging import LEVELS, configure_logging
+from spate.cli._progress import progress_bar
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_config
 from spate.config.models import PipelineConfig
@@ -92,10 +93,17 @@ def _describe(cfg: PipelineConfig) -> str:
 
 
 class _Cli:
-    def __init__(self, registry: Registry, stdout: TextIO, stderr: TextIO) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        stdout: TextIO,
+        stderr: TextIO,
+        log_handler: logging.StreamHandler[Any] | None = None,
+    ) -> None:
         self.registry = registry
         self.stdout = stdout
         self.stderr = stderr
+        self.log_handler = log_handler
 
     def error(self, exc: BaseException | str) -> None:
         text = exc if isinstance(exc, str) else one_line(exc)
@@ -121,7 +129,12 @@ class _Cli:
 
     def new_connector(self, args: argparse.Namespace) -> int:
         try:
-            root, files = new_connector(args.name, Path(args.directory), args.kind)
+            root, files = new_connector(
+                args.name,
+                Path(args.directory),
+                args.kind,
+                installed_tags=self.registry.names(args.kind),
+            )
         except ScaffoldError as exc:
             self.error(exc)
             return EXIT_USAGE
@@ -157,7 +170,9 @@ class _Cli:
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         try:
-            report = assembly.pipeline.run()
+            pipeline = assembly.pipeline
+            with progress_bar(pipeline.source, pipeline.meter, self.stderr, self.log_handler):
+                report = pipeline.run()
         except (ConfigError, PluginError) as exc:
             logger.debug("start-up failed", exc_info=True)
             self.error(exc)
@@ -172,7 +187,7 @@ class _Cli:
             logger.debug("start-up failed", exc_info=True)
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
-        logger.info("%s", report.summary())
+        # The runtime logged the summary line when the drain ended.
         return report.exit_code
 
 
@@ -185,9 +200,14 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     parser.add_argument(
         "--log-level", default="info", choices=LEVELS, help="log level (default: info)"
     )
+    # --log-level is accepted after the subcommand too; there it overrides the default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level", default=argparse.SUPPRESS, choices=LEVELS, help="log level (default: info)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    run = sub.add_parser("run", help="run a pipeline from a configuration file")
+    run = sub.add_parser("run", parents=[common], help="run a pipeline from a configuration file")
     run.add_argument("config", help="pipeline configuration (YAML)")
     run.add_argument(
         "--chain",
@@ -195,11 +215,18 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
         help="the operator chain: a function chains(ctx) returning a chain "
         "(required with sinks:; without it decoded records go to the single sink)",
     )
-    validate = sub.add_parser("validate", help="check a configuration file and exit")
+    validate = sub.add_parser(
+        "validate", parents=[common], help="check a configuration file and exit"
+    )
     validate.add_argument("config", help="pipeline configuration (YAML)")
-    sub.add_parser("plugins", help="list installed sources, sinks, deserializers and commands")
+    sub.add_parser(
+        "plugins",
+        parents=[common],
+        help="list installed sources, sinks, deserializers and commands",
+    )
     scaffold = sub.add_parser(
         "new-connector",
+        parents=[common],
         help="create a connector package from spate's templates (working code and tests)",
     )
     scaffold.add_argument("name", help="connector name, the YAML tag (e.g. parquet)")
@@ -219,7 +246,7 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
             )
             continue
         contributed[info.name] = sub.add_parser(
-            info.name, help=f"(from {info.distribution} {info.version})"
+            info.name, parents=[common], help=f"(from {info.distribution} {info.version})"
         )
     return parser, contributed
 
@@ -257,6 +284,7 @@ def main(
         # add its arguments before anything is parsed (so its --help is complete).
         try:
             command = registry.command(chosen)
+            contributed[chosen].description = command.help  # shown by `spate NAME --help`
             command.configure(contributed[chosen])
         except PluginError as exc:
             print(one_line(exc), file=err)
@@ -265,8 +293,8 @@ def main(
         args = parser.parse_args(args_list)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    configure_logging(args.log_level, err)
-    cli = _Cli(registry, out, err)
+    handler = configure_logging(args.log_level, err)
+    cli = _Cli(registry, out, err, handler)
     if command is not None:
         return command.run(args)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {

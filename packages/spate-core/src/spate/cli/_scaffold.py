@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Collection
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from spate import __version__
+from spate.plugins._entry_points import FRONT_DOOR_EXTRAS
 
 KINDS = ("sink", "source", "deserializer")
 """Templates shipped with spate-core: a JSON-lines file sink deduplicating by token, a
@@ -82,14 +84,44 @@ def _walk(node: Traversable, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[s
     return found
 
 
-def new_connector(raw_name: str, directory: Path, kind: str = "sink") -> tuple[Path, list[Path]]:
+def taken_names(names: ConnectorNames, installed_tags: Collection[str] = ()) -> str | None:
+    """Why ``names`` would shadow something that exists, or None when they are free.
+
+    Refused: spate's own distributions (``spate-kafka`` …, installed or not), any
+    installed distribution of that name, and a connector tag already installed.
+    """
+    spate_dists = {"spate-core", *(d for ds in FRONT_DOOR_EXTRAS.values() for d in ds)}
+    if names.dist in spate_dists:
+        return f"{names.dist} is one of spate's own distributions"
+    try:
+        metadata.distribution(names.dist)
+    except metadata.PackageNotFoundError:
+        pass
+    else:
+        return f"a distribution named {names.dist} is installed"
+    if names.tag in installed_tags:
+        return f"a connector named {names.tag!r} is installed"
+    return None
+
+
+def new_connector(
+    raw_name: str, directory: Path, kind: str = "sink", *, installed_tags: Collection[str] = ()
+) -> tuple[Path, list[Path]]:
     """Render the ``kind`` template for ``raw_name`` into ``directory/<dist>``.
 
     Returns the package root and the files written. Raises :class:`ScaffoldError` for a
-    bad name or kind, or when the target exists already (nothing is overwritten).
+    bad name or kind, a name that would shadow an existing distribution or installed
+    connector (``installed_tags``, of this kind), or when the target exists already
+    (nothing is overwritten).
     """
     names = ConnectorNames.parse(raw_name)
     template = _template_root(kind)
+    taken = taken_names(names, installed_tags)
+    if taken is not None:
+        raise ScaffoldError(
+            f"connector name {raw_name!r}: {taken}, so the new package would shadow it; "
+            "choose another name"
+        )
     root = directory / names.dist
     if root.exists():
         raise ScaffoldError(f"{root} already exists; choose another name or --directory")

@@ -21,6 +21,7 @@ Connectors use this for their own sections, so every error in a config reads ali
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import types
 import typing
@@ -46,6 +47,14 @@ T = TypeVar("T")
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
+
+
+def unknown_key(key: str, valid: Iterable[str]) -> str:
+    """The message for an unknown ``key``: the close valid keys first, then all of them."""
+    names = sorted(valid)
+    close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
+    hint = "; did you mean " + " or ".join(repr(n) for n in close) + "?" if close else ""
+    return f"unknown key{hint} (expected one of {', '.join(names)})"
 
 
 def join_path(path: str, key: str | int) -> str:
@@ -82,7 +91,7 @@ def _decode_dataclass(model: type[Any], raw: object, path: str) -> Any:
         if not isinstance(key, str):
             raise ConfigError(path, f"keys must be strings, got {key!r}")
         if key not in fields:
-            raise ConfigError(join_path(path, key), "unknown key")
+            raise ConfigError(join_path(path, key), unknown_key(key, fields))
     kwargs: dict[str, Any] = {}
     for key, field in fields.items():
         if key in raw:

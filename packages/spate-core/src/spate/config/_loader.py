@@ -25,18 +25,19 @@ from typing import Any, Literal, Protocol
 
 import yaml
 
-from spate.config._decode import decode, join_path
+from spate.config._decode import decode, join_path, unknown_key
 from spate.config._interpolate import interpolate
 from spate.config.models import (
     AdminConfig,
     BackpressureConfig,
     CheckpointConfig,
     ConnectorSpec,
+    DeadLetterSettings,
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
 )
-from spate.errors import ConfigError
+from spate.errors import ConfigError, MissingConnectorError
 
 RESERVED_SINK_NAMES = frozenset({"", "sink"})
 """Sink names a ``sinks:`` map may not use (``sink`` names the single-sink form)."""
@@ -49,7 +50,12 @@ _FRAMEWORK_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsConfig,
 }
 _CONNECTOR_SECTIONS = ("source", "deserializer", "sink", "sinks")
-TOP_LEVEL_KEYS: tuple[str, ...] = (*_FRAMEWORK_SECTIONS, *_CONNECTOR_SECTIONS, "coordination")
+TOP_LEVEL_KEYS: tuple[str, ...] = (
+    *_FRAMEWORK_SECTIONS,
+    *_CONNECTOR_SECTIONS,
+    "coordination",
+    "dead_letter",
+)
 
 
 class ConnectorResolver(Protocol):
@@ -111,6 +117,12 @@ def parse_config(
 
             resolver = default_registry()
         return _build(data, file, resolver if check_connectors else None)
+    except MissingConnectorError as exc:
+        if exc.file is not None:
+            raise
+        found = _locate(positions, exc.path or "")
+        line, column = found if found is not None else (None, None)
+        raise exc.with_location(file=file, line=line, column=column) from None
     except ConfigError as exc:
         if exc.file is not None:
             raise
@@ -134,9 +146,7 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         raise ConfigError("", "the configuration must be a mapping of sections at the top")
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise ConfigError(
-                str(key), f"unknown key (expected one of {', '.join(TOP_LEVEL_KEYS)})"
-            )
+            raise ConfigError(str(key), unknown_key(str(key), TOP_LEVEL_KEYS))
     sections = {
         name: decode(model, data.get(name), name) for name, model in _FRAMEWORK_SECTIONS.items()
     }
@@ -150,8 +160,11 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
     coordination = data.get("coordination")
     if coordination is not None and not isinstance(coordination, Mapping):
         raise ConfigError("coordination", "expected a mapping")
+    dead_letter, dead_letter_settings = _dead_letter(data.get("dead_letter"))
     if resolver is not None:
         source = decode_connector(source, resolver)
+        if dead_letter is not None:
+            dead_letter = decode_connector(dead_letter, resolver)
         if deserializer is not None:
             deserializer = decode_connector(deserializer, resolver)
         sinks = {name: decode_connector(spec, resolver) for name, spec in sinks.items()}
@@ -166,6 +179,8 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         sinks=sinks,
         sinks_map=sinks_map,
         coordination=dict(coordination) if coordination is not None else None,
+        dead_letter=dead_letter,
+        dead_letter_settings=dead_letter_settings,
         file=file,
     )
 
@@ -178,7 +193,10 @@ def _sinks(data: Mapping[str, object]) -> tuple[dict[str, ConnectorSpec], bool]:
     if not has_sink and not has_sinks:
         raise ConfigError("sink", "required key is missing (give sink, or sinks for named sinks)")
     if has_sink:
-        return {"sink": _spec("sink", "sink", "sink", data["sink"])}, False
+        spec = _spec("sink", "sink", "sink", data["sink"])
+        # The single sink's logs and metrics carry its connector's name ("sink
+        # clickhouse: ..."), not the section's ("sink sink: ...").
+        return {"sink": dataclasses.replace(spec, component=spec.tag)}, False
     raw = data["sinks"]
     if not isinstance(raw, Mapping):
         raise ConfigError("sinks", "expected a mapping of sink names to connector sections")
@@ -194,6 +212,24 @@ def _sinks(data: Mapping[str, object]) -> tuple[dict[str, ConnectorSpec], bool]:
             raise ConfigError(path, f"{shown} is reserved and cannot name a sink")
         sinks[name] = _spec("sink", name, path, body)
     return sinks, True
+
+
+def _dead_letter(raw: object) -> tuple[ConnectorSpec | None, DeadLetterSettings]:
+    """``dead_letter: {sink: {connector: {...}}, max_ratio: ..., ...}`` (B71)."""
+    if raw is None:
+        return None, DeadLetterSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("dead_letter", "expected a mapping with a sink section")
+    if raw.get("sink") is None:
+        raise ConfigError(
+            "dead_letter.sink",
+            "required key is missing (the sink dead letters go to, such as {kafka: {...}})",
+        )
+    spec = _spec("sink", "dead_letter", "dead_letter.sink", raw["sink"])
+    settings = decode(
+        DeadLetterSettings, {k: v for k, v in raw.items() if k != "sink"}, "dead_letter"
+    )
+    return spec, settings
 
 
 def _spec(

@@ -28,6 +28,7 @@ from spate.config.models import (
     AdminConfig,
     BackpressureConfig,
     CheckpointConfig,
+    DeadLetterSettings,
     MetricsConfig,
     PipelineSection,
 )
@@ -50,6 +51,12 @@ FRAMEWORK_SECTIONS: tuple[Section, ...] = (
     Section("backpressure", BackpressureConfig),
     Section("admin", AdminConfig),
     Section("metrics", MetricsConfig),
+    Section(
+        "dead_letter",
+        DeadLetterSettings,
+        note="`dead_letter.sink` is a sink connector section, like `sink:` "
+        "(`{kafka: {...}}`, `{clickhouse: {...}}`, ...), documented under Sinks below.",
+    ),
 )
 
 
@@ -119,7 +126,13 @@ def _spell(value: object) -> str:
 
 
 def describe_default(field: dataclasses.Field[Any], tp: Any) -> str:
-    """The default of ``field`` as YAML would spell it, or ``required``."""
+    """The default of ``field`` as YAML would spell it, or ``required``.
+
+    A field whose model refuses its default (an empty ``table``) says so with
+    ``metadata={"required": True}``: it is documented as required, not by its default.
+    """
+    if field.metadata.get("required"):
+        return "required"
     if field.default is not dataclasses.MISSING:
         value = field.default
     elif field.default_factory is not dataclasses.MISSING:
@@ -176,11 +189,14 @@ def render_model(key: str, model: type[Any], level: int = 3) -> list[str]:
     for f in fields:
         tp = hints[f.name]
         name = yaml_key(f)
+        inner = _nested_model(tp)
+        text = docs.get(f.name, "")
+        if not text and inner is not None:
+            text = _intro(inner).split(". ")[0].rstrip(".") + "." if _intro(inner) else ""
         lines.append(
             f"| `{name}` | {_cell(describe_type(tp))} | {_cell(describe_default(f, tp))} "
-            f"| {_cell(docs.get(f.name, ''))} |"
+            f"| {_cell(text)} |"
         )
-        inner = _nested_model(tp)
         if inner is not None:
             suffix = "[]" if get_origin(tp) in (list, tuple) else ""
             nested.append((f"{key}.{name}{suffix}", inner))

@@ -1,4 +1,4 @@
-"""The framework's own config sections and their defaults (DESIGN §8, B17).
+"""The framework's own config sections and their defaults (docs/reference/configuration.md, B17).
 
 Connector sections (``source``, ``deserializer``, each sink) are validated by the
 connector's own model; these are the sections spate itself owns. Every field has a
@@ -26,10 +26,15 @@ class PipelineSection:
     """Python's generation-0 garbage-collection threshold while the pipeline runs (0 keeps
     the interpreter's own). Records and rows in flight are many short-lived containers;
     Python's default of 700 makes the collector scan them over and over."""
+    status_interval: Duration = 30.0
+    """How often a running pipeline logs its status line (records per second in and out,
+    lag, last commit, paused lanes, dropped records); ``0`` turns it off."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.name.strip():
             yield "name", "must not be empty"
+        if self.status_interval < 0:
+            yield "status_interval", "must be 0 (off) or positive"
         if self.io_threads < 1:
             yield "io_threads", "must be at least 1"
         if self.gc_threshold < 0:
@@ -93,8 +98,14 @@ class AdminConfig:
     stall_after: Duration = 30.0
     """``/healthz`` turns 503 when the pipeline thread or a sink worker made no progress
     for this long, or the watermark is stuck while data flows."""
+    lane_stall_after: Duration | None = None
+    """``/healthz`` also turns 503 when an owned partition has records to fetch yet
+    returned nothing for this long although spate did not pause it (fetching stopped
+    behind spate's back). Unset: the same as ``stall_after``."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.lane_stall_after is not None and self.lane_stall_after <= 0:
+            yield "lane_stall_after", "must be positive"
         if self.listen == "none":
             return
         host, sep, port = self.listen.rpartition(":")
@@ -109,6 +120,33 @@ class MetricsConfig:
     exporter: Literal["prometheus", "none"] = "prometheus"
     """``prometheus`` serves every ``spate_*`` family on the admin server's ``/metrics``;
     ``none`` answers 404 there (the families are still counted in-process)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetterSettings:
+    """``dead_letter:`` — besides ``sink:`` (any sink connector section): the format of
+    what the dead-letter sink is offered and the limits (B71, B72)."""
+
+    format: Literal["auto", "kafka", "row"] = "auto"
+    """What the dead-letter sink is offered: ``kafka`` (original key and value, error in
+    ``spate.error.*`` headers), ``row`` (a mapping of payload and error columns), or
+    ``auto``: ``kafka`` for a Kafka sink, ``row`` for any other."""
+    max_consecutive: int = 1000
+    """Fail the pipeline when this many records of one lane in a row are dead-lettered
+    (0: no limit)."""
+    max_ratio: float = 0.5
+    """Fail the pipeline when more than this fraction of the records seen over the last
+    ``window`` records were dead-lettered (1: no limit)."""
+    window: int = 10_000
+    """Records the ``max_ratio`` is measured over (it is checked once this many were seen)."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_consecutive < 0:
+            yield "max_consecutive", "must be 0 (no limit) or positive"
+        if not 0 < self.max_ratio <= 1:
+            yield "max_ratio", "must be in (0, 1]"
+        if self.window < 1:
+            yield "window", "must be at least 1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +201,10 @@ class PipelineConfig:
     sinks: Mapping[str, ConnectorSpec]
     sinks_map: bool = False
     coordination: Mapping[str, object] | None = None
+    dead_letter: ConnectorSpec | None = None
+    """The dead-letter sink (``dead_letter.sink``), if any (B71)."""
+    dead_letter_settings: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    """The other ``dead_letter:`` keys (format, limits)."""
     file: str | None = None
     """The file the configuration was read from, if any (for error messages)."""
 
@@ -177,4 +219,6 @@ class PipelineConfig:
         if self.deserializer is not None:
             specs.append(self.deserializer)
         specs.extend(self.sinks.values())
+        if self.dead_letter is not None:
+            specs.append(self.dead_letter)
         return specs

@@ -3,7 +3,7 @@
 Sinks call :meth:`ByteBudget.acquire` when they accept a row (with an estimate of the
 row's in-memory size) and :meth:`ByteBudget.release` once the row's batch is written or
 abandoned. Neither call blocks: the runtime watches the level and pauses the source at
-``high_ratio`` of ``backpressure.max_inflight_bytes`` (DESIGN §6).
+``high_ratio`` of ``backpressure.max_inflight_bytes`` (docs/concepts/architecture.md).
 """
 
 from __future__ import annotations

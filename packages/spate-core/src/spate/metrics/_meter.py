@@ -3,7 +3,7 @@
 There is no module-level registry: each pipeline gets a :class:`Meter` with a fresh
 ``CollectorRegistry`` (or one it is handed), so several pipelines can share a process
 and tests never reset global state. Every series carries ``pipeline``, ``component`` and
-``component_type`` labels plus the family's own labels (DESIGN §9, B23).
+``component_type`` labels plus the family's own labels (docs/guides/monitoring.md, B23).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from spate.metrics.names import ALL_FAMILIES, BASE_LABELS, MetricFamily
+from spate.metrics.names import BASE_LABELS, PIPELINE_FAMILIES, MetricFamily
 
 
 class CounterSeries(Protocol):
@@ -39,13 +39,16 @@ class Meter:
         pipeline: str,
         registry: CollectorRegistry | None = None,
         *,
-        declare: Iterable[MetricFamily] | None = ALL_FAMILIES,
+        declare: Iterable[MetricFamily] | None = PIPELINE_FAMILIES,
     ) -> None:
         """A meter for ``pipeline`` on ``registry`` (a fresh one by default).
 
-        Every family in ``declare`` (all of spate's, by default) is registered at once,
-        so a scrape lists each documented family from the start, even before a
-        component records into it (B23). Pass ``declare=None`` to register lazily.
+        Every family in ``declare`` is registered at once, so a scrape lists each
+        documented family from the start, even before a component records into it
+        (B23). The default is every family a pipeline has; the coordination families
+        are added for coordinated pipelines (pass ``ALL_FAMILIES``), so a Kafka pipeline
+        does not export families that cannot apply. Other families register when first
+        used; ``declare=None`` registers everything lazily.
         """
         self.pipeline = pipeline
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -123,3 +126,26 @@ class Meter:
         return cast(Histogram, collector).labels(
             **self._labels(family, component, component_type, labels)
         )
+
+    def totals(self, family: MetricFamily, by: str) -> dict[str, float]:
+        """The current value of ``family``'s samples of this pipeline, summed by label ``by``.
+
+        For reports (the exit summary, the status line), not the hot path: it walks the
+        collector's samples. Counters and gauges only; values of zero are left out.
+        """
+        if by not in family.labels:
+            raise ValueError(f"{family.name} has no label {by!r}")
+        with self._lock:
+            collector = self._collectors.get(family.name)
+        if collector is None:
+            return {}
+        sums: dict[str, float] = {}
+        for metric in collector.collect():
+            for sample in metric.samples:
+                if sample.name != family.name:
+                    continue
+                if sample.labels.get("pipeline") != self.pipeline or not sample.value:
+                    continue
+                key = sample.labels.get(by, "")
+                sums[key] = sums.get(key, 0.0) + sample.value
+        return sums

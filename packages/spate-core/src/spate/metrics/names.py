@@ -1,4 +1,6 @@
-"""Every metric family spate exports: name, kind, help and extra labels (DESIGN §9, B23).
+"""Every metric family spate exports: name, kind, help and extra labels (B23).
+
+The monitoring guide (docs/guides/monitoring.md) documents each of them.
 
 Names exist only here. All start with ``spate_``; counters end in ``_total``; measured
 values carry a unit suffix. Every series also has the :data:`BASE_LABELS`. The monitoring
@@ -67,6 +69,19 @@ OPS_DROPPED = _c(
 )
 OPS_ERRORS = _c("spate_operator_errors_total", "Operator exceptions, by policy taken.", "policy")
 
+# Dead letters
+DLQ_RECORDS = _c(
+    "spate_dead_letter_records_total",
+    "Records written to the dead-letter sink, by stage (deserializer, operator, sink) and reason.",
+    "stage",
+    "reason",
+)
+DLQ_LIMIT_BREACHES = _c(
+    "spate_dead_letter_limit_breaches_total",
+    "Times a dead-letter limit (max_ratio, max_consecutive) failed the pipeline.",
+    "limit",
+)
+
 # Backpressure
 BP_PAUSED = _g("spate_backpressure_paused", "1 while the source is paused for backpressure.")
 BP_PAUSE_EVENTS = _c(
@@ -81,7 +96,7 @@ SINK_RECORDS = _c("spate_sink_records_total", "Rows durably written.", "shard")
 SINK_BYTES = _c("spate_sink_bytes_total", "Encoded bytes durably written.", "shard")
 SINK_FLUSHES = _c(
     "spate_sink_flushes_total",
-    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain).",
+    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain, tier).",
     "shard",
     "reason",
 )
@@ -104,9 +119,32 @@ SINK_ABANDONED = _c(
     "spate_sink_abandoned_rows_total", "Rows abandoned without a successful write.", "shard"
 )
 
+# Tiers (memory, spool, tee)
+TIER_HELD_RECORDS = _g(
+    "spate_tier_held_records", "Records a tier holds that the next tier has not settled."
+)
+TIER_HELD_BYTES = _g("spate_tier_held_bytes", "Bytes a tier holds (on disk for a spool).")
+TIER_OLDEST_AGE = _g(
+    "spate_tier_oldest_record_age_seconds", "Age of the oldest record a tier holds (0: none)."
+)
+TIER_FLUSHES = _c("spate_tier_flushes_total", "Batches a tier sealed and passed on.")
+SPOOL_SEGMENTS = _g("spate_spool_segments", "Segment files the spool holds on disk.")
+SPOOL_REPLAYED = _c(
+    "spate_spool_replayed_records_total", "Records replayed from the spool on start."
+)
+SPOOL_FSYNC_SECONDS = _h("spate_spool_fsync_duration_seconds", "Duration of one spool fsync.")
+SPOOL_WRITE_ERRORS = _c(
+    "spate_spool_write_errors_total", "Spool appends or fsyncs that failed (a full disk)."
+)
+
 # Checkpoint
 CKPT_PENDING = _g("spate_checkpoint_pending_batches", "Unresolved batches per lane.", "lane")
-CKPT_COMMITS = _c("spate_checkpoint_commits_total", "Commits handed to the source.", "outcome")
+CKPT_COMMITS = _c(
+    "spate_checkpoint_commits_total",
+    "Commits by outcome: handed to the source (ok), refused (error), skipped on a "
+    "revocation (skipped), rejected by the broker after an asynchronous send (rejected).",
+    "outcome",
+)
 CKPT_WATERMARK_AGE = _g(
     "spate_checkpoint_watermark_age_seconds",
     "Seconds since the lane's committable watermark last advanced while work was pending.",
@@ -116,6 +154,13 @@ CKPT_WATERMARK_AGE = _g(
 # Coordination
 COORD_OWNED = _g("spate_coordination_owned_splits", "Splits this instance owns.")
 COORD_COMPLETED = _c("spate_coordination_completed_splits_total", "Splits completed.")
+COORD_QUARANTINED = _c(
+    "spate_coordination_quarantined_splits_total", "Splits this instance put in quarantine."
+)
+COORD_IN_QUARANTINE = _g(
+    "spate_coordination_splits_in_quarantine",
+    "Splits of the job in quarantine, as last read by this instance.",
+)
 COORD_LIVE_WORKERS = _g("spate_coordination_live_workers", "Live workers seen.")
 COORD_LEADER = _g("spate_coordination_leader", "1 while this instance is the leader.")
 COORD_ACQUISITIONS = _c("spate_coordination_acquisitions_total", "Splits acquired.")
@@ -124,12 +169,16 @@ COORD_STORE_SECONDS = _h(
     "spate_coordination_store_op_duration_seconds", "Coordination store operations.", "op"
 )
 
-# End to end
-E2E_LATENCY = _h(
-    "spate_end_to_end_latency_seconds",
-    "From the record's source timestamp to its durable write.",
-)
-
 ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, MetricFamily)
 )
+
+COORDINATION_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family.name.startswith("spate_coordination_")
+)
+"""Families that apply only to a pipeline with a ``coordination:`` section."""
+
+PIPELINE_FAMILIES: tuple[MetricFamily, ...] = tuple(
+    family for family in ALL_FAMILIES if family not in COORDINATION_FAMILIES
+)
+"""Families every pipeline has; what a new :class:`~spate.metrics.Meter` declares."""

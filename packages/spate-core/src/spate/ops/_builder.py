@@ -9,8 +9,10 @@ description into one fused loop (:mod:`spate.ops._codegen`) or, for reference, i
 
 Error policies: an exception raised by an operator follows ``fail`` (the pipeline stops
 with :class:`~spate.errors.FatalError`) unless the step is a ``try_map`` whose policy is
-``skip`` (the record is dropped and counted, B3). A split record that the route function
-emits nowhere follows the split's ``unrouted`` policy, ``fail`` by default.
+``skip`` (the record is dropped and counted, B3), or whose policy — the ``try_map``'s
+own, else the chain's ``on_error`` (``ctx.chain(on_error=...)``) — is ``dead_letter``
+(the record goes to the dead-letter sink with its error, B71). A split record that the
+route function emits nowhere follows the split's ``unrouted`` policy, ``fail`` by default.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from spate.errors import ErrorPolicy
 T = TypeVar("T")
 U = TypeVar("U")
 
-PolicyLike = ErrorPolicy | Literal["skip", "fail"]
+PolicyLike = ErrorPolicy | Literal["skip", "fail", "dead_letter"]
 
 
 def as_policy(policy: PolicyLike, what: str) -> ErrorPolicy:
@@ -36,7 +38,9 @@ def as_policy(policy: PolicyLike, what: str) -> ErrorPolicy:
         return ErrorPolicy.SKIP
     if policy == "fail":
         return ErrorPolicy.FAIL
-    raise ValueError(f"{what}: policy must be 'skip' or 'fail', got {policy!r}")
+    if policy == "dead_letter":
+        return ErrorPolicy.DEAD_LETTER
+    raise ValueError(f"{what}: policy must be 'skip', 'fail' or 'dead_letter', got {policy!r}")
 
 
 class StepKind(enum.Enum):
@@ -108,6 +112,9 @@ class ChainSpec:
     terminal: Terminal
     with_meta: bool = False
     """The first operator receives ``(value, RecordMeta)`` pairs (``ctx.chain(meta=True)``)."""
+    on_error: ErrorPolicy = ErrorPolicy.FAIL
+    """What an exception of an operator other than ``try_map`` does: ``fail`` or
+    ``dead_letter`` (``ctx.chain(on_error=...)``)."""
 
     def describe(self) -> str:
         """A one-line rendering for logs: ``map(parse) -> filter(ok) -> sink(events)``."""
@@ -128,16 +135,23 @@ class Chain(Generic[T]):
     ``bytes(view)``).
     """
 
-    __slots__ = ("_meta", "_steps")
+    __slots__ = ("_meta", "_on_error", "_steps")
 
-    def __init__(self, steps: Sequence[Step] = (), *, meta: bool = False) -> None:
+    def __init__(
+        self,
+        steps: Sequence[Step] = (),
+        *,
+        meta: bool = False,
+        on_error: ErrorPolicy = ErrorPolicy.FAIL,
+    ) -> None:
         self._steps = tuple(steps)
         self._meta = meta
+        self._on_error = on_error
 
     def _then(self, step: Step) -> Chain[Any]:
         if not callable(step.fn):
             raise TypeError(f"{step.kind.value}() needs a callable, got {step.fn!r}")
-        return Chain((*self._steps, step), meta=self._meta)
+        return Chain((*self._steps, step), meta=self._meta, on_error=self._on_error)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -167,7 +181,7 @@ class Chain(Generic[T]):
         """Send every value to sink ``name`` (may be omitted when there is one sink)."""
         if name is not None and not isinstance(name, str):
             raise TypeError(f"sink() takes a sink name, got {name!r}")
-        return ChainSpec(self._steps, SinkTerminal(name), self._meta)
+        return ChainSpec(self._steps, SinkTerminal(name), self._meta, self._on_error)
 
     def split(self, unrouted: PolicyLike = "fail") -> Split[T]:
         """Route each value to named sinks with :meth:`Split.route`.
@@ -175,24 +189,36 @@ class Chain(Generic[T]):
         A value the route function emits nowhere follows ``unrouted``: ``fail`` (the
         default) stops the pipeline, ``skip`` drops and counts it (reason ``unrouted``).
         """
-        return Split(self._steps, as_policy(unrouted, "split(unrouted=...)"), self._meta)
+        return Split(
+            self._steps,
+            as_policy(unrouted, "split(unrouted=...)"),
+            self._meta,
+            self._on_error,
+        )
 
 
 class Split(Generic[T]):
     """A chain ending in a split; finish it with :meth:`route`."""
 
-    __slots__ = ("_meta", "_steps", "_unrouted")
+    __slots__ = ("_meta", "_on_error", "_steps", "_unrouted")
 
-    def __init__(self, steps: tuple[Step, ...], unrouted: ErrorPolicy, meta: bool = False) -> None:
+    def __init__(
+        self,
+        steps: tuple[Step, ...],
+        unrouted: ErrorPolicy,
+        meta: bool = False,
+        on_error: ErrorPolicy = ErrorPolicy.FAIL,
+    ) -> None:
         self._steps = steps
         self._unrouted = unrouted
         self._meta = meta
+        self._on_error = on_error
 
     def route(self, fn: Callable[[T, Emitter], object]) -> ChainSpec:
         """``fn(value, out)`` calls ``out.emit(ctx.sink(name), row)`` for each output row."""
         if not callable(fn):
             raise TypeError(f"route() needs a callable, got {fn!r}")
-        return ChainSpec(self._steps, SplitTerminal(fn, self._unrouted), self._meta)
+        return ChainSpec(self._steps, SplitTerminal(fn, self._unrouted), self._meta, self._on_error)
 
 
 class ChainContext:
@@ -212,14 +238,21 @@ class ChainContext:
         """The configured sink names."""
         return self._sinks
 
-    def chain(self, *, meta: bool = False) -> Chain[Any]:
+    def chain(
+        self, *, meta: bool = False, on_error: Literal["fail", "dead_letter"] = "fail"
+    ) -> Chain[Any]:
         """Start a chain; its first operator receives the deserializer's values.
 
         With ``meta=True`` it receives ``(value, meta)`` pairs instead, where ``meta`` is
         the record's :class:`~spate.records.RecordMeta` (lane, offset, key, timestamp) —
-        for rows that carry the Kafka key, partition or offset.
+        for rows that carry the Kafka key, partition or offset. ``on_error`` is what an
+        exception of an operator (other than a ``try_map``, which has its own policy)
+        does: ``fail`` the pipeline, or send the record to the ``dead_letter`` sink.
         """
-        return Chain(meta=meta)
+        policy = as_policy(on_error, "chain(on_error=...)")
+        if policy is ErrorPolicy.SKIP:
+            raise ValueError("chain(on_error=...): use try_map for skip; 'fail' or 'dead_letter'")
+        return Chain(meta=meta, on_error=policy)
 
     def frames(self) -> Any:
         """Start a frame chain (columnar path, ``spate[columnar]``): its operators receive

@@ -25,9 +25,10 @@ For a chain ``map(f) -> filter(g) -> sink`` the generated ``process`` is, in ess
         n_out[0] += 1
 
 User functions and sink methods are bound as locals; there is no generator and no
-per-operator call layer, only the user's own calls (DESIGN §3, §12). ``try`` costs
-nothing in CPython 3.11+ until something raises. Counters live in locals and reach the
-metric series once per batch. flat_map becomes a nested ``for`` over the children, so a
+per-operator call layer, only the user's own calls (docs/concepts/architecture.md and the
+performance rules in docs/development.md). ``try`` costs nothing in CPython 3.11+
+until something raises. Counters live in locals and reach the metric series once per
+batch. flat_map becomes a nested ``for`` over the children, so a
 stall inside it can name the children still to run (the cursor's frames). Every rare
 path calls into :class:`~spate.ops._stage.ChainRuntime`, shared with the reference
 interpreter, and resuming a half-done record is delegated to
@@ -146,6 +147,9 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(b + 1, "if stalled is not None:")
     w.line(b + 2, "return stalled")
     w.line(b + 1, "start = cursor.next_index")
+    if rt.dead_letter is not None:
+        w.line(b, "if resume is None:")
+        w.line(b + 1, "rt.dead_letter.seen(len(payloads))")
     w.line(b, "n_in = 0")
     w.line(b, f"outs = [0] * {nsinks}")
     w.line(b, "n_out = 0")
@@ -165,7 +169,9 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(L, "except DeserError as exc:")
     w.line(L + 1, "if exc.kind is NOT_READY:")
     w.line(L + 2, "return rt.not_ready(i)")
-    w.line(L + 1, "rt.deser_error(exc, batch, i)")
+    w.line(L + 1, "st = rt.deser_error(exc, batch, i, ack)")
+    w.line(L + 1, "if st is not None:")
+    w.line(L + 2, "return st")
     w.line(L + 1, "continue")
     if rt.many:
         w.line(L, "if has_not_ready(items):")
@@ -174,7 +180,9 @@ def generate_source(rt: ChainRuntime) -> str:
         D = L + 1
         w.line(D, "v = items[jd]")
         w.line(D, "if isinstance(v, DeserError):")
-        w.line(D + 1, "rt.deser_error(v, batch, i)")
+        w.line(D + 1, f"st = rt.deser_error(v, batch, i, ack, (({DESER_FRAME}, items, jd + 1),))")
+        w.line(D + 1, "if st is not None:")
+        w.line(D + 2, "return st")
         w.line(D + 1, "continue")
         w.line(D, "if v is NO_RECORD:")
         w.line(D + 1, "d_empty += 1")
@@ -213,7 +221,7 @@ def _gen_steps(w: _Writer, rt: ChainRuntime, start: int, ind: int, frames: list[
     for k in range(start, len(rt.steps)):
         step = rt.steps[k]
         kind = step.kind
-        skip = kind is StepKind.TRY_MAP and step.policy is ErrorPolicy.SKIP
+        recover = rt.step_policies[k] is not ErrorPolicy.FAIL
         w.line(ind, "try:")
         if kind is StepKind.MAP or kind is StepKind.TRY_MAP:
             w.line(ind + 1, f"v = f{k}(v)")
@@ -228,8 +236,10 @@ def _gen_steps(w: _Writer, rt: ChainRuntime, start: int, ind: int, frames: list[
             w.line(ind + 1, f"if type(c{k}) is not list:")
             w.line(ind + 2, f"c{k} = list(c{k})")
         w.line(ind, "except Exception as exc:")
-        w.line(ind + 1, f"rt.op_error({k}, exc, batch, i)")
-        if skip:
+        w.line(ind + 1, f"st = rt.op_error({k}, exc, batch, i, ack, {_frames_expr(frames)})")
+        if recover:
+            w.line(ind + 1, "if st is not None:")
+            w.line(ind + 2, "return st")
             w.line(ind + 1, "continue")
         else:
             # op_error raises under the fail policy; this line is never reached.
@@ -251,7 +261,9 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
         w.line(ind, "try:")
         w.line(ind + 1, f"r = o{s}(v, key, lane, ack)")
         w.line(ind, "except SinkError as exc:")
-        w.line(ind + 1, f"rt.sink_error({s}, exc, batch, i)")
+        w.line(ind + 1, f"st = rt.sink_error({s}, exc, batch, i, ack, {frames})")
+        w.line(ind + 1, "if st is not None:")
+        w.line(ind + 2, "return st")
         w.line(ind + 1, "continue")
         w.line(ind, "if r is REJECTED:")
         w.line(
@@ -274,7 +286,9 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
     w.line(E, "try:")
     w.line(E + 1, "r = offers[s](row, key, lane, ack)")
     w.line(E, "except SinkError as exc:")
-    w.line(E + 1, "rt.sink_error(s, exc, batch, i)")
+    w.line(E + 1, f"st = rt.sink_error(s, exc, batch, i, ack, {frames}, tuple(buf[e + 1 :]))")
+    w.line(E + 1, "if st is not None:")
+    w.line(E + 2, "return st")
     w.line(E + 1, "continue")
     w.line(E, "if r is REJECTED:")
     w.line(

@@ -18,6 +18,7 @@ from spate.metrics._meter import Meter
 from spate.ops._builder import Chain, ChainContext, ChainSpec, SinkTerminal, build_chain
 from spate.ops._codegen import FusedChain
 from spate.ops._contract import BatchProcessor
+from spate.ops._deadletter import DeadLetter
 from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
@@ -38,6 +39,7 @@ def compile_chain(
     component: str = "chain",
     deser_component: str = "deserializer",
     interpreted: bool = False,
+    dead_letter: DeadLetter | None = None,
 ) -> BatchProcessor:
     """Compile ``chain`` against ``sinks`` into a :class:`BatchProcessor`.
 
@@ -52,6 +54,13 @@ def compile_chain(
     if callable(chain) and not isinstance(chain, (Chain, ChainSpec)):
         chain = build_chain(chain, sinks)  # the user's chains(ctx): a row or frame chain
     frames = _frame_spec(chain, deserializer, sinks, interpreted)
+    if frames is not None and dead_letter is not None:
+        if chain is not None:
+            raise ValueError(
+                "a frame chain (ctx.frames()) cannot send records to a dead-letter sink yet; "
+                "use a row chain (ctx.chain()) or remove dead_letter"
+            )
+        frames = None  # the no-chain pipeline runs on rows, where dead letters work
     if frames is not None:
         return _compile_frames(
             frames,
@@ -87,6 +96,7 @@ def compile_chain(
         record_policy=record_policy,
         component=component,
         deser_component=deser_component,
+        dead_letter=dead_letter,
     )
     if interpreted:
         return Interpreter(rt)

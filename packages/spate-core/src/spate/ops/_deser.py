@@ -11,10 +11,17 @@ Outcomes:
 * a value — one record;
 * :data:`NO_RECORD` — the payload holds no record (an empty ``single`` JSON payload);
   counted as dropped with reason ``empty`` and acknowledged as delivered (B3, B21);
-* ``DeserError(kind=MALFORMED | SCHEMA_UNAVAILABLE)`` — a record error: skipped or fatal
-  by the deserializer's ``on_error`` policy, always counted (B28);
+* ``DeserError(kind=MALFORMED | SCHEMA_UNAVAILABLE | UNKNOWN_SCHEMA)`` — a record error:
+  skipped or fatal by the deserializer's ``on_error`` policy (or by the error's own
+  ``policy``, when the deserializer has a separate setting for it), always counted under
+  its kind (B28);
 * ``DeserError(kind=NOT_READY)`` — the record cannot be decoded *yet* (schema registry
-  unreachable): the runtime retries it later and never drops it (B21).
+  unreachable, or not serving the schema yet): the runtime retries it later and never
+  drops it (B21).
+
+A deserializer that holds resources (a background thread, connections) may have a
+``close()`` method; ``Pipeline.run`` calls it once when the run ends, however it ends,
+and also when the run cannot start.
 
 A deserializer whose framing yields several records per payload (``ndjson``, ``array``)
 sets ``many = True`` and implements :meth:`ManyDeserializer.deserialize_many`, which

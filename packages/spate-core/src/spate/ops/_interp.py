@@ -18,7 +18,7 @@ from spate.ops._builder import StepKind
 from spate.ops._contract import Stalled
 from spate.ops._deser import NO_RECORD
 from spate.ops._split import RouteOut
-from spate.ops._stage import DESER_FRAME, ChainRuntime, Cursor, Frame
+from spate.ops._stage import DEAD_LETTER_SINK, DESER_FRAME, ChainRuntime, Cursor, Frame
 from spate.records import PayloadBatch, RecordMeta
 from spate.sink._contract import Offer
 
@@ -39,6 +39,8 @@ class Interpreter:
             if stalled is not None:
                 return stalled
             start = cursor.next_index
+        if self.rt.dead_letter is not None and resume is None:
+            self.rt.dead_letter.seen(len(batch.payloads))
         for index in range(start, len(batch.payloads)):
             stalled = self._record(batch, ack, index)
             if stalled is not None:
@@ -71,8 +73,7 @@ class Interpreter:
         except DeserError as exc:
             if exc.kind is DeserErrorKind.NOT_READY:
                 return rt.not_ready(index)
-            rt.deser_error(exc, batch, index)
-            return None
+            return rt.deser_error(exc, batch, index, ack)
         if rt.many:
             if has_not_ready(items):
                 return rt.not_ready(index)
@@ -101,7 +102,9 @@ class Interpreter:
             frames: tuple[Frame, ...] = ((step, items, j + 1), *outer)
             if step == DESER_FRAME:
                 if isinstance(value, DeserError):
-                    rt.deser_error(value, batch, index)
+                    stalled = rt.deser_error(value, batch, index, ack, frames)
+                    if stalled is not None:
+                        return stalled
                     continue
                 if value is NO_RECORD:
                     rt.count_batch(0, [0] * len(rt.offers), 0, 0, 1)
@@ -142,8 +145,7 @@ class Interpreter:
                 else:
                     children = list(step.fn(value))
             except Exception as exc:
-                rt.op_error(k, exc, batch, index)
-                return None
+                return rt.op_error(k, exc, batch, index, ack, frames)
             if kind is StepKind.FLAT_MAP:
                 if not children:
                     rt.count_batch(0, [0] * nsinks, 0, 1, 0)
@@ -179,10 +181,17 @@ class Interpreter:
         lane = batch.lane
         for e in range(pos, len(emits)):
             sink, row = emits[e]
+            if sink == DEAD_LETTER_SINK:
+                if not rt.offer_dead_letter(row, key, batch, index, ack):
+                    cursor = Cursor(index + 1, frames, tuple(emits[e:]))
+                    return Stalled(cursor, "sink_full", "dead_letter")
+                continue
             try:
                 result = rt.offers[sink](row, key, lane, ack)
             except SinkError as exc:
-                rt.sink_error(sink, exc, batch, index)
+                stalled = rt.sink_error(sink, exc, batch, index, ack, frames, tuple(emits[e + 1 :]))
+                if stalled is not None:
+                    return stalled
                 continue
             if result is Offer.REJECTED:
                 cursor = Cursor(index + 1, frames, tuple(emits[e:]))

@@ -8,13 +8,19 @@ to encode — are methods here, so both executors count and fail in exactly the 
 
 The deserializer stage (this module's other half) applies the deserializer's contract
 (:mod:`spate.ops._deser`): a value goes on, ``NO_RECORD`` is dropped as ``empty``, a
-``DeserError`` is a record error under ``deser_policy`` (``skip`` by default, B28) and
+``DeserError`` is a record error under ``deser_policy`` (``skip`` by default, B28) or
+under its own ``policy`` when it carries one, and
 ``NOT_READY`` stalls the batch so the record is decoded again later, never dropped (B21).
 
 :class:`Cursor` is the resume position inside a batch (B8): the next record to start
 plus the pending work of the record before it — the flat_map children not yet run
 (``frames``, innermost first) and the final rows not yet accepted by a sink (``emits``).
 Drops are counted with their reason (B3).
+
+Under the ``dead_letter`` policy a failed record is offered to the pipeline's dead-letter
+sink (:mod:`spate.ops._deadletter`) with the batch's ack; a refusal stalls the chain
+with the dead letter as the pending emit of sink index :data:`DEAD_LETTER_SINK`, so
+the resume offers it again before going on (B71, B8).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from spate.metrics.names import (
 )
 from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKind
 from spate.ops._contract import Stalled
+from spate.ops._deadletter import DeadLetter, Stage
+from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, Sink
 
@@ -44,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 DESER_FRAME = -1
 """Frame position of items that came from a many-record deserializer (not yet checked)."""
+
+DEAD_LETTER_SINK = -1
+"""Sink index of a pending dead letter in a cursor's ``emits``."""
 
 Frame = tuple[int, list[Any], int]
 """``(step index the items feed, items, next item position)``."""
@@ -79,6 +90,7 @@ class ChainRuntime:
         record_policy: ErrorPolicy | None,
         component: str,
         deser_component: str,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         if not sinks:
             raise ValueError("a chain needs at least one sink")
@@ -86,10 +98,14 @@ class ChainRuntime:
         self.component = component
         self.deser_component = deser_component
         self.spec = spec
+        self.skips = SkipLog(pipeline)
+        self.dead_letters = SkipLog(pipeline, action="dead-lettered")
         self.with_meta = spec.with_meta
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
         sink_objs = tuple(sinks.values())
+        # What messages call each sink: its own name (a single sink's connector name).
+        self.sink_labels = tuple(getattr(s, "name", key) for key, s in sinks.items())
         self.offers: tuple[OfferFn, ...] = tuple(s.offer for s in sink_objs)
         self.record_policies: tuple[ErrorPolicy, ...] = tuple(
             _record_policy(s, record_policy) for s in sink_objs
@@ -139,6 +155,14 @@ class ChainRuntime:
             found = getattr(deserializer, "on_error", ErrorPolicy.SKIP)
             deser_policy = found if isinstance(found, ErrorPolicy) else ErrorPolicy.SKIP
         self.deser_policy = deser_policy
+        self.step_policies: tuple[ErrorPolicy, ...] = tuple(
+            step.policy if step.kind is StepKind.TRY_MAP else spec.on_error for step in self.steps
+        )
+        self.dead_letter = dead_letter
+        if dead_letter is None:
+            _check_no_dead_letter(
+                deser_policy, self.record_policies, self.sink_labels, self.step_policies, spec
+            )
 
         # Metric series, resolved once.
         dc, oc = deser_component, component
@@ -181,6 +205,10 @@ class ChainRuntime:
         self.m_err_fail = meter.counter(
             OPS_ERRORS, component=oc, component_type="operators", policy="fail"
         )
+        self.m_err_dead_letter = meter.counter(
+            OPS_ERRORS, component=oc, component_type="operators", policy="dead_letter"
+        )
+        self.m_deser_dead_letter = deser_outcome("dead_letter")
 
     # -- hot counters (the generated loop keeps these in locals and adds them per batch) --
 
@@ -204,30 +232,68 @@ class ChainRuntime:
 
     # -- slow paths, shared by both executors --
 
-    def deser_error(self, exc: DeserError, batch: PayloadBatch, index: int) -> None:
-        """A record the deserializer could not decode: count it; raise under ``fail``."""
-        if self.deser_policy is ErrorPolicy.FAIL:
+    def deser_error(
+        self,
+        exc: DeserError,
+        batch: PayloadBatch,
+        index: int,
+        ack: AckToken | None = None,
+        frames: tuple[Frame, ...] = (),
+    ) -> Stalled | None:
+        """A record the deserializer could not decode: count it; raise under ``fail``;
+        under ``dead_letter`` offer it to the dead-letter sink (a stall when refused).
+
+        The error's own ``policy``, when it has one, wins over ``on_error``.
+        """
+        policy = self.deser_policy if exc.policy is None else exc.policy
+        if policy is ErrorPolicy.DEAD_LETTER:
+            self.m_deser_dead_letter.inc()
+            return self.to_dead_letter(
+                "deserializer", exc.kind.value, exc.reason, batch, index, ack, frames, ()
+            )
+        if policy is ErrorPolicy.FAIL:
             self.m_deser_failed.inc()
+            setting = "; on_error is fail" if exc.policy is None else ""
             raise FatalError(
                 self.deser_component,
                 f"cannot decode the record at {_where(batch, index)}: {exc.reason} "
-                f"({exc.kind.value}; on_error is fail)",
+                f"({exc.kind.value}{setting})",
             ) from exc
         self.m_deser_skipped.inc()
         self.m_deser_drop[exc.kind].inc()
+        self.skips.skipped(self.deser_component, exc.kind.value, _where(batch, index), exc.reason)
+        return None
 
     def not_ready(self, index: int) -> Stalled:
         """The deserializer cannot decode the record yet: stall at it (B21)."""
         self.m_deser_not_ready.inc()
         return Stalled(Cursor(index), "not_ready")
 
-    def op_error(self, step_index: int, exc: Exception, batch: PayloadBatch, index: int) -> None:
-        """An operator raised: under ``skip`` count the drop, else raise ``FatalError``."""
+    def op_error(
+        self,
+        step_index: int,
+        exc: Exception,
+        batch: PayloadBatch,
+        index: int,
+        ack: AckToken | None = None,
+        frames: tuple[Frame, ...] = (),
+    ) -> Stalled | None:
+        """An operator raised: under ``skip`` count the drop, under ``dead_letter`` offer
+        the record to the dead-letter sink, else raise ``FatalError``."""
         step = self.steps[step_index]
-        if step.kind is StepKind.TRY_MAP and step.policy is ErrorPolicy.SKIP:
+        policy = self.step_policies[step_index]
+        if policy is ErrorPolicy.SKIP:
             self.m_err_skip.inc()
             self.m_drop_error.inc()
-            return
+            self.skips.skipped(
+                self.component, "error", _where(batch, index), f"{step.label}: {exc!r}"
+            )
+            return None
+        if policy is ErrorPolicy.DEAD_LETTER:
+            self.m_err_dead_letter.inc()
+            reason = type(exc).__name__
+            message = f"{step.label}: {exc!r}"
+            return self.to_dead_letter("operator", reason, message, batch, index, ack, frames, ())
         self.m_err_fail.inc()
         raise FatalError(
             self.component,
@@ -246,6 +312,7 @@ class ChainRuntime:
         """The route function emitted nothing: count under ``skip``, else raise."""
         if self.unrouted is ErrorPolicy.SKIP:
             self.m_drop_unrouted.inc()
+            self.skips.skipped(self.component, "unrouted", _where(batch, index), "")
             return
         raise FatalError(
             self.component,
@@ -253,22 +320,115 @@ class ChainRuntime:
             "(use split(unrouted='skip') to drop such records)",
         )
 
-    def sink_error(self, sink_index: int, exc: SinkError, batch: PayloadBatch, index: int) -> None:
-        """A sink refused a row with ``SinkError``: record errors follow the sink's policy."""
-        name = self.sink_names[sink_index]
+    def sink_error(
+        self,
+        sink_index: int,
+        exc: SinkError,
+        batch: PayloadBatch,
+        index: int,
+        ack: AckToken | None = None,
+        frames: tuple[Frame, ...] = (),
+        rest: tuple[tuple[int, object], ...] = (),
+    ) -> Stalled | None:
+        """A sink refused a row with ``SinkError``: record errors follow the sink's policy.
+
+        ``rest`` are the emits of the record still to offer after this one (a split).
+        """
         if exc.error_class is ErrorClass.RECORD:
-            if self.record_policies[sink_index] is ErrorPolicy.SKIP:
+            policy = self.record_policies[sink_index]
+            if policy is ErrorPolicy.SKIP:
                 self.m_drop_record_error.inc()
-                return
+                label = f"sink {self.sink_labels[sink_index]}"
+                self.skips.skipped(label, "record_error", _where(batch, index), exc.reason)
+                return None
+            if policy is ErrorPolicy.DEAD_LETTER:
+                message = f"sink {self.sink_labels[sink_index]}: {exc.reason}"
+                return self.to_dead_letter(
+                    "sink", "record_error", message, batch, index, ack, frames, rest
+                )
             raise FatalError(
-                name,
+                f"sink {self.sink_labels[sink_index]}",
                 f"cannot write a row from the record at {_where(batch, index)}: {exc.reason} "
                 "(on_record_error is fail)",
             ) from exc
-        raise FatalError(name, f"offer failed: {exc.reason} ({exc.error_class.value})") from exc
+        raise FatalError(
+            f"sink {self.sink_labels[sink_index]}",
+            f"offer failed: {exc.reason} ({exc.error_class.value})",
+        ) from exc
+
+    def to_dead_letter(
+        self,
+        stage: Stage,
+        reason: str,
+        message: str,
+        batch: PayloadBatch,
+        index: int,
+        ack: AckToken | None,
+        frames: tuple[Frame, ...],
+        rest: tuple[tuple[int, object], ...],
+    ) -> Stalled | None:
+        """Offer record ``index`` to the dead-letter sink with the batch's ack (B71).
+
+        A refusal stalls the chain after the record, with the dead letter (and ``rest``)
+        pending, so the resume offers it again before anything else (B8).
+        """
+        dlq = self.dead_letter
+        if dlq is None or ack is None:
+            raise FatalError(
+                stage,
+                f"the record at {_where(batch, index)} is to be dead-lettered ({reason}: "
+                f"{message}), but the pipeline has no dead_letter section",
+            )
+        row = dlq.record(stage, reason, message, batch, index)
+        self.dead_letters.skipped(stage, reason, _where(batch, index), message)
+        if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
+            return None
+        cursor = Cursor(index + 1, frames, ((DEAD_LETTER_SINK, row), *rest))
+        return Stalled(cursor, "sink_full", "dead_letter")
+
+    def offer_dead_letter(
+        self, row: object, key: bytes | None, batch: PayloadBatch, index: int, ack: AckToken
+    ) -> bool:
+        """Offer one dead letter; False when the sink refused it for now."""
+        dlq = self.dead_letter
+        assert dlq is not None
+        try:
+            result = dlq.offer_fn(row, key, batch.lane, ack)
+        except SinkError as exc:
+            raise FatalError(
+                "dead_letter",
+                f"the dead-letter sink cannot take the record at {_where(batch, index)}: "
+                f"{exc.reason}",
+            ) from exc
+        return result is not Offer.REJECTED
 
     def describe(self) -> str:
         return self.spec.describe()
+
+
+def _check_no_dead_letter(
+    deser_policy: ErrorPolicy,
+    record_policies: tuple[ErrorPolicy, ...],
+    sink_labels: tuple[str, ...],
+    step_policies: tuple[ErrorPolicy, ...],
+    spec: ChainSpec,
+) -> None:
+    """Without a dead-letter sink, no policy may be ``dead_letter``."""
+    dl = ErrorPolicy.DEAD_LETTER
+    where = None
+    if deser_policy is dl:
+        where = "the deserializer's on_error"
+    for label, policy in zip(sink_labels, record_policies, strict=True):
+        if policy is dl:
+            where = f"sink {label}'s on_record_error"
+    for step, policy in zip(spec.steps, step_policies, strict=True):
+        if policy is dl:
+            where = f"{step.label}"
+    if where is not None:
+        raise ValueError(
+            f"{where} is dead_letter, but the pipeline has no dead_letter section "
+            "naming a dead-letter sink"
+        )
 
 
 def _record_policy(sink: Sink, default: ErrorPolicy | None) -> ErrorPolicy:

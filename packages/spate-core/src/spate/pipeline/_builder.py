@@ -4,12 +4,13 @@
 deserializer; the operator chain comes from :meth:`Pipeline.chains` (the user's
 ``fn(ctx)``, compiled by :mod:`spate.ops`) or, without the ops layer, from a
 ``processor`` given directly. :meth:`Pipeline.run` blocks on the calling thread until
-the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16).
+the run ends and returns an :class:`~spate.pipeline.ExitReport` (B14, B16); the pipeline
+owns the deserializer it is given and closes it when ``run`` returns or raises.
 ``Pipeline.from_config`` (configuration assembly) builds the components through the
 plugin registry and then calls this constructor.
 
 No module-level state: the meter, clock, budget and run nonce belong to the pipeline,
-so several pipelines can share a process (DESIGN §13).
+so several pipelines can share a process (docs/concepts/architecture.md).
 """
 
 from __future__ import annotations
@@ -17,18 +18,26 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from spate._clock import Clock, SystemClock
-from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.config._loader import load_config
+from spate.config.models import (
+    BackpressureConfig,
+    CheckpointConfig,
+    DeadLetterSettings,
+    PipelineConfig,
+)
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor
+from spate.ops._deadletter import DEAD_LETTER_COMPONENT, DeadLetter
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import NotStartedHealth, PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime
@@ -79,14 +88,27 @@ class Pipeline:
         run_nonce: str | None = None,
         budget: InflightBudget | None = None,
         poll_timeout: float = 0.1,
+        lane_stall_after: float | None = None,
         handle_signals: bool = True,
         gc_threshold: int = 50_000,
+        source_type: str = "source",
+        status_interval: float = 30.0,
+        dead_letter: Sink | None = None,
+        dead_letter_settings: DeadLetterSettings | None = None,
     ) -> None:
         """Assemble a pipeline from built components; nothing connects until ``run()``.
 
         ``budget`` must be the same object the sinks were built with (their
         ``BuildContext.budget``); when omitted one is created from ``backpressure``
         (see :meth:`new_budget`) and sinks built afterwards must use :attr:`budget`.
+        ``source_type`` labels the source's metric series (``component_type``): the
+        source connector's name, as configuration assembly passes it.
+        ``status_interval`` is the seconds between two status lines in the log (0: none).
+        ``lane_stall_after`` is ``admin.lane_stall_after`` (None: the probe's
+        ``stall_after``).
+        ``dead_letter`` is the sink records under a ``dead_letter`` error policy go to,
+        offered in ``dead_letter_settings.format`` (``kafka``; else ``row``) and under its
+        limits (B71, B72); it runs, flushes and drains like the other sinks.
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -95,6 +117,15 @@ class Pipeline:
         self.name = name
         self.source = source
         self.sinks: dict[str, Sink] = dict(sinks)
+        if dead_letter is not None and DEAD_LETTER_COMPONENT in self.sinks:
+            raise ConfigError(
+                f"sinks.{DEAD_LETTER_COMPONENT}",
+                "is reserved for the dead-letter sink when there is one",
+            )
+        self.dead_letter = dead_letter
+        self.dead_letter_settings = (
+            dead_letter_settings if dead_letter_settings is not None else DeadLetterSettings()
+        )
         self.deserializer = deserializer
         self.checkpoint = checkpoint if checkpoint is not None else CheckpointConfig()
         self.backpressure = backpressure if backpressure is not None else BackpressureConfig()
@@ -103,8 +134,11 @@ class Pipeline:
         self.run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
         self.budget = budget if budget is not None else self.new_budget(self.backpressure)
         self.poll_timeout = poll_timeout
+        self.lane_stall_after = lane_stall_after
         self.handle_signals = handle_signals
         self.gc_threshold = gc_threshold
+        self.source_type = source_type
+        self.status_interval = status_interval
         self._processor = processor
         self._chains: ChainsFn | None = None
         self._services: list[tuple[Callable[[PipelineHealth], None], Callable[[], None]]] = []
@@ -150,8 +184,21 @@ class Pipeline:
         self._shutdown.request(reason)
 
     @classmethod
-    def from_config(cls, config: Any, /, **overrides: Any) -> Pipeline:
-        """Build a pipeline from a loaded configuration, through the plugin registry."""
+    def from_config(
+        cls, config: PipelineConfig | str | os.PathLike[str], /, **overrides: Any
+    ) -> Pipeline:
+        """Build a pipeline from a configuration, through the plugin registry.
+
+        ``config`` is a loaded :class:`~spate.config.PipelineConfig` or the path of a
+        YAML file, loaded with :func:`~spate.config.load_config`.
+        """
+        if isinstance(config, str | os.PathLike):
+            config = load_config(config, resolver=overrides.get("registry"))
+        elif not isinstance(config, PipelineConfig):
+            raise TypeError(
+                "Pipeline.from_config takes a PipelineConfig or the path of a YAML file, "
+                f"got {type(config).__name__}"
+            )
         assembly = importlib.import_module("spate._assembly")
         pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
         return pipeline
@@ -166,6 +213,15 @@ class Pipeline:
             return processor(self.sinks)
         # No processor: compile the user's chain, or (without one) send every decoded
         # record to the single sink.
+        dead_letter = None
+        if self.dead_letter is not None:
+            dead_letter = DeadLetter(
+                self.dead_letter,
+                self.dead_letter_settings,
+                meter=self.meter,
+                pipeline=self.name,
+                kafka_format=self.dead_letter_settings.format == "kafka",
+            )
         try:
             return compile_chain(
                 self._chains,
@@ -173,9 +229,16 @@ class Pipeline:
                 sinks=self.sinks,
                 meter=self.meter,
                 pipeline=self.name,
+                dead_letter=dead_letter,
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError("chains", str(exc)) from exc
+
+    def _runtime_sinks(self) -> dict[str, Sink]:
+        """The sinks the runtime starts, ticks, drains and closes: the dead-letter one too."""
+        if self.dead_letter is None:
+            return self.sinks
+        return {**self.sinks, DEAD_LETTER_COMPONENT: self.dead_letter}
 
     # -- running ----------------------------------------------------------------------
 
@@ -189,11 +252,19 @@ class Pipeline:
         if self._ran:
             raise RuntimeError("a Pipeline runs once; build a new one to run again")
         self._ran = True
+        try:
+            return self._run()
+        finally:
+            # However the run ended — completed, drained on a signal, failed, or never
+            # started — the deserializer's resources (a registry fetch thread) go too.
+            close_deserializer(self.deserializer, self.name)
+
+    def _run(self) -> ExitReport:
         processor = self._build_processor()
         runtime = PipelineRuntime(
             name=self.name,
             source=self.source,
-            sinks=self.sinks,
+            sinks=self._runtime_sinks(),
             processor=processor,
             checkpoint=self.checkpoint,
             backpressure=self.backpressure,
@@ -203,6 +274,9 @@ class Pipeline:
             shutdown=self._shutdown,
             wake=self._wake,
             poll_timeout=self.poll_timeout,
+            source_type=self.source_type,
+            status_interval=self.status_interval,
+            lane_stall_after=self.lane_stall_after,
         )
         self._health.target = runtime
         restore = install_signal_handlers(self._shutdown) if self.handle_signals else None
@@ -245,6 +319,17 @@ class Pipeline:
             if restore is not None:
                 restore()
             gc.set_threshold(*gc_before)
+
+
+def close_deserializer(deserializer: object, pipeline: str) -> None:
+    """Call the deserializer's optional ``close()``; log (never raise) what it raises."""
+    close = getattr(deserializer, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        logger.exception("closing the deserializer of pipeline %s failed", pipeline)
 
 
 def new_run_nonce() -> str:

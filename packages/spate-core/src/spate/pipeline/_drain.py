@@ -2,8 +2,9 @@
 source (B14, B15).
 
 Draining means: stop intake (the caller no longer polls new data), finish the batches
-already taken as far as the sinks let them, seal and write every sink buffer, and give
-up at ``deadline``. The caller then commits synchronously what the tracker proves
+already taken as far as the sinks let them, seal and write every sink buffer (on
+revocation only the buffers holding the revoked lanes' rows, B40), and give up at
+``deadline``. The caller then commits synchronously what the tracker proves
 delivered and abandons the rest (final drain) or forgets it (revocation). This module
 holds the write phase, which is the same for all three triggers.
 """
@@ -11,11 +12,12 @@ holds the write phase, which is the same for all three triggers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from spate._clock import Clock
-from spate.sink._contract import Sink
+from spate.records import Lane
+from spate.sink._contract import Sink, flush_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +37,22 @@ class DrainWork(Protocol):
         ...
 
 
-def write_out(work: DrainWork, sinks: Mapping[str, Sink], clock: Clock, deadline: float) -> bool:
-    """Process the backlog and flush every sink until all is written or ``deadline``.
+def write_out(
+    work: DrainWork,
+    sinks: Mapping[str, Sink],
+    clock: Clock,
+    deadline: float,
+    lanes: Collection[Lane] | None = None,
+) -> bool:
+    """Process the backlog and flush the sinks until all is written or ``deadline``.
 
     Returns True when nothing is left unwritten and no batch is left unprocessed.
     Sinks that refused rows are flushed, which frees room, and the stalled batch is
     resumed from its cursor (B8) until it completes or time runs out.
+
+    With ``lanes`` (a revocation) the sinks write out only what they hold of those lanes
+    once every taken batch is processed (:func:`~spate.sink.flush_lanes`, B40); while a
+    batch still waits for room, every sink is flushed in full to make it.
     """
     while True:
         work.beat()
@@ -48,7 +60,11 @@ def write_out(work: DrainWork, sinks: Mapping[str, Sink], clock: Clock, deadline
         flushed = True
         for sink in sinks.values():
             try:
-                if not sink.flush(deadline):
+                if lanes is None or remaining:
+                    done = sink.flush(deadline)
+                else:
+                    done = flush_lanes(sink, lanes, deadline)
+                if not done:
                     flushed = False
             except Exception:
                 logger.exception("sink %s failed while flushing for drain", sink.name)

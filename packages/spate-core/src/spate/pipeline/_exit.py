@@ -26,10 +26,16 @@ class ExitReport:
     records_in: int = 0
     """Records polled from the source."""
     records_delivered: int = 0
-    """Records of batches that were durably written (or dropped on purpose)."""
+    """Records of batches that were durably written (or dropped on purpose): includes
+    the :attr:`dropped` ones, whose positions are committed like the written ones."""
     records_failed: int = 0
     """Records of batches that failed (a sink gave up or abandoned them)."""
     batches_in: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Records left out on purpose, by reason (B3, B42): skipped by an error policy
+    (``malformed``, ``schema_unavailable``, ``error``, ``record_error``), routed nowhere
+    under ``unrouted='skip'`` (``unrouted``), or filtered (``filter``, ``flat_map_empty``,
+    ``empty``)."""
     abandoned_batches: int = 0
     """Batches left unresolved or failed at the end: replayed by the next owner."""
     revoked_batches_dropped: int = 0
@@ -44,15 +50,23 @@ class ExitReport:
     duration_seconds: float = 0.0
 
     @property
+    def records_dropped(self) -> int:
+        """Records left out on purpose, all reasons together."""
+        return sum(self.dropped.values())
+
+    @property
     def exit_code(self) -> int:
         return 0 if self.state == "completed" else 1
 
-    def summary(self) -> str:
-        """One line for logs and the CLI."""
+    def summary(self, *, with_reason: bool = True) -> str:
+        """One line for logs and the CLI (``with_reason=False`` when the reason was logged)."""
         marks = ", ".join(f"{lane}={pos}" for lane, pos in sorted(self.final_watermarks.items()))
+        reasons = ", ".join(f"{why}={n}" for why, n in sorted(self.dropped.items()))
+        dropped = f"dropped={self.records_dropped}" + (f" ({reasons})" if reasons else "")
+        why = f" ({self.reason})" if with_reason else ""
         return (
-            f"pipeline {self.pipeline} {self.state} ({self.reason}): "
-            f"records in={self.records_in} delivered={self.records_delivered} "
+            f"pipeline {self.pipeline} {self.state}{why}: "
+            f"records in={self.records_in} delivered={self.records_delivered} {dropped} "
             f"failed={self.records_failed} abandoned_batches={self.abandoned_batches} "
             f"abandoned_rows={self.abandoned_rows} watermarks=[{marks}]"
         )

@@ -17,6 +17,12 @@ Sink workers resolve acks on their own threads; the runtime only reads the track
 end of a run (signal, end of a bounded source, failure) and every revocation go through
 the drain routine in :mod:`spate.pipeline._drain` (B14, B15). Per batch work only —
 nothing here loops over records except a C-level byte count.
+
+A bounded source may take back its ``drained()`` when a rebalance hands it lanes it has
+not read (``undrained()``, B34); the run then goes on until it drains again. Liveness also
+watches every lane the source reports behind (``FetchLagSource``): owned, not paused by
+spate, and nothing polled from it for ``lane_stall_after`` means fetching stopped behind
+spate's back (B32).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from spate._clock import Clock, SystemClock
@@ -32,7 +38,7 @@ from spate.checkpoint._ack import AckToken
 from spate.checkpoint._committer import Committer
 from spate.checkpoint._tracker import PartitionTracker
 from spate.config.models import BackpressureConfig, CheckpointConfig
-from spate.errors import ErrorClass, SourceError
+from spate.errors import ErrorClass, FatalError, SourceError, SpateError
 from spate.flow._budget import InflightBudget
 from spate.flow._gate import PendingGate
 from spate.flow._watermark import Hysteresis
@@ -42,6 +48,7 @@ from spate.ops._contract import BatchProcessor, Stalled
 from spate.pipeline._drain import write_out
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
+from spate.pipeline._status import StatusLine
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Sink
 from spate.source._contract import Source
@@ -88,8 +95,12 @@ class PipelineRuntime:
         shutdown: ShutdownHandle,
         wake: threading.Event,
         poll_timeout: float = 0.1,
+        source_type: str = "source",
+        status_interval: float = 0.0,
+        lane_stall_after: float | None = None,
     ) -> None:
         self.name = name
+        self._source_type = source_type
         self._source = source
         self._sinks = dict(sinks)
         self._processor = processor
@@ -100,6 +111,14 @@ class PipelineRuntime:
         self._shutdown = shutdown
         self._wake = wake
         self._poll_timeout = poll_timeout
+        self._lane_stall_after = lane_stall_after
+        # Sources that implement FetchLagSource report how far behind each lane is.
+        fetch_lag = getattr(source, "fetch_lag", None)
+        self._fetch_lag: Callable[[], Mapping[Lane, int]] | None = (
+            fetch_lag if callable(fetch_lag) else None
+        )
+        # Per owned lane: when it last returned a batch, was assigned or was resumed (B32).
+        self._fetched_at: dict[Lane, float] = {}
         self._real_time = isinstance(clock, SystemClock)
         self.tracker = PartitionTracker(clock)
         self.tracker.add_waker(wake)
@@ -135,8 +154,11 @@ class PipelineRuntime:
         self._heartbeat = clock.monotonic()
         self._started_at = clock.monotonic()
         self._gauges_due = self._started_at
+        self._status = StatusLine(name, interval=status_interval, meter=meter, now=self._started_at)
         # Metric series, created once.
-        src = {"component": "source", "component_type": "source"}
+        # One series per lane and event, labelled with the source connector's name; a
+        # source reporting its own lag sets the same series (B23).
+        src = {"component": "source", "component_type": source_type}
         self._lane_metrics: dict[Lane, _LaneMetrics] = {}
         self._poll_seconds = meter.histogram(names.SOURCE_POLL_SECONDS, **src)
         self._rebalance_assigned = meter.counter(names.SOURCE_REBALANCES, **src, event="assigned")
@@ -171,6 +193,9 @@ class PipelineRuntime:
         self.tracker.assign(lanes)
         self._paused.difference_update(lanes)
         self._gated.difference_update(lanes)
+        now = self._clock.monotonic()
+        for lane in lanes:
+            self._fetched_at[lane] = now
         self._assigned_seen = True
         self._rebalance_assigned.inc()
 
@@ -178,7 +203,9 @@ class PipelineRuntime:
         """Revoke barrier (B15): drain, commit ``lanes`` synchronously, then return.
 
         Called by the source on the pipeline thread, possibly from inside ``poll`` or
-        ``close``. Never raises into the source: a failure here fails the run.
+        ``close``. Never raises into the source: a failure here fails the run, except a
+        commit the source could not make for a reason that can pass (B36), which leaves
+        the lanes to the next owner at their last commit.
         """
         lanes = set(lanes)
         logger.info("pipeline %s revoking %s", self.name, ", ".join(map(str, sorted(lanes))))
@@ -186,7 +213,7 @@ class PipelineRuntime:
         try:
             if not self._closing:
                 deadline = self._clock.monotonic() + self._cfg.drain_timeout
-                if not write_out(self, self._sinks, self._clock, deadline):
+                if not write_out(self, self._sinks, self._clock, deadline, lanes):
                     logger.warning(
                         "revocation drain of %s did not write everything in time; "
                         "the rest is left to the next owner",
@@ -198,7 +225,7 @@ class PipelineRuntime:
                 # only positions that still moved need committing.
                 done = self._committer.committed
                 final = {lane: pos for lane, pos in final.items() if done.get(lane) != pos}
-            if final and not self._committer.commit_now(sync=True, positions=final):
+            if final and not self._committer.commit_now(sync=True, positions=final, revoking=True):
                 self.fail(f"synchronous commit on revocation of {sorted(map(str, lanes))} failed")
             self._committer.forget(lanes)
         except Exception as exc:
@@ -219,6 +246,7 @@ class PipelineRuntime:
         self._paused.difference_update(lanes)
         self._gated.difference_update(lanes)
         for lane in lanes:
+            self._fetched_at.pop(lane, None)
             metrics = self._lane_metrics.get(lane)
             if metrics is not None:
                 metrics.lag.set(0)  # B23: not owned any more
@@ -230,6 +258,12 @@ class PipelineRuntime:
         logger.info("pipeline %s: source drained", self.name)
         self._source_drained = True
 
+    def undrained(self) -> None:
+        """A bounded source that drained has input again (pipeline thread, B34)."""
+        if self._source_drained:
+            logger.info("pipeline %s: source has input again; reading it", self.name)
+        self._source_drained = False
+
     # -- health (any thread) ----------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
@@ -239,13 +273,13 @@ class PipelineRuntime:
             return False, "pipeline starting"
         if not (self._assigned_seen or self.batches_in or self._source_drained):
             return False, "no lanes assigned yet"
-        for name, sink in self._sinks.items():
+        for sink in self._sinks.values():
             try:
                 ready = sink.ready()
             except Exception as exc:
-                return False, f"sink {name} probe raised: {exc}"
+                return False, f"sink {sink.name} probe raised: {exc}"
             if not ready:
-                return False, f"sink {name} not ready"
+                return False, f"sink {sink.name} not ready"
         return True, "ready"
 
     def liveness(self, stall_after: float) -> tuple[bool, str]:
@@ -263,6 +297,25 @@ class PipelineRuntime:
                 return False, (
                     f"watermark of {lane.lane} stuck for {lane.seconds_since_advance:.1f}s "
                     f"with {lane.queued} batch(es) behind it"
+                )
+        return self._silent_lanes(now, stall_after)
+
+    def _silent_lanes(self, now: float, stall_after: float) -> tuple[bool, str]:
+        """B32: an owned lane with records to fetch, not paused by spate, polled nothing."""
+        fetch_lag = self._fetch_lag
+        if fetch_lag is None:
+            return True, "alive"
+        limit = self._lane_stall_after if self._lane_stall_after is not None else stall_after
+        fetched_at = dict(self._fetched_at)
+        paused = frozenset(self._paused)
+        for lane, lag in fetch_lag().items():
+            since = fetched_at.get(lane)
+            if lag <= 0 or since is None or lane in paused:
+                continue
+            if now - since > limit:
+                return False, (
+                    f"lane {lane} is {lag} record(s) behind and returned nothing for "
+                    f"{now - since:.1f}s although spate did not pause it"
                 )
         return True, "alive"
 
@@ -338,6 +391,7 @@ class PipelineRuntime:
         if not batch.payloads:
             return
         ack = self.tracker.register(batch)
+        self._fetched_at[batch.lane] = self._clock.monotonic()
         count = len(batch.payloads)
         self.records_in += count
         self.batches_in += 1
@@ -350,7 +404,7 @@ class PipelineRuntime:
         metrics = self._lane_metrics.get(lane)
         if metrics is None:
             label = str(lane)
-            src = {"component": "source", "component_type": "source", "lane": label}
+            src = {"component": "source", "component_type": self._source_type, "lane": label}
             ckpt = {"component": "checkpoint", "component_type": "checkpoint", "lane": label}
             metrics = _LaneMetrics(
                 records=self._meter.counter(names.SOURCE_RECORDS, **src),
@@ -376,11 +430,27 @@ class PipelineRuntime:
             taken = backlog[0]
             try:
                 result = self._processor.process(taken.batch, taken.ack, taken.cursor)
+            except FatalError as exc:
+                # An error policy said fail: the reason names the record; a traceback
+                # only helps when the user's own code raised.
+                backlog.popleft()
+                taken.ack.release(False)
+                cause = exc.__cause__
+                if isinstance(cause, Exception) and not isinstance(cause, SpateError):
+                    logger.error("user code raised on %s", taken.batch.lane, exc_info=cause)
+                else:
+                    logger.debug("processing a batch of %s failed", taken.batch.lane, exc_info=True)
+                self.fail(str(exc))
+                return bool(backlog)
             except Exception as exc:
                 backlog.popleft()
                 taken.ack.release(False)
-                logger.exception("processing a batch of %s failed", taken.batch.lane)
-                self.fail(f"processing {taken.batch.lane} failed: {exc}")
+                if isinstance(exc, FatalError):
+                    # A record policy said fail; its reason names the record: one line.
+                    self.fail(str(exc))
+                else:
+                    logger.exception("processing a batch of %s failed", taken.batch.lane)
+                    self.fail(f"processing {taken.batch.lane} failed: {exc}")
                 return bool(backlog)
             if result is None:
                 backlog.popleft()
@@ -396,6 +466,10 @@ class PipelineRuntime:
         return False
 
     def _check_stalled_lanes(self) -> None:
+        fault = self.tracker.fault
+        if fault is not None:  # a sink released an ack twice: nothing it says can be trusted
+            self.fail(fault)
+            return
         limit = self._cfg.stalled_fail_after
         for lane, seconds in self.tracker.stalled_lanes().items():
             if seconds >= limit:
@@ -436,13 +510,26 @@ class PipelineRuntime:
         if to_resume:
             self._source.resume(to_resume)
             self._paused -= to_resume
+            now = self._clock.monotonic()
+            for lane in to_resume:
+                if lane in self._fetched_at:
+                    self._fetched_at[lane] = now
 
     def _update_gauges(self) -> None:
         self._bp_inflight.set(self._budget.used)
-        for snap in self.tracker.snapshot():
+        snapshot = self.tracker.snapshot()
+        for snap in snapshot:
             metrics = self._metrics_for(snap.lane)
             metrics.pending.set(snap.pending)
             metrics.age.set(snap.seconds_since_advance)
+        if self._status.enabled:
+            self._status.maybe_report(
+                self._clock.monotonic(),
+                records_in=self.records_in,
+                records_out=self.tracker.record_counts()[0],
+                paused=len(self._paused),
+                lanes=len(snapshot),
+            )
 
     @property
     def paused(self) -> frozenset[Lane]:
@@ -455,7 +542,9 @@ class PipelineRuntime:
         """The final drain (B14): write out, commit synchronously, abandon the rest."""
         if self._failure is not None:
             reason = self._failure
-        logger.info("pipeline %s draining: %s", self.name, reason)
+            logger.info("pipeline %s draining after the failure", self.name)
+        else:
+            logger.info("pipeline %s draining: %s", self.name, reason)
         deadline = self._clock.monotonic() + self._cfg.drain_timeout
         written = write_out(self, self._sinks, self._clock, deadline)
         commit_ok = self._committer.commit_now(sync=True)
@@ -475,6 +564,10 @@ class PipelineRuntime:
         snapshot = self.tracker.snapshot()
         unfinished = sum(s.queued for s in snapshot)
         delivered, failed = self.tracker.record_counts()
+        dropped: dict[str, int] = {}
+        for family in (names.DESER_DROPPED, names.OPS_DROPPED):
+            for why, count in self._meter.totals(family, "reason").items():
+                dropped[why] = dropped.get(why, 0) + int(count)
         self._closing = True
         try:
             self._source.close()
@@ -486,6 +579,9 @@ class PipelineRuntime:
             except Exception:
                 logger.exception("closing sink %s failed", sink.name)
         self._finished = True
+        if self.tracker.fault is not None:
+            self.fail(self.tracker.fault)
+            reason = self.tracker.fault
         completed = (
             self._failure is None
             and written
@@ -508,6 +604,7 @@ class PipelineRuntime:
             records_delivered=delivered,
             records_failed=failed,
             batches_in=self.batches_in,
+            dropped=dropped,
             abandoned_batches=unfinished,
             revoked_batches_dropped=self._revoke_abandoned,
             abandoned_rows=abandoned_rows,
@@ -515,6 +612,7 @@ class PipelineRuntime:
             committed=self._committer.committed,
             duration_seconds=self._clock.monotonic() - self._started_at,
         )
+        # A failure's reason was logged when it happened (fail()): not repeated here.
         log = logger.info if completed else logger.error
-        log("%s", report.summary())
+        log("%s", report.summary(with_reason=self._failure is None))
         return report

@@ -1,6 +1,7 @@
 """Plugin discovery through entry points, and the factory protocol connectors implement."""
 
 from spate.plugins._command import Command
+from spate.plugins._entry_points import install_hint
 from spate.plugins._factory import COMMANDS_GROUP, BuildContext, ComponentFactory, PluginKind
 from spate.plugins._registry import COMMAND_KIND, PluginInfo, Registry, default_registry
 
@@ -14,4 +15,5 @@ __all__ = [
     "PluginKind",
     "Registry",
     "default_registry",
+    "install_hint",
 ]

@@ -14,7 +14,49 @@ from dataclasses import dataclass
 from importlib import metadata
 
 FRONT_DOOR = "spate"
-"""The distribution whose extras are named after connectors (``pip install "spate[kafka]"``)."""
+"""The distribution whose extras are named after connectors (``spate[kafka]``)."""
+
+FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
+    "kafka": ("spate-kafka", "spate-avro", "spate-json"),
+    "clickhouse": ("spate-clickhouse",),
+    "clickhouse-embedded": ("spate-clickhouse",),
+    "s3": ("spate-s3",),
+    "avro": ("spate-avro",),
+    "json": ("spate-json",),
+    "coordination": ("spate-coordination",),
+    "coordination-nats": ("spate-coordination",),
+    "datagen": ("spate-datagen",),
+    "columnar": ("spate-avro", "spate-clickhouse"),
+    "full": (
+        "spate-kafka",
+        "spate-clickhouse",
+        "spate-s3",
+        "spate-avro",
+        "spate-json",
+        "spate-coordination",
+        "spate-datagen",
+    ),
+}
+"""The front door's extras and the spate distributions each pulls in, for install hints
+when the front door itself is not installed (a test keeps this equal to the front door's
+``pyproject.toml``). Hints name only these real distributions, never a guess (B26)."""
+
+
+def install_hint(distribution: str, extra: str, *, dist_extra: str | None = None) -> str:
+    """How to install one of spate's distributions, for an error message (B26, B45).
+
+    Names the distribution, the front door's extra that brings it, and the install from
+    a spate checkout — spate is not on the public package index yet, and the name
+    ``spate`` there belongs to another project (ADR 0003), so the hint never sends
+    anyone to the index. ``dist_extra`` is the distribution's own extra
+    (``spate-clickhouse[embedded]``).
+    """
+    wanted = f"{distribution}[{dist_extra}]" if dist_extra else distribution
+    return (
+        f"install {wanted} (the front door's extra {FRONT_DOOR}[{extra}]); spate is not "
+        f'on the public package index yet, so from a spate checkout: pip install "./packages/'
+        f'{wanted}"'
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ class PluginKind(enum.Enum):
 
     SOURCE = "source"
     SINK = "sink"
+    STORE = "store"
     DESERIALIZER = "deserializer"
     COORDINATION_STORE = "coordination_store"
 
@@ -62,6 +63,9 @@ class BuildContext:
     budget: ByteBudget
     io_threads: int = 2
     coordination: Mapping[str, object] | None = None
+    registry: object | None = None
+    """The plugin registry the pipeline is assembled with, for factories that build
+    nested connector sections (the ``tiered`` and ``tee`` sinks); None: the default one."""
 
 
 ConfigT = TypeVar("ConfigT")

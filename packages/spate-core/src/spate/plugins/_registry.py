@@ -7,11 +7,14 @@ only when the plugin is asked for by name, and the loaded object is cached. A lo
 connector must be a factory exposing its ``config_model`` dataclass and a ``build``
 method; anything else is a :class:`~spate.errors.PluginError` naming the entry point.
 
-A name nobody declares raises :class:`~spate.errors.MissingConnectorError` carrying the
-command that would install it, derived from the front door's metadata: the extra named
-like the connector, else an extra pulling in ``spate-<name>``, else an extra whose
-dashed name contains the connector's name. Without the front door installed the hint
-falls back to ``pip install spate-<name>``. Core knows no connector by name.
+A name nobody declares raises :class:`~spate.errors.MissingConnectorError`. When one of
+spate's distributions provides it, the error says which one and how to install it,
+derived from the front door's extras (the installed front door's metadata, else the
+table :data:`~spate.plugins._entry_points.FRONT_DOOR_EXTRAS`): the extra named like the
+connector, else an extra pulling in ``spate-<name>``, else an extra whose dashed name
+contains the connector's name. Any other name gets no install command — a guessed
+package name could belong to anybody — but the close matches among installed and known
+connector names ("did you mean 'kafka'?") and the installed names of that kind.
 
 Registries are plain objects (no module-level instance): tests build their own over a
 search path of their choosing.
@@ -20,6 +23,7 @@ search path of their choosing.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import threading
 from collections.abc import Sequence
@@ -30,8 +34,10 @@ from spate.errors import MissingConnectorError, PluginError
 from spate.plugins._command import Command
 from spate.plugins._entry_points import (
     FRONT_DOOR,
+    FRONT_DOOR_EXTRAS,
     EntryPointInfo,
     front_door_requirements,
+    install_hint,
     normalize,
     scan,
 )
@@ -157,8 +163,15 @@ class Registry:
         plugin_kind = _as_kind(kind)
         info = self._entry(plugin_kind.group, name)
         if info is None:
+            install = self.install_hint(plugin_kind, name)
+            close = [] if install else self.suggestions(plugin_kind, name)
             raise MissingConnectorError(
-                plugin_kind.value, name, self.install_hint(plugin_kind, name), path=path
+                plugin_kind.value,
+                name,
+                install,
+                path=path,
+                did_you_mean=close,
+                installed=self.names(plugin_kind),
             )
         obj = self._load(info)
         model = getattr(obj, "config_model", None)
@@ -200,35 +213,62 @@ class Registry:
 
     # --- install hints (B26) ----------------------------------------------------------
 
+    def _extras(self) -> dict[str, set[str]]:
+        """The front door's extras → the spate distributions each pulls in."""
+        requirements = front_door_requirements(self._path)
+        extras: dict[str, set[str]] = {}
+        for req in requirements or ():
+            if req.extra is not None:
+                extras.setdefault(req.extra, set()).add(req.name)
+        if not extras:  # not installed (or an unrelated project of the same name)
+            extras = {extra: set(dists) for extra, dists in FRONT_DOOR_EXTRAS.items()}
+        return extras
+
     def install_hint(self, kind: PluginKind | str, name: str) -> str | None:
-        """The ``pip install`` command that would provide connector ``name``, if known."""
-        plugin_kind = _as_kind(kind)
-        wanted = normalize(name)
+        """How to install the distribution providing connector ``name``, if it is one of
+        spate's: its name, the front door's extra, and the install from a spate checkout
+        (spate is not on the public package index yet, see ADR 0003). None for a name no
+        known distribution provides: a guessed package name could be anybody's."""
+        found = self._providing(_as_kind(kind), normalize(name))
+        if found is None:
+            return None
+        extra, dist = found
+        own_extra = None
+        if extra.startswith(f"{dist.removeprefix(f'{FRONT_DOOR}-')}-"):
+            own_extra = extra.partition("-")[2]  # coordination-nats: its [nats] extra
+        return install_hint(dist, extra, dist_extra=own_extra)
+
+    def _providing(self, plugin_kind: PluginKind, wanted: str) -> tuple[str, str] | None:
+        """(extra, distribution) for connector ``wanted``: the extra named like it, else
+        one pulling in ``spate-<name>``, else one whose dashed name contains it."""
         own_dist = f"{FRONT_DOOR}-{wanted}"
         # Stores live in the coordination distribution, whatever their own names.
         kind_dist = (
             f"{FRONT_DOOR}-coordination" if plugin_kind is PluginKind.COORDINATION_STORE else None
         )
-        requirements = front_door_requirements(self._path)
-        if requirements is None:
-            return f"pip install {kind_dist or own_dist}"
-        extras: dict[str, set[str]] = {}
-        for req in requirements:
-            if req.extra is not None:
-                extras.setdefault(req.extra, set()).add(req.name)
-        if wanted in extras:
-            return _pip_extra(wanted)
-        best = _extra_providing(extras, own_dist)
-        if best is not None:
-            return _pip_extra(best)
-        partial = [extra for extra in extras if wanted in extra.split("-")]
-        if partial:
-            return _pip_extra(min(partial, key=lambda e: (len(extras[e]), len(e), e)))
-        if kind_dist is not None:
-            best = _extra_providing(extras, kind_dist)
-            if best is not None:
-                return _pip_extra(best)
-        return None
+        extras = self._extras()
+        extra = wanted if wanted in extras else _extra_providing(extras, own_dist)
+        if extra is None:
+            partial = [e for e in extras if wanted in e.split("-")]
+            if partial:
+                extra = min(partial, key=lambda e: (len(extras[e]), len(e), e))
+        if extra is None and kind_dist is not None:
+            extra = _extra_providing(extras, kind_dist)
+        if extra is None:
+            return None
+        dists = extras[extra]
+        for dist in (own_dist, kind_dist):
+            if dist in dists:
+                return extra, dist
+        return extra, min(dists)
+
+    def suggestions(self, kind: PluginKind | str, name: str) -> list[str]:
+        """Installed or known connector names close to ``name`` (a typo's "did you mean")."""
+        plugin_kind = _as_kind(kind)
+        known = {e for e in self._extras() if e != "full"}
+        known |= {d.removeprefix(f"{FRONT_DOOR}-") for ds in self._extras().values() for d in ds}
+        candidates = sorted(set(self.names(plugin_kind)) | known)
+        return difflib.get_close_matches(normalize(name), candidates, n=3, cutoff=0.6)
 
 
 def _extra_providing(extras: dict[str, set[str]], dist: str) -> str | None:
@@ -238,10 +278,6 @@ def _extra_providing(extras: dict[str, set[str]], dist: str) -> str | None:
         return None
     suffix = dist.removeprefix(f"{FRONT_DOOR}-")
     return min(providing, key=lambda e: (e != suffix, len(extras[e]), e))
-
-
-def _pip_extra(extra: str) -> str:
-    return f'pip install "{FRONT_DOOR}[{extra}]"'
 
 
 def default_registry() -> Registry:

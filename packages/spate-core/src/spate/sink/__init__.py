@@ -7,10 +7,14 @@ batching, retries, breakers, acks and metrics. Their config models embed
 """
 
 from spate.sink._breaker import Breaker, BreakerState
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import LaneFlushingSink, Offer, Sink, flush_lanes
+from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._pool import SinkPool
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter, fnv1a_64
+from spate.sink._spool import SpoolConfig, SpoolTier
+from spate.sink._store import BatchRef, JsonlStore, SpoolCorruptError, SpoolStore, StoredBatch
+from spate.sink._tee import TeeSink
 from spate.sink._writer import (
     ListRowBuffer,
     RowBuffer,
@@ -32,11 +36,16 @@ from spate.sink.config import (
 __all__ = [
     "Backoff",
     "BatchConfig",
+    "BatchRef",
     "Breaker",
     "BreakerConfig",
     "BreakerState",
     "InflightConfig",
+    "JsonlStore",
+    "LaneFlushingSink",
     "ListRowBuffer",
+    "MemoryTier",
+    "MemoryTierConfig",
     "Offer",
     "PoolConfig",
     "PoolKeys",
@@ -48,8 +57,15 @@ __all__ = [
     "Sink",
     "SinkConnector",
     "SinkPool",
+    "SpoolConfig",
+    "SpoolCorruptError",
+    "SpoolStore",
+    "SpoolTier",
+    "StoredBatch",
+    "TeeSink",
     "WeightedHashRouter",
     "WriteBatch",
     "estimate_row_bytes",
+    "flush_lanes",
     "fnv1a_64",
 ]

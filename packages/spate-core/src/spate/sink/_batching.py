@@ -6,7 +6,8 @@ ack, when the ack first appears) and how many bytes it has counted against the b
 budget. It is *sealed* on ``max_rows``, ``max_bytes``, ``linger``, a checkpoint tick or
 a drain (:data:`SealReason`); sealing gives it its sequence number and its dedup token
 ``{pipeline}-{run_nonce}-{shard}-{seq}``, kept across every retry. It is *resolved*
-once: written (acks released ok) or abandoned/failed (acks released not ok, B4).
+once: written (acks released ok) or abandoned/failed (acks released not ok, B4). The
+batch itself is the holder it names when it retains and releases an ack.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 from typing import Literal
 
 from spate.checkpoint._ack import AckToken
+from spate.records import Lane
 from spate.sink._writer import RowBuffer
 
-SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain"]
+SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain", "tier"]
 
 BUDGET_CHUNK = 64 * 1024
 """Bytes a batch may hold beyond what it has acquired from the budget before acquiring."""
@@ -62,8 +64,12 @@ class PoolBatch:
         """Hold ``ack`` (retain once) if this batch does not hold it yet."""
         self.last_ack = ack
         if ack not in self.acks:
-            ack.retain()
+            ack.retain(self)
             self.acks.add(ack)
+
+    def holds_any(self, lanes: frozenset[Lane]) -> bool:
+        """Whether a row of one of ``lanes`` is in this batch (under the pool lock)."""
+        return any(ack.lane in lanes for ack in self.acks)
 
     def __repr__(self) -> str:
         return (

@@ -1,13 +1,17 @@
-"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on (DESIGN §7).
+"""The sink pool: the :class:`~spate.sink.Sink` every sink connector is built on.
+
+What it does is described in docs/concepts/sinks.md.
 
 A connector supplies buffers and per-endpoint writers (:mod:`spate.sink._writer`); the
 pool does the rest:
 
 * **routing** (B13): one shard → no routing; several → the connector's
-  :class:`~spate.sink.Router` or FNV-1a of the key placed by the shards' weights;
+  :class:`~spate.sink.Router` (which sees the row, its key and lane) or FNV-1a of the
+  key placed by the shards' weights;
 * **batching** (B10): each shard has one open batch; it seals on ``batch.max_rows``,
   ``batch.max_bytes``, ``batch.linger`` (from its first row), on :meth:`SinkPool.tick`
-  and on :meth:`SinkPool.flush`;
+  and on :meth:`SinkPool.flush`; on revocation :meth:`SinkPool.flush_lanes` seals only
+  the batches holding the revoked lanes' rows (B40);
 * **flow control** (B7): at most ``inflight.max_per_shard`` writes per shard run at once
   and as many sealed batches again may wait; beyond that :meth:`SinkPool.offer`
   answers ``REJECTED`` (the chain stalls and the source pauses; nothing is dropped).
@@ -37,11 +41,11 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken
+from spate.checkpoint._ack import AckToken, release_all
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
@@ -62,7 +66,7 @@ logger = logging.getLogger(__name__)
 _JOIN_TIMEOUT = 5.0
 """Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
 
-_Settled = tuple[list[AckToken], int, bool]
+_Settled = tuple[PoolBatch, list[AckToken], int, bool]
 
 
 class SinkPool:
@@ -108,6 +112,9 @@ class SinkPool:
         self._budget = budget
         self._io_threads = io_threads
         self._token_prefix = f"{pipeline}-{run_nonce}"
+        self._pipeline = pipeline
+        self._identity: str | None = None
+        self._identity_rows: dict[int, int] = {}
         self._max_rows = cfg.batch.max_rows
         self._max_bytes = cfg.batch.max_bytes
         self._linger = cfg.batch.linger
@@ -170,6 +177,7 @@ class SinkPool:
         for shard in self._shards:
             for replica in shard.replicas:
                 self._open_and_probe(shard, replica)
+        self._start_router()
         with self._cond:
             self._started = True
             self._ready = True
@@ -197,14 +205,33 @@ class SinkPool:
         except Exception as exc:
             raise SinkError(f"{where}: {exc!r}", ErrorClass.FATAL) from exc
 
+    def _start_router(self) -> None:
+        """Start a router that has a ``start()`` (it may need what the probes learned)."""
+        start = getattr(self._router, "start", None)
+        if start is None:
+            return
+        try:
+            start()
+        except SinkError as exc:
+            raise SinkError(f"sink {self.name}: {exc.reason}", ErrorClass.FATAL) from exc
+        except Exception as exc:
+            raise SinkError(f"sink {self.name}: {exc}", ErrorClass.FATAL) from exc
+
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Append ``row`` to its shard's open batch, or refuse it while the shard is full.
 
         Called on the pipeline thread for every row; never blocks on I/O. Raises
-        ``SinkError(RECORD)`` for a row the connector cannot encode (nothing is held).
+        ``SinkError(RECORD)`` for a row the connector cannot encode or the router cannot
+        place (nothing is held).
         """
         router = self._router
-        shard = self._shards[0] if router is None else self._shards[router.route(key, lane)]
+        if router is None:
+            shard = self._shards[0]
+        else:
+            try:
+                shard = self._shards[router.route(row, key, lane)]
+            except SinkError as exc:  # a row the router cannot place: a record error
+                raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
         # One uncontended lock per row: worker threads seal lingering batches, so the
         # open batch is shared. acquire/release in try/finally costs less than `with`.
         lock = self._lock
@@ -245,8 +272,8 @@ class SinkPool:
 
     @property
     def frame_needs_keys(self) -> bool:
-        """Whether :meth:`offer_frame` needs the records' keys (several shards)."""
-        return self._router is not None
+        """Whether :meth:`offer_frame` needs the records' keys (a router placing by them)."""
+        return self._router is not None and self._router.placed_by is None
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """The connector's per-column check of a frame: ``(frame to offer, bad rows)``.
@@ -270,8 +297,11 @@ class SinkPool:
         """Append a prepared frame to its shards' open batches, all or nothing.
 
         Each row goes to the shard the row path would pick (B13): ``shards`` when the
-        caller placed the rows itself, else the router over ``keys``. Refuses the whole
-        frame while any target shard is full (B7); the caller offers it again later.
+        caller placed the rows itself, else the router's :meth:`~spate.sink.Router.route_column`
+        over the frame's :attr:`~spate.sink.Router.placed_by` column, or over ``keys`` when
+        it places by the record key. Refuses the whole frame while any target shard is full
+        (B7); the caller offers it again later. A value the router cannot place raises
+        ``SinkError(RECORD)`` naming the sink (nothing is held).
         """
         count = len(frame)  # type: ignore[arg-type]
         if not count:
@@ -282,8 +312,7 @@ class SinkPool:
             parts = [(self._shards[0], frame)]
         else:
             if shards is None:
-                route = router.route  # type: ignore[union-attr]
-                shards = [route(k, lane) for k in (keys or [None] * count)]
+                shards = self._route_frame(router, frame, keys, count, lane)  # type: ignore[arg-type]
             by_shard: dict[int, list[int]] = {}
             for position, shard_index in enumerate(shards):
                 by_shard.setdefault(shard_index, []).append(position)
@@ -314,6 +343,26 @@ class SinkPool:
                 elif batch.nbytes >= self._max_bytes:
                     self._seal(shard, "max_bytes")
         return Offer.ACCEPTED
+
+    def _route_frame(
+        self,
+        router: Router,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        count: int,
+        lane: Lane,
+    ) -> Sequence[int]:
+        """The shard of each row of ``frame``: the router's whole-column placement."""
+        column = router.placed_by
+        values: Sequence[object]
+        if column is None:
+            values = list(keys) if keys is not None else [None] * count
+        else:
+            values = frame.column(column).to_pylist()  # type: ignore[attr-defined]
+        try:
+            return router.route_column(values, lane)
+        except SinkError as exc:  # a value the router cannot place: a record error
+            raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
 
     def _open_batch(self, shard: Shard) -> PoolBatch | None:
         """A new open batch for ``shard``, or None while its queue is full (lock held)."""
@@ -346,17 +395,41 @@ class SinkPool:
 
         Retries continue until the deadline (``max_attempts: 0``, B12). Returns True when
         nothing is left unwritten; what is left stays held until :meth:`abandon`.
-        Called on drain and revocation; blocks.
+        Called on drain; blocks.
         """
         with self._cond:
             for shard in self._shards:
                 self._seal(shard, "drain")
             self._cond.notify_all()
+        return self._wait_until(deadline, self._all_written)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Seal only the open batches holding rows of ``lanes`` and wait until every batch
+        holding their rows is written, or ``deadline`` (B40).
+
+        Batches of other lanes stay open and keep filling: a revocation does not cut every
+        shard's batch short. Rows of other lanes in a sealed batch are written along.
+        Called on revocation; blocks.
+        """
+        lanes = frozenset(lanes)
+        with self._cond:
+            targets: list[PoolBatch] = []
+            for shard in self._shards:
+                batch = shard.open
+                if batch is not None and batch.holds_any(lanes):
+                    self._seal(shard, "drain")
+                targets += [b for b in shard.queue if b.holds_any(lanes)]
+                targets += [b for b in shard.writing if b.holds_any(lanes)]
+            self._cond.notify_all()
+        return self._wait_until(deadline, lambda: all(b.done for b in targets))
+
+    def _wait_until(self, deadline: float, done: Callable[[], bool]) -> bool:
+        """Let the writes run until ``done()`` (checked under the lock) or ``deadline``."""
         if self._io_threads == 0:
-            return self._pump_until(deadline)
+            return self._pump_until(deadline, done)
         with self._cond:
             while True:
-                if self._all_written():
+                if done():
                     return True
                 now = self._clock.monotonic()
                 if now >= deadline:
@@ -419,6 +492,31 @@ class SinkPool:
                     )
         self._ready = False
 
+    # -- identified batches (tiers) ------------------------------------------------------
+
+    def begin_identified(self, identity: str) -> None:
+        """Rows offered from now until :meth:`end_identified` form batches whose dedup
+        tokens derive from ``identity`` (``{pipeline}-{identity}-{shard}-{start}-{rows}``)
+        instead of the run nonce, so the same rows offered again under the same identity
+        in a later run carry the same tokens (a spool's replay, B56).
+
+        ``identity`` must be unique to one fixed sequence of rows across runs. Called by a
+        tier on the pipeline thread; seals what is open first.
+        """
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "tier")
+            self._identity = identity
+            self._identity_rows = {}
+
+    def end_identified(self) -> None:
+        """Seal the identified batch's rows and return to run-nonce tokens."""
+        with self._cond:
+            for shard in self._shards:
+                self._seal(shard, "tier")
+            self._identity = None
+            self._identity_rows = {}
+
     # -- inline mode and introspection --------------------------------------------------
 
     def pump(self) -> int:
@@ -448,9 +546,14 @@ class SinkPool:
                 total += sum(b.rows for b in shard.writing)
             return total
 
-    def shard_of(self, key: bytes | None, lane: Lane) -> int:
+    @property
+    def router(self) -> Router | None:
+        """The router placing rows on shards (``None`` with one shard and no router)."""
+        return self._router
+
+    def shard_of(self, key: bytes | None, lane: Lane, row: object = None) -> int:
         """The shard a row with this key and lane goes to."""
-        return 0 if self._router is None else self._router.route(key, lane)
+        return 0 if self._router is None else self._router.route(row, key, lane)
 
     # -- internals (called with the lock held unless said otherwise) --------------------
 
@@ -469,7 +572,14 @@ class SinkPool:
             return
         batch.seq = shard.next_seq
         shard.next_seq += 1
-        batch.token = f"{self._token_prefix}-{shard.index}-{batch.seq}"
+        if self._identity is None:
+            batch.token = f"{self._token_prefix}-{shard.index}-{batch.seq}"
+        else:
+            # Rows of an identified batch (a spool tier's): the token names exactly
+            # which rows these are, so a replay of the same batch gets the same token.
+            start = self._identity_rows.get(shard.index, 0)
+            self._identity_rows[shard.index] = start + batch.rows
+            batch.token = f"{self._pipeline}-{self._identity}-{shard.index}-{start}-{batch.rows}"
         batch.reason = reason
         self._acquire(batch)
         shard.queue.append(batch)
@@ -511,15 +621,19 @@ class SinkPool:
 
     def _settle(self, batch: PoolBatch, ok: bool) -> _Settled:
         batch.done = True
-        return list(batch.acks), batch.acquired, ok
+        return batch, list(batch.acks), batch.acquired, ok
 
     def _release(self, settled: list[_Settled]) -> None:
-        """Release budget and acks of settled batches. Called WITHOUT the lock."""
-        for acks, nbytes, ok in settled:
+        """Release budget and acks of settled batches. Called WITHOUT the lock.
+
+        Every ack is released even when one raises (a resolver's bug, or ``AckError``
+        for a second release, which the token has already reported to the pipeline):
+        stopping at the first would leave the rest held forever (B4).
+        """
+        for batch, acks, nbytes, ok in settled:
             if nbytes:
                 self._budget.release(nbytes)
-            for ack in acks:
-                ack.release(ok)
+            release_all(acks, ok, batch)
 
     # -- writing (called without the lock) ----------------------------------------------
 
@@ -621,11 +735,11 @@ class SinkPool:
             self._cond.notify_all()
         self._release(settled)
 
-    def _pump_until(self, deadline: float) -> bool:
+    def _pump_until(self, deadline: float, done: Callable[[], bool]) -> bool:
         while True:
             self.pump()
             with self._cond:
-                if self._all_written():
+                if done():
                     return True
                 now = self._clock.monotonic()
                 if now >= deadline:

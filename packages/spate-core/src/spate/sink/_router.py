@@ -7,7 +7,13 @@ bytes and the configured weights, so every process on every machine routes the s
 to the same shard (Python's own ``hash()`` is salted per process and is never used).
 Keyless records are spread by their lane's partition number through the same
 intervals. Connectors may supply another :class:`Router` (a ClickHouse-compatible
-weighted xxHash64 for Distributed-table parity, say).
+weighted xxHash64 of a column for Distributed-table parity, say).
+
+A router sees what it places by: the row (a router that places by a column of the row
+reads it there), the record's key and the lane. :attr:`Router.placed_by` names the
+column it reads (``None``: the record key), so a path that holds whole columns instead
+of rows can hand the router that one column at once through :meth:`Router.route_column`
+and get the same placement as row by row — one contract for both paths.
 """
 
 from __future__ import annotations
@@ -33,10 +39,30 @@ def fnv1a_64(data: bytes) -> int:
 
 
 class Router(Protocol):
-    """Chooses the shard of a row from its record's key and lane."""
+    """Chooses the shard of a row from the row itself, its record's key and its lane.
 
-    def route(self, key: bytes | None, lane: Lane) -> int:
-        """The shard index for a row. Called on the pipeline thread for every row."""
+    A router may also have a ``start()`` method: the pool calls it once, after every
+    endpoint's probe passed and before any row is offered (a router that needs the
+    destination's column types learns them there); an error it raises fails start-up.
+    """
+
+    @property
+    def placed_by(self) -> str | None:
+        """The column the router places by, or ``None`` when it places by the record key."""
+        ...
+
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
+        """The shard index for one row. Called on the pipeline thread for every row.
+
+        A row the router cannot place (its column missing or of the wrong type) raises
+        ``SinkError(RECORD)``: the chain applies the record policy and nothing is held.
+        """
+        ...
+
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        """The shard of each value of one column of rows of ``lane``, in order: the values
+        of :attr:`placed_by`, or the record keys when it is ``None``. Equal, value for
+        value, to :meth:`route` on the rows holding them (B13)."""
         ...
 
 
@@ -44,6 +70,8 @@ class WeightedHashRouter:
     """Hash of the key modulo the total weight, through each shard's weight interval."""
 
     __slots__ = ("_cache", "_hash", "_slots", "total")
+
+    placed_by: str | None = None
 
     def __init__(self, weights: Sequence[int], hash_fn: Callable[[bytes], int] = fnv1a_64) -> None:
         if not weights:
@@ -60,7 +88,11 @@ class WeightedHashRouter:
         """The shard owning hash value ``h``."""
         return self._slots[h % self.total]
 
-    def route(self, key: bytes | None, lane: Lane) -> int:
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        route = self.route
+        return [route(None, key, lane) for key in values]  # type: ignore[arg-type]
+
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
         if key is None:
             return self._slots[lane.partition % self.total]
         cache = self._cache

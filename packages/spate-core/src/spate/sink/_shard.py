@@ -31,7 +31,7 @@ from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._writer import ShardWriter
 from spate.sink.config import BreakerConfig
 
-_SEAL_REASONS: tuple[SealReason, ...] = ("max_rows", "max_bytes", "linger", "tick", "drain")
+_SEAL_REASONS: tuple[SealReason, ...] = ("max_rows", "max_bytes", "linger", "tick", "drain", "tier")
 _ERROR_CLASSES = ("retryable", "fatal", "record")
 _OUTCOMES = ("ok", "retryable", "fatal")
 

@@ -3,7 +3,7 @@
 A sink connector (ClickHouse, Kafka, SQLite, …) writes only two things; the
 :class:`~spate.sink.SinkPool` does everything else (routing, batching, sealing,
 in-flight limits, retries with the same dedup token, circuit breakers, failover inside a
-shard, acks, the byte budget, metrics and threads — DESIGN §7):
+shard, acks, the byte budget, metrics and threads — docs/concepts/sinks.md):
 
 * a :class:`RowBuffer` per open batch: ``append(row)`` checks or converts one row and
   adds it, returning an estimate of its in-memory size. A value that cannot be written

@@ -58,6 +58,7 @@ class InflightConfig:
     """
 
     max_per_shard: int = 2
+    """Batches of one shard written at the same time (at least 1)."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.max_per_shard < 1:
@@ -75,10 +76,17 @@ class RetryConfig:
     """
 
     initial: Duration = 0.1
+    """Wait before the first retry."""
     max: Duration = 10.0
+    """Longest wait between two attempts (at least ``initial``)."""
     multiplier: float = 2.0
+    """Factor by which each wait grows over the previous one (at least 1.0)."""
     jitter: float = 0.2
+    """Largest random fraction taken off a wait, in [0, 1); spreads retries of many
+    writers."""
     max_attempts: int = 0
+    """Write attempts per batch including the first; ``0`` retries until the drain
+    deadline, after that the batch fails and its lane stalls (B5)."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.initial <= 0:
@@ -103,8 +111,11 @@ class BreakerConfig:
     """
 
     failure_threshold: int = 5
+    """Consecutive failed writes that open the replica's breaker."""
     open_for: Duration = 10.0
+    """How long an open breaker keeps the replica out before trial writes."""
     half_open_probes: int = 1
+    """Successful trial writes in a row that close the breaker again."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if self.failure_threshold < 1:
@@ -122,7 +133,7 @@ class ShardConfig:
     Writes fail over between the replicas of a shard, never to another shard.
     """
 
-    replicas: tuple[str, ...] = ()
+    replicas: tuple[str, ...] = field(default=(), metadata={"required": True})
     """Endpoints of this shard, in order of preference; at least one."""
     weight: int = 1
     """Share of the key space routed to this shard, relative to the other shards."""

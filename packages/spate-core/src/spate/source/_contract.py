@@ -8,7 +8,9 @@ The runtime drives a source from the pipeline thread only:
    ``events.revoked`` from *inside* ``poll`` (librdkafka does); ``revoked`` returns only
    after the runtime drained those lanes and committed them synchronously (B15). A
    bounded source calls ``events.drained()`` once it has handed out everything, then
-   keeps returning no batches.
+   keeps returning no batches — unless a rebalance may hand it lanes it has not read to
+   their end: it then calls ``events.undrained()`` first, reads them, and calls
+   ``events.drained()`` again (B34).
 3. ``commit(offsets, sync=...)`` receives, per lane, the next offset to consume. The
    runtime only ever passes positions behind delivered data (B1); a source must never
    commit anything else. ``sync=False`` may only store them for the source's own commit
@@ -16,12 +18,16 @@ The runtime drives a source from the pipeline thread only:
 4. ``pause(lanes)`` / ``resume(lanes)`` stop and restart fetching while ``poll`` keeps
    being called (B7).
 5. ``close()`` releases everything; the runtime has already committed what it could.
+
+A source that can tell, per lane it fetches, how many records are waiting that ``poll``
+has not returned yet also implements :class:`FetchLagSource`; ``/healthz`` then notices a
+lane that is owned, behind and silent although spate did not pause it (B32).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spate.records import Lane, PayloadBatch
 
@@ -43,6 +49,14 @@ class SourceEvents(Protocol):
 
     def drained(self) -> None:
         """A bounded source has handed out all of its input."""
+        ...
+
+    def undrained(self) -> None:
+        """A bounded source that called ``drained()`` has input again (B34).
+
+        A rebalance may hand a drained Kafka member a partition a peer did not finish;
+        the run goes on until the source calls ``drained()`` again.
+        """
         ...
 
 
@@ -71,4 +85,32 @@ class Source(Protocol):
 
     def close(self) -> None:
         """Release connections. Called once, after the final commit."""
+        ...
+
+
+@runtime_checkable
+class BoundedSource(Protocol):
+    """A source with a known end may also say how much is left (optional).
+
+    ``remaining()`` is the number of records still to hand out before the end (a
+    bounded Kafka run's end offsets, a memory source's data), or None while it is not
+    known. It is called from another thread (the CLI's progress display), so it only
+    reads state; it never blocks on the network for long.
+    """
+
+    def remaining(self) -> int | None:
+        """Records left before the end, or None when unknown."""
+        ...
+
+
+class FetchLagSource(Protocol):
+    """Optional part of a source: how far behind each lane it fetches is (B32)."""
+
+    def fetch_lag(self) -> Mapping[Lane, int]:
+        """Records waiting to be fetched per owned lane the source is not pausing.
+
+        Lanes the source paused (for the runtime or because a bounded lane is done) are
+        left out. Measured values, possibly a few seconds old; may be called from any
+        thread and never blocks on the pipeline thread.
+        """
         ...

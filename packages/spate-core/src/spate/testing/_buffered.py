@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from spate._clock import Clock, SystemClock
-from spate.checkpoint._ack import AckToken
+from spate.checkpoint._ack import AckToken, release_all
 from spate.flow._contract import ByteBudget
 from spate.records import Lane
 from spate.sink._contract import Offer
@@ -43,14 +43,27 @@ class Row:
     lane: Lane
 
 
+class Hold:
+    """The holder a buffer names when it retains and releases acks (one per buffer)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
+
+
 @dataclass(slots=True)
 class SealedBatch:
-    """Rows sealed together, the acks they hold and their budget bytes."""
+    """Rows sealed together, the acks they hold (as ``holder``) and their budget bytes."""
 
     seq: int
     rows: list[Row]
     acks: list[AckToken]
     nbytes: int
+    holder: Hold
     attempts: int = 0
     started_at: float | None = None
     notes: dict[str, object] = field(default_factory=dict)
@@ -86,6 +99,7 @@ class BufferedSink:
         self._sealed: deque[SealedBatch] = deque()
         self._buffered_rows = 0
         self._seq = 0
+        self._holder = Hold(f"sink {name} buffer 1")
         self._stop = False
         self._worker: threading.Thread | None = None
         self._writing = False
@@ -121,7 +135,7 @@ class BufferedSink:
             self._open.append(Row(row, key, lane))
             self._buffered_rows += 1
             if ack is not self._last_ack and ack not in self._open_acks:
-                ack.retain()
+                ack.retain(self._holder)
                 self._open_acks.append(ack)
             self._last_ack = ack
             sealed = len(self._open) >= self.max_rows
@@ -193,11 +207,13 @@ class BufferedSink:
                 rows=self._open,
                 acks=self._open_acks,
                 nbytes=len(self._open) * self.row_bytes,
+                holder=self._holder,
             )
         )
         self._open = []
         self._open_acks = []
         self._last_ack = None
+        self._holder = Hold(f"sink {self.name} buffer {self._seq + 1}")
 
     def _kick(self) -> None:
         if self.threaded:
@@ -259,8 +275,7 @@ class BufferedSink:
                 self._lock.notify_all()
             if self.budget is not None:
                 self.budget.release(batch.nbytes)
-            for ack in batch.acks:
-                ack.release(ok)
+            release_all(batch.acks, ok, batch.holder)  # every one, even if one raises (B4)
 
     def _work(self) -> None:
         while True:

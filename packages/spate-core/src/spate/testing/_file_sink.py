@@ -5,7 +5,7 @@ a file descriptor opened with ``O_APPEND`` — so lines from several processes n
 interleave inside a line — followed by ``os.fsync``; only then are the batch's acks
 released as delivered. What a test reads back with :func:`read_file_sink` after a
 ``kill -9`` is therefore a superset of everything any process ever acknowledged, which
-is what the multi-process delivery tests assert against (DESIGN §11, B1, B14).
+is what the multi-process delivery tests assert against (docs/development.md, B1, B14).
 
 A torn last line (a process killed in the middle of a write) is skipped by the reader.
 """

@@ -6,7 +6,7 @@
 ``pause``/``resume``, records commits, and for a bounded input calls
 ``events.drained()`` once everything was handed out. Payloads are ``memoryview`` slices
 of one shared ``bytes`` buffer per loaded chunk (:attr:`MemorySourceHandle.buffers`), so
-tests can check that nothing copies them (DESIGN §3).
+tests can check that nothing copies them (docs/concepts/architecture.md).
 
 The handle lets a test add data, end the input, script a rebalance (revoked lanes rewind
 to their last commit when assigned again, as Kafka does) and read
@@ -253,6 +253,16 @@ class MemorySource:
 
     def close(self) -> None:
         self.closed = True
+
+    def remaining(self) -> int | None:
+        """Records of the owned lanes not handed out yet (``BoundedSource``); None before
+        ``start`` and when unbounded, since more data may be added."""
+        if not self._bounded or self._events is None:
+            return None
+        with self._lock:
+            return sum(
+                len(self._lanes[lane].views) - self._lanes[lane].position for lane in self._owned
+            )
 
 
 def memory_source(

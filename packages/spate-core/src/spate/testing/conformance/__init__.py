@@ -18,12 +18,16 @@ Subclass the suite of your connector's kind in a test module, name the subclass
 * :class:`SinkConformance` — delivered acks mean rows in the destination (B2), teardown
   fails held acks (B4), retries resend the same batch and token (B9), transient errors
   are retryable (B12), bad rows are refused on append (B28), unreachable endpoints are
-  named (B29);
+  named (B29), each holder releases an ack once (B39), ``flush_lanes`` writes every row
+  of the lanes it is given (B40);
 * :class:`SourceConformance` — every record once in offset order then ``drained()``
   once, commits never pass what was handed out, no commit of its own, exact resume at
   a synchronous commit (B1), pause/resume (B7);
 * :class:`DeserializerConformance` — whole and sliced views decode alike, values do
   not borrow the view, malformed and truncated payloads raise ``DeserError`` (B28);
+* :class:`StoreConformance` — a spool store (``spate.stores``) returns every synced
+  batch after a restart, in order; released batches never come back and their space
+  is reclaimed (B54, B55);
 * every suite also checks the config-model convention: a frozen keyword-only dataclass,
   unknown keys and bad values refused with their dotted path (B17).
 
@@ -45,6 +49,7 @@ from spate.testing.conformance._base import (
 from spate.testing.conformance._deserializer import DeserializerConformance
 from spate.testing.conformance._sink import SinkConformance
 from spate.testing.conformance._source import RecordingEvents, SourceConformance
+from spate.testing.conformance._store import StoreConformance
 
 __all__ = [
     "ConfigConformance",
@@ -55,5 +60,6 @@ __all__ = [
     "RecordingEvents",
     "SinkConformance",
     "SourceConformance",
+    "StoreConformance",
     "conformance_context",
 ]

@@ -1,4 +1,6 @@
-"""``DeserializerConformance``: the promises every deserializer keeps (B28, B17, DESIGN §3).
+"""``DeserializerConformance``: the promises every deserializer keeps (B28, B17).
+
+Borrowed payloads are described in docs/concepts/architecture.md.
 
 * every sample payload decodes to its expected values, whether the ``memoryview`` spans
   a whole ``bytes`` object (a Kafka message) or is a slice of a larger buffer (an S3
@@ -39,7 +41,11 @@ DESER_MALFORMED = Promise(
 )
 DESER_SHAPE = Promise("§3", "`many` names the method the runtime calls, and it exists")
 
-_RECORD_ERRORS = (DeserErrorKind.MALFORMED, DeserErrorKind.SCHEMA_UNAVAILABLE)
+_RECORD_ERRORS = (
+    DeserErrorKind.MALFORMED,
+    DeserErrorKind.SCHEMA_UNAVAILABLE,
+    DeserErrorKind.UNKNOWN_SCHEMA,
+)
 
 
 class DeserializerConformance(ConfigConformance):

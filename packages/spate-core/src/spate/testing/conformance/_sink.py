@@ -8,7 +8,9 @@ database, a local server — never a mock standing in for it):
   started (B22); an ack resolves delivered only when its rows can be read back (B2);
   tearing down without a write fails the acks held (B4); a row that cannot be written
   is refused at ``offer`` with ``SinkError(RECORD)`` holding nothing (B28); an
-  unreachable endpoint fails ``start`` naming it (B29);
+  unreachable endpoint fails ``start`` naming it (B29); each holder releases an ack
+  once — a second release is caught by the token and fails the test (B39);
+  ``flush_lanes([lane])``, when the sink has it, writes every row of that lane (B40);
 * the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
   returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
   the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
@@ -28,9 +30,9 @@ from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 from spate.checkpoint._ack import AckStatus, AckToken
-from spate.errors import ErrorClass, SinkError, SpateError
+from spate.errors import AckError, ErrorClass, SinkError, SpateError
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import Offer, Sink, flush_lanes
 from spate.sink._writer import ShardWriter, SinkConnector, WriteBatch
 from spate.testing.conformance._base import (
     ConfigConformance,
@@ -59,6 +61,15 @@ SINK_RECORD = Promise(
 )
 SINK_ENDPOINT = Promise("B29", "an unreachable endpoint fails start-up with an error naming it")
 SINK_READY = Promise("B22", "ready() is true once start() has probed every endpoint")
+SINK_RELEASE_ONCE = Promise(
+    "B39",
+    "a sink releases each ack it retained exactly once, naming itself as the holder "
+    "(a second release would resolve the batch while another holder still writes)",
+)
+SINK_LANES = Promise(
+    "B40",
+    "flush_lanes(lanes) returns true only once every row of those lanes is durable",
+)
 
 _LANES = (Lane("conformance", 0), Lane("conformance", 1))
 
@@ -109,6 +120,27 @@ class SinkConformance(ConfigConformance):
 
     # -- helpers --------------------------------------------------------------------
 
+    def setup_method(self, method: object = None) -> None:
+        super().setup_method(method)
+        self._ack_faults: list[str] = []
+        """Misuses of this test's ack tokens (a second release by one holder)."""
+
+    def _token(self, lane: Lane, seq: int, next_offset: int, records: int) -> AckToken:
+        """An ack token as the tracker makes it, held by the chain; misuse is recorded."""
+        return AckToken(lane, 1, seq, next_offset, records, _ignore, self._fault)
+
+    def _fault(self, token: AckToken, reason: str) -> None:
+        self._ack_faults.append(reason)
+
+    def _check_released_once(self, how: str) -> None:
+        check(
+            not self._ack_faults,
+            SINK_RELEASE_ONCE,
+            f"{how}: {len(self._ack_faults)} ack release(s) by a holder that did not hold the ack "
+            f"(first: {self._ack_faults[0] if self._ack_faults else None}); retain with a holder "
+            "object of the buffer and release once with the same holder",
+        )
+
     def build_sink(self, body: Mapping[str, object] | None = None) -> Sink:
         """Decode ``body`` (default :meth:`config`) and build the sink with the factory."""
         config = self.decode_config(body)
@@ -124,7 +156,7 @@ class SinkConformance(ConfigConformance):
         for seq, start in enumerate(range(0, len(rows), per)):
             chunk = list(rows[start : start + per])
             lane = _LANES[seq % 2]
-            token = AckToken(lane, 1, seq, start + len(chunk), len(chunk), _ignore)
+            token = self._token(lane, seq, start + len(chunk), len(chunk))
             for i, row in enumerate(chunk):
                 self._offer(sink, row, f"k{start + i}".encode(), lane, token)
             token.release(True)  # the chain is done with the batch
@@ -142,10 +174,11 @@ class SinkConformance(ConfigConformance):
             time.sleep(0.01)
 
     def _check_landed(self, held: list[tuple[AckToken, list[object]]], how: str) -> None:
+        # Statuses first, destination second: writes may still be landing, and a batch
+        # that resolves after the read must not be judged against it.
+        delivered = [(t, chunk) for t, chunk in held if t.status is AckStatus.DELIVERED]
         got = self.written()
-        for token, chunk in held:
-            if token.status is not AckStatus.DELIVERED:
-                continue
+        for _token, chunk in delivered:
             missing = missing_from(chunk, got)
             check(
                 not missing,
@@ -171,6 +204,7 @@ class SinkConformance(ConfigConformance):
                 SINK_DURABLE,
                 f"flush() did not write everything within {self.patience}s with the destination up",
             )
+            self._check_released_once("after flush()")
             pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
             check(
                 not pending,
@@ -200,6 +234,7 @@ class SinkConformance(ConfigConformance):
                 f"abandon() left {len(pending)} acks unresolved; fail them (ok=False)",
             )
             self._check_landed(held, "after abandon()")
+            self._check_released_once("after abandon()")
         finally:
             sink.close()
 
@@ -215,6 +250,83 @@ class SinkConformance(ConfigConformance):
             f"close() left {len(pending)} acks unresolved; fail them (ok=False)",
         )
         self._check_landed(held, "after close()")
+        self._check_released_once("after close()")
+
+    def test_b39_each_holder_releases_an_ack_once(self) -> None:
+        """Many small source batches on two lanes, written by several flushes, then the
+        teardown: every ack resolves once, and no holder releases twice (B4, B39)."""
+        sink = self.build_sink()
+        sink.start()
+        rows = self.rows(self.rows_per_test)
+        try:
+            held = self._offer_all(sink, rows[: len(rows) // 2], batches=8)
+            check(
+                sink.flush(time.monotonic() + self.patience),
+                SINK_DURABLE,
+                f"flush() did not write everything within {self.patience}s",
+            )
+            held += self._offer_all(sink, rows[len(rows) // 2 :], batches=8)
+            sink.tick()
+            sink.abandon()
+        except AckError as exc:
+            raise ConformanceFailure(SINK_RELEASE_ONCE, str(exc)) from exc
+        finally:
+            try:
+                sink.close()
+            except AckError as exc:
+                self._ack_faults.append(str(exc))
+        self._check_released_once("after flush(), tick(), abandon() and close()")
+        pending = [t for t, _ in held if t.status is AckStatus.PENDING]
+        check(not pending, SINK_TEARDOWN, f"{len(pending)} acks left unresolved after close()")
+
+    def test_b40_flush_lanes_writes_every_row_of_those_lanes(self) -> None:
+        """What revocation relies on (B15): after ``flush_lanes([lane])`` every ack of
+        that lane is delivered and its rows are in the destination. Sinks without
+        ``flush_lanes`` are flushed in full on revocation; the test is skipped for them."""
+        sink = self.build_sink()
+        if getattr(sink, "flush_lanes", None) is None:
+            sink.close()
+            raise skip(f"{type(self).__name__}: no flush_lanes(); revocation uses flush()")
+        sink.start()
+        try:
+            rows = self.rows(self.rows_per_test)
+            held = self._offer_all(sink, rows)
+            revoked = _LANES[0]
+            check(
+                flush_lanes(sink, [revoked], time.monotonic() + self.patience),
+                SINK_LANES,
+                f"flush_lanes() did not write lane {revoked}'s rows within {self.patience}s",
+            )
+            of_lane = [(t, chunk) for t, chunk in held if t.lane == revoked]
+            pending = [t for t, _ in of_lane if t.status is not AckStatus.DELIVERED]
+            check(
+                not pending,
+                SINK_LANES,
+                f"flush_lanes() returned true with {len(pending)} acks of the lane not "
+                f"delivered: {pending}",
+            )
+            missing = missing_from([r for _, chunk in of_lane for r in chunk], self.written())
+            check(
+                not missing,
+                SINK_LANES,
+                f"after flush_lanes() {len(missing)} rows of the lane are not in the destination",
+            )
+            self._check_landed(held, "after flush_lanes()")
+            check(
+                flush_lanes(sink, [Lane("conformance", 99)], time.monotonic() + self.patience),
+                SINK_LANES,
+                "flush_lanes() of a lane the sink holds nothing of did not return true",
+            )
+            check(
+                sink.flush(time.monotonic() + self.patience),
+                SINK_DURABLE,
+                "flush() after flush_lanes() did not write the rest",
+            )
+            missing = missing_from(rows, self.written())
+            check(not missing, SINK_DURABLE, f"{len(missing)} rows missing after flush()")
+            self._check_released_once("after flush_lanes() and flush()")
+        finally:
+            sink.close()
 
     def test_b28_bad_rows_are_refused_on_offer_and_hold_nothing(self) -> None:
         bad = list(self.bad_rows())
@@ -224,7 +336,7 @@ class SinkConformance(ConfigConformance):
         sink.start()
         try:
             lane = _LANES[0]
-            token = AckToken(lane, 1, 0, 1, 1, _ignore)
+            token = self._token(lane, 0, 1, 1)
             for row in bad:
                 _expect_record_error(
                     row,

@@ -60,6 +60,7 @@ class RecordingEvents:
     assigned_lanes: list[list[Lane]] = field(default_factory=list)
     revoked_lanes: list[list[Lane]] = field(default_factory=list)
     drained_calls: int = 0
+    undrained_calls: int = 0
 
     def assigned(self, lanes: Collection[Lane]) -> None:
         self.assigned_lanes.append(sorted(lanes))
@@ -69,6 +70,9 @@ class RecordingEvents:
 
     def drained(self) -> None:
         self.drained_calls += 1
+
+    def undrained(self) -> None:
+        self.undrained_calls += 1
 
 
 class SourceConformance(ConfigConformance):

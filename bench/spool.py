@@ -1,0 +1,117 @@
+"""The spool tier's cost: Kafka → spool (fsync per batch) → null vs Kafka → null.
+
+Both sides read the same topic of the real broker (``make services-up``; data produced
+once, ``SPATE_BENCH_RECORDS`` messages of 100 bytes, default 1,000,000) with a fresh
+consumer group, copy each payload to ``bytes`` and end in a sink that acknowledges at
+every tick. The spool side puts a ``SpoolTier`` (``ack: spooled``, ``fsync: batch``,
+``max_records`` 5,000) in front of that sink, in a fresh directory per run, so every
+record is framed, appended, fsynced, handed on and its segment deleted. Runs are
+interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per second of the
+spool runs. Run::
+
+    make services-up && .venv/bin/python bench/spool.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from spate import Pipeline
+from spate._clock import SystemClock
+from spate.config import decode
+from spate.config.models import CheckpointConfig
+from spate.metrics import Meter
+from spate.sink import JsonlStore, SpoolConfig, SpoolTier
+from spate.sink._contract import Sink
+from spate_kafka import KafkaSource, KafkaSourceConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import compare, env_int
+from kafka_source import BATCH, VALUE, NullSink, bootstrap, ensure_data
+
+FSYNCS: list[tuple[float, float]] = []
+"""(fsyncs, seconds) of each spool run."""
+
+
+class BytesDeserializer:
+    """Copies each payload to ``bytes`` (what a pipeline without a deserializer does)."""
+
+    many = False
+
+    def deserialize(self, payload: memoryview) -> object:
+        return bytes(payload)
+
+
+def run(brokers: str, topic: str, spooled: bool) -> int:
+    config = decode(
+        KafkaSourceConfig,
+        {
+            "brokers": brokers,
+            "topic": topic,
+            "group_id": f"bench-spool-{uuid.uuid4().hex[:8]}",
+            "stop_at": "end",
+            "consume_batch": BATCH,
+            "commit_interval": "1s",
+            "statistics_interval": "0ms",
+        },
+        "source.kafka",
+    )
+    null = NullSink()
+    meter = Meter("bench-spool", CollectorRegistry())
+    sink: Sink = null
+    with tempfile.TemporaryDirectory() as directory:
+        if spooled:
+            cfg = SpoolConfig(dir=directory, ack="spooled", max_records=BATCH)
+            store = JsonlStore(directory, segment_bytes=cfg.segment_bytes)
+            sink = SpoolTier("spool", cfg, null, store, meter=meter, clock=SystemClock())
+        pipeline = Pipeline(
+            "bench-spool",
+            KafkaSource(config),
+            {"sink": sink},
+            deserializer=BytesDeserializer(),
+            checkpoint=CheckpointConfig(interval=1.0),
+            meter=meter,
+            handle_signals=False,
+        )
+        started = time.perf_counter()
+        report = pipeline.run()
+        elapsed = time.perf_counter() - started
+        if report.exit_code != 0:
+            raise SystemExit(f"run failed: {report.reason}")
+        if spooled:
+            labels = {"pipeline": "bench-spool", "component": "spool", "component_type": "spool"}
+            count = meter.registry.get_sample_value(
+                "spate_spool_fsync_duration_seconds_count", labels
+            )
+            FSYNCS.append((count or 0.0, elapsed))
+    return null.rows
+
+
+def main() -> int:
+    brokers = bootstrap()
+    count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
+    topic = f"bench-kafka-source-{count}"
+    ensure_data(brokers, topic, count)
+    compare(
+        f"Spool (fsync per batch of {BATCH}): {count:,} messages of {len(VALUE)} bytes",
+        lambda: run(brokers, topic, True),
+        lambda: run(brokers, topic, False),
+        runs=env_int("SPATE_BENCH_RUNS", 5),
+    )
+    rates = [n / s for n, s in FSYNCS if s > 0]
+    fsyncs = statistics.median(n for n, _ in FSYNCS)
+    print(
+        f"spool fsyncs per run: median {fsyncs:.0f}; fsyncs/s median {statistics.median(rates):.1f}"
+    )
+    print(f"fsyncs/s spread: {min(rates):.1f}-{max(rates):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""The periodic status line of a running pipeline (B43).
+
+Every ``pipeline.status_interval`` (30 s by default, ``0`` turns it off) the runtime logs
+one INFO line: records per second polled and delivered since the last line, the summed
+lag of the owned lanes, seconds since the last successful commit, the paused lanes and
+the records dropped so far. It reads counters the runtime keeps anyway and the meter's
+series, never anything per record.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from spate.metrics import names
+from spate.metrics._meter import Meter
+
+logger = logging.getLogger("spate.pipeline.status")
+
+
+class StatusLine:
+    """Logs the status line on its interval (pipeline thread only)."""
+
+    def __init__(self, pipeline: str, *, interval: float, meter: Meter, now: float) -> None:
+        self.pipeline = pipeline
+        self.interval = interval
+        self._meter = meter
+        self._due = now + interval
+        self._last_at = now
+        self._last_in = 0
+        self._last_out = 0
+        self._commits = 0.0
+        self._commit_at: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    def maybe_report(
+        self, now: float, *, records_in: int, records_out: int, paused: int, lanes: int
+    ) -> None:
+        """Log the line when it is due; ``records_out`` counts records resolved delivered."""
+        commits = self._meter.totals(names.CKPT_COMMITS, "outcome").get("ok", 0.0)
+        if commits != self._commits:
+            self._commits, self._commit_at = commits, now
+        if not self.enabled or now < self._due:
+            return
+        elapsed = max(now - self._last_at, 1e-9)
+        rate_in = (records_in - self._last_in) / elapsed
+        rate_out = (records_out - self._last_out) / elapsed
+        lag = sum(self._meter.totals(names.SOURCE_LAG, "lane").values())
+        dropped = sum(self._meter.totals(names.DESER_DROPPED, "reason").values()) + sum(
+            self._meter.totals(names.OPS_DROPPED, "reason").values()
+        )
+        commit = "none yet" if self._commit_at is None else f"{now - self._commit_at:.0f}s ago"
+        logger.info(
+            "pipeline %s: in %.0f rec/s, out %.0f rec/s, lag %d, last commit %s, "
+            "paused %d of %d lane(s), dropped %d",
+            self.pipeline,
+            rate_in,
+            rate_out,
+            lag,
+            commit,
+            paused,
+            lanes,
+            dropped,
+        )
+        self._due = now + self.interval
+        self._last_at = now
+        self._last_in = records_in
+        self._last_out = records_out

@@ -1,0 +1,177 @@
+"""The memory tier: a sink that holds rows in memory until its flush policy fires.
+
+Rows are held with the ack of the source batch they came from (retained once per row)
+and handed to the next tier when ``max_records`` or ``max_bytes`` is reached, when the
+oldest held row is ``every`` old (checked on tick), at every tick with ``on_tick``, and
+on flush (drain, revocation). The next tier retains the same ack before the memory tier
+lets go of it, so a source batch is never acknowledged before its rows reached a durable tier or the
+terminal (ADR 0005). Volatile: a crash loses what it holds, which the source then
+replays — hence it may only stand before a spool, never after (config validation).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from spate._clock import Clock
+from spate.checkpoint._ack import AckHolds, AckToken
+from spate.config._decode import ByteSize, Duration
+from spate.errors import ErrorPolicy, SinkError
+from spate.metrics import names
+from spate.metrics._meter import Meter
+from spate.records import Lane
+from spate.sink._contract import Offer, Sink
+from spate.sink._writer import estimate_row_bytes
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryTierConfig:
+    """``memory:`` — a tier that batches rows in memory before the next tier."""
+
+    max_records: int = 10_000
+    """Hand everything on once this many rows are held."""
+    max_bytes: ByteSize = 64 * 1024 * 1024
+    """Hand everything on once the held rows' estimated size reaches this."""
+    every: Duration = 60.0
+    """Hand everything on once the oldest held row is this old."""
+    on_tick: bool = False
+    """Also hand everything on at every checkpoint tick (``checkpoint.interval``)."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_records < 1:
+            yield "max_records", "must be at least 1"
+        if self.max_bytes < 1:
+            yield "max_bytes", "must be positive"
+        if self.every <= 0:
+            yield "every", "must be positive"
+
+
+_Held = tuple[object, bytes | None, Lane, AckToken, int]
+
+
+class MemoryTier:
+    """A :class:`~spate.sink.Sink` holding rows in memory in front of ``next``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: MemoryTierConfig,
+        next_tier: Sink,
+        *,
+        meter: Meter,
+        clock: Clock,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.next = next_tier
+        self.on_record_error: ErrorPolicy = getattr(next_tier, "on_record_error", ErrorPolicy.FAIL)
+        self._clock = clock
+        self._held: deque[_Held] = deque()
+        self._holds = AckHolds(self)
+        """One retain and one release per source ack, however many of its rows wait (B39)."""
+        self._bytes = 0
+        self._oldest = 0.0
+        self._flushing = False
+        kw = {"component": name, "component_type": "memory_tier"}
+        self._m_records = meter.gauge(names.TIER_HELD_RECORDS, **kw)
+        self._m_bytes = meter.gauge(names.TIER_HELD_BYTES, **kw)
+        self._m_oldest = meter.gauge(names.TIER_OLDEST_AGE, **kw)
+        self._m_flushes = meter.counter(names.TIER_FLUSHES, **kw)
+
+    def start(self) -> None:
+        """Start the next tier (B29)."""
+        self.next.start()
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        """Hold ``row``; refuse while an earlier flush is still being handed on (B7)."""
+        if self._flushing:
+            self._hand_on()
+            if self._flushing:
+                return Offer.REJECTED
+        size = estimate_row_bytes(row)
+        self._holds.add(ack)
+        if not self._held:
+            self._oldest = self._clock.monotonic()
+        self._held.append((row, key, lane, ack, size))
+        self._bytes += size
+        cfg = self.config
+        if len(self._held) >= cfg.max_records or self._bytes >= cfg.max_bytes:
+            self._start_flush()
+        return Offer.ACCEPTED
+
+    def tick(self) -> None:
+        """Checkpoint tick: hand on when ``every`` elapsed (or ``on_tick``); tick the next tier."""
+        due = self.config.on_tick or self._clock.monotonic() - self._oldest >= self.config.every
+        if self._held and due:
+            self._start_flush()
+        elif self._flushing:
+            self._hand_on()
+        self.next.tick()
+        self._gauges()
+
+    def flush(self, deadline: float) -> bool:
+        """Hand everything on and flush the next tier (drain, revocation; blocks)."""
+        if self._held:
+            self._start_flush()
+        while self._flushing:
+            if self._clock.monotonic() >= deadline:
+                return False
+            self.next.tick()
+            self._clock.sleep(0.005)
+            self._hand_on()
+        self._gauges()
+        return self.next.flush(deadline)
+
+    def abandon(self) -> int:
+        """Fail the acks of the rows still held (B4), then the next tier's."""
+        rows = len(self._held)
+        while self._held:
+            self._holds.done(self._held.popleft()[3], ok=False)
+        self._bytes = 0
+        self._flushing = False
+        if rows:
+            logger.warning("memory tier %s abandoned %d rows", self.name, rows)
+        return rows + self.next.abandon()
+
+    def ready(self) -> bool:
+        return self.next.ready()
+
+    def close(self) -> None:
+        if self._held:
+            self.abandon()
+        self.next.close()
+
+    def _start_flush(self) -> None:
+        self._flushing = True
+        self._m_flushes.inc()
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        held = self._held
+        nxt = self.next
+        while held:
+            row, key, lane, ack, size = held[0]
+            try:
+                offered = nxt.offer(row, key, lane, ack)
+            except SinkError:
+                held.popleft()
+                self._bytes -= size
+                self._holds.done(ack, ok=False)
+                raise
+            if offered is Offer.REJECTED:
+                return
+            held.popleft()
+            self._bytes -= size
+            self._holds.done(ack)
+        self._flushing = False
+
+    def _gauges(self) -> None:
+        self._m_records.set(len(self._held))
+        self._m_bytes.set(self._bytes)
+        age = self._clock.monotonic() - self._oldest if self._held else 0.0
+        self._m_oldest.set(age)

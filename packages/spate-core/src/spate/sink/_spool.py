@@ -1,0 +1,606 @@
+"""The spool tier: a sink that fsyncs batches to a store, then hands them to the next tier.
+
+Custody (ADR 0005): a row offered to the spool joins the open batch, which holds the
+source batch's ack (B2). The batch seals on ``max_records``, on a checkpoint tick and on
+drain; it is appended to the store and made durable (``fsync: batch`` — each batch;
+``fsync: segment`` — on segment rotation and every tick) before anything else happens.
+Then:
+
+* with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
+  while the terminal lags);
+* with ``ack: terminal`` (the default) they stay held until the next tier durably
+  accepted every record of the batch.
+
+Every durable batch is offered to the next tier under an ack token of the spool's own
+(one per spooled batch); when that token resolves delivered the store releases the batch
+and deletes a segment once all of it is released (B54). A batch the next tier failed
+stays in the store and is replayed on the next start. A next tier with
+``begin_identified`` (the sink pool) gets each batch's identity (writing run, segment,
+position), from which it derives dedup tokens that a replay repeats (B9, B56).
+
+On :meth:`SpoolTier.start` the store is recovered (torn tails cut, corruption fails
+start-up naming segment and byte offset, B55) and the batches found are handed on before
+any new row is accepted, counted in ``spate_spool_replayed_records_total``; ``ready()``
+stays False until the replay is delivered (B56). Over ``max_bytes`` held, or while a
+sealed batch could not be written (a full disk), :meth:`SpoolTier.offer` answers
+``REJECTED``, so the source pauses (B7, B57). Hands rows on only from the pipeline
+thread (offer, tick, flush); resolutions arrive on the next tier's worker threads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import functools
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spate._clock import Clock
+from spate.checkpoint._ack import AckStatus, AckToken, release_all
+from spate.config._decode import ByteSize, Duration
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.metrics import names
+from spate.metrics._meter import Meter
+from spate.records import Lane
+from spate.sink._contract import Offer, Sink
+from spate.sink._store import BatchRef, SpoolStore
+
+logger = logging.getLogger(__name__)
+
+_SPOOL_LANE = Lane("spool", 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpoolConfig:
+    """``spool:`` — a write-ahead tier of fsynced JSON-lines segments."""
+
+    dir: str
+    """Directory of the spool's segments (one spool per directory)."""
+    ack: Literal["terminal", "spooled"] = "terminal"
+    """Where the source's ack resolves: ``terminal`` once the next tier durably accepted
+    the records, ``spooled`` once they are fsynced in the spool."""
+    fsync: Literal["batch", "segment"] = "batch"
+    """``batch`` fsyncs every batch before accepting it; ``segment`` fsyncs on segment
+    rotation and on every checkpoint tick (acks wait for that fsync)."""
+    max_records: int = 10_000
+    """Rows per spooled batch at most (one append, and with ``fsync: batch`` one fsync)."""
+    max_bytes: ByteSize = 1024 * 1024 * 1024
+    """Bytes held on disk at which the spool stops accepting (the source pauses, B7);
+    checked as each batch opens, so the spool may pass it by up to one batch."""
+    segment_bytes: ByteSize = 64 * 1024 * 1024
+    """Size at which a segment is closed and a new one started."""
+    store: str = "jsonl"
+    """The spool store (entry point in ``spate.stores``); ``jsonl`` is built in."""
+    replay_timeout: Duration = 300.0
+    """How long start-up may take to hand the replayed records to the next tier."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.dir.strip():
+            yield "dir", "must not be empty"
+        if self.max_records < 1:
+            yield "max_records", "must be at least 1"
+        if self.segment_bytes < 1:
+            yield "segment_bytes", "must be positive"
+        if self.max_bytes < 2 * self.segment_bytes:
+            yield "max_bytes", "must be at least twice segment_bytes"
+        if self.replay_timeout <= 0:
+            yield "replay_timeout", "must be positive"
+
+
+def _tagged(value: object) -> object:
+    """JSON for the values rows commonly carry beyond plain JSON (tagged, one key)."""
+    if isinstance(value, datetime.datetime):
+        return {"$dt": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"$dec": str(value)}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$b": bytes(value).decode("latin-1")}
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} cannot be spooled as JSON")
+
+
+_UNTAG: dict[str, Callable[[str], object]] = {
+    "$dt": datetime.datetime.fromisoformat,
+    "$date": datetime.date.fromisoformat,
+    "$dec": decimal.Decimal,
+    "$b": lambda text: text.encode("latin-1"),
+}
+
+
+def _untag(obj: dict[str, object]) -> object:
+    if len(obj) == 1:
+        ((key, value),) = obj.items()
+        convert = _UNTAG.get(key)
+        if convert is not None and isinstance(value, str):
+            return convert(value)
+    return obj
+
+
+@functools.cache
+def _fast_dumps() -> Callable[[object], bytes] | None:
+    """orjson's encoder with the same output as the standard library's, if installed.
+
+    Imported on first use: importing spate loads no optional library."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
+        return None
+    options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+    return functools.partial(orjson.dumps, default=_tagged, option=options)
+
+
+def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
+    """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
+
+    Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
+    kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
+    stays a tuple. orjson encodes when installed (same output), else the standard library.
+    """
+    body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
+    if key is not None:
+        body["k"] = key.decode("latin-1")
+    if isinstance(row, (bytes, bytearray, memoryview)):
+        body["b"] = bytes(row).decode("latin-1")
+    elif type(row) is tuple:
+        body["t"] = row
+    else:
+        body["r"] = row
+    try:
+        dumps = _fast_dumps()
+        if dumps is not None:
+            return dumps(body)
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
+    except (TypeError, ValueError) as exc:
+        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
+    return text.encode()
+
+
+def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
+    """Inverse of :func:`encode_record`: ``(row, key, lane)``."""
+    body = json.loads(payload, object_hook=_untag)
+    key = body.get("k")
+    if "b" in body:
+        row: object = body["b"].encode("latin-1")
+    elif "t" in body:
+        row = tuple(body["t"])
+    else:
+        row = body.get("r")
+    return row, None if key is None else key.encode("latin-1"), Lane(body["s"], body["p"])
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """One spooled batch: its rows (until handed on), source acks and own token."""
+
+    rows: list[tuple[object, bytes | None, Lane]]
+    payloads: list[bytes] = field(default_factory=list)
+    acks: list[AckToken] = field(default_factory=list)
+    nbytes: int = 0
+    ref: BatchRef | None = None
+    token: AckToken | None = None
+    handed: int = 0
+    failed: bool = False
+    replayed: bool = False
+    created: float = 0.0
+    holder: object = field(default_factory=object)
+    """This batch's identity as a holder of its source acks (B39)."""
+
+    def hold(self, ack: AckToken) -> None:
+        """Retain ``ack`` once for this batch, however its rows interleave with others'."""
+        if ack not in self.acks:
+            ack.retain(self.holder)
+            self.acks.append(ack)
+
+    def release_acks(self, ok: bool) -> None:
+        """Release every source ack this batch holds (B4, B39)."""
+        acks, self.acks = self.acks, []
+        release_all(acks, ok, self.holder)
+
+
+class SpoolTier:
+    """A :class:`~spate.sink.Sink` that spools batches durably in front of ``next``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: SpoolConfig,
+        next_tier: Sink,
+        store: SpoolStore,
+        *,
+        meter: Meter,
+        clock: Clock,
+        pipeline: str = "",
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.next = next_tier
+        self.on_record_error: ErrorPolicy = getattr(next_tier, "on_record_error", ErrorPolicy.FAIL)
+        self._store = store
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None
+        self._unwritten: deque[_Batch] = deque()
+        """Sealed batches not yet appended (a write failed) or not yet synced."""
+        self._unsynced: list[_Batch] = []
+        self._handing: deque[_Batch] = deque()
+        """Durable batches not yet fully offered to the next tier, oldest first."""
+        self._inflight: set[_Batch] = set()
+        """Durable batches whose token has not resolved yet (guarded by the lock)."""
+        self._replaying = 0
+        self._started = False
+        self._closed = False
+        self._write_error: str | None = None
+        self._next_started = False
+        self._start_error: str | None = None
+        kw = {"component": name, "component_type": "spool"}
+        self._m_records = meter.gauge(names.TIER_HELD_RECORDS, **kw)
+        self._m_bytes = meter.gauge(names.TIER_HELD_BYTES, **kw)
+        self._m_segments = meter.gauge(names.SPOOL_SEGMENTS, **kw)
+        self._m_oldest = meter.gauge(names.TIER_OLDEST_AGE, **kw)
+        self._m_flushes = meter.counter(names.TIER_FLUSHES, **kw)
+        self._m_replayed = meter.counter(names.SPOOL_REPLAYED, **kw)
+        self._m_fsync = meter.histogram(names.SPOOL_FSYNC_SECONDS, **kw)
+        self._m_errors = meter.counter(names.SPOOL_WRITE_ERRORS, **kw)
+        self._held_records = 0
+
+    # -- Sink protocol ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the next tier, recover the store and replay what it holds (B56).
+
+        Called once by the runtime before anything is consumed; blocks until the replayed
+        records were all offered to the next tier (or ``replay_timeout`` passed). With
+        ``ack: spooled`` a next tier that cannot start (its endpoint is down) does not stop
+        the spool: it takes custody meanwhile and retries the start on every tick; the
+        replay then follows, still ahead of every newer batch.
+        """
+        if self._started:
+            return
+        self._start_next(at_start=True)
+        found = self._store.recover()
+        replayed = 0
+        for stored in found:
+            rows = [decode_record(p) for p in stored.records]
+            batch = _Batch(rows, nbytes=0, ref=stored.ref, replayed=True)
+            batch.created = self._clock.monotonic()
+            batch.token = self._token(batch)
+            self._handing.append(batch)
+            with self._lock:
+                self._inflight.add(batch)
+                self._held_records += len(rows)
+            replayed += len(rows)
+        self._replaying = len(found)
+        self._started = True
+        self._gauges()
+        if found:
+            logger.info(
+                "spool %s: replaying %d records in %d batches from %s",
+                self.name,
+                replayed,
+                len(found),
+                self.config.dir,
+            )
+            self._m_replayed.inc(replayed)
+            if not self._next_started:
+                return
+            deadline = self._clock.monotonic() + self.config.replay_timeout
+            while self._handing:
+                self._hand_on()
+                if not self._handing:
+                    break
+                self.next.tick()
+                if self._clock.monotonic() >= deadline:
+                    raise SinkError(
+                        f"spool {self.name}: the next tier did not take the "
+                        f"{replayed} replayed records within {self.config.replay_timeout}s",
+                        ErrorClass.FATAL,
+                    )
+                self._clock.sleep(0.01)
+            self.next.tick()
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        """Add ``row`` to the open batch, or refuse it while the spool is full (B7, B57).
+
+        Called on the pipeline thread; appends and fsyncs when the batch seals.
+        """
+        if self._handing:
+            self._hand_on()
+        if self._unwritten and not self._write_pending():
+            return Offer.REJECTED
+        batch = self._open
+        if batch is None:
+            # Checked once per batch: a batch that fits starts, so the spool can pass
+            # max_bytes by at most one batch.
+            if self._store.held_bytes() >= self.config.max_bytes:
+                self._store.collect()
+                if self._store.held_bytes() >= self.config.max_bytes:
+                    return Offer.REJECTED
+            batch = self._open = _Batch([], created=self._clock.monotonic())
+        payload = encode_record(row, key, lane)
+        batch.rows.append((row, key, lane))
+        batch.payloads.append(payload)
+        batch.nbytes += len(payload)
+        if not batch.acks or batch.acks[-1] is not ack:
+            batch.hold(ack)
+        if len(batch.rows) >= self.config.max_records:
+            self._seal()
+        return Offer.ACCEPTED
+
+    def tick(self) -> None:
+        """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""
+        self._seal(force_sync=True)
+        if self._next_started or self._start_next(at_start=False):
+            self._hand_on()
+            self.next.tick()
+        self._gauges()
+
+    def flush(self, deadline: float) -> bool:
+        """Seal, sync and hand everything on; wait until the next tier wrote it all.
+
+        Called on drain and revocation; blocks until ``deadline`` at most. On success the
+        store reclaims every segment (a clean run leaves the directory empty).
+        """
+        self._seal(force_sync=True)
+        if not self._next_started and not self._start_next(at_start=False):
+            return False
+        while True:
+            if self._unwritten:
+                self._write_pending()
+            self._hand_on()
+            left = self._clock.monotonic()
+            if not self._handing and not self._unwritten:
+                break
+            if left >= deadline:
+                return False
+            self.next.tick()
+            self._clock.sleep(min(0.01, max(deadline - left, 0.0)))
+        done = self.next.flush(deadline)
+        while done:
+            with self._lock:
+                if not self._inflight:
+                    break
+            if self._clock.monotonic() >= deadline:
+                done = False
+                break
+            self._clock.sleep(0.005)
+        if done:
+            self._store.collect()
+        self._gauges()
+        return done
+
+    def abandon(self) -> int:
+        """Fail every source ack not yet durably passed on (B4); return how many rows.
+
+        Spooled records stay in the store and are replayed on the next start.
+        """
+        rows = 0
+        batch = self._open
+        self._open = None
+        pending = [*([batch] if batch is not None else []), *self._unwritten, *self._unsynced]
+        self._unwritten.clear()
+        self._unsynced = []
+        for b in pending:
+            rows += len(b.rows)
+            b.release_acks(False)
+        while self._handing:
+            b = self._handing.popleft()
+            b.rows = []
+            assert b.token is not None
+            b.token.release(False)
+        rows += self.next.abandon()
+        if rows:
+            logger.warning("spool %s abandoned %d rows not yet passed on", self.name, rows)
+        return rows
+
+    def ready(self) -> bool:
+        """False while a replay runs (B56) and until the next tier is ready."""
+        return self._started and self._next_started and self._replaying == 0 and self.next.ready()
+
+    def close(self) -> None:
+        """Close the next tier and the store; held segments stay for the next run."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._open is not None or self._unwritten or self._handing:
+            self.abandon()
+        self.next.close()
+        self._store.close()
+
+    # -- introspection -----------------------------------------------------------------
+
+    def held_bytes(self) -> int:
+        """Bytes the store holds on disk."""
+        return self._store.held_bytes()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _seal(self, force_sync: bool = False) -> None:
+        batch = self._open
+        if batch is not None and batch.rows:
+            self._open = None
+            self._unwritten.append(batch)
+            self._m_flushes.inc()
+        if self._unwritten or (force_sync and self._unsynced):
+            self._write_pending(force_sync=force_sync)
+
+    def _write_pending(self, force_sync: bool = False) -> bool:
+        """Append every sealed batch and sync as the policy says; False on a write error."""
+        while self._unwritten:
+            batch = self._unwritten[0]
+            try:
+                batch.ref = self._store.append(batch.payloads)
+            except SinkError as exc:
+                self._failed_write(exc)
+                return False
+            self._unwritten.popleft()
+            self._unsynced.append(batch)
+        if self._unsynced and (self.config.fsync == "batch" or force_sync):
+            started = time.perf_counter()
+            try:
+                self._store.sync()
+            except SinkError as exc:
+                # After a failed fsync the kernel may have dropped the pages and a retry
+                # could report success without them: these batches are not durable and
+                # are never acknowledged; their source batches fail (B2, B57).
+                self._failed_write(exc)
+                failed, self._unsynced = self._unsynced, []
+                rows = 0
+                for batch in failed:
+                    rows += len(batch.rows)
+                    batch.release_acks(False)
+                logger.error(
+                    "spool %s: %d rows could not be made durable; their source batches fail",
+                    self.name,
+                    rows,
+                )
+                return False
+            self._m_fsync.observe(time.perf_counter() - started)
+            self._durable(self._unsynced)
+            self._unsynced = []
+        elif self._unsynced and self.config.fsync == "segment":
+            # Appends that rotated a segment synced it; the store says nothing about which,
+            # so they wait for the next tick's sync.
+            pass
+        if self._write_error is not None:
+            logger.info("spool %s: writing works again", self.name)
+            self._write_error = None
+        return True
+
+    def _failed_write(self, exc: SinkError) -> None:
+        self._m_errors.inc()
+        if self._write_error != exc.reason:
+            logger.error(
+                "spool %s: %s; the batch stays unaccepted and intake pauses until it can be "
+                "written",
+                self.name,
+                exc.reason,
+            )
+        self._write_error = exc.reason
+
+    def _durable(self, batches: list[_Batch]) -> None:
+        """Batches now fsynced: release acks (``ack: spooled``) and queue them to hand on."""
+        for batch in batches:
+            batch.payloads = []
+            batch.token = self._token(batch)
+            with self._lock:
+                self._inflight.add(batch)
+                self._held_records += len(batch.rows)
+            if self.config.ack == "spooled":
+                batch.release_acks(True)
+            self._handing.append(batch)
+        self._hand_on()
+
+    def _token(self, batch: _Batch) -> AckToken:
+        ref = batch.ref
+        assert ref is not None
+        return AckToken(
+            _SPOOL_LANE,
+            0,
+            ref.segment,
+            ref.position,
+            len(batch.rows),
+            functools.partial(self._resolved, batch),
+        )
+
+    def _start_next(self, *, at_start: bool) -> bool:
+        """Start the next tier; with ``ack: spooled`` a failure is logged, not raised."""
+        try:
+            self.next.start()
+        except Exception as exc:
+            if self.config.ack != "spooled" or (not at_start and self._start_error is None):
+                raise
+            reason = str(exc)
+            if reason != self._start_error:
+                logger.warning(
+                    "spool %s: the next tier cannot start (%s); spooling meanwhile and "
+                    "retrying on every checkpoint tick",
+                    self.name,
+                    reason,
+                )
+            self._start_error = reason
+            return False
+        if self._start_error is not None:
+            logger.info("spool %s: the next tier started; handing spooled records on", self.name)
+        self._start_error = None
+        self._next_started = True
+        return True
+
+    def _hand_on(self) -> None:
+        """Offer durable rows to the next tier, oldest batch first, until it refuses."""
+        if not self._next_started:
+            return
+        handing = self._handing
+        nxt = self.next
+        # A next tier that can name batches (the sink pool) gets each spooled batch's
+        # identity, so its dedup tokens are the same when the batch is replayed (B56).
+        begin = getattr(nxt, "begin_identified", None)
+        end = getattr(nxt, "end_identified", None)
+        while handing:
+            batch = handing[0]
+            token = batch.token
+            assert token is not None and batch.ref is not None
+            rows = batch.rows
+            i = batch.handed
+            if i == 0 and begin is not None and batch.ref.origin:
+                begin(batch.ref.identity)
+            while i < len(rows):
+                row, key, lane = rows[i]
+                try:
+                    offered = nxt.offer(row, key, lane, token)
+                except SinkError as exc:
+                    logger.error(
+                        "spool %s: the next tier refused a spooled row: %s", self.name, exc.reason
+                    )
+                    batch.failed = True
+                    offered = Offer.ACCEPTED
+                if offered is Offer.REJECTED:
+                    batch.handed = i
+                    return
+                i += 1
+            batch.handed = i
+            if end is not None and batch.ref.origin:
+                end()
+            handing.popleft()
+            batch.rows = []
+            token.release(not batch.failed)
+
+    def _resolved(self, batch: _Batch, token: AckToken, /) -> None:
+        """The next tier settled a spooled batch (any thread)."""
+        ok = token.status is AckStatus.DELIVERED
+        with self._lock:
+            self._inflight.discard(batch)
+            self._held_records -= token.records
+            if batch.replayed:
+                self._replaying -= 1
+        if ok:
+            assert batch.ref is not None
+            self._store.release(batch.ref)
+        else:
+            logger.error(
+                "spool %s: the next tier failed batch %s (%d records); it stays in the spool "
+                "and is replayed on the next start",
+                self.name,
+                batch.ref,
+                token.records,
+            )
+        batch.release_acks(ok)
+
+    def _gauges(self) -> None:
+        self._m_bytes.set(self._store.held_bytes())
+        self._m_segments.set(self._store.segments())
+        with self._lock:
+            self._m_records.set(self._held_records)
+            oldest = min((b.created for b in self._inflight), default=None)
+        self._m_oldest.set(0.0 if oldest is None else self._clock.monotonic() - oldest)

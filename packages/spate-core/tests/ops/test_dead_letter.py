@@ -1,0 +1,263 @@
+"""The dead-letter policy with the real sink pool (B71, B72).
+
+Records the deserializer cannot decode, operator exceptions (``try_map`` and the chain's
+``on_error``) and rows a sink refuses go to a dead-letter pool with the batch's ack: the
+batch is delivered only once the dead letters are written too, a full dead-letter sink
+stalls the chain at the record, and the limits fail the pipeline with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from spate import AckStatus, DeserError, ErrorPolicy, FatalError, ManualClock
+from spate.config import DeadLetterSettings
+from spate.metrics import Meter
+from spate.ops import ChainContext, compile_chain
+from spate.ops._deadletter import HEADER_NAMES, DeadLetter
+from spate.sink import BatchConfig, InflightConfig, PoolConfig
+from spate.testing import scripted_pool
+
+from .test_chain import Acks, JsonDeser, counter, make_batch, run_to_end
+
+
+def dl_metric(meter: Meter, name: str, **labels: str) -> float:
+    return counter(meter, name, component="dead_letter", component_type="dead_letter", **labels)
+
+
+def _boom(ev: dict[str, Any]) -> dict[str, Any]:
+    if ev.get("boom"):
+        raise RuntimeError("boom")
+    return ev
+
+
+def _chain(kind: str) -> Any:
+    ctx = ChainContext(["sink"])
+    if kind == "try_map":
+        return ctx.chain().try_map(_boom, "dead_letter").map(lambda ev: ev["n"]).sink()
+    return ctx.chain(on_error="dead_letter").map(_boom).map(lambda ev: ev["n"]).sink()
+
+
+PAYLOADS = [
+    b'{"n": 1}',
+    b"{not json",
+    b'{"n": 2, "boom": true}',
+    b'{"n": 3}',
+    b'{"n": 99}',
+    b'{"n": 4}',
+]
+
+
+def _setup(
+    kind: str, *, kafka: bool, dlq_config: PoolConfig | None = None, **limits: Any
+) -> tuple[Any, ...]:
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, ends = scripted_pool(
+        clock=clock, meter=meter, config=PoolConfig(on_record_error=ErrorPolicy.DEAD_LETTER)
+    )
+    ends.reject(lambda row: row == 99)  # a value its column cannot take
+    dlq_pool, dlq_ends = scripted_pool("dead_letter", clock=clock, meter=meter, config=dlq_config)
+    for p in (pool, dlq_pool):
+        p.start()
+    settings = DeadLetterSettings(format="kafka" if kafka else "row", **limits)
+    dead_letter = DeadLetter(dlq_pool, settings, meter=meter, pipeline="p", kafka_format=kafka)
+    return clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter
+
+
+@pytest.mark.parametrize("interpreted", [False, True])
+@pytest.mark.parametrize("kind", ["try_map", "chain"])
+def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
+    kind: str, interpreted: bool
+) -> None:
+    clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter = _setup(kind, kafka=True)
+    processor = compile_chain(
+        _chain(kind),
+        deserializer=JsonDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        deser_policy=ErrorPolicy.DEAD_LETTER,
+        dead_letter=dead_letter,
+        interpreted=interpreted,
+    )
+    acks = Acks()
+    ack = acks.new(len(PAYLOADS))
+    batch = make_batch(PAYLOADS)
+    assert processor.process(batch, ack) is None
+    ack.release()
+    assert pool.flush(clock.monotonic() + 5)
+    assert ends.rows() == [1, 3, 4]
+    # The good rows are written, but the batch waits for its dead letters (B71).
+    assert acks.status == []
+    assert ack.holders == 1
+    assert dlq_pool.flush(clock.monotonic() + 5)
+    assert acks.status == [AckStatus.DELIVERED]
+
+    letters = dlq_ends.rows()
+    assert [(key, value) for key, value, _ in letters] == [
+        (b"k1", b"{not json"),
+        (b"k2", b'{"n": 2, "boom": true}'),
+        (b"k4", b'{"n": 99}'),
+    ]
+    headers = [dict(h) for _, _, h in letters]
+    assert all(list(h) == list(HEADER_NAMES) for h in headers)
+    assert [h["spate.error.stage"] for h in headers] == [b"deserializer", b"operator", b"sink"]
+    assert [h["spate.error.reason"] for h in headers] == [
+        b"malformed",
+        b"RuntimeError",
+        b"record_error",
+    ]
+    assert [h["spate.error.source.offset"] for h in headers] == [b"101", b"102", b"104"]
+    assert headers[0]["spate.error.source.topic"] == b"orders"
+    assert headers[0]["spate.error.source.partition"] == b"3"
+    assert headers[0]["spate.error.pipeline"] == b"p"
+    assert b"invalid JSON" in headers[0]["spate.error.message"]
+    for stage, reason in (
+        ("deserializer", "malformed"),
+        ("operator", "RuntimeError"),
+        ("sink", "record_error"),
+    ):
+        assert dl_metric(meter, "spate_dead_letter_records_total", stage=stage, reason=reason) == 1
+
+
+def test_b71_row_format_carries_payload_and_error_columns() -> None:
+    clock, meter, pool, _, dlq_pool, dlq_ends, dead_letter = _setup("chain", kafka=False)
+    processor = compile_chain(
+        _chain("chain"),
+        deserializer=JsonDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        deser_policy=ErrorPolicy.DEAD_LETTER,
+        dead_letter=dead_letter,
+    )
+    ack = Acks().new(len(PAYLOADS))
+    assert processor.process(make_batch(PAYLOADS), ack) is None
+    assert dlq_pool.flush(clock.monotonic() + 5)
+    rows = dlq_ends.rows()
+    assert [r["payload"] for r in rows] == ["{not json", '{"n": 2, "boom": true}', '{"n": 99}']
+    assert rows[1]["error_stage"] == "operator"
+    assert rows[1]["source_offset"] == 102
+    assert rows[1]["key"] == "k2"
+    assert json.loads(rows[2]["payload"]) == {"n": 99}
+
+
+@pytest.mark.parametrize("interpreted", [False, True])
+def test_b71_a_full_dead_letter_sink_stalls_the_chain_at_the_record(interpreted: bool) -> None:
+    cfg = PoolConfig(batch=BatchConfig(max_rows=1), inflight=InflightConfig(max_per_shard=1))
+    clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter = _setup(
+        "chain", kafka=True, dlq_config=cfg
+    )
+    dlq_ends.script("s0", "retryable", "retryable")
+    processor = compile_chain(
+        _chain("chain"),
+        deserializer=JsonDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        deser_policy=ErrorPolicy.DEAD_LETTER,
+        dead_letter=dead_letter,
+        interpreted=interpreted,
+    )
+    acks = Acks()
+    ack = acks.new(len(PAYLOADS))
+
+    def pump() -> None:
+        clock.advance(60)
+        dlq_pool.pump()
+
+    stalls = run_to_end(processor, make_batch(PAYLOADS), ack, pump)
+    ack.release()
+    assert stalls and all(s.sink == "dead_letter" for s in stalls)
+    assert pool.flush(clock.monotonic() + 5)
+    assert dlq_pool.flush(clock.monotonic() + 60)
+    assert ends.rows() == [1, 3, 4]
+    assert [k for k, _, _ in dlq_ends.rows()] == [b"k1", b"k2", b"k4"]
+    assert acks.status == [AckStatus.DELIVERED]
+    assert (
+        dl_metric(meter, "spate_dead_letter_records_total", stage="operator", reason="RuntimeError")
+        == 1
+    )
+
+
+def test_b72_max_consecutive_fails_the_pipeline_with_one_line() -> None:
+    _, meter, pool, _, _, _, dead_letter = _setup("chain", kafka=True, max_consecutive=2)
+    processor = compile_chain(
+        None,
+        deserializer=JsonDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        deser_policy=ErrorPolicy.DEAD_LETTER,
+        dead_letter=dead_letter,
+    )
+    batch = make_batch([b"1", b"{x", b"{y", b"2", b"{a", b"{b", b"{c"])
+    with pytest.raises(
+        FatalError, match=r"3 records in a row of orders\[3\].*max_consecutive"
+    ) as info:
+        processor.process(batch, Acks().new(7))
+    assert "\n" not in str(info.value)
+    assert dl_metric(meter, "spate_dead_letter_limit_breaches_total", limit="max_consecutive") == 1
+    assert (
+        dl_metric(
+            meter, "spate_dead_letter_records_total", stage="deserializer", reason="malformed"
+        )
+        == 4
+    )
+
+
+def test_b72_max_ratio_over_the_window_fails_the_pipeline() -> None:
+    _, meter, pool, _, _, _, dead_letter = _setup(
+        "chain", kafka=True, max_ratio=0.25, window=8, max_consecutive=0
+    )
+    processor = compile_chain(
+        None,
+        deserializer=JsonDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        deser_policy=ErrorPolicy.DEAD_LETTER,
+        dead_letter=dead_letter,
+    )
+    ok_batch = make_batch([b"1", b"{x", b"2", b"3", b"4", b"5", b"6", b"7"])  # 1 of 8
+    assert processor.process(ok_batch, Acks().new(8)) is None
+    bad = make_batch([b"{1", b"{x", b"2", b"{y", b"3", b"{z", b"4", b"{w"])
+    # The 4th dead letter of the second batch makes 5 of the last 16 records (> 25%).
+    with pytest.raises(FatalError, match=r"5 of the last 16 records.*max_ratio is 0.25"):
+        processor.process(bad, Acks().new(8))
+    assert dl_metric(meter, "spate_dead_letter_limit_breaches_total", limit="max_ratio") == 1
+
+
+def test_b71_dead_letter_policy_without_a_dead_letter_sink_is_refused() -> None:
+    pool, _ = scripted_pool()
+    with pytest.raises(ValueError, match="no dead_letter section"):
+        compile_chain(
+            _chain("try_map"),
+            deserializer=JsonDeser(),
+            sinks={"sink": pool},
+            meter=Meter("p"),
+            pipeline="p",
+        )
+
+
+def test_b71_an_error_asking_for_dead_letter_without_a_sink_fails_naming_the_record() -> None:
+    """A deserializer setting of its own (Avro's ``on_unknown_schema``) may ask for it."""
+
+    class Unknown:
+        many = False
+
+        def deserialize(self, payload: memoryview) -> object:
+            raise DeserError("schema id 7 unknown", policy=ErrorPolicy.DEAD_LETTER)
+
+    pool, _ = scripted_pool()
+    processor = compile_chain(
+        None, deserializer=Unknown(), sinks={"sink": pool}, meter=Meter("p"), pipeline="p"
+    )
+    with pytest.raises(
+        FatalError, match=r"orders\[3\] offset 100 is to be dead-lettered.*no dead_letter"
+    ):
+        processor.process(make_batch([b"1"]), Acks().new(1))

@@ -1,0 +1,455 @@
+"""The spool tier and its JSONL store (B54, B55, B56, B57; ADR 0005)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+from spate import AckStatus, AckToken, Lane, ManualClock
+from spate.metrics import Meter
+from spate.sink import (
+    BatchRef,
+    JsonlStore,
+    Offer,
+    SpoolConfig,
+    SpoolCorruptError,
+    SpoolTier,
+)
+from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
+from spate.testing.conformance import ConformanceFailure, StoreConformance
+
+LANE = Lane("t", 0)
+
+
+class Acks:
+    """Creates ack tokens and remembers how each resolved."""
+
+    def __init__(self) -> None:
+        self.status: dict[int, AckStatus] = {}
+        self._seq = 0
+
+    def new(self) -> AckToken:
+        self._seq += 1
+        seq = self._seq
+        return AckToken(LANE, 0, seq, seq, 1, lambda t: self.status.__setitem__(t.seq, t.status))
+
+
+def metric(meter: Meter, name: str) -> float:
+    labels = {"pipeline": meter.pipeline, "component": "s", "component_type": "spool"}
+    value = meter.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def make(
+    directory: Path, *, clock: ManualClock | None = None, **cfg: object
+) -> tuple[SpoolTier, CaptureSink, CaptureScript, Meter]:
+    clock = clock if clock is not None else ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    config = SpoolConfig(dir=str(directory), **cfg)  # type: ignore[arg-type]
+    store = JsonlStore(str(directory), segment_bytes=config.segment_bytes)
+    spool = SpoolTier("s", config, terminal, store, meter=meter, clock=clock)
+    return spool, terminal, script, meter
+
+
+def offer_batch(spool: SpoolTier, acks: Acks, rows: list[object]) -> AckToken:
+    ack = acks.new()
+    for row in rows:
+        assert spool.offer(row, b"k", LANE, ack) is Offer.ACCEPTED
+    ack.release()  # the chain's own hold
+    return ack
+
+
+def files(directory: Path) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+# -- custody: where the ack resolves (B54) -------------------------------------------------
+
+
+def test_b54_ack_spooled_resolves_once_fsynced_while_the_terminal_is_stuck(
+    tmp_path: Path,
+) -> None:
+    spool, _terminal, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    ack = offer_batch(spool, acks, [{"i": i} for i in range(5)])
+    assert ack.status is AckStatus.PENDING
+    spool.tick()  # seals, appends and fsyncs the batch
+    assert ack.status is AckStatus.DELIVERED
+    assert script.rows == []
+    assert files(tmp_path)  # the records are on disk, not yet in the terminal
+
+
+def test_b54_ack_terminal_waits_for_the_terminal_then_deletes_the_segment(
+    tmp_path: Path,
+) -> None:
+    spool, _terminal, script, _ = make(tmp_path, ack="terminal")
+    script.then(delay(5))
+    spool.start()
+    acks = Acks()
+    ack = offer_batch(spool, acks, [{"i": i} for i in range(5)])
+    spool.tick()
+    assert ack.status is AckStatus.PENDING
+    assert files(tmp_path)
+    script.always("ok")
+    assert spool.flush(ManualClock().monotonic() + 1e9)
+    assert ack.status is AckStatus.DELIVERED
+    assert script.rows == [{"i": i} for i in range(5)]
+    assert files(tmp_path) == []  # a clean drain leaves no segment
+
+
+def test_b54_a_batch_the_terminal_failed_stays_for_the_next_run(tmp_path: Path) -> None:
+    spool, _terminal, script, _ = make(tmp_path, ack="terminal")
+    script.always("fatal")
+    spool.start()
+    acks = Acks()
+    ack = offer_batch(spool, acks, [{"i": 1}, {"i": 2}])
+    spool.tick()
+    spool.flush(ManualClock().monotonic() + 5)
+    assert ack.status is AckStatus.FAILED  # the worst status wins (B2)
+    spool.close()
+    again, _, script2, meter = make(tmp_path)
+    again.start()
+    assert again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == [{"i": 1}, {"i": 2}]
+    assert metric(meter, "spate_spool_replayed_records_total") == 2
+    assert files(tmp_path) == []
+
+
+def test_b54_rows_keys_lanes_and_bytes_survive_the_spool(tmp_path: Path) -> None:
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    ack = Acks().new()
+    rows: list[object] = [{"a": [1, 2.5, None, "é"]}, b"\x00\xffraw", "text", 7]
+    for row in rows:
+        assert spool.offer(row, b"\x01\xfe", Lane("topic", 3), ack) is Offer.ACCEPTED
+    spool.tick()
+    spool.close()
+    again, _, script2, _ = make(tmp_path)
+    again.start()
+    again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == rows
+    assert {(r.key, r.lane) for r in script2.records} == {(b"\x01\xfe", Lane("topic", 3))}
+
+
+# -- recovery: torn tails and corruption (B55) ---------------------------------------------
+
+
+def test_b55_torn_tail_is_cut_and_complete_batches_replay(tmp_path: Path) -> None:
+    spool, _, script, _ = make(tmp_path, ack="terminal")
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    first = offer_batch(spool, acks, [{"i": 1}, {"i": 2}])
+    spool.tick()
+    second = offer_batch(spool, acks, [{"i": 3}, {"i": 4}])
+    spool.tick()
+    (segment,) = files(tmp_path)
+    path = tmp_path / segment
+    data = path.read_bytes()
+    # A crash in the middle of the second batch: cut inside its second record.
+    cut = data.index(b'"i":4') + 2
+    path.write_bytes(data[:cut])
+    assert first.status is AckStatus.PENDING and second.status is AckStatus.PENDING
+    again, _, script2, _ = make(tmp_path)
+    again.start()
+    again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == [{"i": 1}, {"i": 2}]  # the torn batch was never acked either
+
+
+def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: Path) -> None:
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    offer_batch(spool, acks, [{"i": 1}])
+    spool.tick()
+    offer_batch(spool, acks, [{"i": 2}])
+    spool.tick()
+    (segment,) = files(tmp_path)
+    path = tmp_path / segment
+    data = bytearray(path.read_bytes())
+    offset = data.index(b'"i":1')
+    data[offset + 4] = ord("9")
+    path.write_bytes(bytes(data))
+    line_start = data.rindex(b"\n", 0, offset) + 1 if b"\n" in data[:offset] else 0
+    again, _, _, _ = make(tmp_path)
+    with pytest.raises(SpoolCorruptError) as err:
+        again.start()
+    assert segment in str(err.value)
+    assert f"at byte {line_start}" in str(err.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.integers(0, 10**6), min_size=1, max_size=5), min_size=1, max_size=6
+    ),
+    cut=st.floats(0, 1),
+)
+def test_b55_property_replay_yields_exactly_the_accepted_batches(
+    batches: list[list[int]], cut: float
+) -> None:
+    """Random batches, a crash at a random byte: replay yields exactly the batches whose
+    append completed before that byte (each was fsynced before it was accepted)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = JsonlStore(tmp)
+        assert store.recover() == []
+        ends: list[int] = []
+        for batch in batches:
+            store.append([b'{"v":%d}' % v for v in batch])
+            store.sync()
+            ends.append(store.held_bytes())
+        store.close()
+        (segment,) = os.listdir(tmp)
+        path = os.path.join(tmp, segment)
+        size = os.path.getsize(path)
+        at = int(size * cut)
+        os.truncate(path, at)
+        found = JsonlStore(tmp).recover()
+        expected = [b for b, end in zip(batches, ends, strict=True) if end <= at]
+        assert [[int(r[5:-1]) for r in s.records] for s in found] == expected
+
+
+# -- replay on start (B56) -----------------------------------------------------------------
+
+
+def test_b56_replay_goes_before_new_data_and_readiness_waits_for_it(tmp_path: Path) -> None:
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    offer_batch(spool, Acks(), [{"old": i} for i in range(3)])
+    spool.tick()
+    spool.close()
+    clock = ManualClock()
+    again, _terminal, script2, meter = make(tmp_path, clock=clock)
+    script2.then(delay(5))  # the replayed batch's first write is slow
+    again.start()
+    assert not again.ready()  # replay handed on, not yet written
+    assert metric(meter, "spate_spool_replayed_records_total") == 3
+    acks = Acks()
+    offer_batch(again, acks, [{"new": 1}])
+    script2.always("ok")
+    assert again.flush(clock.monotonic() + 1e9)
+    assert again.ready()
+    assert script2.rows == [{"old": 0}, {"old": 1}, {"old": 2}, {"new": 1}]
+
+
+# -- max_bytes and a full disk (B57, B7) -----------------------------------------------------
+
+
+def test_b57_over_max_bytes_the_spool_refuses_then_resumes(tmp_path: Path) -> None:
+    spool, _, script, _ = make(
+        tmp_path, ack="spooled", max_records=10, segment_bytes=400, max_bytes=800
+    )
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    accepted = 0
+    ack = acks.new()
+    for i in range(1000):
+        if spool.offer({"i": i, "pad": "x" * 20}, None, LANE, ack) is Offer.REJECTED:
+            break
+        accepted += 1
+    ack.release()
+    assert 0 < accepted < 1000
+    assert spool.held_bytes() >= 800
+    script.always("ok")
+    spool._clock.advance(1)  # type: ignore[attr-defined]
+    spool.next.tick()
+    spool.next.flush(spool._clock.monotonic() + 1e9)  # type: ignore[attr-defined]
+    assert spool.offer({"i": "again"}, None, LANE, acks.new()) is Offer.ACCEPTED
+    assert spool.flush(ManualClock().monotonic() + 1e9)
+    rows = script.rows
+    assert [r["i"] for r in rows] == [*range(accepted), "again"]  # type: ignore[index]
+
+
+@pytest.fixture
+def tiny_fs() -> Iterator[Path]:
+    """A 64 KiB tmpfs mounted for the test and removed after it."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.fail("the ENOSPC test mounts a tmpfs and must run as root")
+    where = Path(tempfile.mkdtemp(prefix="spate-enospc-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+        where.rmdir()
+
+
+def test_b57_enospc_is_a_clear_error_and_nothing_unwritten_is_acked(
+    tiny_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool, _, script, meter = make(
+        tiny_fs, ack="spooled", max_records=50, segment_bytes=1 << 20, max_bytes=1 << 30
+    )
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    tokens: list[AckToken] = []
+    refused = False
+    for _ in range(200):
+        ack = acks.new()
+        tokens.append(ack)
+        for i in range(50):
+            if spool.offer({"i": i, "pad": "y" * 100}, None, LANE, ack) is Offer.REJECTED:
+                refused = True
+                break
+        ack.release()
+        if refused:
+            tokens.pop()  # no row of it was accepted: nothing to check
+            break
+    assert refused, "the spool never stopped accepting on a full disk"
+    assert "No space left on device" in caplog.text
+    assert metric(meter, "spate_spool_write_errors_total") >= 1
+    delivered = [t for t in tokens if t.status is AckStatus.DELIVERED]
+    pending = [t for t in tokens if t.status is AckStatus.PENDING]
+    assert delivered and pending
+    # Every delivered ack's records are on disk and come back; nothing else does.
+    spool.abandon()
+    spool.close()
+    again, _, script2, _ = make(tiny_fs, max_records=50, segment_bytes=1 << 20, max_bytes=1 << 30)
+    again.start()
+    again.flush(ManualClock().monotonic() + 1e9)
+    assert len(script2.rows) == 50 * len(delivered)
+    assert all(t.status is not AckStatus.DELIVERED for t in pending)
+
+
+def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
+    import datetime
+    import decimal
+
+    from spate.sink._spool import decode_record, encode_record
+
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
+    row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
+    assert decode_record(encode_record(row, None, LANE)) == (row, None, LANE)
+    assert b"\n" not in encode_record(row, None, LANE)
+
+
+class TestJsonlStoreConformance(StoreConformance):
+    """The built-in store passes the store conformance suite (B54, B55)."""
+
+    def open_store(self, directory: Path) -> JsonlStore:
+        return JsonlStore(str(directory), segment_bytes=256)
+
+
+class _ForgetfulStore(JsonlStore):
+    """Forgets to reclaim: releases nothing (a broken store the suite must catch)."""
+
+    def release(self, ref: BatchRef) -> None:
+        return None
+
+
+def test_the_store_suite_fails_a_store_that_never_releases(tmp_path: Path) -> None:
+    class Suite(StoreConformance):
+        def open_store(self, directory: Path) -> JsonlStore:
+            return _ForgetfulStore(str(directory))
+
+    suite = Suite()
+    suite.setup_method()
+    try:
+        with pytest.raises(ConformanceFailure, match="B54 broken"):
+            suite.test_b54_released_batches_never_come_back()
+    finally:
+        suite.teardown_method()
+
+
+def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
+    tmp_path: Path,
+) -> None:
+    """A crash after the terminal wrote a spooled batch but before the spool noted it:
+    the replay in a new run (new run nonce) is written under the same tokens, so a
+    terminal that deduplicates by token drops it."""
+    from spate.testing import scripted_pool
+
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    rows = [{"i": i} for i in range(7)]
+
+    def run(directory: Path, nonce: str, offer: bool) -> list[str]:
+        clock = ManualClock()
+        pool, endpoints = scripted_pool(
+            "t", shards=2, run_nonce=nonce, clock=clock, config=None, io_threads=0
+        )
+        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=100)
+        spool = SpoolTier(
+            "s",
+            config,
+            pool,
+            JsonlStore(str(directory), nonce=nonce),
+            meter=Meter("p", CollectorRegistry()),
+            clock=clock,
+        )
+        spool.start()
+        if offer:
+            ack = Acks().new()
+            for i, row in enumerate(rows):
+                assert spool.offer(row, b"%d" % i, LANE, ack) is Offer.ACCEPTED
+            ack.release()
+            spool.tick()
+            spool.tick()
+        else:
+            spool.flush(clock.monotonic() + 60)
+        tokens = sorted(a.token for a in endpoints.attempts)
+        assert sorted(r["i"] for r in endpoints.rows()) == list(range(7))  # type: ignore[index]
+        return tokens
+
+    first = run(first_dir, "run1", offer=True)
+    # The crash: the segment as written, without the note that it was delivered.
+    second_dir.mkdir()
+    for name in os.listdir(first_dir):
+        if name.endswith(".jsonl"):
+            shutil.copy(first_dir / name, second_dir / name)
+    replayed = run(second_dir, "run2", offer=False)
+    assert first == replayed
+    assert all("run1" in token and "run2" not in token for token in replayed)
+
+
+class _FailingSyncStore(JsonlStore):
+    """A store whose next fsync fails (EIO), as a failing disk's would."""
+
+    fail_next = True
+
+    def sync(self) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            from spate import ErrorClass, SinkError
+
+            raise SinkError("spool: fsync failed: Input/output error", ErrorClass.FATAL)
+        super().sync()
+
+
+def test_b57_a_failed_fsync_never_acknowledges_its_batch(tmp_path: Path) -> None:
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _FailingSyncStore(str(tmp_path))
+    spool = SpoolTier(
+        "s",
+        SpoolConfig(dir=str(tmp_path), ack="spooled"),
+        terminal,
+        store,
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+    )
+    spool.start()
+    acks = Acks()
+    lost = offer_batch(spool, acks, [{"i": 1}])
+    spool.tick()
+    assert lost.status is AckStatus.FAILED  # never acknowledged, never handed on
+    kept = offer_batch(spool, acks, [{"i": 2}])
+    spool.tick()
+    assert kept.status is AckStatus.DELIVERED
+    assert spool.flush(clock.monotonic() + 60)
+    assert script.rows == [{"i": 2}]
