@@ -1,4 +1,4 @@
-"""The Avro and JSON deserializers against the loops a user would write.
+"""The Avro, JSON and Protobuf deserializers against the loops a user would write.
 
 Measured by the performance rules in docs/development.md.
 
@@ -13,6 +13,11 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
   with its record: the information a split by event kind needs).
 * JSON — the same events as JSON objects; framework: spate-json's ``framing: single``
   deserializer on a ``memoryview`` per payload; baseline: a bare ``orjson.loads`` loop.
+* Protobuf — the same events as a ``StorefrontEvent`` message with a ``oneof`` of the three
+  kinds (``placed_at`` a ``google.protobuf.Timestamp``); framework: spate-protobuf's
+  ``mode: raw`` deserializer from a descriptor set, on a ``memoryview`` per payload;
+  baseline: a bare ``Message.FromString`` + ``json_format.MessageToDict`` loop (the
+  runtime's own message-to-dict path) on the same ``bytes``.
 
 * Avro columnar (with ``spate[columnar]``): the same deserializer's
   ``deserialize_batch`` (one polars DataFrame per union branch) on each 10,000-record
@@ -32,16 +37,27 @@ from __future__ import annotations
 import io
 import json
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import fastavro
 import orjson
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    json_format,
+    message_factory,
+    text_format,
+    timestamp_pb2,
+)
 from spate import BuildContext, SystemClock
 from spate.config import decode
 from spate.metrics import Meter
 from spate_avro import AvroConfig, AvroDeserializerFactory
 from spate_datagen import encode_avro, encode_json, storefront_events, storefront_schema_text
 from spate_json import JsonConfig, JsonDeserializerFactory
+from spate_protobuf import ProtobufConfig, ProtobufDeserializerFactory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import compare, env_int
@@ -71,21 +87,107 @@ def _context() -> BuildContext:
     )
 
 
-def payloads(n: int) -> tuple[list[bytes], list[bytes]]:
+def payloads(n: int) -> tuple[list[bytes], list[bytes], list[Any]]:
     """``n`` storefront events (spate-datagen's) as bare Avro of the union and as JSON."""
     avro: list[bytes] = []
     as_json: list[bytes] = []
-    for event in storefront_events(n, seed=7):
+    events = list(storefront_events(n, seed=7))
+    for event in events:
         avro.append(encode_avro(event))
         as_json.append(encode_json(event))
-    return avro, as_json
+    return avro, as_json, events
+
+
+STOREFRONT_PROTO = """
+name: "storefront.proto" package: "spate.datagen" syntax: "proto3"
+dependency: "google/protobuf/timestamp.proto"
+message_type {
+  name: "OrderLine"
+  field { name: "sku" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
+  field { name: "qty" number: 2 label: LABEL_OPTIONAL type: TYPE_INT32 }
+  field { name: "unit_cents" number: 3 label: LABEL_OPTIONAL type: TYPE_INT32 }
+}
+message_type {
+  name: "OrderPlaced"
+  field { name: "order_id" number: 1 label: LABEL_OPTIONAL type: TYPE_INT64 }
+  field { name: "customer_id" number: 2 label: LABEL_OPTIONAL type: TYPE_INT32 }
+  field { name: "region" number: 3 label: LABEL_OPTIONAL type: TYPE_STRING }
+  field { name: "placed_at" number: 4 label: LABEL_OPTIONAL type: TYPE_MESSAGE
+          type_name: ".google.protobuf.Timestamp" }
+  field { name: "lines" number: 5 label: LABEL_REPEATED type: TYPE_MESSAGE
+          type_name: ".spate.datagen.OrderLine" }
+}
+message_type {
+  name: "PaymentCaptured"
+  field { name: "order_id" number: 1 label: LABEL_OPTIONAL type: TYPE_INT64 }
+  field { name: "amount_cents" number: 2 label: LABEL_OPTIONAL type: TYPE_INT64 }
+}
+message_type {
+  name: "RefundIssued"
+  field { name: "order_id" number: 1 label: LABEL_OPTIONAL type: TYPE_INT64 }
+  field { name: "amount_cents" number: 2 label: LABEL_OPTIONAL type: TYPE_INT64 }
+  field { name: "reason" number: 3 label: LABEL_OPTIONAL type: TYPE_STRING }
+}
+message_type {
+  name: "StorefrontEvent"
+  field { name: "order_placed" number: 1 label: LABEL_OPTIONAL type: TYPE_MESSAGE
+          type_name: ".spate.datagen.OrderPlaced" oneof_index: 0 }
+  field { name: "payment_captured" number: 2 label: LABEL_OPTIONAL type: TYPE_MESSAGE
+          type_name: ".spate.datagen.PaymentCaptured" oneof_index: 0 }
+  field { name: "refund_issued" number: 3 label: LABEL_OPTIONAL type: TYPE_MESSAGE
+          type_name: ".spate.datagen.RefundIssued" oneof_index: 0 }
+  oneof_decl { name: "event" }
+}
+"""
+"""The storefront events as Protobuf, in text format (no protoc needed to run the bench)."""
+
+_ONEOF = {
+    "OrderPlaced": "order_placed",
+    "PaymentCaptured": "payment_captured",
+    "RefundIssued": "refund_issued",
+}
+
+
+def protobuf_side(events: list[Any], directory: Path) -> tuple[Path, Any, list[bytes]]:
+    """A descriptor-set file, the ``StorefrontEvent`` class and the events encoded with it."""
+    file = text_format.Parse(STOREFRONT_PROTO, descriptor_pb2.FileDescriptorProto())
+    timestamp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
+    descriptor_set = directory / "storefront.pb"
+    descriptor_set.write_bytes(
+        descriptor_pb2.FileDescriptorSet(file=[timestamp, file]).SerializeToString()
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(timestamp)
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("spate.datagen.StorefrontEvent")
+    )
+    encoded = []
+    for event in events:
+        message = cls()
+        record = dict(event.record)
+        placed_at = record.pop("placed_at", None)
+        branch = getattr(message, _ONEOF[event.kind])
+        lines = record.pop("lines", [])
+        for key, value in record.items():
+            setattr(branch, key, value)
+        for line in lines:
+            branch.lines.add(**line)
+        if placed_at is not None:
+            branch.placed_at.FromMilliseconds(placed_at)
+        encoded.append(message.SerializeToString())
+    return descriptor_set, cls, encoded
 
 
 def main() -> None:
     total = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     schema_text = storefront_schema_text()
     parsed = fastavro.parse_schema(json.loads(schema_text))
-    avro, as_json = payloads(min(total, DISTINCT))
+    avro, as_json, events = payloads(min(total, DISTINCT))
+    workdir = Path(tempfile.mkdtemp(prefix="spate-bench-deser-"))
+    descriptor_set, event_class, proto = protobuf_side(events, workdir)
+    proto_views = [memoryview(p) for p in proto]
     distinct = len(avro)
     # The deserializer stage is handed views the source made (the source's work, as a
     # consumer's msg.value() is the hand-written loop's); the baseline gets the bytes.
@@ -95,19 +197,37 @@ def main() -> None:
     print(
         f"{total:,} storefront events ({distinct:,} distinct); "
         f"Avro {sum(map(len, avro)) / distinct:.1f} B/record, "
-        f"JSON {sum(map(len, as_json)) / distinct:.1f} B/record"
+        f"JSON {sum(map(len, as_json)) / distinct:.1f} B/record, "
+        f"Protobuf {sum(map(len, proto)) / distinct:.1f} B/record"
     )
 
     avro_config = decode(AvroConfig, {"mode": "raw", "schema": {"inline": schema_text}}, "avro")
     avro_deser = AvroDeserializerFactory.build(avro_config, _context())
     json_deser = JsonDeserializerFactory.build(decode(JsonConfig, {}, "json"), _context())
     json_deserialize = json_deser.deserialize  # type: ignore[attr-defined]
+    proto_config = decode(
+        ProtobufConfig,
+        {
+            "mode": "raw",
+            "descriptor_set": str(descriptor_set),
+            "message": "spate.datagen.StorefrontEvent",
+        },
+        "protobuf",
+    )
+    proto_deser = ProtobufDeserializerFactory.build(proto_config, _context())
+    to_dict = json_format.MessageToDict
 
     for i in range(min(distinct, 100)):  # both sides must produce the same values
         expected = fastavro.schemaless_reader(io.BytesIO(avro[i]), parsed, None, True)
         same_avro = avro_deser.deserialize(avro_views[i]) == expected
         same_json = json_deserialize(json_views[i]) == orjson.loads(as_json[i])
-        if not (same_avro and same_json):
+        ours: Any = proto_deser.deserialize(proto_views[i])
+        theirs = to_dict(event_class.FromString(proto[i]), preserving_proto_field_name=True)
+        kind = _ONEOF[events[i].kind]
+        same_proto = (
+            set(theirs) == {kind} and int(theirs[kind]["order_id"]) == (ours[kind]["order_id"])
+        )
+        if not (same_avro and same_json and same_proto):
             raise SystemExit(f"the two sides decode record {i} differently")
 
     def avro_framework() -> int:
@@ -139,6 +259,20 @@ def main() -> None:
             del held
         return total
 
+    def proto_framework() -> int:
+        deserialize = proto_deser.deserialize
+        for start, size in batches:
+            held = [deserialize(v) for v in proto_views[start : start + size]]
+            del held
+        return total
+
+    def proto_baseline() -> int:
+        parse = event_class.FromString
+        for start, size in batches:
+            held = [to_dict(parse(p)) for p in proto[start : start + size]]
+            del held
+        return total
+
     compare(
         "avro: spate-avro raw union vs fastavro.schemaless_reader", avro_framework, avro_baseline
     )
@@ -159,6 +293,11 @@ def main() -> None:
             avro_baseline,
         )
     compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)
+    compare(
+        "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",
+        proto_framework,
+        proto_baseline,
+    )
 
 
 if __name__ == "__main__":

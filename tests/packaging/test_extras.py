@@ -1,7 +1,8 @@
 """B26: each extra of the front door installs its own client libraries and nothing else.
 
-Builds wheels of the front door and all eight distributions from this checkout once per
-module, then installs ``spate[clickhouse]==0.1.0`` and ``spate[kafka]==0.1.0`` into fresh
+Builds wheels of the front door and every distribution from this checkout once per
+module, then installs ``spate[clickhouse]==0.1.0``, ``spate[kafka]==0.1.0`` and
+``spate[protobuf]==0.1.0`` into fresh
 virtual environments (spate's wheels from the local wheel directory, third-party
 dependencies from the package index) and checks, inside each new environment, which
 client libraries are installed and importable and what ``spate plugins`` lists.
@@ -42,6 +43,7 @@ CLIENT_LIBRARIES = {
     "pyarrow": "pyarrow",
     "jetliner": "jetliner",
     "xxhash": "xxhash",
+    "protobuf": "google.protobuf",
 }
 COLUMNAR_LIBRARIES = {"polars", "pyarrow", "jetliner", "xxhash", "polars-runtime-32"}
 """What ``spate[columnar]`` brings; the row path installs none of it."""
@@ -51,7 +53,12 @@ _INSPECT = """
 import importlib.metadata, importlib.util, json, re, sys
 names = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version
          for d in importlib.metadata.distributions()}
-modules = {m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}
+def found(module):
+    try:  # a dotted name imports its parent, which may be absent ("google")
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+modules = {m: found(m) for m in sys.argv[1:]}
 print(json.dumps({"distributions": names, "importable": modules}))
 """
 
@@ -81,7 +88,7 @@ class Environment:
 
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels of all nine distributions, built once (hatchling is in the dev venv)."""
+    """Wheels of the front door and every distribution, built once (hatchling is in the venv)."""
     out = tmp_path_factory.mktemp("wheels")
     wheels = [p.name for p in build_wheels(out, DISTRIBUTION_DIRS)]
     assert len(wheels) == len(DISTRIBUTION_DIRS), wheels
@@ -124,6 +131,11 @@ def kafka_env(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Env
     return _install("kafka", wheelhouse, tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def protobuf_env(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    return _install("protobuf", wheelhouse, tmp_path_factory)
+
+
 def _assert_installed(env: Environment, present: set[str], absent: set[str]) -> None:
     for dist in sorted(present):
         assert dist in env.distributions, f"{dist} is not installed in {env.root}"
@@ -153,9 +165,11 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             "aioboto3",
             "nats-py",
             "chdb",
+            "protobuf",
             "spate-kafka",
             "spate-avro",
             "spate-json",
+            "spate-protobuf",
             "spate-s3",
             "spate-coordination",
             "spate-datagen",
@@ -197,10 +211,12 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "chdb",
             "aioboto3",
             "nats-py",
+            "protobuf",
             "spate-clickhouse",
             "spate-s3",
             "spate-coordination",
             *COLUMNAR_LIBRARIES,
+            "spate-protobuf",
         },
     )
 
@@ -237,3 +253,30 @@ def test_b26_columnar_extra_brings_the_columnar_libraries_and_the_row_extras_do_
             re.split(r"[<>=\[ ]", d)[0] for d in project["optional-dependencies"]["columnar"]
         }
     assert wanted == COLUMNAR_LIBRARIES - {"polars-runtime-32"}
+
+
+def test_b26_protobuf_extra_installs_protobuf_and_the_registry_client_only(
+    protobuf_env: Environment,
+) -> None:
+    """spate-protobuf reuses spate-avro's registry client, so fastavro comes along."""
+    _assert_installed(
+        protobuf_env,
+        present={"spate", "spate-core", "spate-protobuf", "spate-avro", "protobuf", "fastavro"},
+        absent={
+            "confluent-kafka",
+            "clickhouse-connect",
+            "chdb",
+            "orjson",
+            "aioboto3",
+            "nats-py",
+            "spate-kafka",
+            "spate-clickhouse",
+            "spate-json",
+            "spate-s3",
+            "spate-coordination",
+        },
+    )
+    rows = protobuf_env.plugins()
+    assert any(
+        row["NAME"] == "protobuf" and row["DISTRIBUTION"] == "spate-protobuf" for row in rows
+    ), rows

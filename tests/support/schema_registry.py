@@ -6,12 +6,21 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
 
 * ``GET /schemas/ids/{id}`` → ``{"schema": ...}`` (+ ``schemaType`` when not Avro);
   404 / 40403 for an unknown id;
-* ``GET /subjects/{subject}/versions/latest`` → ``{"subject", "version", "id", "schema"}``;
-  404 / 40401 for an unknown subject;
-* ``POST /subjects/{subject}/versions`` with ``{"schema": ...}`` → ``{"id": ...}`` (the
-  same text under the same subject keeps its id); 422 / 42201 when the text is not JSON;
+* ``GET /subjects/{subject}/versions/latest`` and ``GET /subjects/{subject}/versions/{n}``
+  → ``{"subject", "version", "id", "schema"}``; 404 / 40401 for an unknown subject,
+  404 / 40402 for an unknown version;
+* ``POST /subjects/{subject}/versions`` with ``{"schema": ...}`` (and ``schemaType``,
+  ``references``) → ``{"id": ...}`` (the same text under the same subject keeps its id);
+  422 / 42201 when an Avro or JSON schema text is not JSON;
+* ``POST /subjects/{subject}`` with ``{"schema": ...}`` → that schema's registration under
+  the subject (how a serializer finds a reference's version); 404 / 40403 when absent;
 * ``GET /subjects`` → the list of subjects (403 / 40301 when ``allow_listing`` is False,
   as a registry with per-subject access control answers);
+* Protobuf (``schemaType: PROTOBUF``): schemas are kept and answered as registered, with
+  their ``references``. confluent-kafka's serializer registers the serialized form (base64
+  of a ``FileDescriptorProto``), which is what the registry answers to
+  ``?format=serialized``; this server does not translate ``.proto`` text, so tests
+  register the serialized form. Query strings are otherwise ignored;
 * optional HTTP basic auth: 401 / 401 ``Unauthorized`` without the right credentials.
 
 Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
@@ -56,6 +65,7 @@ class SchemaRegistryServer:
         self._lock = threading.Lock()
         self._schemas: dict[int, tuple[str, str]] = {}  # id -> (text, schemaType)
         self._subjects: dict[str, list[int]] = {}
+        self._references: dict[int, list[dict[str, object]]] = {}
         self._next_id = 1
         self._failure: int | None = None
         self._hidden: dict[int, float] = {}  # id -> monotonic time it becomes visible
@@ -113,12 +123,16 @@ class SchemaRegistryServer:
     # -- contents and faults ---------------------------------------------------------
 
     def register(
-        self, subject: str, schema: str | dict[str, Any] | list[Any], kind: str = "AVRO"
+        self,
+        subject: str,
+        schema: str | dict[str, Any] | list[Any],
+        kind: str = "AVRO",
+        references: list[dict[str, object]] | None = None,
     ) -> int:
         """Register a schema (text or JSON value) directly; returns its id."""
         text = schema if isinstance(schema, str) else json.dumps(schema)
         with self._lock:
-            return self._register(subject, text, kind)
+            return self._register(subject, text, kind, references or [])
 
     def fail_with(self, status: int | None = 503) -> None:
         """Answer every request with ``status`` (None: back to normal)."""
@@ -149,7 +163,9 @@ class SchemaRegistryServer:
         del self._hidden[schema_id]
         return False
 
-    def _register(self, subject: str, text: str, kind: str) -> int:
+    def _register(
+        self, subject: str, text: str, kind: str, references: list[dict[str, object]]
+    ) -> int:
         versions = self._subjects.setdefault(subject, [])
         for schema_id in versions:
             if self._schemas[schema_id] == (text, kind):
@@ -161,6 +177,8 @@ class SchemaRegistryServer:
         schema_id = self._next_id
         self._next_id += 1
         self._schemas[schema_id] = (text, kind)
+        if references:
+            self._references[schema_id] = references
         versions.append(schema_id)
         return schema_id
 
@@ -187,10 +205,12 @@ class SchemaRegistryServer:
                 return 200, sorted(self._subjects)
             if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
                 return self._get_by_id(parts[2])
+            if method == "POST" and len(parts) == 2 and parts[0] == "subjects":
+                return self._lookup(parts[1], body)
             if len(parts) >= 3 and parts[0] == "subjects" and parts[2] == "versions":
                 subject = parts[1]
-                if method == "GET" and len(parts) == 4 and parts[3] == "latest":
-                    return self._get_latest(subject)
+                if method == "GET" and len(parts) == 4:
+                    return self._get_version(subject, parts[3])
                 if method == "POST" and len(parts) == 3:
                     return self._post_version(subject, body)
             return 404, _error(404, "HTTP 404 Not Found")
@@ -203,37 +223,57 @@ class SchemaRegistryServer:
         entry = self._schemas.get(schema_id)
         if entry is None or self._is_hidden(schema_id):
             return 404, _error(40403, "Schema not found")
-        text, kind = entry
-        answer: dict[str, object] = {"schema": text}
+        return 200, self._answer(schema_id, {})
+
+    def _answer(self, schema_id: int, answer: dict[str, object]) -> dict[str, object]:
+        text, kind = self._schemas[schema_id]
+        answer["schema"] = text
         if kind != "AVRO":
             answer["schemaType"] = kind
-        return 200, answer
+        if schema_id in self._references:
+            answer["references"] = self._references[schema_id]
+        return answer
 
-    def _get_latest(self, subject: str) -> tuple[int, object]:
+    def _get_version(self, subject: str, version: str) -> tuple[int, object]:
         versions = self._subjects.get(subject)
         if not versions:
             return 404, _error(40401, f"Subject '{subject}' not found.")
-        schema_id = versions[-1]
-        text, kind = self._schemas[schema_id]
-        answer: dict[str, object] = {
-            "subject": subject,
-            "version": len(versions),
-            "id": schema_id,
-            "schema": text,
-        }
-        if kind != "AVRO":
-            answer["schemaType"] = kind
-        return 200, answer
+        number = len(versions) if version == "latest" else int(version) if version.isdigit() else 0
+        if not 1 <= number <= len(versions):
+            return 404, _error(40402, f"Version {version} not found.")
+        schema_id = versions[number - 1]
+        return 200, self._answer(
+            schema_id, {"subject": subject, "version": number, "id": schema_id}
+        )
+
+    def _lookup(self, subject: str, body: bytes) -> tuple[int, object]:
+        versions = self._subjects.get(subject)
+        if not versions:
+            return 404, _error(40401, f"Subject '{subject}' not found.")
+        try:
+            request = json.loads(body)
+            text, kind = request["schema"], str(request.get("schemaType", "AVRO"))
+        except (ValueError, KeyError, TypeError):
+            return 422, _error(42201, "Invalid schema")
+        for number, schema_id in enumerate(versions, start=1):
+            if self._schemas[schema_id] == (text, kind):
+                answer = {"subject": subject, "version": number, "id": schema_id}
+                return 200, self._answer(schema_id, answer)
+        return 404, _error(40403, "Schema not found")
 
     def _post_version(self, subject: str, body: bytes) -> tuple[int, object]:
         try:
             request = json.loads(body)
             text = request["schema"]
-            json.loads(text)
+            kind = str(request.get("schemaType", "AVRO"))
+            references = list(request.get("references") or [])
+            if kind in ("AVRO", "JSON"):
+                json.loads(text)
+            elif not isinstance(text, str):
+                raise TypeError(text)
         except (ValueError, KeyError, TypeError):
             return 422, _error(42201, "Invalid schema")
-        kind = str(request.get("schemaType", "AVRO"))
-        return 200, {"id": self._register(subject, text, kind)}
+        return 200, {"id": self._register(subject, text, kind, references)}
 
 
 def _error(code: int, message: str) -> dict[str, object]:

@@ -9,13 +9,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spate import AckToken, DeserError, DeserErrorKind, Lane, PayloadBatch
-from spate.metrics._meter import Meter
-from spate.ops import compile_chain
-from spate.sink import Offer
+from spate import DeserError, DeserErrorKind
 from spate_avro import AvroDeserializer, single_object_fingerprint
 from spate_avro._schema import parse_schema_text
 
+from tests.support.deser_stage import through_stage
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
 
@@ -99,45 +97,12 @@ def test_random_bytes_give_only_counted_record_errors_b28(
         _check(name, deser, view)
 
 
-class _TakeAll:
-    """A sink that accepts every row (only ``offer`` is used by a compiled chain)."""
-
-    def __init__(self) -> None:
-        self.rows: list[object] = []
-
-    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
-        self.rows.append(row)
-        return Offer.ACCEPTED
-
-
 @settings(max_examples=max(20, EXAMPLES // 20), deadline=None)
 @given(payloads=st.lists(st.binary(max_size=40), min_size=1, max_size=30))
 def test_random_batches_through_the_stage_are_all_counted_b28(
     decoders: dict[str, AvroDeserializer], payloads: list[bytes]
 ) -> None:
     """Every random payload ends as ``ok`` or ``skipped`` in the stage's counters."""
-    deser = decoders["raw-union"]
-    sink = _TakeAll()
-    meter = Meter("fuzz")
-    processor = compile_chain(
-        None, deserializer=deser, sinks={"out": sink}, meter=meter, pipeline="fuzz"
-    )
-    lane = Lane("fuzz", 0)
-    ack = AckToken(lane, 0, 0, len(payloads), len(payloads), lambda token: None)
-    views = [memoryview(p) for p in payloads]
-    batch = PayloadBatch(
-        lane, list(range(len(views))), views, [None] * len(views), [0] * len(views), len(views)
-    )
-    assert processor.process(batch, ack) is None
-
-    def count(outcome: str) -> float:
-        labels = {
-            "pipeline": "fuzz",
-            "component": "deserializer",
-            "component_type": "deserializer",
-            "outcome": outcome,
-        }
-        return meter.registry.get_sample_value("spate_deser_records_total", labels) or 0.0
-
-    assert count("ok") == len(sink.rows)
-    assert count("ok") + count("skipped") == len(payloads)
+    counts = through_stage(decoders["raw-union"], payloads)
+    assert counts.ok == len(counts.rows)
+    assert counts.ok + counts.skipped == len(payloads)

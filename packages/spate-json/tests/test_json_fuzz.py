@@ -8,12 +8,10 @@ from typing import Any
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spate import NO_RECORD, AckToken, DeserError, DeserErrorKind, Lane, PayloadBatch
-from spate.metrics._meter import Meter
-from spate.ops import compile_chain
-from spate.sink import Offer
+from spate import NO_RECORD, DeserError, DeserErrorKind
 from spate_json import JsonDeserializer
 
+from tests.support.deser_stage import through_stage
 from tests.support.scale import scaled
 
 Build = Callable[[dict[str, Any]], JsonDeserializer]
@@ -74,17 +72,6 @@ def test_random_json_decodes_or_is_a_record_error(build_json: Build, values: lis
     assert array == (values if len(objects) == len(values) else [])
 
 
-class _TakeAll:
-    """A sink that accepts every row (only ``offer`` is used by a compiled chain)."""
-
-    def __init__(self) -> None:
-        self.rows: list[object] = []
-
-    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
-        self.rows.append(row)
-        return Offer.ACCEPTED
-
-
 payload_parts = st.one_of(
     st.binary(max_size=30),
     json_values.map(orjson.dumps),
@@ -98,28 +85,7 @@ def test_random_batches_through_the_stage_are_all_counted_b28(
     build_json: Build, payloads: list[bytes]
 ) -> None:
     """Every payload ends as ``ok``, ``skipped`` or ``empty`` in the stage's counters."""
-    sink = _TakeAll()
-    meter = Meter("json-fuzz")
-    processor = compile_chain(
-        None, deserializer=build_json({}), sinks={"out": sink}, meter=meter, pipeline="json-fuzz"
-    )
-    lane = Lane("fuzz", 0)
-    ack = AckToken(lane, 0, 0, len(payloads), len(payloads), lambda token: None)
-    views = [memoryview(p) for p in payloads]
-    batch = PayloadBatch(
-        lane, list(range(len(views))), views, [None] * len(views), [0] * len(views), len(views)
-    )
-    assert processor.process(batch, ack) is None
-
-    def count(outcome: str) -> float:
-        labels = {
-            "pipeline": "json-fuzz",
-            "component": "deserializer",
-            "component_type": "deserializer",
-            "outcome": outcome,
-        }
-        return meter.registry.get_sample_value("spate_deser_records_total", labels) or 0.0
-
-    assert count("ok") == len(sink.rows)
-    assert all(type(row) is dict for row in sink.rows)
-    assert count("ok") + count("skipped") + count("empty") == len(payloads)
+    counts = through_stage(build_json({}), payloads)
+    assert counts.ok == len(counts.rows)
+    assert all(type(row) is dict for row in counts.rows)
+    assert counts.ok + counts.skipped + counts.empty == len(payloads)

@@ -27,7 +27,9 @@ from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
+from spate.schema import Field
 
+from spate_avro._describe import record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
 
@@ -60,9 +62,15 @@ class AvroDeserializer:
 
     many: ClassVar[bool] = False
 
-    def __init__(self, on_error: ErrorPolicy) -> None:
+    def __init__(self, on_error: ErrorPolicy, described: Any | None = None) -> None:
         self.on_error = on_error
         """The record error policy; the deserializer stage reads it (B28)."""
+        self._described = described
+
+    def record_fields(self) -> tuple[Field, ...] | None:
+        """The fields of the records (the reader schema's, else the writer schema's when
+        there is one), for table DDL; None for a union of records or an unknown schema."""
+        return record_fields(self._described) if self._described is not None else None
 
     def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -74,8 +82,14 @@ class AvroDeserializer:
 class RawAvroDeserializer(AvroDeserializer):
     """``mode: raw`` — the payload is one Avro datum written with the configured schema."""
 
-    def __init__(self, decode: DecodeFn, on_error: ErrorPolicy, columnar: Any = None) -> None:
-        super().__init__(on_error)
+    def __init__(
+        self,
+        decode: DecodeFn,
+        on_error: ErrorPolicy,
+        described: Any | None = None,
+        columnar: Any = None,
+    ) -> None:
+        super().__init__(on_error, described)
         self._decode = decode
         self.columnar = columnar
         """A :class:`~spate_avro._columnar.ColumnarAvroDecoder` (``spate[columnar]``) or None."""
@@ -153,10 +167,11 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         reader: Any | None,
         fetch_wait: float,
         on_error: ErrorPolicy,
+        described: Any | None = None,
         unknown_schema_timeout: float = 300.0,
         on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
     ) -> None:
-        super().__init__(on_error)
+        super().__init__(on_error, described if described is not None else reader)
         self._client = client
         self._reader = reader
         self._fetch_wait = fetch_wait
@@ -261,17 +276,9 @@ class ConfluentAvroDeserializer(AvroDeserializer):
 
     def _check_unknown(self, schema_id: int) -> None:
         """Raise ``UNKNOWN_SCHEMA`` once the registry has not known the id for too long."""
-        missing = self._client.missing(schema_id)
-        if missing is None or missing[0] < self._unknown_timeout:
-            return
-        waited, answer = missing
-        raise DeserError(
-            f"schema id {schema_id} still unknown to the schema registry {self._client.url} "
-            f"after {waited:.1f}s ({answer}; unknown_schema_timeout {self._unknown_timeout:g}s, "
-            f"on_unknown_schema {self._on_unknown.value})",
-            DeserErrorKind.UNKNOWN_SCHEMA,
-            policy=self._on_unknown,
-        ) from None
+        error = self._client.unknown_error(schema_id, self._unknown_timeout, self._on_unknown)
+        if error is not None:
+            raise error from None
 
     def close(self) -> None:
         """Stop the registry client's fetch thread and release the columnar decoders

@@ -86,7 +86,12 @@ class AvroDeserializerFactory:
             writer = _load(config.schema, f"{base}.schema")
             _check_reader(writer, reader, f"{base}.reader_schema", "the writer schema")
             decode = build_decoder(writer, reader)
-            return RawAvroDeserializer(decode, config.on_error, _columnar(writer, reader, decode))
+            return RawAvroDeserializer(
+                decode,
+                config.on_error,
+                reader if reader else writer,
+                _columnar(writer, reader, decode),
+            )
         if config.mode == "single_object":
             sources: list[tuple[SchemaSource, str]] = []
             if config.schema is not None:
@@ -112,6 +117,7 @@ class AvroDeserializerFactory:
         client = SchemaRegistryClient(
             config.registry, clock=context.clock, negative_cache_ttl=config.negative_cache_ttl
         )
+        latest: Any | None = None
         try:
             client.probe()
             for i, subject in enumerate(config.prewarm_subjects):
@@ -128,17 +134,24 @@ class AvroDeserializerFactory:
                     writer, reader, f"{base}.reader_schema", f"subject {subject!r} (id {schema_id})"
                 )
                 logger.info("prewarmed schema id %d of subject %s", schema_id, subject)
+                latest = writer if i == 0 else None
         except RegistryError as exc:
             client.close()
             raise FatalError(context.component, str(exc)) from None
         except ConfigError:
             client.close()
             raise
+        # The table is described by the reader schema, else by the latest writer schema of
+        # the one prewarmed subject.
+        described = reader if reader is not None else latest
+        if len(config.prewarm_subjects) != 1:
+            described = reader
         deserializer = ConfluentAvroDeserializer(
             client,
             reader=reader,
             fetch_wait=config.fetch_wait,
             on_error=config.on_error,
+            described=described,
             unknown_schema_timeout=config.unknown_schema_timeout,
             on_unknown_schema=config.on_unknown_schema,
         )

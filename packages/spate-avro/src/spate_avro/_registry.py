@@ -25,6 +25,11 @@ Start-up calls (:meth:`SchemaRegistryClient.probe`, :meth:`SchemaRegistryClient.
 block and raise :class:`RegistryError` naming the endpoint (B29). :meth:`close` stops
 the background thread; every request opens and closes its own connection, so nothing
 is left open after it.
+
+Other formats reuse the client: a ``parser`` given at construction turns the registry's
+answer into that format's compiled schema (a ``ValueError`` from it is a permanent
+answer, like an unparseable Avro schema), and ``query`` is appended to schema fetches
+(``?format=serialized`` for Protobuf descriptors).
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spate import Clock, DeserError, DeserErrorKind, SpateError
+from spate import Clock, DeserError, DeserErrorKind, ErrorPolicy, SpateError
 
 from spate_avro._config import RegistryConfig
 from spate_avro._schema import parse_schema_text
@@ -84,6 +90,11 @@ class _Miss:
     """When the registry first answered 404 for the id; None if it never did."""
 
 
+AnswerParser = Callable[["SchemaRegistryClient", int, dict[str, Any]], Any]
+"""Turns a registry answer (``schema``, ``schemaType``, ``references``) into a compiled
+schema; raises ``ValueError`` when it cannot, or ``RegistryError`` from the client."""
+
+
 class SchemaRegistryClient:
     """Fetches and caches writer schemas by id. Thread-safe.
 
@@ -91,7 +102,17 @@ class SchemaRegistryClient:
     on the pipeline thread, everything else is for start-up and tests.
     """
 
-    def __init__(self, config: RegistryConfig, *, clock: Clock, negative_cache_ttl: float) -> None:
+    def __init__(
+        self,
+        config: RegistryConfig,
+        *,
+        clock: Clock,
+        negative_cache_ttl: float,
+        parser: AnswerParser | None = None,
+        query: str = "",
+    ) -> None:
+        self._parser = parser
+        self._query = query
         self._base = config.url.rstrip("/")
         self._timeout = config.timeout
         self._backoff = config.retry_backoff
@@ -138,13 +159,23 @@ class SchemaRegistryClient:
 
     def latest(self, subject: str) -> tuple[int, Any]:
         """The id and parsed schema of the latest version of ``subject``; caches it."""
-        body = self._request("GET", f"/subjects/{_quote(subject)}/versions/latest")
+        body = self._request("GET", f"/subjects/{_quote(subject)}/versions/latest{self._query}")
         if not isinstance(body, dict) or not isinstance(body.get("id"), int):
             raise RegistryError(self._base, f"unexpected answer for subject {subject!r}")
         schema_id = int(body["id"])
         parsed = self._parse_answer(schema_id, body)
         self._schemas[schema_id] = parsed
         return schema_id, parsed
+
+    def version(self, subject: str, version: int | str) -> dict[str, Any]:
+        """The raw answer for one version of ``subject`` (blocking; schema references)."""
+        path = f"/subjects/{_quote(subject)}/versions/{version}{self._query}"
+        body = self._request("GET", path)
+        if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
+            raise RegistryError(
+                self._base, f"subject {subject!r} version {version}: answer has no schema"
+            )
+        return body
 
     def register(self, subject: str, schema_text: str) -> int:
         """Register ``schema_text`` under ``subject``; returns its id (producers, tests)."""
@@ -156,7 +187,7 @@ class SchemaRegistryClient:
 
     def fetch(self, schema_id: int) -> Any:
         """Fetch and parse schema ``schema_id`` now (blocking); raises ``RegistryError``."""
-        body = self._request("GET", f"/schemas/ids/{schema_id}")
+        body = self._request("GET", f"/schemas/ids/{schema_id}{self._query}")
         return self._parse_answer(schema_id, body)
 
     # -- the pipeline thread's path ---------------------------------------------------
@@ -215,6 +246,23 @@ class SchemaRegistryClient:
         if miss is None or miss.unknown_since is None:
             return None
         return self._clock.monotonic() - miss.unknown_since, miss.reason
+
+    def unknown_error(
+        self, schema_id: int, timeout: float, policy: ErrorPolicy
+    ) -> DeserError | None:
+        """``UNKNOWN_SCHEMA`` for ``schema_id`` once the registry has answered 404 for it
+        for ``timeout`` seconds (with the ``on_unknown_schema`` ``policy``); else None."""
+        missing = self.missing(schema_id)
+        if missing is None or missing[0] < timeout:
+            return None
+        waited, answer = missing
+        return DeserError(
+            f"schema id {schema_id} still unknown to the schema registry {self._base} "
+            f"after {waited:.1f}s ({answer}; unknown_schema_timeout {timeout:g}s, "
+            f"on_unknown_schema {policy.value})",
+            DeserErrorKind.UNKNOWN_SCHEMA,
+            policy=policy,
+        )
 
     def close(self) -> None:
         """Stop the background fetcher (waits for a fetch in progress to time out)."""
@@ -304,6 +352,13 @@ class SchemaRegistryClient:
             raise RegistryError(
                 self._base, f"schema id {schema_id}: answer has no schema", permanent=True
             )
+        if self._parser is not None:
+            try:
+                return self._parser(self, schema_id, body)
+            except ValueError as exc:
+                raise RegistryError(
+                    self._base, f"schema id {schema_id}: {exc}", permanent=True
+                ) from None
         schema_type = body.get("schemaType", "AVRO")
         if schema_type != "AVRO":
             raise RegistryError(

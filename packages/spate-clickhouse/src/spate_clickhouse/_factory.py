@@ -4,16 +4,20 @@ The sink is the shared :class:`~spate.sink.SinkPool`: ``router: key`` (the defau
 the pool's FNV-1a router of the record key; ``router: distributed`` gives the pool a
 :class:`~spate_clickhouse._router.DistributedRouter` that places rows by their sharding
 column as ClickHouse's Distributed engine would (B13). Nothing connects here; the
-runtime's ``start()`` does.
+runtime's ``start()`` does. ``create_table: if_missing`` builds the ``CREATE TABLE`` here
+(from the declared column types and ``BuildContext.record_fields``), so a column whose
+type cannot be derived fails the build with its name (B29); each replica's probe runs it.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from spate.errors import ConfigError
 from spate.plugins import BuildContext
 from spate.sink import PoolConfig, SinkPool
 
+from spate_clickhouse._ddl import DdlError, create_table_sql
 from spate_clickhouse._router import DistributedRouter
 from spate_clickhouse._writer import ClickHouseConnector
 from spate_clickhouse.config import ClickHouseSinkConfig
@@ -21,7 +25,13 @@ from spate_clickhouse.config import ClickHouseSinkConfig
 
 def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
     """The sink for one ``clickhouse:`` section."""
-    connector = ClickHouseConnector(config, context.component)
+    create_sql = ""
+    if config.create_table == "if_missing":
+        try:
+            create_sql = create_table_sql(config, context.record_fields)
+        except DdlError as exc:
+            raise ConfigError(f"{context.component}.create_table", str(exc)) from None
+    connector = ClickHouseConnector(config, context.component, create_sql)
     router: DistributedRouter | None = None
     if config.router == "distributed":
         function, column = config.sharding

@@ -42,9 +42,13 @@ logger = logging.getLogger(__name__)
 class ClickHouseConnector:
     """Buffers and per-replica writers for one ClickHouse sink (a ``SinkConnector``)."""
 
-    def __init__(self, config: ClickHouseSinkConfig, name: str = "clickhouse") -> None:
+    def __init__(
+        self, config: ClickHouseSinkConfig, name: str = "clickhouse", create_sql: str = ""
+    ) -> None:
         self.config = config
         self.name = name
+        self.create_sql = create_sql
+        """``CREATE TABLE IF NOT EXISTS`` run by every probe (``create_table: if_missing``)."""
         self.specs = config.column_specs
         self.column_names = [s.name for s in self.specs]
         self.database = config.database_name
@@ -155,6 +159,17 @@ class ClickHouseShardWriter:
     def probe(self) -> None:
         """Connect and check the table on this replica (B20, B29). Blocks; start-up only."""
         client = self._get_client()
+        if self.connector.create_sql:
+            try:
+                client.command(self.connector.create_sql)
+            except Exception as exc:
+                raise to_sink_error(exc, self.endpoint, "creating the table") from exc
+            logger.info(
+                "sink %s: created %s on %s unless it existed",
+                self.connector.name,
+                self.connector.schema.table,
+                self.endpoint,
+            )
         check = self.connector.schema
         if not check.needs_server and check.types is not None:
             try:

@@ -70,6 +70,43 @@ class TimeoutsConfig:
             yield "send_receive", f"must be positive, got {self.send_receive}s"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableOptions:
+    """``table_options:`` — how ``create_table`` and ``spate schema ddl`` create the table."""
+
+    engine: str = "ReplacingMergeTree"
+    """Table engine. The default collapses the duplicates an at-least-once replay writes
+    (``SELECT ... FINAL``); ``ReplicatedReplacingMergeTree(...)`` on a cluster."""
+    order_by: tuple[str, ...] = ()
+    """Sorting key columns (default: the first column)."""
+    partition_by: str = ""
+    """``PARTITION BY`` expression, e.g. ``toYYYYMM(placed_at)``."""
+    ttl: str = ""
+    """``TTL`` expression, e.g. ``placed_at + INTERVAL 90 DAY``."""
+    settings: dict[str, object] = field(default_factory=dict)
+    """Table settings (``SETTINGS k = v``)."""
+    dedup_window: int = 1000
+    """Inserts remembered for deduplication by token (B9): sets
+    ``non_replicated_deduplication_window`` (``replicated_deduplication_window`` for a
+    Replicated engine) unless ``settings`` does; 0 leaves it to the server."""
+    on_cluster: str = ""
+    """Create with ``ON CLUSTER name``: ClickHouse creates the table on every host of the
+    cluster (each replica's probe sends it; ``IF NOT EXISTS`` makes the repeats no-ops)."""
+    strings: Literal["string", "low_cardinality"] = "string"
+    """Strings as ``String`` or ``LowCardinality(String)``."""
+    enums: Literal["enum", "low_cardinality"] = "enum"
+    """Enums as ``Enum8``/``Enum16`` of their symbols or as ``LowCardinality(String)``."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if not self.engine.strip():
+            yield "engine", "must not be empty"
+        if self.dedup_window < 0:
+            yield "dedup_window", "must not be negative"
+        for key, value in self.settings.items():
+            if not isinstance(value, str | int | float | bool):
+                yield f"settings.{key}", "must be a string, number or boolean"
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
     """A configured column: its name and, if declared, its ClickHouse type."""
@@ -114,6 +151,12 @@ class ClickHouseSinkConfig:
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """A row with a value its column cannot take: ``fail`` the pipeline, ``skip``
     it, or write its record to the ``dead_letter`` sink."""
+    create_table: Literal["off", "if_missing"] = "off"
+    """``if_missing``: create the table at start-up from every replica's probe (``ON
+    CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
+    types are the declared ones, else derived from the deserializer's schema."""
+    table_options: TableOptions = field(default_factory=TableOptions)
+    """Engine, keys, TTL and settings of a created table."""
 
     # -- derived views ------------------------------------------------------------------
 

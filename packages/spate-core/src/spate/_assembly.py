@@ -30,6 +30,7 @@ from spate.ops._deadletter import is_kafka_sink
 from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
+from spate.schema import Field, record_fields_of
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def assemble(
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
     budget = Pipeline.new_budget(config.backpressure)
 
-    def build(spec: ConnectorSpec) -> Any:
+    def build(spec: ConnectorSpec, record_fields: tuple[Field, ...] | None = None) -> Any:
         if spec.config is None:
             spec = decode_connector(spec, registry)
         factory = registry.factory(spec.kind, spec.tag, path=spec.path)
@@ -84,6 +85,7 @@ def assemble(
             budget=budget,
             io_threads=config.pipeline.io_threads,
             coordination=config.coordination,
+            record_fields=record_fields,
             registry=registry,
         )
         logger.debug(
@@ -94,7 +96,8 @@ def assemble(
     source = build(config.source)
     deserializer = build(config.deserializer) if config.deserializer is not None else None
     try:
-        sinks = {sink_name: build(spec) for sink_name, spec in config.sinks.items()}
+        fields = record_fields_of(deserializer)
+        sinks = {sink_name: build(spec, fields) for sink_name, spec in config.sinks.items()}
         dead_letter = None
         dl_settings = config.dead_letter_settings
         if config.dead_letter is not None:

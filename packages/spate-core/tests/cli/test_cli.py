@@ -153,14 +153,14 @@ def test_b17_validate_a_good_file_exits_0(env: Env) -> None:
 
 
 def test_b26_validate_an_unknown_connector_gets_no_guessed_install_command(env: Env) -> None:
-    text = _pipeline_yaml(Path("o"), 5).replace("  text: {}", "  protobuf: {}")
+    text = _pipeline_yaml(Path("o"), 5).replace("  text: {}", "  thrift: {}")
     config = env.write_config("missing.yaml", text)
     code, _, err = env.cli("validate", str(config))
     assert code == 2
     assert err.startswith(
-        f"{config}:12:3: deserializer.protobuf: no deserializer named 'protobuf' is installed"
+        f"{config}:12:3: deserializer.thrift: no deserializer named 'thrift' is installed"
     )
-    assert "pip install" not in err  # spate-protobuf is nobody we know (typosquatting)
+    assert "pip install" not in err  # spate-thrift is nobody we know (typosquatting)
     assert "text" in err.partition("installed: ")[2]
 
 

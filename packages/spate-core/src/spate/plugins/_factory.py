@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from spate._clock import Clock
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
+from spate.schema import Field
 
 
 class PluginKind(enum.Enum):
@@ -63,6 +64,9 @@ class BuildContext:
     budget: ByteBudget
     io_threads: int = 2
     coordination: Mapping[str, object] | None = None
+    record_fields: tuple[Field, ...] | None = None
+    """For sinks: the fields of the records the deserializer produces, when it can say
+    (:mod:`spate.schema`); a sink may create its table from them."""
     registry: object | None = None
     """The plugin registry the pipeline is assembled with, for factories that build
     nested connector sections (the ``tiered`` and ``tee`` sinks); None: the default one."""

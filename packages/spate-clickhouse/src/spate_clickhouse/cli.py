@@ -1,0 +1,93 @@
+"""``spate schema ddl CONFIG [--sink NAME]``: print the ClickHouse sinks' ``CREATE TABLE``.
+
+Registered through the ``spate.commands`` entry-point group. Loads the configuration,
+builds its deserializer (in ``confluent`` mode that probes the registry and fetches the
+``prewarm_subjects``, exactly as ``spate run`` would) to learn the records' fields, and
+prints one statement per ClickHouse sink: the same statement ``create_table: if_missing``
+runs at start-up. Exit codes as ``spate validate``: 0 printed, 2 configuration errors
+(one line naming the key or column), 1 a service the deserializer needs is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spate import BuildContext, ConfigError, SpateError, SystemClock, load_config
+from spate.flow import InflightBudget
+from spate.metrics import Meter
+from spate.plugins import default_registry
+from spate.schema import Field, record_fields_of
+
+from spate_clickhouse._ddl import DdlError, create_table_sql
+
+
+def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
+    config = load_config(config_path)
+    fields = None
+    if config.deserializer is not None:
+        spec = config.deserializer
+        factory = default_registry().factory(spec.kind, spec.tag, path=spec.path)
+        name = config.pipeline.name
+        context = BuildContext(
+            pipeline=name,
+            component=spec.component,
+            meter=Meter(name),
+            clock=SystemClock(),
+            run_nonce="schema-ddl",
+            budget=InflightBudget(1 << 30),
+        )
+        deserializer = factory.build(spec.config, context)
+        try:
+            fields = record_fields_of(deserializer)
+        finally:
+            close = getattr(deserializer, "close", None)
+            if callable(close):
+                close()
+    return config, fields
+
+
+class SchemaCommand:
+    """``spate schema ddl CONFIG [--sink NAME]``."""
+
+    help = "print CREATE TABLE statements derived from the deserializer's schema"
+
+    @staticmethod
+    def configure(parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="schema_command", metavar="ACTION")
+        sub.required = True
+        ddl = sub.add_parser("ddl", help="CREATE TABLE for each ClickHouse sink")
+        ddl.add_argument("config", help="pipeline configuration (YAML)")
+        ddl.add_argument("--sink", metavar="NAME", help="only this sink")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        try:
+            config, fields = _record_fields(args.config)
+        except ConfigError as exc:
+            sys.stderr.write(f"{exc}\n")
+            return 2
+        except SpateError as exc:
+            sys.stderr.write(f"{exc}\n")
+            return 1
+        sinks = {
+            name: spec
+            for name, spec in config.sinks.items()  # type: ignore[attr-defined]
+            if spec.tag == "clickhouse"
+        }
+        if args.sink is not None:
+            if args.sink not in sinks:
+                known = ", ".join(sorted(sinks)) or "none"
+                sys.stderr.write(f"--sink: no ClickHouse sink {args.sink!r} (have: {known})\n")
+                return 2
+            sinks = {args.sink: sinks[args.sink]}
+        statements = []
+        for spec in sinks.values():
+            try:
+                statements.append(create_table_sql(spec.config, fields))
+            except DdlError as exc:
+                sys.stderr.write(f"{spec.path}: {exc}\n")
+                return 2
+        for name, statement in zip(sinks, statements, strict=True):
+            sys.stdout.write(f"-- sink {name}\n{statement};\n\n")
+        return 0

@@ -1,0 +1,151 @@
+"""``ProtobufDeserializerFactory``: what the ``spate.deserializers`` entry point ``protobuf`` names.
+
+Turns a decoded :class:`~spate_protobuf.ProtobufConfig` into a deserializer. ``raw`` mode
+loads and compiles the descriptor set once (a missing file or type fails start-up with
+the key, B29). ``confluent`` mode builds spate-avro's registry client with a parser that
+compiles the registry's Protobuf answers (``format=serialized`` file descriptors, with
+their schema references fetched through the client) into descriptors, probes the
+registry and compiles ``prewarm_subjects`` before anything is consumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from google.protobuf import descriptor_pb2
+from spate import BuildContext, ConfigError, FatalError
+from spate.schema import Field
+from spate_avro import RegistryError, SchemaRegistryClient
+
+from spate_protobuf._config import ProtobufConfig
+from spate_protobuf._deserializer import (
+    ConfluentProtobufDeserializer,
+    ProtobufDeserializer,
+    RawProtobufDeserializer,
+)
+from spate_protobuf._schema import (
+    FileSchema,
+    compile_files,
+    decode_serialized,
+    describe,
+    load_descriptor_set,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_REFERENCES = 256
+
+
+class RegistrySchemas:
+    """The registry client's parser: a Protobuf answer → a compiled :class:`FileSchema`."""
+
+    def __init__(self, enums_as_names: bool) -> None:
+        self._enums_as_names = enums_as_names
+
+    def __call__(
+        self, client: SchemaRegistryClient, schema_id: int, answer: dict[str, Any]
+    ) -> FileSchema:
+        kind = answer.get("schemaType", "AVRO")
+        if kind != "PROTOBUF":
+            raise ValueError(f"a {kind} schema, not Protobuf")
+        main = decode_serialized(str(answer["schema"]))
+        files = {main.name: main}
+        self._references(client, answer, files)
+        pool = compile_files(files.values())
+        return FileSchema(pool.FindFileByName(main.name), self._enums_as_names)
+
+    def _references(
+        self,
+        client: SchemaRegistryClient,
+        answer: dict[str, Any],
+        files: dict[str, descriptor_pb2.FileDescriptorProto],
+    ) -> None:
+        for reference in answer.get("references") or ():
+            if not isinstance(reference, dict) or not {"name", "subject", "version"} <= set(
+                reference
+            ):
+                raise ValueError(f"malformed schema reference {reference!r}")
+            if reference["name"] in files:
+                continue
+            if len(files) >= _MAX_REFERENCES:
+                raise ValueError(f"more than {_MAX_REFERENCES} referenced files")
+            # A transient failure here propagates as RegistryError: the id is retried.
+            referenced = client.version(str(reference["subject"]), reference["version"])
+            proto = decode_serialized(str(referenced["schema"]))
+            files[str(reference["name"])] = proto
+            if proto.name != reference["name"]:
+                raise ValueError(
+                    f"reference {reference['name']!r} resolved to a file named {proto.name!r}"
+                )
+            self._references(client, referenced, files)
+
+
+class ProtobufDeserializerFactory:
+    """Builds the Protobuf deserializer of ``deserializer: {protobuf: ...}``."""
+
+    config_model: ClassVar[type[ProtobufConfig]] = ProtobufConfig
+
+    @classmethod
+    def build(cls, config: ProtobufConfig, context: BuildContext) -> ProtobufDeserializer:
+        """Build at start-up (blocks for registry calls in ``confluent`` mode)."""
+        base = f"{context.component}.protobuf"
+        enums_as_names = config.enums == "names"
+        if config.mode == "raw":
+            if config.descriptor_set is None or config.message is None:
+                raise ConfigError(base, "raw mode needs descriptor_set and message")
+            try:
+                message_type = load_descriptor_set(
+                    config.descriptor_set, config.message, enums_as_names
+                )
+            except OSError as exc:
+                raise ConfigError(
+                    f"{base}.descriptor_set", f"cannot read {config.descriptor_set}: {exc}"
+                ) from None
+            except ValueError as exc:
+                key = "message" if "message type" in str(exc) else "descriptor_set"
+                raise ConfigError(f"{base}.{key}", str(exc)) from None
+            return RawProtobufDeserializer(
+                message_type, config.on_error, describe(message_type.descriptor, enums_as_names)
+            )
+        if config.registry is None:
+            raise ConfigError(f"{base}.registry", "required in confluent mode")
+        client = SchemaRegistryClient(
+            config.registry,
+            clock=context.clock,
+            negative_cache_ttl=config.negative_cache_ttl,
+            parser=RegistrySchemas(enums_as_names),
+            query="?format=serialized",
+        )
+        described: tuple[Field, ...] | None = None
+        try:
+            client.probe()
+            for i, subject in enumerate(config.prewarm_subjects):
+                try:
+                    schema_id, schema = client.latest(subject)
+                except RegistryError as exc:
+                    if exc.status == 404:
+                        raise ConfigError(
+                            f"{base}.prewarm_subjects[{i}]",
+                            f"subject {subject!r} not found at {client.url}",
+                        ) from None
+                    raise
+                logger.info("prewarmed Protobuf schema id %d of subject %s", schema_id, subject)
+                # One subject whose file has one top-level type describes the table.
+                types = list(schema.file.message_types_by_name.values())
+                if len(config.prewarm_subjects) == 1 and len(types) == 1:
+                    described = describe(types[0], enums_as_names)
+        except RegistryError as exc:
+            client.close()
+            raise FatalError(context.component, str(exc)) from None
+        except ConfigError:
+            client.close()
+            raise
+        return ConfluentProtobufDeserializer(
+            client,
+            fetch_wait=config.fetch_wait,
+            on_error=config.on_error,
+            described=described,
+            unknown_schema_timeout=config.unknown_schema_timeout,
+            on_unknown_schema=config.on_unknown_schema,
+        )
