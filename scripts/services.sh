@@ -38,6 +38,12 @@ KAFKA_CONTROLLER_PORT=${SPATE_KAFKA_CONTROLLER_PORT:-19093}
 NATS_PORT=${SPATE_NATS_PORT:-14222}
 S3_PORT=${SPATE_S3_PORT:-15000}
 CLICKHOUSE_PORT=${SPATE_CLICKHOUSE_PORT:-18123}
+# Extra Kafka listeners for the security tests (mutual TLS, SCRAM over TLS, PLAIN).
+KAFKA_SSL_PORT=${SPATE_KAFKA_SSL_PORT:-$((KAFKA_PORT + 2))}
+KAFKA_SASL_SSL_PORT=${SPATE_KAFKA_SASL_SSL_PORT:-$((KAFKA_PORT + 3))}
+KAFKA_SASL_PLAINTEXT_PORT=${SPATE_KAFKA_SASL_PLAINTEXT_PORT:-$((KAFKA_PORT + 4))}
+KAFKA_SASL_USER=spate
+KAFKA_SASL_PASSWORD=spate-test-password
 KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
 READY_TIMEOUT=${SPATE_SERVICES_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${SPATE_SERVICES_STOP_TIMEOUT:-60}
@@ -281,6 +287,29 @@ java_bin() {
 
 # ---------------------------------------------------------------- per-service start
 
+# A CA, the broker's certificate (localhost) and a client certificate, made once per
+# services directory with openssl; never committed. Kafka reads PEM key stores.
+kafka_tls() {
+  local dir=$1
+  [ -f "$dir/broker-keystore.pem" ] && return 0
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=spate test kafka CA" \
+      -keyout ca.key -out ca.pem -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign"
+    local leaf
+    for leaf in broker client; do
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=$leaf" -keyout "$leaf.key" -out "$leaf.csr"
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$leaf.ext"
+      openssl x509 -req -in "$leaf.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+        -out "$leaf.pem" -extfile "$leaf.ext"
+    done
+    openssl pkcs8 -topk8 -nocrypt -in broker.key -out broker.pk8
+    cat broker.pk8 broker.pem >broker-keystore.pem
+  ) >>"$(log_file kafka)" 2>&1 || die "kafka: making the test certificates in $dir failed"
+}
+
 start_kafka() {
   local java jars home data props stamp
   java=$(java_bin)
@@ -290,13 +319,20 @@ start_kafka() {
   props="$home/server.properties"
   mkdir -p "$home"
   # A KRaft log remembers its controller's address: new ports need a new data dir.
-  stamp="$(kafka_version) $KAFKA_PORT $KAFKA_CONTROLLER_PORT"
+  stamp="$(kafka_version) $KAFKA_PORT $KAFKA_CONTROLLER_PORT security-1"
   if [ -f "$home/ports" ] && [ "$(cat "$home/ports")" != "$stamp" ]; then
     echo "kafka: version or ports changed, starting from an empty data dir"
     rm -rf "$data"
   fi
+  kafka_tls "$home/tls"
   sed -e "s|@PORT@|$KAFKA_PORT|g" \
     -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
+    -e "s|@SSL_PORT@|$KAFKA_SSL_PORT|g" \
+    -e "s|@SASL_SSL_PORT@|$KAFKA_SASL_SSL_PORT|g" \
+    -e "s|@SASL_PLAINTEXT_PORT@|$KAFKA_SASL_PLAINTEXT_PORT|g" \
+    -e "s|@SASL_USER@|$KAFKA_SASL_USER|g" \
+    -e "s|@SASL_PASSWORD@|$KAFKA_SASL_PASSWORD|g" \
+    -e "s|@TLS_DIR@|$home/tls|g" \
     -e "s|@DATA_DIR@|$data|g" \
     "$KAFKA_CONF_DIR/server.properties.in" >"$props"
   local jvm=(-Dlog4j2.configurationFile="$KAFKA_CONF_DIR/log4j2.xml" -Djava.awt.headless=true)
@@ -305,7 +341,9 @@ start_kafka() {
     rm -rf "$data"
     cluster_id=$("$java" "${jvm[@]}" -cp "$jars/*" kafka.tools.StorageTool random-uuid 2>>"$(log_file kafka)")
     "$java" "${jvm[@]}" -cp "$jars/*" kafka.tools.StorageTool format --standalone \
-      -t "$cluster_id" -c "$props" >>"$(log_file kafka)" 2>&1 || {
+      -t "$cluster_id" -c "$props" \
+      --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASSWORD]" \
+      >>"$(log_file kafka)" 2>&1 || {
       log_tail kafka
       die "kafka: formatting the KRaft storage in $data failed"
     }
@@ -345,6 +383,12 @@ start_clickhouse() {
 write_env() {
   cat >"$ENV_FILE.tmp" <<EOF
 SPATE_KAFKA_BOOTSTRAP=$(service_address kafka)
+SPATE_KAFKA_SSL_BOOTSTRAP=localhost:$KAFKA_SSL_PORT
+SPATE_KAFKA_SASL_SSL_BOOTSTRAP=localhost:$KAFKA_SASL_SSL_PORT
+SPATE_KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:$KAFKA_SASL_PLAINTEXT_PORT
+SPATE_KAFKA_TLS_DIR=$SERVICES_DIR/kafka/tls
+SPATE_KAFKA_SASL_USER=$KAFKA_SASL_USER
+SPATE_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD
 SPATE_NATS_URL=$(service_address nats)
 SPATE_S3_ENDPOINT=$(service_address s3)
 SPATE_CLICKHOUSE_URL=$(service_address clickhouse)

@@ -14,7 +14,9 @@ The handle: ``url``, ``host``, ``port``, ``data_dir``; ``client(**kw)`` (clickho
 with the front's credentials); ``inject(mode, seconds=None, **options)`` and ``recover()``;
 ``status()``; ``stop(kill=False)`` / ``start()`` (the data directory and port are kept, so a
 restart finds its tables and rows). A front that does not come up fails the test with the
-tail of its log; it is never skipped.
+tail of its log; it is never skipped. ``chfront(tls=make_pki(dir))`` serves HTTPS with
+that PKI's server certificate (``url`` is then ``https://localhost:PORT``), and
+``mutual=True`` also requires a client certificate.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -33,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.tls import Pki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 90.0
@@ -53,7 +58,11 @@ class ChFront:
         user: str = "default",
         password: str = "",
         display_name: str | None = None,
+        tls: Pki | None = None,
+        mutual: bool = False,
     ) -> None:
+        self.tls = tls
+        self.mutual = mutual
         self.data_dir = data_dir
         self.host = host
         self.user = user
@@ -66,7 +75,17 @@ class ChFront:
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"https://localhost:{self.port}"
         return f"http://{self.host}:{self.port}"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        if self.mutual:
+            context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return context
 
     @property
     def pid(self) -> int | None:
@@ -107,6 +126,10 @@ class ChFront:
         ]
         if self.display_name:
             cmd += ["--display-name", self.display_name]
+        if self.tls is not None:
+            cmd += ["--tls-cert", str(self.tls.server_cert), "--tls-key", str(self.tls.server_key)]
+            if self.mutual:
+                cmd += ["--tls-client-ca", str(self.tls.ca)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
@@ -167,12 +190,22 @@ class ChFront:
             "username": self.user,
             "password": self.password,
         }
+        if self.tls is not None:
+            options.update(interface="https", host="localhost", ca_cert=str(self.tls.ca))
+            if self.mutual:
+                options.update(
+                    client_cert=str(self.tls.client_cert),
+                    client_cert_key=str(self.tls.client_key),
+                    tls_mode="strict",
+                )
         options.update(kwargs)
         return clickhouse_connect.get_client(**options)
 
     def _ping(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/ping", timeout=2) as response:
+            with urllib.request.urlopen(
+                f"{self.url}/ping", timeout=2, context=self._ssl_context()
+            ) as response:
                 return bool(response.status == 200)
         except (OSError, urllib.error.URLError):
             return False
@@ -181,7 +214,9 @@ class ChFront:
         query = "&".join(f"{k}={v}" for k, v in (params or {}).items())
         url = f"{self.url}/__control/{action}" + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(url, data=b"", timeout=10) as response:
+            with urllib.request.urlopen(
+                url, data=b"", timeout=10, context=self._ssl_context()
+            ) as response:
                 return dict(json.loads(response.read()))
         except urllib.error.HTTPError as exc:
             raise ChFrontError(f"control {action} {params}: {exc.read().decode()}") from exc
@@ -242,10 +277,17 @@ def _factory(base: Path) -> Iterator[FrontFactory]:
         password: str = "",
         display_name: str | None = None,
         data_dir: Path | None = None,
+        tls: Pki | None = None,
+        mutual: bool = False,
     ) -> ChFront:
         name = f"replica{len(started)}"
         front = ChFront(
-            data_dir or base / name, user=user, password=password, display_name=display_name
+            data_dir or base / name,
+            user=user,
+            password=password,
+            display_name=display_name,
+            tls=tls,
+            mutual=mutual,
         )
         started.append(front)
         return front.start()

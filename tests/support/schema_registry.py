@@ -21,7 +21,9 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
   of a ``FileDescriptorProto``), which is what the registry answers to
   ``?format=serialized``; this server does not translate ``.proto`` text, so tests
   register the serialized form. Query strings are otherwise ignored;
-* optional HTTP basic auth: 401 / 401 ``Unauthorized`` without the right credentials.
+* optional HTTP basic auth or bearer token: 401 / 401 ``Unauthorized`` without the right
+  credentials; optional HTTPS with a server ``ssl.SSLContext`` (``url`` is then
+  ``https://localhost:PORT``).
 
 Faults for tests: :meth:`SchemaRegistryServer.fail_with` answers every request with an
 error status (``503`` by default, as a registry that lost its backing store does),
@@ -40,6 +42,7 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -56,12 +59,21 @@ class SchemaRegistryServer:
     """An in-process registry on 127.0.0.1 (port 0 picks a free port)."""
 
     def __init__(
-        self, *, username: str | None = None, password: str | None = None, port: int = 0
+        self,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        port: int = 0,
     ) -> None:
         self._auth = None
         if username is not None:
-            token = f"{username}:{password or ''}".encode()
-            self._auth = "Basic " + base64.b64encode(token).decode("ascii")
+            basic = f"{username}:{password or ''}".encode()
+            self._auth = "Basic " + base64.b64encode(basic).decode("ascii")
+        elif token is not None:
+            self._auth = f"Bearer {token}"
+        self._tls = tls
         self._lock = threading.Lock()
         self._schemas: dict[int, tuple[str, str]] = {}  # id -> (text, schemaType)
         self._subjects: dict[str, list[int]] = {}
@@ -84,6 +96,8 @@ class SchemaRegistryServer:
 
     @property
     def url(self) -> str:
+        if self._tls is not None:
+            return f"https://localhost:{self._port}"
         return f"http://127.0.0.1:{self._port}"
 
     def start(self) -> SchemaRegistryServer:
@@ -93,6 +107,10 @@ class SchemaRegistryServer:
         handler = _make_handler(self)
         server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
         server.daemon_threads = True
+        if self._tls is not None:
+            server.socket = self._tls.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(

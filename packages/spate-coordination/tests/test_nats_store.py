@@ -25,6 +25,9 @@ from spate_coordination import (
 )
 from spate_coordination._nats import NatsStore
 
+from tests.support.nats_creds import make_creds
+from tests.support.tls import make_pki
+
 pytestmark = pytest.mark.integration
 
 
@@ -66,69 +69,16 @@ def test_token_and_user_password_authentication(nats_servers: Callable[..., Any]
         asyncio.run(wrong.open())
 
 
-def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
-    ca_key, ca_pem = directory / "ca.key", directory / "ca.pem"
-    key, csr, pem = directory / "server.key", directory / "server.csr", directory / "server.pem"
-    ext = directory / "ext.cnf"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    run(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca_pem),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=spate-test-ca",
-    )
-    run(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        "/CN=localhost",
-    )
-    run(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca_pem),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-out",
-        str(pem),
-        "-days",
-        "2",
-        "-extfile",
-        str(ext),
-    )
-    return ca_pem, pem, key
-
-
 def test_tls_with_a_private_ca(tmp_path: Path, nats_servers: Callable[..., Any]) -> None:
-    ca, cert, key = _make_certs(tmp_path)
-    server = nats_servers("tls", "--tls", "--tlscert", str(cert), "--tlskey", str(key))
+    pki = make_pki(tmp_path / "pki")
+    cert, key = str(pki.server_cert), str(pki.server_key)
+    server = nats_servers("tls", "--tls", "--tlscert", cert, "--tlskey", key)
     url = f"tls://127.0.0.1:{server.port}"
     asyncio.run(
         _roundtrip(
-            NatsStore(NatsStoreConfig(servers=[url], tls=NatsTlsConfig(ca_file=str(ca))), "j", 2.0)
+            NatsStore(
+                NatsStoreConfig(servers=[url], tls=NatsTlsConfig(ca_file=str(pki.ca))), "j", 2.0
+            )
         )
     )
     # Without the CA the certificate is not trusted: a clear failure, not a hang.
@@ -137,6 +87,35 @@ def test_tls_with_a_private_ca(tmp_path: Path, nats_servers: Callable[..., Any])
     )
     with pytest.raises(StoreUnavailableError, match=url):
         asyncio.run(untrusted.open())
+
+
+def test_mutual_tls_with_a_client_certificate(
+    tmp_path: Path, nats_servers: Callable[..., Any]
+) -> None:
+    """B29: a server that verifies clients refuses one without a certificate, by URL."""
+    pki = make_pki(tmp_path / "pki")
+    server = nats_servers(
+        "mtls",
+        "--tlsverify",
+        "--tlscert",
+        str(pki.server_cert),
+        "--tlskey",
+        str(pki.server_key),
+        "--tlscacert",
+        str(pki.ca),
+    )
+    url = f"tls://127.0.0.1:{server.port}"
+    client = NatsTlsConfig(
+        ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
+    )
+    asyncio.run(_roundtrip(NatsStore(NatsStoreConfig(servers=[url], tls=client), "j", 2.0)))
+    without = NatsStore(
+        NatsStoreConfig(servers=[url], tls=NatsTlsConfig(ca_file=str(pki.ca)), connect_timeout=2.0),
+        "j",
+        2.0,
+    )
+    with pytest.raises(StoreUnavailableError, match=url):
+        asyncio.run(without.open())
 
 
 def test_instances_with_another_lease_duration_are_refused(private_nats: Any) -> None:
@@ -245,3 +224,25 @@ def test_b24_duplicate_instance_id_is_refused_on_nats(private_nats: Any) -> None
     again = make()
     again.start()
     again.stop()
+
+
+def test_creds_file_authenticates_with_a_user_jwt_and_nkey(
+    tmp_path: Path, nats_servers: Callable[..., Any]
+) -> None:
+    """A ``.creds`` file (user JWT + NKEY seed) against a server in operator mode; a
+    server that does not know the account refuses it, naming the URL (B29)."""
+    config, creds = make_creds(tmp_path / "creds-files")
+    server = nats_servers("creds", "-c", str(config))
+    asyncio.run(
+        _roundtrip(
+            NatsStore(NatsStoreConfig(servers=[server.url], creds_file=str(creds)), "j", 2.0)
+        )
+    )
+    _, foreign = make_creds(tmp_path / "foreign")
+    refused = NatsStore(
+        NatsStoreConfig(servers=[server.url], creds_file=str(foreign), connect_timeout=2.0),
+        "j",
+        2.0,
+    )
+    with pytest.raises(StoreUnavailableError, match=server.url):
+        asyncio.run(refused.open())

@@ -1,7 +1,11 @@
 """Run one ClickHouse HTTP front (one simulated replica) in the foreground.
 
 ``python -m tests.support.chfront --host 127.0.0.1 --port 18123 --data-dir DIR
-[--user U --password P] [--display-name NAME] [--port-file FILE]``
+[--user U --password P] [--display-name NAME] [--port-file FILE]
+[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]``
+
+With ``--tls-cert`` the front speaks HTTPS only; ``--tls-client-ca`` also requires a
+client certificate signed by that CA (mutual TLS).
 
 ``--port 0`` picks a free port; ``--port-file`` receives the port once the server answers.
 SIGTERM or SIGINT stops the server (exit 0); SIGUSR1 recovers from any injected fault,
@@ -14,6 +18,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 from types import FrameType
@@ -34,10 +39,26 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--display-name", default=None, help="X-ClickHouse-Server-Display-Name")
     parser.add_argument("--port-file", default=None, help="write the listening port here")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca", default=None, help="require client certificates signed by this CA"
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be within 0..65535, got {args.port}")
     return args
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if args.tls_cert is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args.tls_cert, args.tls_key)
+    if args.tls_client_ca is not None:
+        context.load_verify_locations(args.tls_client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         user=args.user,
         password=args.password,
         display_name=args.display_name,
+        tls=_tls_context(args),
     )
     stop = threading.Event()
 

@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -121,7 +122,10 @@ class FrontServer:
         user: str = "default",
         password: str = "",
         display_name: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        self.tls = tls
+        """Serve HTTPS with this server context (it may require client certificates)."""
         self.host = host
         self.port = port
         self.data_dir = data_dir
@@ -300,6 +304,12 @@ class _HttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], front: FrontServer) -> None:
         self.front = front
         super().__init__(address, _Handler)
+        if front.tls is not None:
+            # The handshake runs on the first read, in the connection's own thread, so a
+            # client that never completes it cannot block the accept loop.
+            self.socket = front.tls.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         logger.debug("connection from %s ended with an error", client_address, exc_info=True)

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from spate import ErrorPolicy
-from spate.config import Duration
+from spate import ErrorPolicy, Secret
+from spate.config import Duration, tls_file_errors
 
 AvroMode = Literal["confluent", "raw", "single_object"]
 
@@ -46,8 +46,16 @@ class RegistryConfig:
     """Base URL, e.g. ``http://localhost:8081``. Required in ``confluent`` mode."""
     username: str | None = None
     """HTTP basic-auth user (an empty value means no authentication)."""
-    password: str | None = None
-    """HTTP basic-auth password."""
+    password: Secret | None = None
+    """HTTP basic-auth password (``password_file:`` reads it from a file; never logged)."""
+    token: Secret | None = None
+    """Bearer token (``Authorization: Bearer``), instead of ``username``/``password``."""
+    ca: str = ""
+    """CA bundle (PEM) that signed an ``https://`` registry's certificate; empty: the system's."""
+    cert: str = ""
+    """Client certificate (PEM) for mutual TLS; needs ``key``."""
+    key: str = ""
+    """Private key (PEM) of ``cert``."""
     timeout: Duration = 5.0
     """Timeout of one registry request."""
     retry_backoff: Duration = 1.0
@@ -64,6 +72,9 @@ class RegistryConfig:
             yield "url", f"must start with http:// or https://, got {self.url!r}"
         if self.password and not self.username:
             yield "password", "given without username"
+        if self.token and self.username:
+            yield "token", "give a bearer token or username/password, not both"
+        yield from tls_file_errors(self.ca, self.cert, self.key)
         if self.timeout <= 0:
             yield "timeout", "must be positive"
         if self.retry_backoff < 0:

@@ -38,6 +38,7 @@ import base64
 import json
 import logging
 import queue
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -123,6 +124,13 @@ class SchemaRegistryClient:
         if config.username:
             token = f"{config.username}:{config.password or ''}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
+        elif config.token:
+            self._headers["Authorization"] = f"Bearer {config.token}"
+        self._tls: ssl.SSLContext | None = None
+        if config.url.startswith("https://"):
+            self._tls = ssl.create_default_context(cafile=config.ca or None)
+            if config.cert:
+                self._tls.load_cert_chain(config.cert, config.key)
         self._lock = threading.Lock()
         self._schemas: dict[int, Any] = {}
         self._negative: dict[int, tuple[float, str]] = {}
@@ -386,7 +394,9 @@ class SchemaRegistryClient:
             headers["Content-Type"] = _CONTENT_TYPE
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with urllib.request.urlopen(
+                request, timeout=self._timeout, context=self._tls
+            ) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             detail = _error_message(exc)

@@ -13,7 +13,12 @@ from spate_clickhouse._factory import ClickHouseSinkFactory, build_sink
 from spate_clickhouse._router import DistributedPlacement, DistributedRouter
 from spate_clickhouse._types import ChType, parse_type
 from spate_clickhouse._writer import ClickHouseConnector, ClickHouseShardWriter
-from spate_clickhouse.config import RESERVED_SETTINGS, ClickHouseSinkConfig, TimeoutsConfig
+from spate_clickhouse.config import (
+    RESERVED_SETTINGS,
+    ClickHouseSinkConfig,
+    ClickHouseTlsConfig,
+    TimeoutsConfig,
+)
 
 __version__ = "0.1.0"
 
@@ -25,6 +30,7 @@ __all__ = [
     "ClickHouseShardWriter",
     "ClickHouseSinkConfig",
     "ClickHouseSinkFactory",
+    "ClickHouseTlsConfig",
     "Column",
     "DistributedPlacement",
     "DistributedRouter",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -44,12 +44,12 @@ class EndpointError(ValueError):
 class Endpoint:
     """A parsed replica URL."""
 
-    url: str
+    url: str = field(repr=False)  # may carry user:password@ (B67)
     scheme: str
     host: str = ""
     port: int = 0
     user: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     chdb_path: str | None = None
     """The absolute data directory for ``chdb://`` (``:memory:`` for an in-memory engine)."""
 
@@ -119,6 +119,33 @@ def _require_chdb(endpoint: Endpoint) -> None:
         ) from None
 
 
+def tls_options(endpoint: Endpoint, config: ClickHouseSinkConfig) -> dict[str, Any]:
+    """clickhouse-connect's TLS arguments for an ``https://`` replica (B69)."""
+    if endpoint.scheme != "https":
+        return {}
+    tls = config.tls
+    options: dict[str, Any] = {"verify": tls.verify}
+    if not tls.verify:
+        logger.warning(
+            "TLS certificate verification is OFF for %s (tls.verify: false): anyone on the "
+            "path can read and change what is written; use tls.ca instead",
+            endpoint.redacted,
+        )
+        import urllib3
+
+        # Said once per connect above; urllib3 would repeat it on every request.
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    if tls.ca:
+        options["ca_cert"] = tls.ca
+    if tls.cert:
+        # Mutual TLS on the transport; the user still authenticates with its password
+        # (clickhouse-connect's "strict" mode, not certificate authentication).
+        options["client_cert"] = tls.cert
+        options["client_cert_key"] = tls.key
+        options["tls_mode"] = "strict"
+    return options
+
+
 def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
     """A clickhouse-connect client for one replica.
 
@@ -138,6 +165,7 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
                 kwargs["path"] = endpoint.chdb_path
             return clickhouse_connect.get_client(**kwargs)
         return clickhouse_connect.get_client(
+            **tls_options(endpoint, config),
             interface=endpoint.scheme,
             host=endpoint.host,
             port=endpoint.port,

@@ -13,6 +13,7 @@ Example (the ``sinks:`` map of ``examples/multi_table_split.yaml`` loads as writ
       password: ""
       settings: {insert_quorum: 2}       # passed to every INSERT; framework keys refused
       compression: lz4                   # lz4 | zstd | none
+      tls: {ca: /etc/ssl/ch-ca.pem, cert: client.pem, key: client.key}   # https:// replicas
       timeouts: {connect: 10s, send_receive: 300s}
       validate_schema: full              # off | names | full
       router: key                        # key (FNV-1a of the record key) | distributed
@@ -36,7 +37,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from spate.config import Duration
+from spate import NO_SECRET, Secret
+from spate.config import Duration, tls_file_errors
 from spate.errors import ErrorPolicy
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
 
@@ -107,6 +109,24 @@ class TableOptions:
                 yield f"settings.{key}", "must be a string, number or boolean"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClickHouseTlsConfig:
+    """``tls:`` — how ``https://`` replicas are verified, and the client certificate (B69)."""
+
+    ca: str = ""
+    """CA bundle (PEM) that signed the replicas' certificates; empty: the system's."""
+    cert: str = ""
+    """Client certificate (PEM) for mutual TLS; needs ``key``."""
+    key: str = ""
+    """Private key (PEM) of ``cert``."""
+    verify: bool = True
+    """``false`` accepts any server certificate (logged as a warning at every connect);
+    only for a test bench, never in production."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        yield from tls_file_errors(self.ca, self.cert, self.key)
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
     """A configured column: its name and, if declared, its ClickHouse type."""
@@ -131,13 +151,15 @@ class ClickHouseSinkConfig:
     """Database of ``table`` (default: the user's default database)."""
     user: str = "default"
     """User for ``http://``/``https://`` replicas (a user in a replica's URL wins)."""
-    password: str = ""
-    """Password of ``user``; write ``${CLICKHOUSE_PASSWORD}`` to keep it out of the file."""
+    password: Secret = NO_SECRET
+    """Password of ``user``: ``${CLICKHOUSE_PASSWORD}``, ``${file:/run/secrets/ch}`` or
+    ``password_file: /run/secrets/ch`` keep it out of the file; never logged (B67)."""
     settings: dict[str, object] = field(default_factory=dict)
     """ClickHouse settings sent with every INSERT (scalars only)."""
     compression: Literal["lz4", "zstd", "none"] = "lz4"
     """Compression of INSERT bodies over HTTP (``chdb://`` never compresses)."""
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    tls: ClickHouseTlsConfig = field(default_factory=ClickHouseTlsConfig)
     validate_schema: Literal["off", "names", "full"] = "names"
     """Start-up check against ``system.columns`` on every replica (B20)."""
     router: Literal["key", "distributed"] = "key"

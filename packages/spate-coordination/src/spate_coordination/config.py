@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Protocol, runtime_checkable
 
+from spate import Secret
 from spate.config import Duration, decode, join_path
 from spate.errors import ConfigError, MissingConnectorError, PluginError
 from spate.plugins import BuildContext, PluginKind
@@ -79,11 +80,11 @@ class NatsStoreConfig:
 
     servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """Server URLs (``nats://`` or ``tls://``); the client fails over among them."""
-    token: str | None = field(default=None, repr=False)
+    token: Secret | None = None
     """Token authentication (instead of ``user``/``password`` or ``creds_file``)."""
     user: str | None = None
     """User name for user/password authentication."""
-    password: str | None = field(default=None, repr=False)
+    password: Secret | None = None
     """Password of ``user``; write ``${NATS_PASSWORD}`` to keep it out of the file."""
     creds_file: str | None = None
     """A ``.creds`` file (user JWT and NKey seed)."""

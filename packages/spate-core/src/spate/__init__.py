@@ -4,6 +4,7 @@ The public API is what ``__all__`` lists; everything else is internal.
 """
 
 from spate._clock import Clock, ManualClock, SystemClock
+from spate._secrets import NO_SECRET, Secret, display_url, redact, register_secret
 from spate.checkpoint import AckStatus, AckToken
 from spate.config import PipelineConfig, load_config
 from spate.errors import (
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NO_RECORD",
+    "NO_SECRET",
     "AckError",
     "AckStatus",
     "AckToken",
@@ -60,6 +62,7 @@ __all__ = [
     "PluginError",
     "PluginKind",
     "RecordMeta",
+    "Secret",
     "Sink",
     "SinkError",
     "SinkPool",
@@ -69,5 +72,8 @@ __all__ = [
     "SpateError",
     "SystemClock",
     "__version__",
+    "display_url",
     "load_config",
+    "redact",
+    "register_secret",
 ]

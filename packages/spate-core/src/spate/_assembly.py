@@ -132,6 +132,7 @@ def assemble(
                 registry=meter.registry if config.metrics.exporter == "prometheus" else None,
                 stall_after=config.admin.stall_after,
                 pipeline=name,
+                metrics_auth=config.admin.metrics_auth,
             )
             pipeline.add_service(admin.start, admin.stop)
     except BaseException:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
+from spate._secrets import redact
+
 
 class ErrorClass(enum.Enum):
     """How the framework reacts to an error raised by a component."""
@@ -43,7 +45,10 @@ class ErrorPolicy(enum.Enum):
 
 
 class SpateError(Exception):
-    """Root of every error spate raises."""
+    """Root of every error spate raises; its text never shows a secret (B67)."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class ConfigError(SpateError):
@@ -158,18 +163,18 @@ class SourceError(SpateError):
     """A source failed; ``error_class`` says whether retrying can help."""
 
     def __init__(self, reason: str, error_class: ErrorClass = ErrorClass.RETRYABLE) -> None:
-        self.reason = reason
+        self.reason = redact(reason)
         self.error_class = error_class
-        super().__init__(reason)
+        super().__init__(self.reason)
 
 
 class SinkError(SpateError):
     """A sink write failed; ``error_class`` decides retry, record policy or fail."""
 
     def __init__(self, reason: str, error_class: ErrorClass = ErrorClass.RETRYABLE) -> None:
-        self.reason = reason
+        self.reason = redact(reason)
         self.error_class = error_class
-        super().__init__(reason)
+        super().__init__(self.reason)
 
 
 class DeserErrorKind(enum.Enum):
@@ -202,10 +207,10 @@ class DeserError(SpateError):
         *,
         policy: ErrorPolicy | None = None,
     ) -> None:
-        self.reason = reason
+        self.reason = redact(reason)
         self.kind = kind
         self.policy = policy
-        super().__init__(reason)
+        super().__init__(self.reason)
 
 
 class FatalError(SpateError):
@@ -213,8 +218,8 @@ class FatalError(SpateError):
 
     def __init__(self, component: str, reason: str) -> None:
         self.component = component
-        self.reason = reason
-        super().__init__(f"{component}: {reason}")
+        self.reason = redact(reason)
+        super().__init__(f"{component}: {self.reason}")
 
 
 class AckError(FatalError):

@@ -208,10 +208,10 @@ def test_b26_a_distribution_only_reachable_through_an_extra_is_found(tmp_path: P
         "spate",
         "0.1.0",
         extras=["warehouse"],
-        requires=['spate-parquet==0.1.0; extra == "warehouse"'],
+        requires=['spate-iceberg==0.1.0; extra == "warehouse"'],
     )
     registry = Registry(path=[str(tmp_path)])
-    assert registry.install_hint("sink", "parquet") == _hint("spate-parquet", "warehouse")
+    assert registry.install_hint("sink", "iceberg") == _hint("spate-iceberg", "warehouse")
 
 
 def test_b26_without_the_front_door_the_hint_names_only_known_distributions(
@@ -225,7 +225,7 @@ def test_b26_without_the_front_door_the_hint_names_only_known_distributions(
         "spate-coordination[nats]", "coordination-nats"
     )
     # A name no spate distribution provides gets no install command (it could be anybody's).
-    assert registry.install_hint("sink", "parquet") is None
+    assert registry.install_hint("sink", "iceberg") is None
 
 
 def test_b26_the_builtin_extras_table_matches_the_front_door() -> None:

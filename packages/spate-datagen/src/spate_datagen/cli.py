@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spate import redact
 from spate.plugins import install_hint
 
 from spate_datagen._codec import encoder
@@ -66,16 +67,25 @@ def produce_events(
     if brokers is not None:
         settings["bootstrap.servers"] = brokers
     settings.update(producer_settings or {})
+    causes: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        # A TLS or SASL failure names its cause; "brokers are down" does not (B70).
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            causes.append(error.str())
+
+    settings["error_cb"] = on_error
     producer = Producer(settings)
     try:
         producer.list_topics(timeout=connect_timeout)
     except KafkaException as exc:
+        producer.poll(0.2)  # serves the error callback
         raise RuntimeError(
             f"brokers {brokers or 'of the mock cluster'} unreachable within "
-            f"{connect_timeout:g}s: {exc.args[0]}"
+            f"{connect_timeout:g}s: {causes[-1] if causes else exc.args[0]}"
         ) from None
     if partitions is not None and brokers is not None:
-        ensure_topic(brokers, topic, partitions)
+        ensure_topic(brokers, topic, partitions, settings=producer_settings)
     encode = encoder(fmt)
     manifest = Manifest()
     failures: list[str] = []
@@ -100,12 +110,21 @@ def produce_events(
     return manifest
 
 
-def ensure_topic(brokers: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists."""
+def ensure_topic(
+    brokers: str,
+    topic: str,
+    partitions: int,
+    timeout: float = 30.0,
+    settings: dict[str, Any] | None = None,
+) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists (``settings``:
+    the client's security settings, as the producer's)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": brokers, "logger": _LibrdkafkaLog()})
+    admin = AdminClient(
+        {**(settings or {}), "bootstrap.servers": brokers, "logger": _LibrdkafkaLog()}
+    )
     metadata = admin.list_topics(timeout=timeout)
     if topic in metadata.topics and not metadata.topics[topic].error:
         return
@@ -122,6 +141,16 @@ def ensure_topic(brokers: str, topic: str, partitions: int, timeout: float = 30.
         if meta is not None and not meta.error and len(meta.partitions) == partitions:
             return
         time.sleep(0.1)
+
+
+def _security_settings(path: Path | None) -> dict[str, Any]:
+    """librdkafka settings of a ``--security`` file (B70); none without one."""
+    if path is None:
+        return {}
+    from spate.config import load_section
+    from spate_kafka import KafkaSecurityConfig
+
+    return dict(load_section(path, KafkaSecurityConfig, "security").librdkafka())
 
 
 class DatagenCommand:
@@ -143,6 +172,14 @@ class DatagenCommand:
         )
         parser.add_argument(
             "--manifest", type=Path, default=None, help="write counts per kind as JSON here"
+        )
+        parser.add_argument(
+            "--security",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="YAML file with the Kafka security section (protocol, ca, cert, key, sasl), "
+            "as under source.kafka.security",
         )
         parser.add_argument(
             "--connect-timeout",
@@ -168,10 +205,11 @@ class DatagenCommand:
                 seed=args.seed,
                 fmt=args.format,
                 partitions=args.partitions,
+                producer_settings=_security_settings(args.security),
                 connect_timeout=args.connect_timeout,
             )
         except Exception as exc:  # the command's top level: one clear line, no traceback
-            sys.stderr.write(f"spate datagen: {exc}\n")
+            sys.stderr.write(f"spate datagen: {redact(str(exc))}\n")
             return 1
         summary = {"topic": args.topic, "total": manifest.total, "counts": manifest.counts}
         if args.manifest is not None:

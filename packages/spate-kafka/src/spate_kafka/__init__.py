@@ -5,6 +5,7 @@
 """
 
 from spate_kafka._factory import KafkaSinkFactory, KafkaSourceFactory
+from spate_kafka._security import KafkaSaslConfig, KafkaSecurityConfig
 from spate_kafka._sink import KafkaShardWriter, KafkaSinkConfig, KafkaSinkConnector
 from spate_kafka._source import KafkaSource
 from spate_kafka.config import CONSUMER_DEFAULTS, KafkaSourceConfig
@@ -13,6 +14,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CONSUMER_DEFAULTS",
+    "KafkaSaslConfig",
+    "KafkaSecurityConfig",
     "KafkaShardWriter",
     "KafkaSinkConfig",
     "KafkaSinkConnector",

@@ -9,6 +9,11 @@ consumer (no group offsets are committed), and select records with ``--since`` (
 they were dead-lettered) and ``--filter name=value`` on the error headers (``reason``,
 ``stage``, ``source.topic``, ...).
 
+Each client connects with the ``security:`` section (and the connection keys of the
+``rdkafka:`` passthrough) of the configuration it talks to: the dead-letter sink's to read,
+the Kafka source's to replay into its cluster (the dead-letter sink's without one) (B70).
+Brokers that do not answer, or refuse the credentials, fail in one line naming them.
+
 Registered through the ``spate.commands`` entry-point group.
 """
 
@@ -27,20 +32,23 @@ from typing import Any
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from spate import redact
 from spate.config import load_config, parse_duration
 from spate.errors import ConfigError, SpateError
 from spate.plugins import default_registry
 
 from spate_kafka._logging import LIBRDKAFKA_LOG
+from spate_kafka._security import KafkaSecurityConfig
 from spate_kafka._sink import KafkaSinkConfig
 from spate_kafka.config import KafkaSourceConfig
 
 HEADER_PREFIX = "spate.error."
-_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.")
+_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.")
 TIMEOUT = 30.0
 """Seconds the brokers may take to answer before the command gives up."""
 
@@ -82,34 +90,71 @@ def dead_letter_topic(config_path: str) -> tuple[KafkaSinkConfig, KafkaSourceCon
     return spec.config, source
 
 
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where a client connects and how: brokers, ``security:`` and the connection keys
+    of the ``rdkafka:`` passthrough (TLS, SASL, socket); tuning means nothing here."""
+
+    brokers: str
+    security: KafkaSecurityConfig
+    rdkafka: dict[str, Any]
+
+    @classmethod
+    def of(cls, config: KafkaSinkConfig | KafkaSourceConfig) -> Connection:
+        passthrough = {k: v for k, v in config.rdkafka.items() if k.startswith(_PREFIXES)}
+        return cls(config.brokers, config.security, passthrough)
+
+    def settings(self, causes: list[str]) -> dict[str, Any]:
+        """librdkafka settings; errors that name a cause (TLS, SASL) go to ``causes``."""
+
+        def on_error(error: KafkaError) -> None:
+            if error.code() != KafkaError._ALL_BROKERS_DOWN:
+                causes.append(error.str())
+
+        settings: dict[str, Any] = dict(self.security.librdkafka())
+        settings.update(self.rdkafka)
+        settings.update(
+            {"bootstrap.servers": self.brokers, "logger": LIBRDKAFKA_LOG, "error_cb": on_error}
+        )
+        return settings
+
+    def metadata(
+        self, client: Consumer | Producer, topic: str, causes: list[str], timeout: float
+    ) -> Any:
+        """The topic's metadata; a ``SpateError`` naming the brokers when they do not
+        answer (with the cause librdkafka reported, such as a refused password)."""
+        try:
+            metadata = client.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            client.poll(0.2)  # serves the error callback: why the brokers did not answer
+            cause = causes[-1] if causes else exc.args[0]
+            raise SpateError(
+                f"kafka: brokers {self.brokers} unreachable within {timeout:g}s: {cause}"
+            ) from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise SpateError(f"kafka: topic {topic!r} not available on {self.brokers}")
+        return found
+
+
 def read_dead_letters(
     sink: KafkaSinkConfig, *, timeout: float = TIMEOUT
 ) -> Iterator[DeadLetterRecord]:
     """Every record of the dead-letter topic up to the end offsets seen at the start."""
-    # The connection settings of the sink's passthrough (TLS, SASL); producer tuning
-    # (linger, compression, acks) means nothing to a consumer.
-    settings: dict[str, Any] = {
-        k: v for k, v in sink.rdkafka.items() if k.startswith(_CONNECTION_PREFIXES)
-    }
+    connection = Connection.of(sink)
+    causes: list[str] = []
+    settings = connection.settings(causes)
     settings.update(
         {
-            "bootstrap.servers": sink.brokers,
             "group.id": f"spate-dlq-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             "auto.offset.reset": "earliest",
-            "logger": LIBRDKAFKA_LOG,
         }
     )
     consumer = Consumer(settings)
     try:
-        try:
-            metadata = consumer.list_topics(sink.topic, timeout=timeout)
-        except KafkaException as exc:
-            raise SpateError(f"kafka: brokers {sink.brokers} unreachable: {exc.args[0]}") from None
-        topic = metadata.topics.get(sink.topic)
-        if topic is None or topic.error is not None:
-            raise SpateError(f"kafka: dead-letter topic {sink.topic!r} not available")
+        topic = connection.metadata(consumer, sink.topic, causes, timeout)
         ends: dict[int, int] = {}
         starts: list[TopicPartition] = []
         for partition in sorted(topic.partitions):
@@ -195,10 +240,26 @@ def select(
         yield record
 
 
-def replay(records: Iterator[DeadLetterRecord], sink: KafkaSinkConfig, topic: str) -> int:
+def replay(
+    records: Iterator[DeadLetterRecord],
+    connection: Connection,
+    topic: str,
+    *,
+    delivery_timeout: float = 120.0,
+    timeout: float = TIMEOUT,
+) -> int:
     """Produce each record's original key and value to ``topic``; the count written."""
-    settings = sink.producer_settings()
+    causes: list[str] = []
+    settings = connection.settings(causes)
+    settings.update(
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "delivery.timeout.ms": int(delivery_timeout * 1000),
+        }
+    )
     producer = Producer(settings)
+    connection.metadata(producer, topic, causes, timeout)
     failures: list[str] = []
 
     def report(err: Any, _msg: Any) -> None:
@@ -214,7 +275,7 @@ def replay(records: Iterator[DeadLetterRecord], sink: KafkaSinkConfig, topic: st
             except BufferError:
                 producer.poll(0.1)
         count += 1
-    left = producer.flush(sink.delivery_timeout + 5)
+    left = producer.flush(delivery_timeout + 5)
     if failures or left:
         raise SpateError(
             f"kafka: replaying into {topic!r}: {len(failures) + left} record(s) not delivered"
@@ -250,6 +311,13 @@ class DlqCommand:
         parser.add_argument(
             "--json", action="store_true", help="inspect: one JSON object per record"
         )
+        parser.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=TIMEOUT,
+            metavar="SECONDS",
+            help=f"give up when the brokers do not answer in time (default {TIMEOUT:g})",
+        )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
@@ -257,7 +325,8 @@ class DlqCommand:
             sink, source = dead_letter_topic(args.config)
             since = parse_since(args.since) if args.since is not None else None
             filters = parse_filters(args.filter)
-            records = select(read_dead_letters(sink), since, filters)
+            timeout = args.connect_timeout
+            records = select(read_dead_letters(sink, timeout=timeout), since, filters)
             if args.action == "inspect":
                 shown = 0
                 for record in records:
@@ -270,14 +339,22 @@ class DlqCommand:
                 raise ConfigError(
                     "--topic", "the source is not Kafka; name the topic to replay into"
                 )
-            written = replay(records, sink, target)
+            # Into the source's cluster with its security settings (B70).
+            connection = Connection.of(source if source is not None else sink)
+            written = replay(
+                records,
+                connection,
+                target,
+                delivery_timeout=sink.delivery_timeout,
+                timeout=timeout,
+            )
             sys.stdout.write(f"replayed {written} record(s) from {sink.topic} into {target}\n")
             return 0
         except ConfigError as exc:
             sys.stderr.write(f"spate dlq: {exc}\n")
             return 2
         except (SpateError, KafkaException) as exc:
-            sys.stderr.write(f"spate dlq: {exc}\n")
+            sys.stderr.write(f"spate dlq: {redact(str(exc))}\n")
             return 1
 
 

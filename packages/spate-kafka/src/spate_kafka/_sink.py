@@ -39,6 +39,7 @@ from spate.sink import (
 
 from spate_kafka._logging import LIBRDKAFKA_LOG
 from spate_kafka._passthrough import PRODUCER_OWNED, librdkafka_errors, passthrough_errors
+from spate_kafka._security import KafkaSecurityConfig
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class KafkaSinkConfig:
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """A row that cannot be written (too large, wrong type): ``fail``, ``skip`` (counted)
     or ``dead_letter``."""
+    security: KafkaSecurityConfig = field(default_factory=KafkaSecurityConfig)
+    """TLS and SASL: ``protocol``, ``ca``, ``cert``, ``key``, ``sasl`` (B70)."""
     rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
     """Other librdkafka producer settings (TLS, SASL, linger), passed through."""
 
@@ -96,7 +99,10 @@ class KafkaSinkConfig:
         for key, message in passthrough_errors(self.rdkafka, PRODUCER_OWNED):
             refused = True
             yield f"rdkafka.{key}", message
-        if self.rdkafka and not refused:
+        for key, message in self.security.conflicts(self.rdkafka):
+            refused = True
+            yield f"rdkafka.{key}", message
+        if (self.rdkafka or self.security.protocol != "PLAINTEXT") and not refused:
             yield from librdkafka_errors(self.producer_settings(), self.rdkafka, producer=True)
 
     def producer_settings(self) -> dict[str, Any]:
@@ -105,6 +111,7 @@ class KafkaSinkConfig:
             "batch.num.messages": 10_000,
             "logger": LIBRDKAFKA_LOG,
         }
+        settings.update(self.security.librdkafka())
         settings.update(self.rdkafka)
         settings.update(
             {

@@ -162,6 +162,8 @@ class KafkaSource:
         self._empty_since: float | None = None
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
+        self._client_error = ""
+        """The last connection error librdkafka reported (the cause of a failed start)."""
         self._subscribed = False
         # Asynchronous commits sent and not yet answered: partition -> offset (B35), and
         # those of partitions revoked since (their failures are reported, not re-sent).
@@ -209,10 +211,11 @@ class KafkaSource:
         try:
             metadata = consumer.list_topics(self._topic, timeout=self._config.startup_timeout)
         except KafkaException as exc:
+            consumer.poll(0.2)  # serves the error callback: why the brokers did not answer
             consumer.close()
             raise SourceError(
                 f"kafka: brokers {self._config.brokers} unreachable within "
-                f"{self._config.startup_timeout:g}s: {exc.args[0]}",
+                f"{self._config.startup_timeout:g}s: {self._client_error or exc.args[0]}",
                 ErrorClass.FATAL,
             ) from exc
         topic_meta = metadata.topics.get(self._topic)
@@ -683,6 +686,9 @@ class KafkaSource:
             logger.warning("kafka: all brokers down (%s); retrying", self._config.brokers)
         else:
             logger.debug("kafka client error: %s", error.str())
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            # A TLS or SASL failure names its cause (B29, B70); "brokers are down" does not.
+            self._client_error = error.str()
 
     def _on_stats(self, raw: str) -> None:
         try:

@@ -15,6 +15,7 @@ from typing import Literal
 from spate.config import Duration
 
 from spate_kafka._passthrough import CONSUMER_OWNED, librdkafka_errors, passthrough_errors
+from spate_kafka._security import KafkaSecurityConfig
 
 CONSUMER_DEFAULTS: Mapping[str, str] = {
     # A new group reads the topic from the start, as Kafka Connect sinks do.
@@ -53,6 +54,8 @@ class KafkaSourceConfig:
     revoke_commit_timeout: Duration = 30.0
     """How long a commit on revocation is retried while the broker or group coordinator is
     unavailable; after that the revocation completes without it (the next owner replays)."""
+    security: KafkaSecurityConfig = field(default_factory=KafkaSecurityConfig)
+    """TLS and SASL: ``protocol``, ``ca``, ``cert``, ``key``, ``sasl`` (B70)."""
     rdkafka: dict[str, str | int | float | bool] = field(default_factory=dict)
     """Other librdkafka consumer settings (TLS, SASL, fetch tuning), passed through."""
 
@@ -79,12 +82,17 @@ class KafkaSourceConfig:
         for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
             refused = True
             yield f"rdkafka.{key}", message
-        if self.rdkafka and not refused and self.brokers.strip() and self.group_id.strip():
+        for key, message in self.security.conflicts(self.rdkafka):
+            refused = True
+            yield f"rdkafka.{key}", message
+        checked = self.rdkafka or self.security.protocol != "PLAINTEXT"
+        if checked and not refused and self.brokers.strip() and self.group_id.strip():
             yield from librdkafka_errors(self.consumer_settings(), self.rdkafka, producer=False)
 
     def consumer_settings(self) -> dict[str, str | int | float | bool]:
         """The librdkafka configuration this source runs with (callbacks added later)."""
         settings: dict[str, str | int | float | bool] = dict(CONSUMER_DEFAULTS)
+        settings.update(self.security.librdkafka())
         settings.update(self.rdkafka)
         settings.update(
             {

@@ -179,17 +179,29 @@ class S3ObjectStore:
             connect_timeout=cfg.request_timeout,
             read_timeout=cfg.request_timeout,
             retries={"mode": "standard", "max_attempts": 3},
-            s3={"addressing_style": "path"} if path_style else {},
+            s3={"addressing_style": "path" if path_style else "virtual"}
+            if path_style or cfg.path_style is False
+            else {},
             max_pool_connections=32,
         )
-        session = aioboto3.Session()
-        self._client_cm = session.client(
-            "s3",
-            endpoint_url=cfg.endpoint_url or None,
-            region_name=cfg.region or None,
-            config=client_config,
-        )
+        keys: dict[str, str] = {}
+        if cfg.access_key_id:
+            keys = {
+                "aws_access_key_id": cfg.access_key_id,
+                "aws_secret_access_key": cfg.secret_access_key.reveal(),
+            }
+            if cfg.session_token:
+                keys["aws_session_token"] = cfg.session_token.reveal()
         try:
+            session = aioboto3.Session(profile_name=cfg.profile or None)
+            self._client_cm = session.client(
+                "s3",
+                endpoint_url=cfg.endpoint_url or None,
+                region_name=cfg.region or None,
+                config=client_config,
+                verify=cfg.ca or None,
+                **keys,
+            )
             self._client = await self._client_cm.__aenter__()
         except Exception as exc:
             raise translate_error(exc, "creating the S3 client", self.endpoint) from exc

@@ -10,7 +10,8 @@ spate-coordination (B24).
 source:
   s3:
     url: s3://datalake/events/2024/
-    endpoint_url: http://127.0.0.1:9000   # MinIO, moto or another S3-compatible store
+    endpoint_url: https://minio.internal:9000   # MinIO, moto or another S3-compatible store
+    ca: /etc/ssl/private-ca.pem           # CA that signed its certificate (optional)
     compression: auto                     # auto | none | gzip | zstd
     framing: ndjson                       # ndjson | lines | avro_ocf
     split_target_bytes: 256MiB
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from spate.config import ByteSize, Duration
+from spate import NO_SECRET, Secret
+from spate.config import ByteSize, Duration, tls_file_errors
 
 Compression = Literal["auto", "none", "gzip", "zstd"]
 Framing = Literal["ndjson", "lines", "avro_ocf"]
@@ -96,7 +98,20 @@ class S3SourceConfig:
     region: str | None = None
     """AWS region; the usual chain (``AWS_REGION``, profile) when unset or empty."""
     path_style: bool | None = None
-    """Path-style addressing; by default on when ``endpoint_url`` is set, else AWS's choice."""
+    """Path-style addressing (``true``) or virtual-hosted (``false``); by default on when
+    ``endpoint_url`` is set, else AWS's choice."""
+    access_key_id: str = ""
+    """Explicit access key (with ``secret_access_key``); empty: the AWS credential chain
+    (environment, ``profile``, shared files, instance or pod role)."""
+    secret_access_key: Secret = NO_SECRET
+    """Secret of ``access_key_id`` (``secret_access_key_file:`` reads it from a file)."""
+    session_token: Secret = NO_SECRET
+    """Session token of temporary credentials (with the two keys above)."""
+    profile: str = ""
+    """A named profile of the shared AWS config and credentials files."""
+    ca: str = ""
+    """CA bundle (PEM) that signed the endpoint's certificate (a private CA of an
+    S3-compatible store); empty: the CAs botocore trusts by default."""
     compression: Compression = "auto"
     """``auto`` recognises gzip and zstd by their magic bytes; ``none`` reads bytes as is."""
     framing: Framing = "ndjson"
@@ -133,6 +148,15 @@ class S3SourceConfig:
                 yield "endpoint_url", "only applies to s3:// URLs"
         if self.endpoint_url and "://" not in self.endpoint_url:
             yield "endpoint_url", f"expected http(s)://host:port, got {self.endpoint_url!r}"
+        if self.ca and (self.endpoint_url or "").startswith("http://"):
+            yield "ca", "only used with an https:// endpoint_url"
+        yield from tls_file_errors(self.ca, "", "")
+        if bool(self.access_key_id) != bool(self.secret_access_key):
+            yield "access_key_id", "access_key_id and secret_access_key are given together"
+        if self.session_token and not self.access_key_id:
+            yield "session_token", "needs access_key_id and secret_access_key"
+        if self.profile and self.access_key_id:
+            yield "profile", "give a profile or explicit keys, not both"
         if self.split_target_bytes < 1:
             yield "split_target_bytes", "must be positive"
         if self.prefetch_bytes < 64 * 1024:

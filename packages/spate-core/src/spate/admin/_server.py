@@ -6,7 +6,10 @@ A ``ThreadingHTTPServer`` on a daemon thread, bound to ``admin.listen``. ``none`
 nothing (the server is never created); port 0 binds a free port, which
 :attr:`AdminServer.port` then reports (and the start-up log line names). ``/metrics``
 serves the pipeline's own prometheus registry in the text exposition format, or 404 when
-``metrics.exporter`` is ``none``. The health endpoints read a health view attached at
+``metrics.exporter`` is ``none``; with ``admin.metrics_auth`` it answers 401 unless the
+request carries the configured basic-auth credentials or bearer token (B68). Every body
+is passed through :func:`~spate.redact`, so no secret leaves by this door (B67). The
+health endpoints read a health view attached at
 start (the running pipeline's), so the server can be handed to
 ``Pipeline.add_service``.
 
@@ -16,6 +19,9 @@ the runtime publishes.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import logging
 import socket
 import threading
@@ -26,7 +32,9 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from spate._secrets import redact
 from spate.admin._probes import HealthView, healthz, readyz
+from spate.config.models import MetricsAuthConfig
 from spate.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -91,21 +99,38 @@ class _Handler(BaseHTTPRequestHandler):
         admin = self.server.admin
         route = self.path.split("?", 1)[0]
         content_type = "text/plain; charset=utf-8"
+        if route == "/metrics" and not admin.authorized(self.headers.get("Authorization")):
+            self._send(401, b"unauthorized\n", content_type, send_body, challenge=True)
+            return
         if route == "/metrics" and admin.registry is not None:
-            status, body = 200, generate_latest(_WithoutCreated(admin.registry))
+            exposition = generate_latest(_WithoutCreated(admin.registry)).decode()
+            status, body = 200, redact(exposition).encode()
             content_type = CONTENT_TYPE_LATEST
         elif route == "/healthz":
             status, text = healthz(admin.health, admin.stall_after)
-            body = (text + "\n").encode()
+            body = (redact(text) + "\n").encode()
         elif route == "/readyz":
             status, text = readyz(admin.health)
-            body = (text + "\n").encode()
+            body = (redact(text) + "\n").encode()
         else:
             status, body = 404, b"not found\n"
+        self._send(status, body, content_type, send_body)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        send_body: bool,
+        *,
+        challenge: bool = False,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if challenge:
+            self.send_header("WWW-Authenticate", 'Basic realm="spate", charset="UTF-8"')
         self.end_headers()
         if send_body:
             self.wfile.write(body)
@@ -128,8 +153,10 @@ class AdminServer:
         registry: CollectorRegistry | None,
         stall_after: float = 30.0,
         pipeline: str = "",
+        metrics_auth: MetricsAuthConfig | None = None,
     ) -> None:
         self.listen = listen
+        self.metrics_auth = metrics_auth if metrics_auth is not None else MetricsAuthConfig()
         self.registry = registry
         self.stall_after = stall_after
         self.pipeline = pipeline
@@ -137,6 +164,24 @@ class AdminServer:
         self._address = parse_listen(listen)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    def authorized(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header may read ``/metrics`` (B68)."""
+        auth = self.metrics_auth
+        if not auth.enabled:
+            return True
+        scheme, _, credentials = (header or "").strip().partition(" ")
+        credentials = credentials.strip()
+        if scheme.lower() == "bearer" and auth.token:
+            return hmac.compare_digest(credentials.encode(), auth.token.encode())
+        if scheme.lower() == "basic" and auth.user:
+            try:
+                given = base64.b64decode(credentials, validate=True)
+            except (ValueError, binascii.Error):
+                return False
+            expected = f"{auth.user}:{auth.password}".encode()
+            return hmac.compare_digest(given, expected)
+        return False
 
     @property
     def enabled(self) -> bool:

@@ -14,6 +14,8 @@ import sys
 import time
 from typing import TextIO
 
+from spate._secrets import redact
+
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 # Attributes every LogRecord has; anything else came from ``extra=``.
@@ -49,7 +51,7 @@ class KeyValueFormatter(logging.Formatter):
                 parts.append(f"{key}={quote(value)}")
         if record.exc_info:
             parts.append(f"exc={quote(self.formatException(record.exc_info))}")
-        return " ".join(parts)
+        return redact(" ".join(parts))  # no secret in any log line (B67)
 
 
 def configure_logging(

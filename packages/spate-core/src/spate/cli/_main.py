@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from spate import __version__
 from spate._assembly import assemble
+from spate._secrets import redact
 from spate.cli._logging import LEVELS, configure_logging
 from spate.cli._progress import progress_bar
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
@@ -107,7 +108,7 @@ class _Cli:
 
     def error(self, exc: BaseException | str) -> None:
         text = exc if isinstance(exc, str) else one_line(exc)
-        print(text, file=self.stderr)
+        print(redact(text), file=self.stderr)
 
     def validate(self, args: argparse.Namespace) -> int:
         try:

@@ -1,6 +1,6 @@
 """Configuration: YAML loading, interpolation, units and strict decoding into models."""
 
-from spate.config._decode import ByteSize, Duration, decode, join_path
+from spate.config._decode import ByteSize, Duration, decode, join_path, tls_file_errors
 from spate.config._interpolate import interpolate, interpolate_string
 from spate.config._loader import (
     RESERVED_SINK_NAMES,
@@ -8,6 +8,7 @@ from spate.config._loader import (
     ConnectorResolver,
     decode_connector,
     load_config,
+    load_section,
     parse_config,
 )
 from spate.config._units import format_duration, format_size, parse_duration, parse_size
@@ -46,7 +47,9 @@ __all__ = [
     "interpolate_string",
     "join_path",
     "load_config",
+    "load_section",
     "parse_config",
     "parse_duration",
     "parse_size",
+    "tls_file_errors",
 ]

@@ -9,6 +9,7 @@ parsing:
   ``64KiB``), see :mod:`spate.config._units`;
 * ``int`` / ``float`` / ``bool`` also accept the strings an interpolated value produces
   (``"5"``, ``"true"``), since ``${V}`` always substitutes text;
+* ``Secret`` accepts a string and keeps it out of ``repr()`` and of redacted text (B67);
 * ``Literal[...]`` and ``enum.Enum`` accept their values; nested dataclasses, ``list``,
   ``tuple[X, ...]``, ``dict[str, X]``, ``Mapping[str, X]`` and ``X | None`` recurse.
 
@@ -23,11 +24,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import os
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from spate._secrets import Secret, register_secret
 from spate.config._units import parse_duration, parse_size
 from spate.errors import ConfigError
 
@@ -55,6 +58,16 @@ def unknown_key(key: str, valid: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
     hint = "; did you mean " + " or ".join(repr(n) for n in close) + "?" if close else ""
     return f"unknown key{hint} (expected one of {', '.join(names)})"
+
+
+def tls_file_errors(ca: str, cert: str, key: str) -> Iterator[tuple[str, str]]:
+    """``(key, message)`` for TLS file settings: ``cert`` and ``key`` go together, and
+    every named file exists (so ``spate validate`` catches a wrong path, B29)."""
+    if bool(cert) != bool(key):
+        yield "cert", "cert and key are given together (mutual TLS)"
+    for name, path in (("ca", ca), ("cert", cert), ("key", key)):
+        if path and not os.path.isfile(path):
+            yield name, f"no such file: {path}"
 
 
 def join_path(path: str, key: str | int) -> str:
@@ -191,6 +204,11 @@ def _decode_value(tp: Any, raw: object, path: str) -> Any:
             except ValueError:
                 pass
         raise ConfigError(path, f"expected a number, got {_describe(raw)}")
+    if tp is Secret:
+        if not isinstance(raw, str):
+            raise ConfigError(path, "expected a string")  # never the value: it is a secret
+        register_secret(raw)
+        return Secret(raw)
     if tp is str:
         if isinstance(raw, str):
             return raw

@@ -12,6 +12,8 @@ Syntax (the shell's, restricted to what configuration needs):
 ``${V-default}``   ``default`` only when ``V`` is unset
 ``${V:?message}``  an error with ``message`` when ``V`` is unset or empty
 ``${V?message}``   an error with ``message`` only when ``V`` is unset
+``${file:PATH}``   the contents of file ``PATH`` (one trailing newline dropped), as
+                   Kubernetes and Docker mount secrets; an error naming the file
 ``$$``             a literal ``$``
 =================  ==========================================================
 
@@ -19,6 +21,12 @@ A ``$`` followed by anything else is kept as it is. Defaults are plain text (no 
 ``${...}``). A substituted value (from the environment or a default) that contains a
 newline is refused: configuration values are single lines, and a stray newline in a
 secret is almost always a copy-paste accident.
+
+Errors name the variable and the key, never a value: the text around a reference may be a
+secret (B67). After interpolation :func:`mark_secrets` turns every value under a
+secret-looking key into a :class:`~spate.Secret`, reads ``<key>_file: PATH`` into
+``<key>`` for those keys (``password_file: /run/secrets/ch``), and registers the values
+for redaction.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from spate._secrets import Secret, SecretUrl, is_secret_key, register_secret, url_secrets
 from spate.config._decode import join_path
 from spate.errors import ConfigError
 
@@ -56,7 +65,7 @@ def interpolate_string(text: str, env: Mapping[str, str], path: str) -> str:
             continue
         end = text.find("}", j + 2)
         if end < 0:
-            raise ConfigError(path, f"unterminated ${{ in {text!r}: expected a closing }}")
+            raise ConfigError(path, "unterminated ${ in the value: expected a closing }")
         out.append(_expand(text[j + 2 : end], env, path))
         i = end + 1
     return "".join(out)
@@ -66,10 +75,12 @@ def _expand(expr: str, env: Mapping[str, str], path: str) -> str:
     match = _NAME.match(expr)
     if match is None:
         raise ConfigError(
-            path, f"invalid variable reference ${{{expr}}}: expected a name such as ${{HOME}}"
+            path, "invalid variable reference in the value: expected a name such as ${HOME}"
         )
     name = match.group(0)
     rest = expr[match.end() :]
+    if name == "file" and rest.startswith(":") and not rest.startswith((":-", ":?")):
+        return read_secret_file(rest[1:], path)
     value = env.get(name)
     if rest == "":
         if value is None:
@@ -91,8 +102,27 @@ def _expand(expr: str, env: Mapping[str, str], path: str) -> str:
         return _checked(value, name, path)
     raise ConfigError(
         path,
-        f"invalid variable reference ${{{expr}}}: after the name expected }}, :-, -, :? or ?",
+        f"invalid variable reference to {name}: after the name expected }}, :-, -, :? or ?",
     )
+
+
+def read_secret_file(file: str, path: str) -> str:
+    """The contents of ``file`` without one trailing newline; ``ConfigError`` at ``path``."""
+    if not file.strip():
+        raise ConfigError(path, "${file:PATH} needs a path")
+    try:
+        with open(file, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError(path, f"cannot read secret file {file}: {reason}") from None
+    if text.endswith("\n"):
+        text = text[:-1]
+        if text.endswith("\r"):
+            text = text[:-1]
+    text = _checked(text, f"file {file}", path, what="content")
+    register_secret(text)
+    return text
 
 
 def _checked(value: str, name: str, path: str, what: str = "value") -> str:
@@ -112,3 +142,36 @@ def interpolate(data: object, env: Mapping[str, str], path: str = "") -> object:
     if isinstance(data, list):
         return [interpolate(item, env, join_path(path, i)) for i, item in enumerate(data)]
     return data
+
+
+def mark_secrets(data: object, path: str = "") -> object:
+    """A copy of interpolated ``data`` with secret values marked and registered (B67).
+
+    A string under a secret-looking key becomes a :class:`~spate.Secret`; ``<key>_file``
+    for such a key is read into ``<key>`` (giving both is an error); the password of a
+    URL anywhere is registered for redaction.
+    """
+    if isinstance(data, str):
+        secrets = url_secrets(data)
+        for secret in secrets:
+            register_secret(secret)
+        return SecretUrl(data) if secrets else data
+    if isinstance(data, list):
+        return [mark_secrets(item, join_path(path, i)) for i, item in enumerate(data)]
+    if not isinstance(data, Mapping):
+        return data
+    out: dict[object, object] = {}
+    for key, value in data.items():
+        name = str(key)
+        key_path = join_path(path, name)
+        base = name[: -len("_file")] if name.endswith("_file") else ""
+        if base and is_secret_key(base) and isinstance(value, str):
+            if base in data:
+                raise ConfigError(key_path, f"give {base} or {name}, not both")
+            key, name, value = base, base, read_secret_file(value, key_path)
+        if is_secret_key(name) and isinstance(value, str):
+            register_secret(value)
+            out[key] = Secret(value)
+        else:
+            out[key] = mark_secrets(value, key_path)
+    return out

@@ -21,12 +21,12 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import yaml
 
 from spate.config._decode import decode, join_path, unknown_key
-from spate.config._interpolate import interpolate
+from spate.config._interpolate import interpolate, mark_secrets
 from spate.config.models import (
     AdminConfig,
     BackpressureConfig,
@@ -67,6 +67,9 @@ class ConnectorResolver(Protocol):
 
 
 Position = tuple[int, int]
+
+
+T = TypeVar("T")
 
 
 def load_config(
@@ -110,7 +113,7 @@ def parse_config(
     """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors."""
     raw, positions = _parse_yaml(text, file)
     try:
-        data = interpolate(raw, os.environ if env is None else env)
+        data = mark_secrets(interpolate(raw, os.environ if env is None else env))
         if check_connectors and resolver is None:
             # Imported here: the registry sits above configuration in the layering.
             from spate.plugins._registry import default_registry
@@ -130,6 +133,24 @@ def parse_config(
         if line_col is None:
             raise exc.with_location(file=file) from None
         raise exc.with_location(file=file, line=line_col[0], column=line_col[1]) from None
+
+
+def load_section(source: str | os.PathLike[str], model: type[T], key: str) -> T:
+    """Read one section from its own YAML file, as ``load_config`` reads a whole file:
+    interpolated, secrets marked and ``<key>_file`` read (B67), decoded strictly into
+    ``model``; errors name ``key``, the file, line and column (for command-line tools)."""
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc}") from None
+    raw, positions = _parse_yaml(text, str(path))
+    try:
+        return decode(model, mark_secrets(interpolate(raw, os.environ, key), key), key)
+    except ConfigError as exc:
+        found = _locate(positions, exc.path.removeprefix(key).lstrip("."))
+        line, column = found if found is not None else (None, None)
+        raise exc.with_location(file=str(path), line=line, column=column) from None
 
 
 def decode_connector(spec: ConnectorSpec, resolver: ConnectorResolver) -> ConnectorSpec:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from spate._secrets import Secret
 from spate.config._decode import _Unit, yaml_key
 from spate.config._units import format_duration, format_size
 from spate.config.models import (
@@ -112,7 +113,8 @@ def describe_type(tp: Any) -> str:
         return "section"
     if tp is Any or tp is object:
         return "any"
-    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(tp, str(tp))
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", Secret: "secret"}
+    return names.get(tp, str(tp))
 
 
 def _spell(value: object) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spate._secrets import NO_SECRET, Secret
 from spate.config._decode import ByteSize, Duration
 
 
@@ -89,12 +90,45 @@ class BackpressureConfig:
             yield "min_pause", "must not be negative"
 
 
+DEFAULT_ADMIN_PORT = 9484
+"""The admin server's default port: clear of Prometheus's own 9090 (B68)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsAuthConfig:
+    """``admin.metrics_auth:`` — credentials ``/metrics`` asks for (B68).
+
+    Either ``user`` and ``password`` (HTTP basic auth) or ``token`` (``Authorization:
+    Bearer``), or both; with neither, ``/metrics`` is open. The probes stay open, since
+    the kubelet does not authenticate.
+    """
+
+    user: str = ""
+    """User name of HTTP basic auth (with ``password``)."""
+    password: Secret = NO_SECRET
+    """Password of HTTP basic auth; ``password_file:`` reads it from a file."""
+    token: Secret = NO_SECRET
+    """Bearer token; ``token_file:`` reads it from a file."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.user or self.token)
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if bool(self.user) != bool(self.password):
+            yield "user", "user and password are given together (HTTP basic auth)"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminConfig:
     """``admin:`` — the HTTP server for ``/metrics``, ``/healthz`` and ``/readyz`` (B22)."""
 
-    listen: str = "0.0.0.0:9090"
-    """``host:port`` to bind (port 0 picks a free port), or ``none`` to bind nothing."""
+    listen: str = f"0.0.0.0:{DEFAULT_ADMIN_PORT}"
+    """``host:port`` to bind (port 0 picks a free port), or ``none`` to bind nothing. The
+    default listens on every interface, so anyone who can reach the pod or host can read
+    ``/metrics``: bind ``127.0.0.1`` or set ``metrics_auth`` where that matters."""
+    metrics_auth: MetricsAuthConfig = field(default_factory=MetricsAuthConfig)
+    """Credentials ``/metrics`` asks for (basic auth or a bearer token); open by default."""
     stall_after: Duration = 30.0
     """``/healthz`` turns 503 when the pipeline thread or a sink worker made no progress
     for this long, or the watermark is stuck while data flows."""

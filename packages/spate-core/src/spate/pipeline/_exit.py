@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spate._secrets import redact
 from spate.records import Lane
 
 ExitState = Literal["completed", "failed"]
@@ -48,6 +49,10 @@ class ExitReport:
     committed: dict[Lane, int] = field(default_factory=dict)
     """Last position handed to the source per lane during the run."""
     duration_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        # The reason is often an exception's text: never let it carry a secret (B67).
+        object.__setattr__(self, "reason", redact(self.reason))
 
     @property
     def records_dropped(self) -> int:

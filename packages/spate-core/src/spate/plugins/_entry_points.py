@@ -28,6 +28,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "coordination-nats": ("spate-coordination",),
     "datagen": ("spate-datagen",),
     "columnar": ("spate-avro", "spate-clickhouse"),
+    "parquet": ("spate-parquet",),
     "full": (
         "spate-kafka",
         "spate-clickhouse",
@@ -37,6 +38,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
         "spate-protobuf",
         "spate-coordination",
         "spate-datagen",
+        "spate-parquet",
     ),
 }
 """The front door's extras and the spate distributions each pulls in, for install hints

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from spate._secrets import display_url
 from spate.metrics._meter import CounterSeries, GaugeSeries, HistogramSeries, Meter
 from spate.metrics.names import (
     SINK_ABANDONED,
@@ -60,14 +61,14 @@ class Replica:
             component=component,
             component_type=component_type,
             shard=shard,
-            replica=endpoint,
+            replica=display_url(endpoint),
         )
         self.m_breaker = meter.gauge(
             SINK_BREAKER_STATE,
             component=component,
             component_type=component_type,
             shard=shard,
-            replica=endpoint,
+            replica=display_url(endpoint),
         )
         self.m_healthy.set(1)
         self.m_breaker.set(0)

@@ -1,0 +1,270 @@
+"""Manifest mode: parts listed in ``{table}.parts/_manifest.json``, replaced atomically.
+
+Layout under the sink's root::
+
+    events.parts/
+      _manifest.json                    what readers read: the latest published version
+      _manifests/00000000000000000007.json   every version, immutable once written
+      dt=2026-12-01/part-orders-0-…-….parquet
+
+A version is never edited. Publishing version ``n + 1`` is a compare-and-set: the
+writer rolls forward from the pointer to the newest existing version ``n``, builds
+``n + 1`` from it with its part appended, and *creates* ``_manifests/{n+1}.json`` only
+if nobody has (``link`` locally, ``If-None-Match: *`` on S3). A writer that loses the
+race reads the winner's version and tries ``n + 2``; so concurrent writers — threads,
+processes, hosts — never lose a part. The pointer ``_manifest.json`` is then rewritten
+whole (local: temp + fsync + rename; S3: one PUT, which readers never see half-written),
+and only forwards: it is replaced conditionally on the version it showed (S3
+``If-Match`` on its ETag, ``If-None-Match: *`` for the first), and a writer whose
+version is older than the pointer's leaves it.
+
+A part written but not yet in a version is invisible to readers; a restart either
+rewrites it byte-identically (and publishes it) or, with ``orphans: delete``, deletes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spate.errors import ErrorClass, SinkError
+
+from spate_parquet._store import Store
+
+logger = logging.getLogger(__name__)
+
+POINTER = "_manifest.json"
+VERSIONS = "_manifests/"
+
+
+def _version_key(version: int) -> str:
+    return f"{VERSIONS}{version:020d}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One published part: where it is, what it holds and which source positions."""
+
+    path: str
+    rows: int
+    bytes: int
+    stream: str
+    partition: int
+    first: int
+    last: int
+    schema: int
+    """Index into :attr:`Manifest.schemas`."""
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "source": {
+                "stream": self.stream,
+                "partition": self.partition,
+                "first": self.first,
+                "last": self.last,
+            },
+            "schema": self.schema,
+        }
+
+    @staticmethod
+    def of(raw: Mapping[str, Any]) -> Part:
+        source = raw["source"]
+        return Part(
+            str(raw["path"]),
+            int(raw["rows"]),
+            int(raw["bytes"]),
+            str(source["stream"]),
+            int(source["partition"]),
+            int(source["first"]),
+            int(source["last"]),
+            int(raw["schema"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """One version of a table's manifest."""
+
+    table: str
+    version: int = 0
+    parts: tuple[Part, ...] = ()
+    schemas: tuple[str, ...] = ()
+    """Every schema parts were written with (Arrow's text form), in order of appearance."""
+    updated: str = ""
+    paths: frozenset[str] = field(default=frozenset(), compare=False)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    def with_part(self, part: Part, schema: str, now: float) -> Manifest:
+        """The next version: this one plus ``part`` (a no-op for a part already listed)."""
+        schemas = self.schemas if schema in self.schemas else (*self.schemas, schema)
+        part = Part(
+            part.path,
+            part.rows,
+            part.bytes,
+            part.stream,
+            part.partition,
+            part.first,
+            part.last,
+            schemas.index(schema),
+        )
+        stamp = dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="milliseconds")
+        return Manifest(
+            self.table,
+            self.version + 1,
+            (*self.parts, part),
+            schemas,
+            stamp,
+            self.paths | {part.path},
+        )
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "format": 1,
+            "table": self.table,
+            "strategy": "append",
+            "version": self.version,
+            "updated": self.updated,
+            "total_rows": self.total_rows,
+            "schemas": list(self.schemas),
+            "parts": [p.as_json() for p in self.parts],
+        }
+        return json.dumps(body, indent=1).encode() + b"\n"
+
+    @staticmethod
+    def from_bytes(data: bytes) -> Manifest:
+        raw = json.loads(data)
+        parts = tuple(Part.of(p) for p in raw["parts"])
+        return Manifest(
+            str(raw["table"]),
+            int(raw["version"]),
+            parts,
+            tuple(str(s) for s in raw["schemas"]),
+            str(raw.get("updated", "")),
+            frozenset(p.path for p in parts),
+        )
+
+
+class CommitGate:
+    """Serializes the manifest updates of one destination within a process.
+
+    Correctness never depends on the gate (versions are created with a compare-and-set),
+    it only keeps writers in one process from racing and retrying. A writer that waits
+    longer than ``timeout`` for it proceeds without it, so a stalled holder cannot stop
+    publishing.
+    """
+
+    _gates: dict[str, threading.Lock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, destination: str, timeout: float) -> None:
+        with CommitGate._registry_lock:
+            self._lock = CommitGate._gates.setdefault(destination, threading.Lock())
+        self.destination = destination
+        self.timeout = timeout
+
+    def run(self, publish: Callable[[], Manifest]) -> Manifest:
+        """Call ``publish`` holding the gate (or without it after ``timeout``)."""
+        held = self._lock.acquire(timeout=self.timeout)
+        if not held:
+            logger.warning(
+                "commit gate of %s held longer than %.1fs; publishing without it",
+                self.destination,
+                self.timeout,
+            )
+        try:
+            return publish()
+        finally:
+            if held:
+                self._lock.release()
+
+    def close(self) -> None:
+        """Release what the gate holds (nothing for the in-process gate)."""
+
+
+class ManifestStore:
+    """Reads and publishes the manifest of one table under a :class:`Store`."""
+
+    def __init__(
+        self, store: Store, table: str, gate: CommitGate, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self.table = table
+        self.prefix = f"{table}.parts/"
+        self._gate = gate
+        self._clock = clock
+
+    def _read(self, key: str) -> Manifest | None:
+        data = self._store.get(self.prefix + key)
+        if data is None:
+            return None
+        try:
+            return Manifest.from_bytes(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SinkError(
+                f"{self._store.endpoint}/{self.prefix}{key} is not a manifest: {exc}",
+                ErrorClass.FATAL,
+            ) from exc
+
+    def latest(self) -> Manifest:
+        """The newest version: from the pointer, rolled forward over newer versions."""
+        current = self._read(POINTER) or Manifest(self.table)
+        while True:
+            newer = self._read(_version_key(current.version + 1))
+            if newer is None:
+                return current
+            current = newer
+
+    def publish(self, part: Part, schema: str) -> Manifest:
+        """Add ``part`` in a new version (through the gate) and return that version."""
+        return self._gate.run(lambda: self._publish(part, schema))
+
+    def _publish(self, part: Part, schema: str) -> Manifest:
+        current = self.latest()
+        while True:
+            if part.path in current.paths:
+                return current  # a retry after a lost answer: already published
+            candidate = current.with_part(part, schema, self._clock())
+            key = self.prefix + _version_key(candidate.version)
+            if self._store.create(key, candidate.to_bytes()):
+                break
+            # Another writer took this version: build on theirs.
+            current = self._read(_version_key(candidate.version)) or current
+        self._advance_pointer(candidate)
+        return candidate
+
+    def _advance_pointer(self, manifest: Manifest) -> None:
+        """Point ``_manifest.json`` at ``manifest`` unless it already shows a newer version.
+
+        A conditional write on the pointer's current version, so two writers can never
+        move it backwards (S3 ``If-Match``; local directories check, then rename).
+        """
+        key = self.prefix + POINTER
+        while True:
+            found = self._store.get_tagged(key)
+            tag = None
+            if found is not None:
+                data, tag = found
+                if Manifest.from_bytes(data).version >= manifest.version:
+                    return
+            if self._store.replace(key, manifest.to_bytes(), tag):
+                return
+
+    def orphans(self, manifest: Manifest) -> list[str]:
+        """Parts under the table that no version lists (written, never published)."""
+        return [
+            key
+            for key in self._store.list(self.prefix)
+            if key.endswith(".parquet") and key not in manifest.paths
+        ]

@@ -1,0 +1,533 @@
+"""The Parquet sink: per-lane windows cut by the input alone, written whole, acked after.
+
+Why not the shared :class:`~spate.sink.SinkPool`: the pool seals batches on time
+(``linger``, checkpoint ticks), so where a file ends would depend on timing; here a file
+ends where the *input* says — ``max_records``, ``max_bytes``, a record-time window
+boundary, a new row shape — so that a replay cuts the same files (B50).
+
+Rows are kept per open window, keyed by lane (``topic-partition``), Hive directory and
+time bucket. Each row's source position is its batch's first offset plus its index in
+the batch (one row per record; see the docs for chains that filter). A sealed window
+goes to one writer thread, which builds the Arrow table, audits it (write-audit-publish),
+encodes it with pinned settings, writes it durably (local: fsync, rename, fsync of the
+directory; S3: the PUT returned), publishes it in manifest mode, and only then releases
+the acks it holds (B2, B51): committed offsets never pass an unwritten window. Each
+window is the holder of its acks (``ack.retain(window)``) and releases each once (B39).
+On revocation only the revoked lanes' windows are sealed and written (B40).
+
+At start the sink learns, per lane and directory, the last position already durable
+(from the file names, or from the manifest), and drops replayed rows up to it while
+acking them: after a crash the next window starts exactly where the clean run's did,
+so replays write the same bytes under the same names and every record lands once.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from spate._clock import Clock
+from spate.checkpoint._ack import AckToken, release_all
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.records import Lane
+from spate.sink import Backoff, Offer, estimate_row_bytes
+
+from spate_parquet._audit import AuditFailure, Auditor
+from spate_parquet._encode import Encoder, parse_key, safe
+from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
+from spate_parquet._schema import RowShaper, parse_schema
+from spate_parquet._store import Store, open_store
+from spate_parquet.config import ParquetSinkConfig
+
+logger = logging.getLogger(__name__)
+
+_WindowKey = tuple[Lane, str, int]
+"""(lane, Hive directory, time bucket)."""
+
+
+@dataclass(slots=True, eq=False)
+class Window:
+    """The rows of one file being filled; the holder of its acks (B39), by identity."""
+
+    lane: Lane
+    directory: str
+    bucket: int
+    shape: tuple[str, ...]
+    rows: list[dict[str, object]] = field(default_factory=list)
+    nbytes: int = 0
+    first: int = -1
+    last: int = -1
+    acks: list[AckToken] = field(default_factory=list)
+    row_bytes: int = 64
+    """Estimated in-memory size of one row (from the window's first row)."""
+    settled: bool = False
+    """Its acks were released (guarded by the sink's condition lock)."""
+
+
+@dataclass(slots=True)
+class _Job:
+    window: Window
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+class ParquetSink:
+    """Implements ``Sink``; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ParquetSinkConfig,
+        clock: Clock,
+        io_threads: int = 1,
+        gate: Callable[[str, float], CommitGate] = CommitGate,
+    ) -> None:
+        """``gate(destination, timeout)`` builds the commit gate of manifest mode."""
+        self.name = name
+        self.config = config
+        self.on_record_error: ErrorPolicy = config.on_record_error
+        self._clock = clock
+        self._threaded = io_threads > 0
+        self._store: Store = open_store(config)
+        self._shaper = RowShaper(parse_schema(config.schema))
+        self._encoder = Encoder(config, self._shaper.schema)
+        self._auditor = Auditor(config.audits) if config.audits is not None else None
+        self._backoff = Backoff(config.retry)
+        self._manifest: ManifestStore | None = None
+        self._gate = None
+        if config.publish == "manifest":
+            self._gate: CommitGate | None = gate(
+                f"{self._store.endpoint}#{config.table}", config.gate_timeout
+            )
+            self._manifest = ManifestStore(self._store, config.table, self._gate)
+        self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
+        self._open: dict[_WindowKey, Window] = {}
+        self._covered: dict[tuple[Lane, str], int] = {}
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._busy = 0
+        self._writing: Window | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._ready = False
+        self._token: AckToken | None = None
+        self._index = 0
+        self._start = 0
+        self._last: Window | None = None
+        self._placed = bool(config.window or config.partition_by)
+        self._per_row = config.one_row_per_record
+        self._declared = self._shaper.schema is not None
+        self._max_pending = config.max_pending
+        self._max_records = config.max_records
+        self._max_bytes = config.max_bytes
+        self.files_written = 0
+        self.rows_replayed = 0
+        """Replayed rows dropped because a durable file already holds them."""
+        self.rows_audit_skipped = 0
+        self.last_manifest: Manifest | None = None
+
+    # -- lifecycle (pipeline thread) -------------------------------------------------
+
+    def start(self) -> None:
+        self._store.probe()
+        self._load_covered()
+        self._ready = True
+        if self._threaded:
+            self._thread = threading.Thread(
+                target=self._run, name=f"spate-parquet-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    def _load_covered(self) -> None:
+        """The last durable position per lane and directory, from names or the manifest."""
+        if self._manifest is not None:
+            manifest = self._manifest.latest()
+            self.last_manifest = manifest
+            keys = [p.path for p in manifest.parts]
+            orphans = self._manifest.orphans(manifest)
+            if orphans:
+                action = "deleting" if self.config.orphans == "delete" else "keeping"
+                logger.info(
+                    "sink %s: %d unpublished parts under %s (%s them)",
+                    self.name,
+                    len(orphans),
+                    self._manifest.prefix,
+                    action,
+                )
+                if self.config.orphans == "delete":
+                    for key in orphans:
+                        self._store.delete(key)
+        else:
+            keys = [k for k in self._store.list("") if k.endswith(".parquet")]
+        for key in keys:
+            covered = parse_key(key)
+            if covered is None:
+                continue
+            directory = covered.directory.removeprefix(self._root)
+            at = (Lane(covered.stream, covered.partition), directory)
+            self._covered[at] = max(self._covered.get(at, -1), covered.last)
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def close(self) -> None:
+        self.abandon()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30.0)
+            self._thread = None
+        self._store.close()
+        if self._gate is not None:
+            self._gate.close()
+        self._ready = False
+
+    # -- rows (pipeline thread) ------------------------------------------------------
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        if len(self._jobs) + self._busy >= self._max_pending:
+            if not self._threaded:
+                self._drain_inline(time.monotonic() + self.config.gate_timeout)
+            if len(self._jobs) + self._busy >= self._max_pending:
+                return Offer.REJECTED
+        if ack is not self._token:
+            self._next_batch(ack)
+        position = self._start + self._index
+        # A refused row still stands for its record (the chain may skip it), so the
+        # index moves on; a REJECTED row is offered again and does not.
+        self._index += 1
+        values = self._shaper.shape(row)
+        if self._placed:
+            directory, bucket = self._place(values, lane)
+        else:
+            directory, bucket = "", 0
+        window = self._last
+        # Fast path: the row continues the window of the previous row.
+        if (
+            window is not None
+            and position > window.last
+            and window.bucket == bucket
+            and window.lane == lane
+            and window.directory == directory
+            and (self._declared or window.shape == tuple(values))
+        ):
+            if window.acks[-1] is not ack:
+                ack.retain(window)
+                window.acks.append(ack)
+            window.rows.append(values)
+            window.nbytes += window.row_bytes
+            window.last = position
+            if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
+                self._seal((lane, directory, bucket))
+            return Offer.ACCEPTED
+        covered = self._covered.get((lane, directory), -1)
+        if position <= covered and (self._per_row or ack.next_offset - 1 <= covered):
+            self.rows_replayed += 1  # already in a durable file: acked with the batch
+            return Offer.ACCEPTED
+        self._add(values, lane, directory, bucket, position, ack)
+        return Offer.ACCEPTED
+
+    def _next_batch(self, ack: AckToken) -> None:
+        """A new source batch; check the one before held one row per record."""
+        previous = self._token
+        if (
+            self._per_row
+            and previous is not None
+            and previous.lane == ack.lane
+            and self._index != previous.records
+        ):
+            # Positions are offsets only when every record gives one row; from here on
+            # replayed rows are skipped only by whole source batches.
+            logger.error(
+                "sink %s: a source batch of %d records gave %d rows, but one_row_per_record "
+                "is set; set it to false for this chain (replays may now repeat rows)",
+                self.name,
+                previous.records,
+                self._index,
+            )
+            self._per_row = False
+        self._token = ack
+        self._index = 0
+        self._start = ack.next_offset - ack.records
+
+    def _place(self, values: dict[str, object], lane: Lane) -> tuple[str, int]:
+        cfg = self.config
+        bucket = 0
+        parts: list[str] = []
+        if cfg.window:
+            if cfg.window_time == "record":
+                seconds = _seconds(values.get(cfg.time_column), cfg.time_column)
+            else:
+                seconds = self._clock.time()
+            bucket = int(seconds // cfg.window)
+            if cfg.time_partitions:
+                start = dt.datetime.fromtimestamp(bucket * cfg.window, dt.UTC)
+                parts.append(start.strftime(cfg.time_partitions).strip("/"))
+        for column in cfg.partition_by:
+            value = values.get(column)
+            text = "__HIVE_DEFAULT_PARTITION__" if value is None else safe(str(value))
+            parts.append(f"{column}={text}")
+        return ("/".join(parts) + "/" if parts else ""), bucket
+
+    def _add(
+        self,
+        values: dict[str, object],
+        lane: Lane,
+        directory: str,
+        bucket: int,
+        position: int,
+        ack: AckToken,
+    ) -> None:
+        if self.config.window:
+            # A row of a later window closes this lane's earlier windows; and one lane
+            # and directory has one open window at a time, so the files of a directory
+            # cover disjoint, ordered ranges of positions (what a restart relies on).
+            for key in list(self._open):
+                if key[0] == lane and (
+                    key[2] < bucket or (key[1] == directory and key[2] != bucket)
+                ):
+                    self._seal(key)
+        wkey = (lane, directory, bucket)
+        window = self._open.get(wkey)
+        shape = self._shaper.shape_key(values)
+        if window is not None and window.shape != shape:
+            self._seal(wkey)  # a new schema opens a new file
+            window = None
+        if window is None:
+            window = Window(lane, directory, bucket, shape, first=position)
+            window.row_bytes = estimate_row_bytes(values)
+            self._open[wkey] = window
+        if not window.acks or window.acks[-1] is not ack:
+            # A batch's rows arrive together, so a window sees each ack in one run.
+            ack.retain(window)
+            window.acks.append(ack)
+        window.rows.append(values)
+        window.nbytes += window.row_bytes
+        window.last = position
+        self._last = window
+        if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
+            self._seal(wkey)
+
+    def _seal(self, wkey: _WindowKey) -> None:
+        window = self._open.pop(wkey)
+        if self._last is window:
+            self._last = None
+        # Later replays skip what this file holds once it is durable; in-process, the
+        # file is on its way, so a row re-offered for it now would be a duplicate.
+        self._covered[(window.lane, window.directory)] = window.last
+        with self._cond:
+            self._jobs.append(_Job(window))
+            self._cond.notify_all()
+
+    def tick(self) -> None:
+        """Seal processing-time windows that have ended; never cuts a window early (B10)."""
+        cfg = self.config
+        if cfg.window and cfg.window_time == "processing":
+            bucket = int(self._clock.time() // cfg.window)
+            for key in [k for k in self._open if k[2] < bucket]:
+                self._seal(key)
+        if not self._threaded:
+            self._drain_inline(time.monotonic())
+
+    def flush(self, deadline: float) -> bool:
+        for key in list(self._open):
+            self._seal(key)
+        if not self._threaded:
+            return self._drain_inline(deadline)
+        return self._wait(lambda: bool(self._jobs or self._busy), deadline)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Seal the windows of ``lanes`` and wait until they are written (B40, B15).
+
+        Windows of other lanes stay open, so their files are cut where the input says.
+        """
+        wanted = set(lanes)
+        for key in [k for k in self._open if k[0] in wanted]:
+            self._seal(key)
+        if not self._threaded:
+            return self._drain_inline(deadline)
+
+        def pending() -> bool:
+            writing = self._writing
+            if writing is not None and writing.lane in wanted:
+                return True
+            return any(job.window.lane in wanted for job in self._jobs)
+
+        return self._wait(pending, deadline)
+
+    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
+        """Wait (condition lock held while checking) until ``pending()`` is false."""
+        with self._cond:
+            while pending():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.5))
+        return True
+
+    def abandon(self) -> int:
+        """Fail the acks of every window not yet written (B4)."""
+        windows = list(self._open.values())
+        self._open.clear()
+        self._last = None
+        with self._cond:
+            windows.extend(job.window for job in self._jobs)
+            self._jobs.clear()
+            if self._writing is not None:
+                windows.append(self._writing)  # its write may still land: failing is safe
+        for window in windows:
+            self._settle(window, ok=False)
+        return sum(len(w.rows) for w in windows)
+
+    def _forget(self, window: Window) -> None:
+        """Let a replay of an unwritten window's rows in again."""
+        at = (window.lane, window.directory)
+        if self._covered.get(at, -1) >= window.first:
+            self._covered[at] = window.first - 1
+
+    # -- writing (writer thread, or inline without io threads) -----------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = self._jobs.popleft()
+                self._busy += 1
+                self._writing = job.window
+            try:
+                self._attempt(job)
+            except Exception:
+                logger.exception("sink %s: writer failed", self.name)
+                self._settle(job.window, ok=False)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._writing = None
+                    self._cond.notify_all()
+
+    def _drain_inline(self, deadline: float) -> bool:
+        while self._jobs:
+            job = self._jobs.popleft()
+            if job.not_before > time.monotonic():
+                self._jobs.appendleft(job)
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(min(job.not_before, deadline) - time.monotonic())
+                continue
+            self._attempt(job)
+        return not self._jobs
+
+    def _attempt(self, job: _Job) -> None:
+        """Write one window; on a retryable error queue it again after a backoff."""
+        wait = job.not_before - time.monotonic()
+        if wait > 0 and self._threaded:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping, timeout=wait)
+                if self._stopping:
+                    self._settle(job.window, ok=False)
+                    return
+        job.attempts += 1
+        try:
+            self._write(job.window)
+        except AuditFailure as failure:
+            self._audit_failed(job.window, failure)
+            return
+        except SinkError as exc:
+            if exc.error_class is ErrorClass.RETRYABLE and not self._backoff.exhausted(
+                job.attempts
+            ):
+                logger.warning(
+                    "sink %s: write of %s failed (attempt %d), retrying: %s",
+                    self.name,
+                    job.window.lane,
+                    job.attempts,
+                    exc.reason,
+                )
+                job.not_before = time.monotonic() + self._backoff.delay(job.attempts)
+                with self._cond:
+                    self._jobs.appendleft(job)
+                return
+            logger.error("sink %s: write of %s failed: %s", self.name, job.window.lane, exc.reason)
+            self._settle(job.window, ok=False)
+            return
+        self._settle(job.window, ok=True)
+
+    def _write(self, window: Window) -> None:
+        table = self._encoder.table(window.rows)
+        if self._auditor is not None:
+            self._auditor.audit(table)
+        data = self._encoder.encode(table)
+        key = self._encoder.file_key(
+            self._root + window.directory, window.lane, window.first, window.last, data
+        )
+        if self._manifest is None:
+            self._store.put(key, data)
+        else:
+            self._store.put(key, data)
+            part = Part(
+                key,
+                table.num_rows,
+                len(data),
+                window.lane.stream,
+                window.lane.partition,
+                window.first,
+                window.last,
+                0,
+            )
+            self.last_manifest = self._manifest.publish(part, _schema_text(table.schema))
+        self.files_written += 1
+
+    def _audit_failed(self, window: Window, failure: AuditFailure) -> None:
+        policy = self.config.audits.on_failure if self.config.audits else "fail"
+        logger.error(
+            "sink %s: part of %s positions %d-%d kept out: %s (on_failure: %s)",
+            self.name,
+            window.lane,
+            window.first,
+            window.last,
+            failure,
+            policy,
+        )
+        if policy == "skip":
+            self.rows_audit_skipped += len(window.rows)
+            self._settle(window, ok=True)
+        else:
+            self._settle(window, ok=False)
+
+    def _settle(self, window: Window, ok: bool) -> None:
+        """Release the window's acks once, whoever gets there first (writer or abandon)."""
+        with self._cond:
+            if window.settled:
+                return
+            window.settled = True
+            if not ok:
+                self._forget(window)
+        release_all(window.acks, ok, window)
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _seconds(value: object, column: str) -> float:
+    """A row time as epoch seconds: a datetime (naive = UTC) or epoch milliseconds."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value / 1000.0
+    raise SinkError(
+        f"time column {column!r} must be a datetime or epoch milliseconds, got {value!r}",
+        ErrorClass.RECORD,
+    )
