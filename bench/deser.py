@@ -19,6 +19,10 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
   baseline: a bare ``Message.FromString`` + ``json_format.MessageToDict`` loop (the
   runtime's own message-to-dict path) on the same ``bytes``.
 
+* Avro columnar (with ``spate[columnar]``): the same deserializer's
+  ``deserialize_batch`` (one polars DataFrame per union branch) on each 10,000-record
+  batch, against the same fastavro loop (target: 10x).
+
 Both sides keep every decoded value of a 10,000-record batch in a list (then drop it,
 as a sink would after writing). Runs are interleaved, each side at least 3 times after a
 warm-up (``bench/_harness.py``); the script prints each side's median, ``ratio:``
@@ -272,6 +276,22 @@ def main() -> None:
     compare(
         "avro: spate-avro raw union vs fastavro.schemaless_reader", avro_framework, avro_baseline
     )
+    if getattr(avro_deser, "columnar", None) is not None:
+        deserialize_batch = avro_deser.deserialize_batch  # type: ignore[attr-defined]
+
+        def avro_columnar() -> int:
+            for start, size in batches:
+                held = deserialize_batch(avro_views[start : start + size])
+                if held[1]:
+                    raise SystemExit(f"columnar decoding refused {len(held[1])} records")
+                del held
+            return total
+
+        compare(
+            "avro columnar: deserialize_batch (polars frames) vs fastavro.schemaless_reader",
+            avro_columnar,
+            avro_baseline,
+        )
     compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)
     compare(
         "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",

@@ -13,6 +13,11 @@ both sides, each side into its own freshly created tables.
   → ``client.insert(..., column_oriented=True)`` of every table once any table holds
   50,000 rows (the flagship's ``batch.max_rows``), then a synchronous commit.
 
+* columnar (when ``spate[columnar]`` is installed): the same YAML with
+  ``examples/kafka_avro_to_clickhouse_columnar.py``'s frame chain, against the same
+  baseline (target: 3x) and against a bare ``consume()`` loop that only touches
+  ``value()`` (the ceiling of confluent-kafka in Python; target: 0.5x).
+
 Prints each side's median, ``ratio:`` and peak RSS. ``SPATE_BENCH_RSS=1`` also samples
 the framework side's RSS while it runs; ``--rss-only`` runs the framework side once with
 sampling and no baseline (to show memory stays flat on a long input, e.g. with
@@ -49,9 +54,10 @@ PARTITIONS = 4
 BATCH_ROWS = 50_000
 
 
-def load_example() -> Any:
-    path = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
-    spec = importlib.util.spec_from_file_location("flagship", path)
+def load_example(name: str = "kafka_avro_to_clickhouse") -> Any:
+    sys.path.insert(0, str(ROOT / "examples"))
+    path = ROOT / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,7 +95,39 @@ class Bench:
             for t in ("orders", "payments", "refunds")
         )
 
-    def framework(self) -> int:
+    def columnar(self) -> int:
+        return self.framework(load_example("kafka_avro_to_clickhouse_columnar").chains)
+
+    def bare(self) -> int:
+        """A bare ``consume()`` loop touching only ``value()``: no decode, no insert."""
+        consumer = Consumer(
+            {
+                **CONSUMER_DEFAULTS,
+                "bootstrap.servers": self.brokers,
+                "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.subscribe([self.topic])
+        done = {p for p, end in ends.items() if end == 0}
+        records = 0
+        size = 0
+        while len(done) < PARTITIONS:
+            for msg in consumer.consume(5000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                size += len(msg.value())
+                records += 1
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    done.add(msg.partition())
+        consumer.close()
+        return records
+
+    def framework(self, chains: Any = None) -> int:
         database = self.fresh_database("fw")
         os.environ.update(
             {
@@ -106,7 +144,7 @@ class Bench:
         stop = threading.Event()
         if os.environ.get("SPATE_BENCH_RSS"):
             threading.Thread(target=self._sample_rss, args=(stop,), daemon=True).start()
-        report = pipeline.chains(self.example.chains).run()
+        report = pipeline.chains(chains or self.example.chains).run()
         stop.set()
         if report.exit_code != 0:
             raise SystemExit(f"framework run failed: {report.reason}")
@@ -225,10 +263,23 @@ def main() -> int:
         if "--rss-only" in sys.argv:
             os.environ["SPATE_BENCH_RSS"] = "1"
             start = time.perf_counter()
-            records = bench.framework()
+            records = bench.columnar() if "--columnar" in sys.argv else bench.framework()
             elapsed = time.perf_counter() - start
             print(f"framework: {records:,} records in {elapsed:.1f}s ({records / elapsed:,.0f}/s)")
             report_rss(bench.rss_samples)
+            return 0
+        if "--columnar" in sys.argv:
+            compare(
+                f"columnar flagship vs hand-written loop (chDB): {count:,} storefront events",
+                bench.columnar,
+                bench.baseline,
+            )
+            compare(
+                f"columnar flagship vs bare consume() loop: {count:,} storefront events",
+                bench.columnar,
+                bench.bare,
+            )
+            print(f"peak RSS at exit: {peak_rss_mib():.0f} MiB")
             return 0
         compare(
             f"Kafka → Avro → ClickHouse (chDB): {count:,} storefront events",

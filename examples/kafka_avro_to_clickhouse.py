@@ -114,7 +114,7 @@ def create_tables(client: Any, database: str = "default") -> None:
         client.command(ddl.format(db=database))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, chains: Any = chains) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=CONFIG, help="pipeline YAML")
     parser.add_argument(

@@ -30,5 +30,6 @@ done
   "${editables[@]}" \
   -e examples/connectors/spate-sqlite \
   -e "packages/spate-coordination[nats]" \
-  -e "packages/spate-clickhouse[embedded]"
+  -e "packages/spate-clickhouse[embedded,columnar]" \
+  -e "packages/spate-avro[columnar]"
 echo "$stamp_input" > .bootstrap-stamp

@@ -29,18 +29,25 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
+COLUMNAR_EXAMPLE = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
 SERVICES_ENV = ROOT / ".services" / "env"
 DATABASE = "spate_demo"
 TABLE_OF_KIND = {"OrderPlaced": "orders", "PaymentCaptured": "payments", "RefundIssued": "refunds"}
 
 
-def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kafka_avro_to_clickhouse", EXAMPLE)
+def load_example(path: Path = EXAMPLE) -> ModuleType:
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {EXAMPLE}")
+        raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def columnar_installed() -> bool:
+    """Whether ``spate[columnar]`` is installed (polars, jetliner, pyarrow)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("polars", "jetliner", "pyarrow"))
 
 
 def reachable(address: str) -> bool:
@@ -100,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="use the mock cluster and chDB even when local services are running",
     )
+    parser.add_argument(
+        "--path",
+        choices=("auto", "columnar", "row"),
+        default=os.environ.get("DEMO_PATH", "auto"),
+        help="columnar (spate[columnar]) or row chains; auto: columnar when installed",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -141,7 +154,20 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     started = time.monotonic()
-    report = Pipeline.from_config(load_config(example.CONFIG)).chains(example.chains).run()
+    path = args.path
+    if path == "auto":
+        path = "columnar" if columnar_installed() else "row"
+    chains = load_example(COLUMNAR_EXAMPLE).chains if path == "columnar" else example.chains
+    print(
+        f"path:       {path} ("
+        + (
+            "Arrow columns, frame operators"
+            if path == "columnar"
+            else "per-record operators; pip install 'spate[columnar]' for the columnar path"
+        )
+        + ")"
+    )
+    report = Pipeline.from_config(load_config(example.CONFIG)).chains(chains).run()
     elapsed = time.monotonic() - started
     print(
         f"pipeline {report.state} in {elapsed:.1f}s: {report.records_in:,} records in "

@@ -28,9 +28,14 @@ def run_demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-def test_demo_on_embedded_defaults_prints_matching_counts() -> None:
-    result = run_demo("--embedded")
+@pytest.mark.parametrize("path", ["row", "columnar"])
+def test_demo_on_embedded_defaults_prints_matching_counts(path: str) -> None:
+    if path == "columnar":
+        pytest.importorskip("polars")
+        pytest.importorskip("jetliner")
+    result = run_demo("--embedded", "--path", path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert f"path:       {path}" in result.stdout
     assert "librdkafka mock cluster" in result.stdout
     assert "chdb://" in result.stdout
     assert "OK: every table holds exactly the events produced" in result.stdout

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
+COLUMNAR = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
 TABLES = {"OrderPlaced": "orders", "PaymentCaptured": "payments", "RefundIssued": "refunds"}
 
 
@@ -49,10 +50,12 @@ def held_identities(client: Any, database: str) -> set[bytes]:
     return held
 
 
-def start_flagship(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_flagship(
+    env: dict[str, str], log: Path, example: Path = EXAMPLE
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(EXAMPLE), "--no-create-tables"],
+            [sys.executable, str(example), "--no-create-tables"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -67,9 +70,16 @@ def load_example() -> Any:
     return module
 
 
+@pytest.mark.parametrize("path", ["row", "columnar"])
 def test_flagship_survives_kills_and_a_clickhouse_outage(
-    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path
+    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, path: str
 ) -> None:
+    """The row flagship and the columnar one (same YAML, frame chain) alike (B1, B14)."""
+    example = EXAMPLE
+    if path == "columnar":
+        pytest.importorskip("polars")
+        pytest.importorskip("jetliner")
+        example = COLUMNAR
     topic, group = unique_name("flagship"), unique_name("flagship-g")
     create_topic(kafka_bootstrap, topic, 4)
     count = scaled(500_000, minimum=20_000)
@@ -91,7 +101,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
         "PIPELINE_NAME": "flagship-no-loss",
     }
     log = tmp_path / "flagship.log"
-    proc = start_flagship(env, log)
+    proc = start_flagship(env, log, example)
 
     def held() -> set[bytes]:
         return held_identities(front.client(), database)
@@ -135,7 +145,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
                 wait_for_a_write()
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
-            proc = start_flagship(env, log)
+            proc = start_flagship(env, log, example)
         producer.finish(600)
         wait_until(lambda: held() >= set(producer.positions), 600, "every event in ClickHouse")
         ends = end_offsets(kafka_bootstrap, topic)

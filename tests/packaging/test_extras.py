@@ -39,9 +39,14 @@ CLIENT_LIBRARIES = {
     "nats-py": "nats",
     "clickhouse-connect": "clickhouse_connect",
     "chdb": "chdb",
-    "protobuf": "google.protobuf",
+    "polars": "polars",
     "pyarrow": "pyarrow",
+    "jetliner": "jetliner",
+    "xxhash": "xxhash",
+    "protobuf": "google.protobuf",
 }
+COLUMNAR_LIBRARIES = {"polars", "pyarrow", "jetliner", "xxhash", "polars-runtime-32"}
+"""What ``spate[columnar]`` brings; the row path installs none of it."""
 
 # Run inside the new environment: what is installed and what imports.
 _INSPECT = """
@@ -168,6 +173,7 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             "spate-s3",
             "spate-coordination",
             "spate-datagen",
+            *COLUMNAR_LIBRARIES,
             "spate-parquet",
         },
     )
@@ -210,6 +216,7 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "spate-clickhouse",
             "spate-s3",
             "spate-coordination",
+            *COLUMNAR_LIBRARIES,
             "spate-protobuf",
             "spate-parquet",
             "pyarrow",
@@ -225,6 +232,30 @@ def test_b26_kafka_extra_lists_kafka_avro_json_plugins_and_no_clickhouse(
     assert unwanted == [], unwanted
     distributions = {row["DISTRIBUTION"] for row in rows}
     assert {"spate-kafka", "spate-avro", "spate-json"} <= distributions, rows
+
+
+def test_b26_columnar_extra_brings_the_columnar_libraries_and_the_row_extras_do_not() -> None:
+    """``spate[columnar]`` pins the columnar extras of spate-avro and spate-clickhouse; the
+    row extras (kafka, clickhouse, avro, json) name no columnar library."""
+    root = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    extras = root["optional-dependencies"]
+    assert extras["columnar"] == [
+        f"spate-avro[columnar]=={VERSION}",
+        f"spate-clickhouse[columnar]=={VERSION}",
+    ]
+    for name in ("kafka", "clickhouse", "avro", "json"):
+        assert not any("[columnar]" in dep for dep in extras[name]), extras[name]
+    wanted: set[str] = set()
+    for package in ("spate-avro", "spate-clickhouse"):
+        meta = tomllib.loads((REPO_ROOT / "packages" / package / "pyproject.toml").read_text())
+        project = meta["project"]
+        assert not any(
+            re.split(r"[<>=\[ ]", dep)[0] in COLUMNAR_LIBRARIES for dep in project["dependencies"]
+        ), project["dependencies"]
+        wanted |= {
+            re.split(r"[<>=\[ ]", d)[0] for d in project["optional-dependencies"]["columnar"]
+        }
+    assert wanted == COLUMNAR_LIBRARIES - {"polars-runtime-32"}
 
 
 def test_b26_protobuf_extra_installs_protobuf_and_the_registry_client_only(

@@ -21,7 +21,7 @@ from spate.errors import ErrorClass, SinkError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink import Offer, ShardConfig, SinkPool
+from spate.sink import ListRowBuffer, Offer, ShardConfig, SinkPool
 from spate.testing import ScriptedEndpoints
 from spate.testing.conformance import conformance_context
 from spate_clickhouse import (
@@ -218,4 +218,77 @@ def test_a_row_without_a_usable_key_is_a_record_error() -> None:
         sink.offer(("x",), None, Lane("t", 0), _ack())
     with pytest.raises(SinkError, match="cannot place"):
         sink.offer(object(), None, Lane("t", 0), _ack())
+    sink.close()
+
+
+def test_b13_the_compiled_xxhash_places_exactly_as_the_pure_python_one() -> None:
+    """B13: with ``spate[columnar]`` the router hashes with the compiled xxHash64; it
+    must equal the pure-Python one (and so ClickHouse) on every key layout."""
+    xxhash = pytest.importorskip("xxhash")
+    from spate_clickhouse import _router
+
+    assert _router._xxh64 is xxhash.xxh64_intdigest
+    for type_name, values in [
+        ("String", ["", "abc", "customer-42", "é" * 40]),
+        ("Int32", [-1, 0, 7, 2**31 - 1]),
+        ("UInt64", [0, 5, 2**64 - 1]),
+        ("Date", [dt.date(2020, 1, 1), dt.date(1970, 1, 2)]),
+    ]:
+        layout = _key_bytes(parse_type(type_name))
+        for value in values:
+            assert xxhash.xxh64_intdigest(layout(value)) == xxhash64(layout(value))
+
+
+class FrameBuffer(ListRowBuffer):
+    """Keeps an appended Arrow table's rows, as dicts, for the scripted endpoints."""
+
+    __slots__ = ()
+
+    def append_frame(self, table: Any) -> int:
+        self.rows.extend(table.to_pylist())
+        return int(table.nbytes)
+
+
+def test_b13_a_frame_is_placed_by_the_distributed_router_as_its_rows_would_be() -> None:
+    """B13: a prepared frame offered to a ``router: distributed`` pool is split through
+    ``route_column`` over its sharding column: each row on the shard ``route`` picks."""
+    pa = pytest.importorskip("pyarrow")
+
+    class FrameEndpoints(ScriptedEndpoints):
+        def new_buffer(self, shard: int) -> Any:
+            return FrameBuffer()
+
+        def take_rows(self, table: Any, rows: list[int]) -> Any:
+            return table.take(pa.array(rows))
+
+    clock = ManualClock()
+    endpoints = FrameEndpoints(clock)
+    column = Column("k", parse_type("UInt8"))
+    sink = SinkPool(
+        "events",
+        endpoints,
+        shards=[ShardConfig(replicas=("a",), weight=1), ShardConfig(replicas=("b",), weight=2)],
+        pipeline="test",
+        run_nonce="run1",
+        meter=Meter("test-distributed-frame"),
+        clock=clock,
+        budget=InflightBudget(1 << 30),
+        io_threads=0,
+        router=DistributedRouter("", "k", 0, [1, 2], lambda: [column]),
+    )
+    sink.start()
+    assert not sink.frame_needs_keys
+    table = pa.table({"k": pa.array(range(10), pa.uint8()), "v": [f"r{i}" for i in range(10)]})
+    assert sink.offer_frame(table, None, Lane("t", 0), _ack()) is Offer.ACCEPTED
+    assert sink.flush(deadline=1e9)
+
+    def keys(endpoint: str) -> list[int]:
+        return sorted(r["k"] for a in endpoints.attempts_on(endpoint) for r in a.rows)  # type: ignore[index]
+
+    assert keys("a") == [0, 3, 6, 9]
+    assert keys("b") == [1, 2, 4, 5, 7, 8]
+    bad = pa.table({"k": pa.array([1, 300], pa.int64()), "v": ["x", "y"]})
+    with pytest.raises(SinkError, match="sink events: cannot place") as info:
+        sink.offer_frame(bad, None, Lane("t", 0), _ack())
+    assert info.value.error_class is ErrorClass.RECORD
     sink.close()

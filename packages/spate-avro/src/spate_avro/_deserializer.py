@@ -83,10 +83,16 @@ class RawAvroDeserializer(AvroDeserializer):
     """``mode: raw`` — the payload is one Avro datum written with the configured schema."""
 
     def __init__(
-        self, decode: DecodeFn, on_error: ErrorPolicy, described: Any | None = None
+        self,
+        decode: DecodeFn,
+        on_error: ErrorPolicy,
+        described: Any | None = None,
+        columnar: Any = None,
     ) -> None:
         super().__init__(on_error, described)
         self._decode = decode
+        self.columnar = columnar
+        """A :class:`~spate_avro._columnar.ColumnarAvroDecoder` (``spate[columnar]``) or None."""
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
@@ -99,6 +105,16 @@ class RawAvroDeserializer(AvroDeserializer):
             raise _unresolvable("the writer schema", exc) from None
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
+
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        """The whole batch as columns: ``(frames, errors)`` (see ``spate_avro._columnar``)."""
+        if self.columnar is None:
+            raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
+        return self.columnar.decode(payloads)
+
+    def close(self) -> None:
+        if self.columnar is not None:
+            self.columnar.close()
 
 
 class SingleObjectAvroDeserializer(AvroDeserializer):
@@ -162,6 +178,10 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         self._unknown_timeout = unknown_schema_timeout
         self._on_unknown = on_unknown_schema
         self._decoders: dict[int, DecodeFn] = {}
+        self.columnar: Any = None
+        """Truthy when batches can be decoded as columns (``spate[columnar]``, no reader
+        schema); the columnar decoder of each schema id is built on first use."""
+        self._columnar: dict[int, Any] = {}
 
     @property
     def registry(self) -> SchemaRegistryClient:
@@ -198,6 +218,51 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
 
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        """The batch as columns, grouped by schema id: ``(frames, errors)``.
+
+        Each id resolves through the registry as on the row path; an id that is not ready
+        stalls the whole batch (``DeserError(NOT_READY)`` is raised, B21).
+        """
+        import polars as pl
+
+        from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+
+        groups: dict[int, list[int]] = {}
+        errors: list[tuple[int, DeserError]] = []
+        for index, view in enumerate(payloads):
+            if view.nbytes < 5 or view[0] != CONFLUENT_MAGIC:
+                try:
+                    self.deserialize(view)
+                except DeserError as exc:
+                    errors.append((index, exc))
+                continue
+            groups.setdefault(_schema_id(view, 1)[0], []).append(index)
+        frames: list[tuple[str | None, Any]] = []
+        for schema_id, rows in groups.items():
+            decoder = self._columnar.get(schema_id)
+            if decoder is None:
+                try:
+                    decode = self._decoders.get(schema_id) or self._decoder_for(schema_id)
+                    writer = self._client.lookup(schema_id, self._fetch_wait)
+                except DeserError as exc:
+                    if exc.kind is DeserErrorKind.NOT_READY:
+                        raise
+                    errors.extend((row, exc) for row in rows)
+                    continue
+                decoder = self._columnar[schema_id] = ColumnarAvroDecoder(writer, decode)
+            group_frames, group_errors = decoder.decode([payloads[r] for r in rows], 5)
+            errors.extend((rows[i], exc) for i, exc in group_errors)
+            positions = pl.Series(rows, dtype=pl.UInt32)
+            for name, df in group_frames:
+                df.replace_column(
+                    df.get_column_index(ROW_COLUMN),
+                    positions.gather(df.get_column(ROW_COLUMN)).alias(ROW_COLUMN),
+                )
+                frames.append((name, df))
+        errors.sort(key=lambda item: item[0])
+        return frames, errors
+
     def _decoder_for(self, schema_id: int) -> DecodeFn:
         try:
             writer = self._client.lookup(schema_id, self._fetch_wait)
@@ -216,5 +281,10 @@ class ConfluentAvroDeserializer(AvroDeserializer):
             raise error from None
 
     def close(self) -> None:
-        """Stop the registry client's fetch thread (the pipeline calls it at the end)."""
-        self._client.close()
+        """Stop the registry client's fetch thread and release the columnar decoders
+        (the pipeline calls it at the end)."""
+        try:
+            for decoder in self._columnar.values():
+                decoder.close()
+        finally:
+            self._client.close()

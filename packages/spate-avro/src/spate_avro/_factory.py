@@ -48,6 +48,26 @@ def _check_reader(writer: Any, reader: Any | None, key: str, what: str) -> None:
         raise ConfigError(key, f"cannot read {what}: {problem}")
 
 
+def _columnar(writer: Any, reader: Any | None, decode: Any) -> Any:
+    """The columnar decoder of a raw schema when ``spate[columnar]`` is installed and the
+    schema is a record or a union of records read without a reader schema; else None."""
+    from spate_avro._columnar import ColumnarAvroDecoder, columnar_available
+
+    if reader is not None or not columnar_available():
+        return None
+    try:
+        return ColumnarAvroDecoder(writer, decode)
+    except ValueError as exc:
+        logger.info("Avro schema stays on the row path: %s", exc)
+        return None
+
+
+def _columnar_available() -> bool:
+    from spate_avro._columnar import columnar_available
+
+    return columnar_available()
+
+
 class AvroDeserializerFactory:
     """Builds the Avro deserializer of ``deserializer: {avro: ...}``."""
 
@@ -65,8 +85,12 @@ class AvroDeserializerFactory:
                 raise ConfigError(f"{base}.schema", "required in raw mode")
             writer = _load(config.schema, f"{base}.schema")
             _check_reader(writer, reader, f"{base}.reader_schema", "the writer schema")
+            decode = build_decoder(writer, reader)
             return RawAvroDeserializer(
-                build_decoder(writer, reader), config.on_error, reader if reader else writer
+                decode,
+                config.on_error,
+                reader if reader else writer,
+                _columnar(writer, reader, decode),
             )
         if config.mode == "single_object":
             sources: list[tuple[SchemaSource, str]] = []
@@ -122,7 +146,7 @@ class AvroDeserializerFactory:
         described = reader if reader is not None else latest
         if len(config.prewarm_subjects) != 1:
             described = reader
-        return ConfluentAvroDeserializer(
+        deserializer = ConfluentAvroDeserializer(
             client,
             reader=reader,
             fetch_wait=config.fetch_wait,
@@ -131,3 +155,6 @@ class AvroDeserializerFactory:
             unknown_schema_timeout=config.unknown_schema_timeout,
             on_unknown_schema=config.on_unknown_schema,
         )
+        if reader is None and _columnar_available():
+            deserializer.columnar = True
+        return deserializer

@@ -69,17 +69,29 @@ class ColumnBuffer:
     pipeline thread for every row.
     """
 
-    __slots__ = ("_columns", "_count", "rows")
+    __slots__ = ("_columns", "_count", "frames", "rows")
 
     def __init__(self) -> None:
         self.rows: list[tuple[object, ...]] = []
         self._columns: list[list[object]] | None = None
         self._count = 0
+        self.frames: list[object] | None = None
+        """Arrow tables appended by the columnar path (``append_frame``), else None."""
 
     def append(self, row: object) -> int:  # replaced by the generated function
         raise NotImplementedError
 
+    def append_frame(self, table: object) -> int:
+        """Add a checked Arrow table (columnar path); return its buffer size in bytes."""
+        if self.frames is None:
+            self.frames = []
+        self.frames.append(table)
+        self._count += len(table)  # type: ignore[arg-type]
+        return int(table.nbytes)  # type: ignore[attr-defined]
+
     def __len__(self) -> int:
+        if self.frames is not None:
+            return self._count
         return self._count if self._columns is not None else len(self.rows)
 
     def columns(self, count: int, binary: frozenset[int] = frozenset()) -> list[list[object]]:

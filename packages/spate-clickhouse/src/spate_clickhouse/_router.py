@@ -33,6 +33,11 @@ from spate_clickhouse._encoder import Column
 from spate_clickhouse._types import ChType
 from spate_clickhouse._xxhash import xxhash64
 
+try:  # the compiled xxHash64 (spate[columnar]); bit-exact with the pure-Python one
+    from xxhash import xxh64_intdigest as _xxh64
+except ImportError:  # pragma: no cover - the row path needs no extra dependency
+    _xxh64 = xxhash64
+
 _M64 = 0xFFFFFFFFFFFFFFFF
 _INT_WIDTH = {
     "Int8": 1,
@@ -147,7 +152,7 @@ class DistributedPlacement:
             self._hash = lambda v: int_hash64(int(v))  # type: ignore[call-overload]
         elif function == "xxHash64":
             layout = _key_bytes(t)
-            self._hash = lambda v: xxhash64(layout(v))
+            self._hash = lambda v: _xxh64(layout(v))
         else:
             raise ValueError(f"unsupported sharding function {function}")
 

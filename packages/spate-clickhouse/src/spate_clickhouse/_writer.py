@@ -104,6 +104,17 @@ class ClickHouseConnector:
         """The sink's columns with the types it writes with."""
         return list(self.encoder().columns)
 
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """Check a polars frame per column; ``(arrow table, bad rows)`` (columnar path)."""
+        from spate_clickhouse._frames import prepare_frame
+
+        return prepare_frame(frame, self.encoder().columns)
+
+    def take_rows(self, table: object, rows: list[int]) -> object:
+        from spate_clickhouse._frames import take_rows
+
+        return take_rows(table, rows)
+
     def insert_settings(self, token: str) -> dict[str, object]:
         settings = dict(self._settings)
         settings["insert_deduplicate"] = 1
@@ -187,6 +198,9 @@ class ClickHouseShardWriter:
         buffer = batch.buffer
         if not isinstance(buffer, ColumnBuffer):
             raise SinkError(f"unexpected buffer type {type(buffer).__name__}", ErrorClass.FATAL)
+        if buffer.frames is not None:
+            self._write_frames(batch, buffer)
+            return
         encoder = connector.encoder()
         names = connector.column_names
         if self._type_names is None:
@@ -213,5 +227,52 @@ class ClickHouseShardWriter:
                 self._drop_client()
             raise error from exc
 
+    def _write_frames(self, batch: WriteBatch, buffer: ColumnBuffer) -> None:
+        """One ``INSERT … FORMAT ArrowStream`` of the batch's tables with its dedup token."""
+        from spate_clickhouse._frames import arrow_stream
+
+        frames = buffer.frames or []
+        if len(frames) == 1 and isinstance(frames[0], _EncodedStream):
+            data = frames[0].data
+        else:
+            data = arrow_stream(frames)
+            buffer.frames = [_EncodedStream(data, len(buffer))]  # a retry sends these bytes
+        self._insert_stream(batch, data)
+
+    def _insert_stream(self, batch: WriteBatch, data: bytes) -> None:
+        connector = self.connector
+        table = connector.table
+        if connector.database:
+            table = f"{connector.database}.{table}"
+        try:
+            client = self._get_client()
+            client.raw_insert(
+                table,
+                connector.column_names,
+                insert_block=data,
+                settings=connector.insert_settings(batch.token),
+                fmt="ArrowStream",
+            )
+        except SinkError:
+            raise
+        except Exception as exc:
+            error = to_sink_error(exc, self.endpoint)
+            if code_of(exc) is None and not self._endpoint.embedded:
+                self._drop_client()
+            raise error from exc
+
     def close(self) -> None:
         self._drop_client()
+
+
+class _EncodedStream:
+    """A batch's tables once encoded: a retry resends these bytes (B9)."""
+
+    __slots__ = ("data", "rows")
+
+    def __init__(self, data: bytes, rows: int) -> None:
+        self.data = data
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows

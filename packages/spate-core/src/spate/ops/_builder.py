@@ -254,6 +254,13 @@ class ChainContext:
             raise ValueError("chain(on_error=...): use try_map for skip; 'fail' or 'dead_letter'")
         return Chain(meta=meta, on_error=policy)
 
+    def frames(self) -> Any:
+        """Start a frame chain (columnar path, ``spate[columnar]``): its operators receive
+        each batch as a polars DataFrame (see :mod:`spate.ops._frames`)."""
+        from spate.ops._frames import FrameChain
+
+        return FrameChain()
+
     def sink(self, name: str) -> SinkHandle:
         """The handle of sink ``name``; an unknown name is an error listing the known ones."""
         if name not in self._sinks:
@@ -262,7 +269,7 @@ class ChainContext:
         return SinkHandle(name)
 
 
-def build_chain(chains: Callable[[ChainContext], object], sink_names: Iterable[str]) -> ChainSpec:
+def build_chain(chains: Callable[[ChainContext], object], sink_names: Iterable[str]) -> Any:
     """Call the user's ``chains(ctx)`` and check it returned a chain.
 
     An unfinished chain (no terminal) is accepted as ``.sink()``: all rows go to the
@@ -275,6 +282,14 @@ def build_chain(chains: Callable[[ChainContext], object], sink_names: Iterable[s
         return result.sink()
     if isinstance(result, Split):
         raise TypeError("the chain ends in split() without route(fn)")
+    from spate.ops._frames import FrameChain, FrameSpec, FrameSplit
+
+    if isinstance(result, FrameSpec):
+        return result
+    if isinstance(result, FrameChain):
+        return result.sink()
+    if isinstance(result, FrameSplit):
+        return result.spec()
     raise TypeError(
         f"chains(ctx) must return a chain (ctx.chain()...sink() or ...split().route(fn)), "
         f"got {type(result).__name__}"

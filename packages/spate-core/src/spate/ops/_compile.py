@@ -9,6 +9,7 @@ interpreter when ``interpreted=True`` (for debugging a chain; same behaviour, sl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
 from spate.sink._contract import Sink
+
+logger = logging.getLogger(__name__)
 
 
 def compile_chain(
@@ -48,6 +51,28 @@ def compile_chain(
     ``on_record_error`` attribute (else ``fail``). Raises ``ValueError`` when the chain
     names a sink that does not exist. Called once, on the pipeline thread, at start.
     """
+    if callable(chain) and not isinstance(chain, (Chain, ChainSpec)):
+        chain = build_chain(chain, sinks)  # the user's chains(ctx): a row or frame chain
+    frames = _frame_spec(chain, deserializer, sinks, interpreted)
+    if frames is not None and dead_letter is not None:
+        if chain is not None:
+            raise ValueError(
+                "a frame chain (ctx.frames()) cannot send records to a dead-letter sink yet; "
+                "use a row chain (ctx.chain()) or remove dead_letter"
+            )
+        frames = None  # the no-chain pipeline runs on rows, where dead letters work
+    if frames is not None:
+        return _compile_frames(
+            frames,
+            deserializer=deserializer,
+            sinks=sinks,
+            meter=meter,
+            pipeline=pipeline,
+            deser_policy=deser_policy,
+            record_policy=record_policy,
+            component=component,
+            deser_component=deser_component,
+        )
     if chain is None:
         if len(sinks) != 1:
             raise ValueError(
@@ -59,8 +84,6 @@ def compile_chain(
         spec = chain.sink()
     elif isinstance(chain, ChainSpec):
         spec = chain
-    elif callable(chain):
-        spec = build_chain(chain, sinks)
     else:
         raise TypeError(f"expected a chain, got {type(chain).__name__}")
     rt = ChainRuntime(
@@ -78,3 +101,77 @@ def compile_chain(
     if interpreted:
         return Interpreter(rt)
     return FusedChain(rt)
+
+
+def columnar_capable(deserializer: object, sinks: Mapping[str, Sink]) -> bool:
+    """Whether the no-chain pipeline can run columnar: a columnar deserializer and sinks
+    that take frames (``spate[columnar]`` installed)."""
+    if getattr(deserializer, "columnar", None) is None:
+        return False
+    if not all(hasattr(s, "offer_frame") for s in sinks.values()):
+        return False
+    try:
+        import polars  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _frame_spec(
+    chain: object, deserializer: object, sinks: Mapping[str, Sink], interpreted: bool
+) -> Any:
+    """The frame chain to run, or None for the row path.
+
+    A user function is called once here; its result is kept for the row path too.
+    """
+    from spate.ops._frames import FrameChain, FrameRoute, FrameSpec, FrameSplit
+
+    if chain is None:
+        if len(sinks) == 1 and not interpreted and columnar_capable(deserializer, sinks):
+            return FrameSpec((), (FrameRoute(None),))
+        return None
+    if isinstance(chain, FrameChain):
+        return chain.sink()
+    if isinstance(chain, FrameSplit):
+        return chain.spec()
+    if isinstance(chain, FrameSpec):
+        return chain
+    return None
+
+
+def _compile_frames(
+    spec: Any,
+    *,
+    deserializer: object,
+    sinks: Mapping[str, Sink],
+    meter: Meter,
+    pipeline: str,
+    deser_policy: ErrorPolicy | None,
+    record_policy: ErrorPolicy | None,
+    component: str,
+    deser_component: str,
+) -> BatchProcessor:
+    from spate.ops._builder import SplitTerminal
+    from spate.ops._columnar import FrameProcessor
+
+    if deser_policy is None:
+        found = getattr(deserializer, "on_error", None)
+        deser_policy = found if isinstance(found, ErrorPolicy) else None
+    rt = ChainRuntime(  # counters and policies only: the frame path decodes by batch
+        ChainSpec((), SplitTerminal(_no_route, spec.unrouted)),
+        deserializer=None,
+        sinks=sinks,
+        meter=meter,
+        pipeline=pipeline,
+        deser_policy=deser_policy,
+        record_policy=record_policy,
+        component=component,
+        deser_component=deser_component,
+    )
+    processor = FrameProcessor(spec, rt, deserializer, sinks)
+    logger.info("pipeline %s runs on the columnar path: %s", pipeline, processor.describe())
+    return processor
+
+
+def _no_route(value: object, out: object) -> None:  # pragma: no cover - never called
+    raise RuntimeError("frame chains route by branch and predicate")

@@ -27,6 +27,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "coordination": ("spate-coordination",),
     "coordination-nats": ("spate-coordination",),
     "datagen": ("spate-datagen",),
+    "columnar": ("spate-avro", "spate-clickhouse"),
     "parquet": ("spate-parquet",),
     "full": (
         "spate-kafka",

@@ -268,6 +268,102 @@ class SinkPool:
             lock.release()
         return Offer.ACCEPTED
 
+    # -- columnar path (frames from spate.ops._columnar) -------------------------------
+
+    @property
+    def frame_needs_keys(self) -> bool:
+        """Whether :meth:`offer_frame` needs the records' keys (a router placing by them)."""
+        return self._router is not None and self._router.placed_by is None
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The connector's per-column check of a frame: ``(frame to offer, bad rows)``.
+
+        Bad rows (position, reason) are record errors for those records alone (B28).
+        """
+        prepare = getattr(self._connector, "prepare_frame", None)
+        if prepare is None:
+            raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
+        result: tuple[object, list[tuple[int, str]]] = prepare(frame)
+        return result
+
+    def offer_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
+    ) -> Offer:
+        """Append a prepared frame to its shards' open batches, all or nothing.
+
+        Each row goes to the shard the row path would pick (B13): ``shards`` when the
+        caller placed the rows itself, else the router's :meth:`~spate.sink.Router.route_column`
+        over the frame's :attr:`~spate.sink.Router.placed_by` column, or over ``keys`` when
+        it places by the record key. Refuses the whole frame while any target shard is full
+        (B7); the caller offers it again later. A value the router cannot place raises
+        ``SinkError(RECORD)`` naming the sink (nothing is held).
+        """
+        count = len(frame)  # type: ignore[arg-type]
+        if not count:
+            return Offer.ACCEPTED
+        router = self._router
+        parts: list[tuple[Shard, object]]
+        if shards is None and router is None:
+            parts = [(self._shards[0], frame)]
+        else:
+            if shards is None:
+                shards = self._route_frame(router, frame, keys, count, lane)  # type: ignore[arg-type]
+            by_shard: dict[int, list[int]] = {}
+            for position, shard_index in enumerate(shards):
+                by_shard.setdefault(shard_index, []).append(position)
+            take = self._connector.take_rows  # type: ignore[attr-defined]
+            parts = [
+                (self._shards[i], frame if len(rows) == count else take(frame, rows))
+                for i, rows in sorted(by_shard.items())
+            ]
+        with self._cond:
+            for shard, _part in parts:
+                if shard.open is None and len(shard.queue) >= self._queue_limit:
+                    return Offer.REJECTED
+                if self._closed:
+                    raise RuntimeError(f"sink {self.name} is closed")
+            for shard, part in parts:
+                batch = shard.open
+                if batch is None:
+                    batch = self._open_batch(shard)
+                    if batch is None:  # pragma: no cover - checked above under the lock
+                        return Offer.REJECTED
+                size = batch.buffer.append_frame(part)  # type: ignore[attr-defined]
+                batch.rows += len(part)  # type: ignore[arg-type]
+                batch.nbytes += size
+                batch.hold(ack)
+                self._acquire(batch)
+                if batch.rows >= self._max_rows:
+                    self._seal(shard, "max_rows")
+                elif batch.nbytes >= self._max_bytes:
+                    self._seal(shard, "max_bytes")
+        return Offer.ACCEPTED
+
+    def _route_frame(
+        self,
+        router: Router,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        count: int,
+        lane: Lane,
+    ) -> Sequence[int]:
+        """The shard of each row of ``frame``: the router's whole-column placement."""
+        column = router.placed_by
+        values: Sequence[object]
+        if column is None:
+            values = list(keys) if keys is not None else [None] * count
+        else:
+            values = frame.column(column).to_pylist()  # type: ignore[attr-defined]
+        try:
+            return router.route_column(values, lane)
+        except SinkError as exc:  # a value the router cannot place: a record error
+            raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
+
     def _open_batch(self, shard: Shard) -> PoolBatch | None:
         """A new open batch for ``shard``, or None while its queue is full (lock held)."""
         if self._closed:

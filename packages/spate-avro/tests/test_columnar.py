@@ -1,0 +1,224 @@
+"""Columnar Avro decoding finds exactly the bad records the row path finds (B28).
+
+A property test writes random records of random record schemas (and of the storefront
+union) with fastavro, corrupts some payloads at random (truncation, trailing bytes, empty
+payloads, flipped bytes), and checks that :class:`ColumnarAvroDecoder` reports as bad
+exactly the payloads the row path's decoder (fastavro, the reference) refuses, and that
+every good payload's scalar fields decode to the reference values.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spate_avro._schema import build_decoder, parse_schema_text
+from spate_datagen import storefront_schema_text
+
+pytest.importorskip("polars")
+pytest.importorskip("jetliner")
+
+from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+
+SCALARS: dict[str, Any] = {
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "string": st.text(max_size=12),
+    "boolean": st.booleans(),
+    "double": st.floats(allow_nan=False),
+    "nullable_long": st.none() | st.integers(-(2**40), 2**40),
+    "enum": st.sampled_from(["A", "B", "C"]),
+    "ints": st.lists(st.integers(-1000, 1000), max_size=4),
+    "tags": st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3),
+}
+
+
+def field_type(kind: str, i: int) -> Any:
+    if kind == "nullable_long":
+        return ["null", "long"]
+    if kind == "enum":
+        return {"type": "enum", "name": f"E{i}", "symbols": ["A", "B", "C"]}
+    if kind == "ints":
+        return {"type": "array", "items": "int"}
+    if kind == "tags":
+        return {"type": "map", "values": "string"}
+    return kind
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Any, list[bytes], list[dict[str, Any]]]:
+    kinds = draw(st.lists(st.sampled_from(sorted(SCALARS)), min_size=1, max_size=6))
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": f"f{i}", "type": field_type(k, i)} for i, k in enumerate(kinds)],
+    }
+    parsed = fastavro.parse_schema(schema)
+    records = draw(
+        st.lists(
+            st.fixed_dictionaries({f"f{i}": SCALARS[k] for i, k in enumerate(kinds)}),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    payloads = []
+    for record in records:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        payloads.append(out.getvalue())
+    corruptions = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(payloads) - 1),
+                st.sampled_from(["truncate", "trailing", "empty", "flip"]),
+                st.integers(0, 255),
+            ),
+            max_size=4,
+        )
+    )
+    for index, how, byte in corruptions:
+        p = payloads[index]
+        if how == "truncate" and p:
+            payloads[index] = p[: byte % len(p)]
+        elif how == "trailing":
+            payloads[index] = p + bytes([byte])
+        elif how == "empty":
+            payloads[index] = b""
+        elif p:
+            at = byte % len(p)
+            payloads[index] = p[:at] + bytes([p[at] ^ 0xFF]) + p[at + 1 :]
+    return parsed, payloads, records
+
+
+def reference(decode: Any, payloads: list[bytes]) -> tuple[set[int], dict[int, Any]]:
+    bad, good = set(), {}
+    for i, payload in enumerate(payloads):
+        try:
+            good[i] = decode(payload, 0)
+        except Exception:
+            bad.add(i)
+    return bad, good
+
+
+def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
+    """Whether ``payload`` is exactly how Avro writes the record it decodes to."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed, record)
+    return out.getvalue() == payload
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_b28_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
+    batch: tuple[Any, list[bytes], list[dict[str, Any]]],
+) -> None:
+    parsed, payloads, _records = batch
+    decode = build_decoder(parsed)
+    decoder = ColumnarAvroDecoder(parsed, decode)
+    try:
+        frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    finally:
+        decoder.close()
+    bad, good = reference(decode, payloads)
+    refused = {i for i, _ in errors}
+    # Beyond what the reference refuses, only payloads that are not canonical Avro (a
+    # boolean byte other than 0 or 1, which the reference reads leniently) are refused.
+    assert bad <= refused
+    for i in refused - bad:
+        assert not _canonical(parsed, payloads[i], good[i]), payloads[i]
+        del good[i]
+    rows = [r for _, df in frames for r in df.get_column(ROW_COLUMN).to_list()]
+    assert sorted(rows) == sorted(good)
+    for _, df in frames:
+        for row in df.to_dicts():
+            expected = good[row[ROW_COLUMN]]
+            for name, value in expected.items():
+                if isinstance(value, (int, str, bool, float)) or value is None:
+                    same = row[name] == value or (value != value and row[name] != row[name])
+                    assert same, (name, row, expected)  # NaN equals NaN here
+                elif isinstance(value, list):
+                    assert row[name] == value
+
+
+STOREFRONT = parse_schema_text(storefront_schema_text())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 199), st.integers(0, 255)), max_size=6))
+def test_b28_union_split_by_branch_keeps_bad_records_exact(cuts: list[tuple[int, int]]) -> None:
+    from spate_datagen import encode_avro, storefront_events
+
+    payloads = [encode_avro(e) for e in storefront_events(200)]
+    for index, byte in cuts:
+        p = payloads[index]
+        payloads[index] = p[: byte % max(len(p), 1)] if byte % 2 else p + bytes([byte])
+    decode = build_decoder(STOREFRONT)
+    decoder = ColumnarAvroDecoder(STOREFRONT, decode)
+    try:
+        frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    finally:
+        decoder.close()
+    bad, good = reference(decode, payloads)
+    assert {i for i, _ in errors} == bad
+    for name, df in frames:
+        for row in df.select("order_id", ROW_COLUMN).iter_rows():
+            expected = good[row[1]]
+            assert expected.name == name
+            assert expected.record["order_id"] == row[0]
+    assert sum(df.height for _, df in frames) == len(good)
+
+
+def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
+    kit: Any, schema_registry: Any
+) -> None:
+    """Two schema ids in one batch, a bad frame and a truncated datum: the frames hold the
+    good records with their batch indices; an unknown id stalls the whole batch (B21)."""
+    from spate import DeserError, DeserErrorKind
+
+    user = {
+        "type": "record",
+        "name": "User",
+        "namespace": "t",
+        "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
+    }
+    user_id = schema_registry.register("users-value", user)
+    union_id = schema_registry.register("events-value", kit.union)
+    deser = kit.build(
+        {"mode": "confluent", "registry": {"url": schema_registry.url}, "fetch_wait": "5s"}
+    )
+    try:
+        assert deser.columnar
+        payloads = []
+        for i in range(30):
+            payloads.append(kit.confluent(user_id, kit.encode(user, {"id": i, "name": f"u{i}"})))
+            event = ("spate.datagen.PaymentCaptured", {"order_id": i, "amount_cents": 3})
+            payloads.append(kit.confluent(union_id, kit.encode(kit.union, event)))
+        payloads[4] = b"\x01\x00\x00\x00\x01"  # wrong magic byte
+        payloads[6] = payloads[6][:-2]  # truncated
+        frames, errors = deser.deserialize_batch([memoryview(p) for p in payloads])
+        assert [i for i, _ in errors] == [4, 6]
+        users = [df for name, df in frames if name is None]
+        events = [df for name, df in frames if name == "spate.datagen.PaymentCaptured"]
+        assert users[0].get_column(ROW_COLUMN).to_list() == [
+            r for r in range(0, 60, 2) if r not in (4, 6)
+        ]
+        assert users[0].get_column("id").to_list() == [
+            r // 2 for r in range(0, 60, 2) if r not in (4, 6)
+        ]
+        assert events[0].get_column(ROW_COLUMN).to_list() == list(range(1, 60, 2))
+        unknown = memoryview(kit.confluent(999, b"\x02"))
+        with pytest.raises(DeserError) as row_path:
+            deser.deserialize(unknown)
+        if row_path.value.kind is DeserErrorKind.NOT_READY:
+            with pytest.raises(DeserError) as caught:
+                deser.deserialize_batch([unknown])
+            assert caught.value.kind is DeserErrorKind.NOT_READY
+        else:
+            _, errors = deser.deserialize_batch([unknown])
+            assert [(i, e.kind) for i, e in errors] == [(0, row_path.value.kind)]
+    finally:
+        deser.close()

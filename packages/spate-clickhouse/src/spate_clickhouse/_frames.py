@@ -1,0 +1,134 @@
+"""Columns in: the ClickHouse side of the columnar path (``spate[columnar]``).
+
+:func:`prepare_frame` checks a polars DataFrame against the sink's columns, column by
+column: a null into a non-``Nullable`` column, an integer outside its column's range or
+a name outside an ``Enum`` is a record error for that row alone (B28), exactly the
+values the row path refuses at ``append``. The good rows become an Arrow table in the
+sink's column order with types ClickHouse reads (``Utf8View`` → ``LargeUtf8``: ClickHouse
+before 26.4 rejects views). :func:`arrow_stream` encodes the sealed batch once as an
+Arrow IPC stream for ``INSERT … FORMAT ArrowStream`` (a retry resends the same bytes with
+the same dedup token, B9).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from spate.errors import ErrorClass, SinkError
+
+from spate_clickhouse._coerce import INT_RANGES
+from spate_clickhouse._encoder import Column
+from spate_clickhouse._types import ChType, EnumItem
+
+
+def _enum_names(t: ChType) -> list[str]:
+    return [a.name for a in t.args if isinstance(a, EnumItem)]
+
+
+def _plain(table: Any) -> Any:
+    """``table`` with string/binary views cast to large (offset) types."""
+    import pyarrow as pa
+
+    fields = []
+    changed = False
+    for field in table.schema:
+        t = _unview(field.type)
+        changed = changed or t != field.type
+        fields.append(pa.field(field.name, t, field.nullable))
+    return table.cast(pa.schema(fields)) if changed else table
+
+
+def _unview(t: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.large_list(pa.field(t.value_field.name, _unview(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _unview(f.type), f.nullable) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_unview(t.key_type), _unview(t.item_type))
+    return t
+
+
+def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[int, str]]]:
+    """``(arrow table of the good rows, [(position, reason), …])`` for a polars frame.
+
+    Eager Series checks (null counts, min/max) cost nothing per row in the common case;
+    a per-row mask is built only for a column that holds a bad value.
+    """
+    import polars as pl
+    import pyarrow as pa
+
+    present = set(df.columns)
+    problems: list[tuple[str, Any]] = []
+    for column in columns:
+        name = column.name
+        t = column.type
+        if name not in present:
+            if not t.nullable:
+                raise SinkError(
+                    f"the frame has no column {name!r} (columns: {sorted(present)})",
+                    ErrorClass.FATAL,
+                )
+            continue
+        u = t.unwrapped()
+        series = df.get_column(name)
+        if not t.nullable and series.null_count():
+            problems.append((f"null into the non-Nullable column {name} ({t})", series.is_null()))
+        if u.name in INT_RANGES and series.dtype.is_integer() and series.len():
+            lo, hi = INT_RANGES[u.name]
+            low, high = series.min(), series.max()
+            if (low is not None and low < lo) or (high is not None and high > hi):
+                mask = ((series < lo) | (series > hi)).fill_null(False)
+                problems.append((f"value out of range for {name} ({t})", mask))
+        elif u.name in ("Enum8", "Enum16") and series.dtype == pl.String:
+            names = _enum_names(u)
+            mask = (~series.is_in(names)).fill_null(False)
+            if mask.any():
+                problems.append((f"value not in {name} ({t})", mask))
+    bad: list[tuple[int, str]] = []
+    if problems:
+        any_bad = problems[0][1]
+        for _, mask in problems[1:]:
+            any_bad = any_bad | mask
+        reasons: dict[int, str] = {}
+        for reason, mask in problems:
+            for position in mask.arg_true().to_list():
+                reasons.setdefault(position, reason)
+        bad = sorted(reasons.items())
+        df = df.filter(~any_bad)
+    table = df.to_arrow()
+    arrays = []
+    for column in columns:
+        if column.name in present:
+            arrays.append(table.column(column.name))
+        else:
+            arrays.append(pa.nulls(table.num_rows))
+    out = pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+    return _plain(out), bad
+
+
+def take_rows(table: Any, rows: Sequence[int]) -> Any:
+    """The rows at ``rows`` of an Arrow table (for the per-shard split)."""
+    import pyarrow as pa
+
+    return table.take(pa.array(rows, type=pa.int64()))
+
+
+def arrow_stream(tables: Sequence[Any]) -> bytes:
+    """One Arrow IPC stream of ``tables`` (same schema) for ``FORMAT ArrowStream``."""
+    import pyarrow as pa
+
+    table = (
+        tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    )
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()

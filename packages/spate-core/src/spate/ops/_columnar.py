@@ -1,0 +1,245 @@
+"""The columnar executor: one source batch → frames → frame operators → sinks, as columns.
+
+:class:`FrameProcessor` is a :class:`~spate.ops.BatchProcessor` like the fused row loop,
+so the runtime, tracker, flow control, sink pool, drain and metrics are the same: a
+source batch stays one batch with one ack. Per batch it
+
+1. asks the deserializer for ``deserialize_batch(payloads)`` → ``(frames, errors)``:
+   one polars DataFrame per union branch (``None`` for a plain record schema), each with
+   the ``__spate_row`` column (the record's index in the batch), and the bad records by
+   index. A ``NOT_READY`` error stalls the whole batch before anything is offered (B21);
+   the others follow the deserializer's policy and are counted exactly as on the row path
+   (:class:`~spate.ops._stage.ChainRuntime` does the counting, B28);
+2. runs the chain's frame operators, then each route's selection and operators; rows a
+   filter drops, or that no route takes (``unrouted: skip``), are counted and resolve
+   as delivered (B3);
+3. has each sink check the frame per column (``sink.prepare_frame``): values a column
+   cannot take are record errors for those records alone, under the sink's
+   ``on_record_error``;
+4. offers each prepared frame with ``sink.offer_frame`` (all or nothing per frame); a
+   refusal stalls the batch and the runtime resumes it at the same frame later (B7, B8).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spate.checkpoint._ack import AckToken
+from spate.errors import DeserError, DeserErrorKind, ErrorClass, FatalError, SinkError
+from spate.ops._contract import Stalled
+from spate.ops._frames import FrameOp, FrameSpec
+from spate.ops._stage import ChainRuntime
+from spate.records import PayloadBatch
+from spate.sink._contract import Offer, Sink
+
+logger = logging.getLogger(__name__)
+
+ROW_COLUMN = "__spate_row"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Prepared frames not yet accepted: ``(sink index, frame, keys)`` from ``next``."""
+
+    items: list[tuple[int, Any, list[bytes | None] | None]]
+    next: int = 0
+
+
+def _where(batch: PayloadBatch) -> str:
+    return f"{batch.lane} offsets {batch.first_offset}..{batch.last_offset}"
+
+
+class FrameProcessor:
+    """Runs a :class:`FrameSpec` over whole batches (see the module docstring)."""
+
+    def __init__(
+        self, spec: FrameSpec, rt: ChainRuntime, deserializer: object, sinks: Mapping[str, Sink]
+    ) -> None:
+        import polars as pl  # the columnar extra
+
+        self._pl = pl
+        self.spec = spec
+        self._rt = rt
+        decode = getattr(deserializer, "deserialize_batch", None)
+        if decode is None or getattr(deserializer, "columnar", True) is None:
+            raise ValueError(
+                "frame operators need a columnar deserializer (a record or union-of-records "
+                "Avro schema with spate[columnar] installed); use a row chain (ctx.chain())"
+            )
+        self._decode = decode
+        names = list(sinks)
+        self._sinks = list(sinks.values())
+        for name, sink in sinks.items():
+            if not hasattr(sink, "offer_frame") or not hasattr(sink, "prepare_frame"):
+                raise ValueError(f"sink {name} cannot take columns; use a row chain")
+        self._routes: list[tuple[int, Any]] = []
+        for route in spec.routes:
+            if route.sink is None:
+                if len(names) != 1:
+                    raise ValueError("sink() without a name needs exactly one sink")
+                index = 0
+            elif route.sink in names:
+                index = names.index(route.sink)
+            else:
+                raise ValueError(f"no sink named {route.sink!r}; configured: {names}")
+            self._routes.append((index, route))
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    # -- operators ------------------------------------------------------------------------
+
+    def _apply(self, ops: Sequence[FrameOp], df: Any, batch: PayloadBatch) -> Any:
+        pl = self._pl
+        for op in ops:
+            before = df.height
+            try:
+                if op.kind == "filter":
+                    df = df.filter(*op.args)
+                elif op.kind == "with_columns":
+                    df = df.with_columns(*op.args)
+                elif op.kind == "select":
+                    out = df.select(*op.args)
+                    if ROW_COLUMN not in out.columns and out.height == df.height:
+                        out.insert_column(out.width, df.get_column(ROW_COLUMN))
+                    df = out
+                else:
+                    out = op.args[0](df)
+                    if not isinstance(out, pl.DataFrame):
+                        raise TypeError(f"returned {type(out).__name__}, not a polars DataFrame")
+                    if ROW_COLUMN not in out.columns and out.height == df.height:
+                        out = out.with_columns(df.get_column(ROW_COLUMN))  # not in place: user's
+                    df = out
+            except Exception as exc:
+                self._rt.m_err_fail.inc()
+                raise FatalError(
+                    self._rt.component,
+                    f"{op.label} raised on the batch at {_where(batch)}: {exc!r}",
+                ) from exc
+            if op.kind == "filter" and df.height < before:
+                self._rt.m_drop_filter.inc(before - df.height)
+        return df
+
+    # -- BatchProcessor -------------------------------------------------------------------
+
+    def process(
+        self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
+    ) -> Stalled | None:
+        pending = resume if isinstance(resume, _Pending) else self._prepare(batch)
+        if pending is None:
+            self._rt.m_deser_not_ready.inc()
+            return Stalled(None, "not_ready")
+        items = pending.items
+        sinks = self._sinks
+        lane = batch.lane
+        while pending.next < len(items):
+            index, frame, keys = items[pending.next]
+            if sinks[index].offer_frame(frame, keys, lane, ack) is Offer.REJECTED:  # type: ignore[attr-defined]
+                return Stalled(pending, "sink_full", self._rt.sink_names[index])
+            pending.next += 1
+        return None
+
+    def _prepare(self, batch: PayloadBatch) -> _Pending | None:
+        rt = self._rt
+        try:
+            frames, errors = self._decode(batch.payloads)
+        except DeserError as exc:
+            if exc.kind is DeserErrorKind.NOT_READY:
+                return None
+            raise FatalError(rt.deser_component, f"cannot decode {_where(batch)}: {exc}") from exc
+        if any(error.kind is DeserErrorKind.NOT_READY for _, error in errors):
+            return None  # B21: decode the whole batch again later, drop nothing
+        for index, error in errors:
+            rt.deser_error(error, batch, index)
+        decoded = sum(df.height for _, df in frames)
+        if decoded:
+            rt.m_deser_ok.inc(decoded)
+            rt.m_in.inc(decoded)
+        items: list[tuple[int, Any, list[bytes | None] | None]] = []
+        for branch, df in frames:
+            df = self._apply(self.spec.ops, df, batch)
+            self._route(branch, df, batch, items)
+        return _Pending(items)
+
+    def _route(
+        self,
+        branch: str | None,
+        df: Any,
+        batch: PayloadBatch,
+        items: list[tuple[int, Any, list[bytes | None] | None]],
+    ) -> None:
+        rt = self._rt
+        routed: Any = None
+        everything = False
+        for sink_index, route in self._routes:
+            if route.branch is not None and (
+                branch is None
+                or (route.branch != branch and route.branch != branch.rpartition(".")[2])
+            ):
+                continue
+            sub = df
+            if route.when is not None:
+                try:
+                    mask = df.select(route.when).to_series().fill_null(False)
+                except Exception as exc:
+                    raise rt.route_error(exc, batch, 0) from exc
+                sub = df.filter(mask)
+                routed = mask if routed is None else routed | mask
+            else:
+                everything = True
+            sub = self._apply(route.ops, sub, batch)
+            if sub.height:
+                self._prepare_for(sink_index, sub, batch, items)
+        if everything:
+            return
+        missed = df.height if routed is None else int((~routed).sum())
+        if missed:
+            if self.spec.unrouted.value == "skip":
+                rt.m_drop_unrouted.inc(missed)
+            else:
+                rows = df.get_column(ROW_COLUMN) if ROW_COLUMN in df.columns else None
+                first = 0
+                if rows is not None:
+                    first = (
+                        int(rows.filter(~routed).first()) if routed is not None else int(rows[0])
+                    )
+                rt.unrouted_record(batch, first)
+
+    def _prepare_for(
+        self,
+        sink_index: int,
+        df: Any,
+        batch: PayloadBatch,
+        items: list[tuple[int, Any, list[bytes | None] | None]],
+    ) -> None:
+        rt = self._rt
+        sink = self._sinks[sink_index]
+        rows: list[int] | None = (
+            df.get_column(ROW_COLUMN).to_list() if ROW_COLUMN in df.columns else None
+        )
+        try:
+            frame, bad = sink.prepare_frame(df)  # type: ignore[attr-defined]
+        except SinkError as exc:
+            raise FatalError(
+                rt.sink_names[sink_index],
+                f"cannot write the batch at {_where(batch)}: {exc.reason}",
+            ) from exc
+        if bad:
+            for position, reason in bad:
+                index = rows[position] if rows is not None else 0
+                rt.sink_error(sink_index, SinkError(reason, ErrorClass.RECORD), batch, index)
+            if rows is not None:
+                dropped = {position for position, _ in bad}
+                rows = [r for i, r in enumerate(rows) if i not in dropped]
+        count = len(frame)
+        if not count:
+            return
+        rt.m_out[sink_index].inc(count)
+        keys: list[bytes | None] | None = None
+        if getattr(sink, "frame_needs_keys", False):
+            source_keys = batch.keys
+            keys = [source_keys[r] for r in rows] if rows is not None else [None] * count
+        items.append((sink_index, frame, keys))

@@ -1,0 +1,369 @@
+"""Frame chains on the shared sink pool (columnar path): B2, B3, B7, B8, B13, B28.
+
+A deserializer that hands out polars frames and a scripted connector that takes Arrow
+tables drive the real :class:`~spate.ops._columnar.FrameProcessor` and
+:class:`~spate.sink.SinkPool` inline on a manual clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from spate import AckStatus, AckToken, ErrorPolicy, FatalError, Lane, ManualClock
+from spate.flow import InflightBudget
+from spate.metrics import Meter
+from spate.ops import compile_chain
+from spate.records import PayloadBatch
+from spate.sink import BatchConfig, InflightConfig, PoolConfig, ShardConfig, SinkPool
+from spate.testing._scripted import ScriptedEndpoints
+
+pl = pytest.importorskip("polars")
+pa = pytest.importorskip("pyarrow")
+
+LANE = Lane("t", 0)
+
+
+class FrameBuffer:
+    def __init__(self) -> None:
+        self.tables: list[Any] = []
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        return [tuple(r.values()) for t in self.tables for r in t.to_pylist()]
+
+    def append(self, row: object) -> int:
+        raise AssertionError("the columnar path appends frames")
+
+    def append_frame(self, table: Any) -> int:
+        self.tables.append(table)
+        return int(table.nbytes)
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self.tables)
+
+
+class FrameEndpoints(ScriptedEndpoints):
+    """Scripted endpoints whose buffers hold Arrow tables; ``bad`` marks record errors."""
+
+    def new_buffer(self, shard: int) -> Any:
+        return FrameBuffer()
+
+    def prepare_frame(self, df: Any) -> tuple[Any, list[tuple[int, str]]]:
+        bad = []
+        if "bad" in df.columns:
+            bad = [(i, "bad value") for i in df.get_column("bad").arg_true().to_list()]
+            df = df.filter(~pl.col("bad")).drop("bad")
+        return df.drop("__spate_row").to_arrow(), bad
+
+    def take_rows(self, table: Any, rows: list[int]) -> Any:
+        return table.take(pa.array(rows))
+
+    def _record(self, endpoint: str, batch: Any, outcome: str, at: float) -> None:
+        from spate.testing._scripted import WriteAttempt
+
+        rows = tuple(batch.buffer.rows)
+        attempt = WriteAttempt(
+            endpoint, batch.shard, batch.seq, batch.token, batch.attempt, rows, outcome, at
+        )
+        with self._lock:
+            self.attempts.append(attempt)
+            if outcome == "ok":
+                self.written.append(attempt)
+
+
+class FrameDeser:
+    """Decodes payloads ``b"<n>"`` (``b"x"``: bad) into one frame with column ``n``."""
+
+    columnar = True
+    on_error = ErrorPolicy.SKIP
+
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        from spate import DeserError
+
+        good, rows, errors = [], [], []
+        for i, p in enumerate(payloads):
+            if bytes(p) == b"x":
+                errors.append((i, DeserError("not a number")))
+            else:
+                good.append(int(bytes(p)))
+                rows.append(i)
+        df = pl.DataFrame({"n": good, "__spate_row": pl.Series(rows, dtype=pl.UInt32)})
+        return [(None, df)], errors
+
+
+def make_pool(shards: int = 1, **cfg: Any) -> tuple[SinkPool, FrameEndpoints, Meter]:
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    endpoints = FrameEndpoints(clock)
+    pool = SinkPool(
+        "sink",
+        endpoints,
+        shards=[ShardConfig(replicas=(f"s{i}",), weight=i + 1) for i in range(shards)],
+        pipeline="p",
+        run_nonce="run1",
+        meter=meter,
+        clock=clock,
+        budget=InflightBudget(1 << 30),
+        io_threads=0,
+        config=PoolConfig(**cfg),
+    )
+    pool.start()
+    return pool, endpoints, meter
+
+
+def batch(values: list[bytes], keys: list[bytes | None] | None = None) -> PayloadBatch:
+    n = len(values)
+    return PayloadBatch(
+        LANE, list(range(n)), [memoryview(v) for v in values], keys or [None] * n, [0] * n, n
+    )
+
+
+def new_ack(results: dict[str, AckStatus]) -> AckToken:
+    return AckToken(LANE, 0, 1, 1, 1, lambda t: results.__setitem__("ack", t.status))
+
+
+def metric(meter: Meter, name: str, **labels: str) -> float:
+    value = meter.registry.get_sample_value(name, {"pipeline": "p", **labels})
+    return 0.0 if value is None else value
+
+
+def test_b3_filtered_and_bad_records_resolve_delivered_and_are_counted() -> None:
+    pool, ends, meter = make_pool()
+    proc = compile_chain(
+        lambda ctx: ctx.frames().filter(pl.col("n") % 2 == 0).sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+    )
+    results: dict[str, AckStatus] = {}
+    ack = new_ack(results)
+    assert proc.process(batch([b"1", b"2", b"x", b"4", b"5"]), ack) is None
+    ack.release(True)
+    pool.tick()
+    assert [r for w in ends.written for r in w.rows] == [(2,), (4,)]
+    assert results["ack"] is AckStatus.DELIVERED
+    assert (
+        metric(
+            meter,
+            "spate_operator_dropped_total",
+            component="chain",
+            component_type="operators",
+            reason="filter",
+        )
+        == 2
+    )
+    assert (
+        metric(
+            meter,
+            "spate_deser_records_total",
+            component="deserializer",
+            component_type="deserializer",
+            outcome="skipped",
+        )
+        == 1
+    )
+
+
+def test_b7_b8_a_full_shard_stalls_the_batch_and_it_resumes_without_rerunning() -> None:
+    pool, ends, meter = make_pool(
+        batch=BatchConfig(max_rows=2), inflight=InflightConfig(max_per_shard=1)
+    )
+    calls = []
+
+    def count(df: Any) -> Any:
+        calls.append(df.height)
+        return df
+
+    proc = compile_chain(
+        lambda ctx: ctx.frames().map_batches(count).sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+    )
+    results: dict[str, AckStatus] = {}
+    first, second = new_ack(results), new_ack({})
+    assert proc.process(batch([b"1", b"2", b"3"]), first) is None  # sealed, queued
+    stalled = proc.process(batch([b"4", b"5"]), second)
+    assert stalled is not None and stalled.reason == "sink_full"
+    pool.pump()
+    assert proc.process(batch([b"4", b"5"]), second, stalled.cursor) is None
+    first.release(True)
+    second.release(True)
+    pool.tick()
+    assert sorted(r for w in ends.written for r in w.rows) == [(1,), (2,), (3,), (4,), (5,)]
+    assert calls == [3, 2]  # the stalled batch's operators ran once (B8)
+    assert results["ack"] is AckStatus.DELIVERED
+
+
+def test_b13_frames_are_placed_on_the_shards_rows_would_go_to() -> None:
+    pool, ends, meter = make_pool(shards=3)
+    keys = [f"k{i}".encode() for i in range(60)]
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+    )
+    ack = new_ack({})
+    assert proc.process(batch([str(i).encode() for i in range(60)], keys), ack) is None
+    ack.release(True)
+    pool.tick()
+    placed = {r[0]: w.shard for w in ends.written for r in w.rows}
+    assert placed == {i: pool.shard_of(keys[i], LANE) for i in range(60)}
+    assert len(set(placed.values())) == 3
+
+
+def test_b28_record_errors_from_the_sink_follow_its_policy() -> None:
+    pool, ends, meter = make_pool()
+    chain = lambda ctx: ctx.frames().with_columns((pl.col("n") > 2).alias("bad")).sink()  # noqa: E731
+    proc = compile_chain(
+        chain,
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        record_policy=ErrorPolicy.SKIP,
+    )
+    ack = new_ack({})
+    assert proc.process(batch([b"1", b"2", b"3", b"4"]), ack) is None
+    ack.release(True)
+    pool.tick()
+    assert [r for w in ends.written for r in w.rows] == [(1,), (2,)]
+    strict = compile_chain(
+        chain,
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        record_policy=ErrorPolicy.FAIL,
+    )
+    with pytest.raises(FatalError, match="offset 2"):
+        strict.process(batch([b"1", b"2", b"3"]), new_ack({}))
+
+
+def test_an_operator_error_fails_naming_the_batch_and_row_operators_are_refused() -> None:
+    pool, _ends, meter = make_pool()
+
+    def boom(df: Any) -> Any:
+        raise ValueError("boom")
+
+    proc = compile_chain(
+        lambda ctx: ctx.frames().map_batches(boom).sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+    )
+    with pytest.raises(FatalError, match=r"map_batches\(.*boom\).*t\[0\] offsets 0\.\.1"):
+        proc.process(batch([b"1", b"2"]), new_ack({}))
+    with pytest.raises(TypeError, match="row operator"):
+        compile_chain(
+            lambda ctx: ctx.frames().map(lambda v: v).sink(),
+            deserializer=FrameDeser(),
+            sinks={"sink": pool},
+            meter=meter,
+            pipeline="p",
+        )
+
+
+def test_a_frame_chain_needs_a_columnar_deserializer() -> None:
+    pool, _ends, meter = make_pool()
+
+    class RowOnly:
+        def deserialize(self, payload: memoryview) -> object:
+            return bytes(payload)
+
+    with pytest.raises(ValueError, match="columnar deserializer"):
+        compile_chain(
+            lambda ctx: ctx.frames().sink(),
+            deserializer=RowOnly(),
+            sinks={"sink": pool},
+            meter=meter,
+            pipeline="p",
+        )
+
+
+class ColumnRouter:
+    """Places a row by its column ``n`` (``n % 3``), and records how it was asked."""
+
+    placed_by = "n"
+
+    def __init__(self) -> None:
+        self.columns: list[list[object]] = []
+
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
+        return int(row["n"]) % 3  # type: ignore[index]
+
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        self.columns.append(list(values))
+        return [int(v) % 3 for v in values]  # type: ignore[call-overload]
+
+
+def test_b13_a_router_placing_by_a_column_gets_the_frames_column_at_once() -> None:
+    """B13: a frame goes through the router's ``route_column`` over its ``placed_by``
+    column (not the keys), and each row lands where ``route`` puts the row."""
+    router = ColumnRouter()
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    ends = FrameEndpoints(clock)
+    pool = SinkPool(
+        "sink",
+        ends,
+        shards=[ShardConfig(replicas=(f"s{i}",)) for i in range(3)],
+        pipeline="p",
+        run_nonce="run1",
+        meter=meter,
+        clock=clock,
+        budget=InflightBudget(1 << 30),
+        io_threads=0,
+        config=PoolConfig(),
+        router=router,
+    )
+    pool.start()
+    assert not pool.frame_needs_keys
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p",
+    )  # fmt: skip
+    ack = new_ack({})
+    assert proc.process(batch([str(i).encode() for i in range(30)]), ack) is None
+    ack.release(True)
+    pool.tick()
+    assert router.columns == [list(range(30))]
+    placed = {r[0]: w.shard for w in ends.written for r in w.rows}
+    assert placed == {i: router.route({"n": i}, None, LANE) for i in range(30)}
+
+
+def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows() -> None:
+    """B71: dead letters are a row-path feature; a frame chain says so at build, and a
+    pipeline without a chain stays on the row path when a dead-letter sink is set."""
+    from spate.config import DeadLetterSettings
+    from spate.ops._columnar import FrameProcessor
+    from spate.ops._deadletter import DeadLetter
+
+    class BothDeser(FrameDeser):
+        def deserialize(self, payload: memoryview) -> object:
+            return {"n": int(bytes(payload))}
+
+    pool, _ends, meter = make_pool()
+    dlq, _dlq_ends, _ = make_pool()
+    dead_letter = DeadLetter(
+        dlq, DeadLetterSettings(), meter=meter, pipeline="p", kafka_format=False
+    )
+    with pytest.raises(ValueError, match=r"frame chain .* dead-letter"):
+        compile_chain(
+            lambda ctx: ctx.frames().sink(), deserializer=BothDeser(), sinks={"sink": pool},
+            meter=meter, pipeline="p", dead_letter=dead_letter,
+        )  # fmt: skip
+    plain = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
+                          pipeline="p")  # fmt: skip
+    assert isinstance(plain, FrameProcessor)
+    rows = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
+                         pipeline="p", dead_letter=dead_letter)  # fmt: skip
+    assert not isinstance(rows, FrameProcessor)
