@@ -24,10 +24,10 @@ import signal
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
+from spate.sink._store import read_records
 
 from tests.flagship.test_flagship_no_loss import (
     TABLES,
@@ -56,13 +56,10 @@ def spooled_identities(spool: Path) -> set[bytes]:
             continue
         for name in sorted(n for n in os.listdir(directory) if n.endswith(".jsonl")):
             try:
-                data = (directory / name).read_bytes()
+                records = read_records(str(directory / name))
             except FileNotFoundError:  # deleted after ClickHouse took it
                 continue
-            for line in data.split(b"\n")[:-1]:
-                payload = line[9:]
-                if payload.startswith(b"#") or zlib.crc32(payload) != int(line[:8], 16):
-                    continue
+            for payload in records:
                 order_id = json.loads(payload)["t"][0]
                 held.add(f"{kind}:{order_id}".encode())
     return held

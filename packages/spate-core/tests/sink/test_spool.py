@@ -24,6 +24,7 @@ from spate.sink import (
     SpoolCorruptError,
     SpoolTier,
 )
+from spate.sink._store import read_records
 from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
 from spate.testing.conformance import ConformanceFailure, StoreConformance
 
@@ -167,6 +168,26 @@ def test_b55_torn_tail_is_cut_and_complete_batches_replay(tmp_path: Path) -> Non
     again.start()
     again.flush(ManualClock().monotonic() + 1e9)
     assert script2.rows == [{"i": 1}, {"i": 2}]  # the torn batch was never acked either
+
+
+def test_b55_read_records_leaves_out_a_torn_batch_and_changes_nothing(tmp_path: Path) -> None:
+    """The read-only reader (for inspection while a spool runs) sees complete batches only."""
+    spool, _, script, _ = make(tmp_path, ack="terminal")
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    offer_batch(spool, acks, [{"i": 1}, {"i": 2}])
+    spool.tick()
+    offer_batch(spool, acks, [{"i": 3}, {"i": 4}])
+    spool.tick()
+    (segment,) = files(tmp_path)
+    path = tmp_path / segment
+    data = path.read_bytes()
+    torn = data[: data.index(b'"i":4') + 2]
+    path.write_bytes(torn)
+    records = read_records(str(path))
+    assert [b'"i":1' in r or b'"i":2' in r for r in records] == [True, True]
+    assert path.read_bytes() == torn  # nothing cut: recovery alone does that
 
 
 def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: Path) -> None:

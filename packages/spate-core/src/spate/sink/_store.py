@@ -436,6 +436,25 @@ def _read_v2(
     return batches, offset, torn
 
 
+def read_records(path: str) -> list[bytes]:
+    """The records of every complete batch of the segment at ``path``, read-only.
+
+    For inspection (and tests) while a spool runs: a batch still being written is left
+    out, and nothing on disk is cut or changed, unlike recovery. Corruption before the
+    last complete batch still raises :class:`SpoolCorruptError`.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    number, origin = _parse_name(os.path.basename(path))
+    if data.startswith(MAGIC):
+        batches = _read_v2(data, path, number, origin, last=True)[0]
+    elif MAGIC.startswith(data):
+        return []  # a segment whose header is still being written
+    else:
+        batches = _read_v1(data, path, number, origin, last=True)[0]
+    return [record for batch in batches for record in batch.records]
+
+
 def _declared_end(data: bytes, offset: int) -> int | None:
     """Where the batch at ``offset`` ends by its (parsed) header."""
     newline = data.find(b"\n", offset, offset + 64)
