@@ -218,7 +218,7 @@ def test_b64_workers_drain_when_the_parent_is_killed(tmp_path: Path) -> None:
     config = _config(tmp_path, "orphans", out=tmp_path / "out.jsonl")
     run = _Run(tmp_path, "run", str(config), "--processes", "2")
     _until(lambda: len(re.findall(r"worker \d started", run.text)) == 2, "2 workers", run)
-    _until(lambda: "orphans running" in run.text, "workers running", run)
+    _until(lambda: run.text.count("orphans running") == 2, "workers running", run)
     pids = [int(p) for _, p in re.findall(r"worker (\d) started \(pid (\d+)\)", run.text)]
     run.proc.kill()
     run.proc.wait()
@@ -237,3 +237,37 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_b64_a_worker_whose_parent_died_before_it_looked_still_drains(tmp_path: Path) -> None:
+    """The parent can be killed while a worker is still importing its plugins; by the
+    time the worker starts watching, init has adopted it. The worker must compare with
+    the parent it was started by, not with whoever its parent is when it looks."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\n"
+            "from spate.cli._processes import WorkerSlot\n"
+            "slot = WorkerSlot.from_env()\n"
+            "assert slot is not None\n"
+            "slot.watch_parent(interval=0.05)\n"
+            "time.sleep(300)\n",
+        ],
+        env=dict(
+            os.environ,
+            SPATE_WORKER_INDEX="0",
+            SPATE_WORKER_DIR=str(tmp_path),
+            SPATE_WORKER_PARENT=str(gone.pid),
+        ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, err = worker.communicate(timeout=120)
+    finally:
+        worker.kill()
+    assert worker.returncode == -signal.SIGTERM, err
+    assert "the parent process is gone; draining" in err

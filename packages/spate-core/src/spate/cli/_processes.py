@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 ENV_INDEX = "SPATE_WORKER_INDEX"
 ENV_DIR = "SPATE_WORKER_DIR"
+ENV_PARENT = "SPATE_WORKER_PARENT"
 DRAIN_MARGIN = 10.0
 """Seconds the parent waits beyond ``checkpoint.drain_timeout`` for workers to exit."""
 _SCRAPE_TIMEOUT = 2.0
@@ -102,13 +103,17 @@ class WorkerSlot:
 
     index: int
     directory: Path
+    parent: int | None = None
+    """The parent's pid as the parent gave it; the worker's own view of its parent
+    (``os.getppid()`` at the time it looks) is wrong once the parent died first."""
 
     @classmethod
     def from_env(cls) -> WorkerSlot | None:
         index, directory = os.environ.get(ENV_INDEX), os.environ.get(ENV_DIR)
         if index is None or directory is None or not index.isdigit():
             return None
-        return cls(int(index), Path(directory))
+        parent = os.environ.get(ENV_PARENT, "")
+        return cls(int(index), Path(directory), int(parent) if parent.isdigit() else None)
 
     def config(self, cfg: PipelineConfig) -> PipelineConfig:
         """``cfg`` as a worker runs it: its admin server on a free loopback port (the
@@ -128,8 +133,12 @@ class WorkerSlot:
 
     def watch_parent(self, interval: float = 1.0) -> None:
         """Drain (SIGTERM to this process) once the parent is gone, so a killed parent
-        never leaves workers running on their own. Starts a daemon thread."""
-        parent = os.getppid()
+        never leaves workers running on their own. Starts a daemon thread.
+
+        The parent is the pid the parent put in the environment, not ``os.getppid()``
+        now: a parent killed while this worker was still starting has already been
+        replaced by init (or a subreaper), and watching that one would never end."""
+        parent = self.parent if self.parent is not None else os.getppid()
 
         def watch() -> None:
             while os.getppid() == parent:
@@ -299,7 +308,10 @@ class ProcessParent:
     def _start(self, worker: _Worker) -> None:
         (self._dir / f"worker-{worker.index}.url").unlink(missing_ok=True)
         (self._dir / f"worker-{worker.index}.last").unlink(missing_ok=True)
-        env = dict(self._env, **{ENV_INDEX: str(worker.index), ENV_DIR: str(self._dir)})
+        env = dict(
+            self._env,
+            **{ENV_INDEX: str(worker.index), ENV_DIR: str(self._dir), ENV_PARENT: str(os.getpid())},
+        )
         worker.proc = subprocess.Popen(self._argv, env=env)
         worker.started_at = self._clock.monotonic()
         worker.restart_at = None
