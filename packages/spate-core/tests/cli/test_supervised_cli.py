@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli_run import SpateRun as _Run
+
 pytestmark = pytest.mark.e2e
 
 UNBOUNDED = """
@@ -40,38 +42,8 @@ def _config(tmp: Path, name: str, *, out: Path, listen: str = "none", extra: str
     return path
 
 
-class _Run:
-    """``spate run`` as a process, its stderr in a file (no pipe can fill up)."""
-
-    def __init__(self, tmp: Path, *argv: str) -> None:
-        self.log = tmp / f"run-{len(list(tmp.glob('run-*.log')))}.log"
-        with self.log.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "spate.cli", *argv],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                cwd=tmp,
-            )
-
-    @property
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait(self, timeout: float = 180) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"spate run did not exit; log: {self.text[-3000:]}") from None
-
-
 def _until(predicate: Callable[[], object], what: str, run: _Run, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if run.proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"waiting for {what}; log: {run.text[-3000:]}")
-        time.sleep(0.1)
+    run.until(predicate, what, timeout)
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -12,10 +12,11 @@ errors (B28).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import types
 from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from spate.plugins import import_reference
 
 Converter = Callable[[Any], Any]
 
@@ -52,16 +53,7 @@ def json_type(value: object) -> str:
 
 def load_target(spec: str) -> type[Any]:
     """Import ``package.module:Name``; raises ``ValueError`` when it is not a dataclass."""
-    module_name, _, qualname = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"{module_name!r} has no attribute {qualname!r}") from None
+    obj = import_reference(spec)
     if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
         raise ValueError(f"{spec} is not a dataclass")
     return obj

@@ -45,6 +45,16 @@ SOURCE_POLL_SECONDS = _h("spate_source_poll_duration_seconds", "Time spent in on
 SOURCE_LAG = _g(
     "spate_source_lag_records", "Records behind the end of the lane; 0 when not owned.", "lane"
 )
+SOURCE_DROPPED = _c(
+    "spate_source_dropped_total",
+    "Records (or whole responses) a source dropped: duplicates, or record errors skipped.",
+    "reason",
+)
+SOURCE_REQUESTS = _c(
+    "spate_source_requests_total",
+    "Requests a polling source made, by outcome (ok, retried, failed).",
+    "outcome",
+)
 SOURCE_REBALANCES = _c(
     "spate_source_rebalances_total", "Lane assignment changes seen by the source.", "event"
 )
@@ -190,6 +200,10 @@ SUPERVISOR_BACKOFF = _g(
     "The wait before the pending restart; 0 while running.",
     "worker",
 )
+
+DROPPED_FAMILIES: tuple[MetricFamily, ...] = (SOURCE_DROPPED, DESER_DROPPED, OPS_DROPPED)
+"""Families of records dropped on purpose, summed by reason in the run summary and the
+status line (B42)."""
 
 ALL_FAMILIES: tuple[MetricFamily, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, MetricFamily)

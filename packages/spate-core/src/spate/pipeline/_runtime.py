@@ -565,7 +565,7 @@ class PipelineRuntime:
         unfinished = sum(s.queued for s in snapshot)
         delivered, failed = self.tracker.record_counts()
         dropped: dict[str, int] = {}
-        for family in (names.DESER_DROPPED, names.OPS_DROPPED):
+        for family in names.DROPPED_FAMILIES:
             for why, count in self._meter.totals(family, "reason").items():
                 dropped[why] = dropped.get(why, 0) + int(count)
         self._closing = True

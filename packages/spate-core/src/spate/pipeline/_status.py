@@ -48,8 +48,8 @@ class StatusLine:
         rate_in = (records_in - self._last_in) / elapsed
         rate_out = (records_out - self._last_out) / elapsed
         lag = sum(self._meter.totals(names.SOURCE_LAG, "lane").values())
-        dropped = sum(self._meter.totals(names.DESER_DROPPED, "reason").values()) + sum(
-            self._meter.totals(names.OPS_DROPPED, "reason").values()
+        dropped = sum(
+            sum(self._meter.totals(family, "reason").values()) for family in names.DROPPED_FAMILIES
         )
         commit = "none yet" if self._commit_at is None else f"{now - self._commit_at:.0f}s ago"
         logger.info(

@@ -3,6 +3,7 @@
 from spate.plugins._command import Command
 from spate.plugins._entry_points import install_hint
 from spate.plugins._factory import COMMANDS_GROUP, BuildContext, ComponentFactory, PluginKind
+from spate.plugins._references import import_reference
 from spate.plugins._registry import COMMAND_KIND, PluginInfo, Registry, default_registry
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "PluginKind",
     "Registry",
     "default_registry",
+    "import_reference",
     "install_hint",
 ]
