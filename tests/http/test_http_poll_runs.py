@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -85,6 +86,24 @@ def _committed(state: Path) -> tuple[int, set[str]]:
     return int(raw["next_offset"]), set(raw["seen"])
 
 
+class _Settled:
+    """True once the state file has covered the whole output, unchanged, for ``calm``
+    seconds: no tick is writing or waiting for its acknowledgement."""
+
+    def __init__(self, state: Path, out: Path, calm: float = 0.5) -> None:
+        self.state, self.out, self.calm = state, out, calm
+        self.upto: int | None = None
+        self.since = 0.0
+
+    def __call__(self) -> bool:
+        upto, lines = _committed(self.state)[0], len(read_file_sink(self.out))
+        now = time.monotonic()
+        if upto != lines or upto != self.upto:
+            self.upto, self.since = (upto if upto == lines else None), now
+            return False
+        return now - self.since >= self.calm
+
+
 def _key(row: object) -> str:
     assert isinstance(row, dict)
     return json.dumps([row["station_id"], row["timestamp"]], separators=(",", ":"))
@@ -96,19 +115,18 @@ def test_b76_kill_9_between_ticks_then_restart_repeats_nothing_acked_loses_nothi
 ) -> None:
     total = scaled(400, minimum=60)
     # Each reading is in two answers in a row, so a poll lost to the kill is covered by
-    # the next one; ticks far enough apart for the commit to follow each tick's writes.
+    # the next one.
     app = Readings(overlap=10, step=5, page_size=4, limit=total)
     with ApiServer(app) as server:
-        config, out, state = _config(tmp_path, "readings", server.url, interval="400ms")
+        config, out, state = _config(tmp_path, "readings", server.url, interval="150ms")
         first = _run(tmp_path, config)
         try:
-            # Kill once a third is in, at a moment the state file covers the whole file:
-            # between ticks, after the last one was acknowledged.
-            def quiet() -> bool:
-                upto, _ = _committed(state)
-                return upto >= total // 3 and upto == len(read_file_sink(out))
-
-            first.until(quiet, "a third of the readings acknowledged", every=0.01)
+            # Once a third is acknowledged, hold the API (polls repeat its latest answer)
+            # and kill at a moment the state file covers the whole file: between ticks,
+            # after the last one was acknowledged.
+            first.until(lambda: _committed(state)[0] >= total // 3, "a third acknowledged")
+            app.hold = True
+            first.until(_Settled(state, out), "every written reading acknowledged", every=0.05)
             first.proc.send_signal(signal.SIGKILL)
         finally:
             first.proc.kill()
@@ -117,7 +135,9 @@ def test_b76_kill_9_between_ticks_then_restart_repeats_nothing_acked_loses_nothi
         upto, acked = _committed(state)
         at_kill = read_file_sink(out)
         assert upto < total  # it really died part-way
-        assert acked <= {_key(row) for row in at_kill}
+        assert upto == len(at_kill)  # between ticks: everything written was acknowledged
+        assert acked == {_key(row) for row in at_kill}
+        app.hold = False
 
         second = _run(tmp_path, config)
         try:

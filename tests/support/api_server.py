@@ -125,7 +125,8 @@ class Readings:
     "meta": {"next_cursor": ...}}`` with readings ``[head - overlap + 1 .. head]``
     (never below 0), ``page_size`` per page; later pages of one answer do not advance
     the sequence. ``limit`` caps the sequence: once the head reaches it, polls repeat
-    the last readings. Faults queued with :meth:`fail_next` are served first.
+    the last readings, as does every poll while ``hold`` is set. Faults queued with
+    :meth:`fail_next` are served first.
     """
 
     def __init__(
@@ -136,6 +137,7 @@ class Readings:
         self.page_size = page_size
         self.limit = limit
         self.head = -1
+        self.hold = False
         self.faults: deque[Reply] = deque()
         self.served: list[int] = []
         self._lock = threading.Lock()
@@ -153,7 +155,7 @@ class Readings:
             if cursor:
                 numbers = self._pages.pop(cursor, [])
             else:
-                top = self.head + self.step
+                top = self.head if self.hold and self.head >= 0 else self.head + self.step
                 self.head = top if self.limit is None else min(top, self.limit - 1)
                 numbers = list(range(max(0, self.head - self.overlap + 1), self.head + 1))
             size = self.page_size or len(numbers) or 1
