@@ -60,14 +60,12 @@ class HttpPollSource:
         meter: Meter,
         clock: Clock,
         component: str = "source",
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._cfg = config
         self._extractor = extractor
         self._keys = keys
         self._clock = clock
         self._component = component
-        self._transport = transport
         self.lane = Lane(config.stream, 0)
         self.checkpoint = Checkpoint(config.state_path, config.window)
         self._meter = meter
@@ -95,7 +93,6 @@ class HttpPollSource:
         self._client = httpx.Client(
             headers={name: value.reveal() for name, value in self._cfg.headers.items()},
             timeout=self._cfg.timeout,
-            transport=self._transport,
             follow_redirects=True,
         )
         fetcher = Fetcher(
@@ -141,7 +138,8 @@ class HttpPollSource:
                 raise SourceError(item.reason, ErrorClass.FATAL)
 
     def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
-        """Persist the checkpoint up to ``offsets[lane]`` (every call writes it, B76)."""
+        """Move the keys before ``offsets[lane]`` into the checkpoint and write the state
+        file when it advanced (B76); called on the pipeline thread, blocks on one fsync."""
         upto = offsets.get(self.lane)
         if upto is not None:
             self.checkpoint.commit(upto, self._clock.time())
