@@ -175,6 +175,7 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             "spate-datagen",
             *COLUMNAR_LIBRARIES,
             "spate-parquet",
+            "spate-huggingface",
         },
     )
     spate_dists = {d: v for d, v in clickhouse_env.distributions.items() if d.startswith("spate")}
@@ -219,6 +220,7 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             *COLUMNAR_LIBRARIES,
             "spate-protobuf",
             "spate-parquet",
+            "spate-huggingface",
             "pyarrow",
         },
     )

@@ -26,6 +26,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from spate._clock import Clock
@@ -56,6 +57,7 @@ class Window:
     groups: dict[_GroupKey, list[dict[str, object]]] = field(default_factory=dict)
     rows: int = 0
     acks: list[AckToken] = field(default_factory=list)
+    lanes: set[Lane] = field(default_factory=set)
     settled: bool = False
     """Its acks were released (guarded by the sink's condition lock)."""
 
@@ -155,6 +157,7 @@ class HuggingFaceSink:
             window = self._open[bucket] = Window(bucket)
         window.groups.setdefault((parts, self._shaper.shape_key(values)), []).append(values)
         window.rows += 1
+        window.lanes.add(lane)
         acks = window.acks
         if not acks or (acks[-1] is not ack and all(a is not ack for a in acks)):
             ack.retain(window)
@@ -198,10 +201,32 @@ class HuggingFaceSink:
         """Seal every window and wait until each is committed or failed, or ``deadline``."""
         for bucket in sorted(self._open):
             self._seal(bucket)
+        return self._wait(lambda: bool(self._jobs) or self._writing is not None, deadline)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Commit the windows holding rows of ``lanes`` (B40); other windows stay open.
+
+        A window holds rows of every lane that arrived in its time, so the rows of other
+        lanes sharing it are committed along.
+        """
+        wanted = set(lanes)
+        for bucket in sorted(b for b, w in self._open.items() if w.lanes & wanted):
+            self._seal(bucket)
+
+        def pending() -> bool:
+            writing = self._writing
+            if writing is not None and writing.lanes & wanted:
+                return True
+            return any(job.window.lanes & wanted for job in self._jobs)
+
+        return self._wait(pending, deadline)
+
+    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
+        """Wait until ``pending()`` is false (checked under the lock), or ``deadline``."""
         if not self._threaded:
             return self._drain_inline(deadline)
         with self._cond:
-            while self._jobs or self._writing is not None:
+            while pending():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False

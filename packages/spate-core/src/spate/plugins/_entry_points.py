@@ -29,6 +29,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "datagen": ("spate-datagen",),
     "columnar": ("spate-avro", "spate-clickhouse"),
     "parquet": ("spate-parquet",),
+    "huggingface": ("spate-huggingface",),
     "full": (
         "spate-kafka",
         "spate-clickhouse",
@@ -39,6 +40,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
         "spate-coordination",
         "spate-datagen",
         "spate-parquet",
+        "spate-huggingface",
     ),
 }
 """The front door's extras and the spate distributions each pulls in, for install hints
