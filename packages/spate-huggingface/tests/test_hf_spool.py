@@ -7,7 +7,10 @@ spate's real ``SpoolTier`` and JSON-lines store on disk.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from spate_huggingface import HuggingFaceSink
 
 from tests.support.hub import HubServer
 
-from .harness import REPO, body, make_sink, parquet_rows
+from .harness import REPO, TOKEN, body, make_sink, parquet_rows
 
 LANE = Lane("readings", 0)
 
@@ -130,3 +133,56 @@ sink:
         parse_config(text)
     assert err.value.path == "sink.tiered.terminal.huggingface.encoder.level"
     parse_config(text.replace("level: 30", "level: 19"))
+
+
+def test_b79_spate_run_through_a_spool_to_a_failing_hub_commits_everything_on_drain(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """``spate run``: memory source → JSON → spool → huggingface, the Hub failing the
+    first commits; the run completes, every record is committed, the spool is empty."""
+    hub.fail_commits(3, status=503)
+    spool_dir = tmp_path / "spool"
+    payloads = [json.dumps({"seq": i, "station": f"s{i % 4}"}) for i in range(120)]
+    config = tmp_path / "hub.yaml"
+    config.write_text(
+        f"""\
+pipeline: {{name: readings-to-hub}}
+checkpoint: {{interval: 100ms}}
+admin: {{listen: none}}
+source:
+  memory: {{partitions: 2, payloads: {json.dumps(payloads)}, batch_size: 25}}
+deserializer:
+  json: {{}}
+sink:
+  tiered:
+    tiers:
+      - spool: {{dir: "{spool_dir}", ack: spooled, max_records: 40}}
+    terminal:
+      huggingface:
+        repo: {REPO}
+        endpoint: {hub.endpoint}
+        path_template: "data/station={{station}}/part-{{hash}}.{{ext}}"
+        retry: {{initial: 50ms, max: 200ms, max_attempts: 8}}
+""",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "run", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HF_TOKEN": TOKEN},
+    )
+    assert result.returncode == 0, result.stderr
+    assert TOKEN not in result.stderr and TOKEN not in result.stdout
+    assert hub.answers[:3] == [503, 503, 503] and hub.answers[-1] == 200
+    assert os.listdir(spool_dir) == []
+    files = hub.files(REPO)
+    assert {p.split("/")[1] for p in files} == {
+        "station=s0",
+        "station=s1",
+        "station=s2",
+        "station=s3",
+    }
+    seqs = sorted(r["seq"] for r in parquet_rows(files))
+    assert seqs == sorted([*range(120), *range(120)])  # every lane carries the payloads

@@ -16,8 +16,8 @@ each JSON object on its own line. The Hub answers 200 with ``{"commitOid": ...,
 {repo}/revision/{revision}`` (B29).
 
 The token is sent only in the ``Authorization`` header; errors name the endpoint, the
-repository and the status, and the Hub's answer is passed through :func:`spate.redact`
-(the token is registered as a secret), so it never reaches a log line (B67).
+repository and the status and quote the Hub's answer, which ``SinkError`` scrubs of
+registered secrets (the token is one), so it never reaches a log line (B67).
 
 :class:`CommitGate` serializes the commits of one repository and branch within a
 process (B80): simultaneous flushes queue, each holding the gate for one request, which
