@@ -20,6 +20,9 @@ with ``Retry-After``, ...), :meth:`HubServer.stall_commits` holds them without a
 answer, and ``commit_delay`` keeps each commit in flight for a while. Every commit
 counts how many commits to the same repository were in flight at once
 (:attr:`HubServer.max_concurrent`), which the commit gate keeps at 1.
+
+``python -m tests.support.hub --repo owner/name`` runs it on its own (for a demo): it
+prints its address, and on SIGINT/SIGTERM the commits and files it received.
 """
 
 from __future__ import annotations
@@ -297,3 +300,29 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._send(status, answer, headers)
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.support.hub``: serve until SIGINT/SIGTERM, then list the files."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", default="spate/readings", help="dataset repository to create")
+    parser.add_argument("--token", default="", help="require this bearer token")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with HubServer(token=args.token) as hub:
+        hub.create_repo(args.repo)
+        print(f"hub test server at {hub.endpoint} (repository {args.repo})", flush=True)
+        stop.wait()
+        for commit in hub.commits:
+            print(f"commit {commit.oid[:12]}: {commit.summary}")
+        for path, data in sorted(hub.files(args.repo).items()):
+            print(f"  {path} ({len(data)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
