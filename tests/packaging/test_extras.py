@@ -176,6 +176,7 @@ def test_b26_clickhouse_extra_installs_clickhouse_connect_and_no_other_client(
             *COLUMNAR_LIBRARIES,
             "spate-parquet",
             "spate-http",
+            "spate-huggingface",
         },
     )
     spate_dists = {d: v for d, v in clickhouse_env.distributions.items() if d.startswith("spate")}
@@ -221,6 +222,7 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "spate-protobuf",
             "spate-parquet",
             "spate-http",
+            "spate-huggingface",
             "pyarrow",
         },
     )

@@ -8,9 +8,11 @@ through an atomically replaced ``_manifest.json`` after passing their audits (B5
 """
 
 from spate_parquet._audit import AuditFailure
+from spate_parquet._encode import Encoder, safe
 from spate_parquet._factory import ParquetSinkFactory, build_sink
 from spate_parquet._gate import StoreGate
 from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
+from spate_parquet._schema import RowShaper, SchemaError, parse_schema
 from spate_parquet._sink import ParquetSink
 from spate_parquet._store import LocalStore, S3Store, Store, open_store
 from spate_parquet.config import AuditConfig, ParquetSinkConfig, S3Config
@@ -19,6 +21,7 @@ __all__ = [
     "AuditConfig",
     "AuditFailure",
     "CommitGate",
+    "Encoder",
     "LocalStore",
     "Manifest",
     "ManifestStore",
@@ -26,10 +29,14 @@ __all__ = [
     "ParquetSinkConfig",
     "ParquetSinkFactory",
     "Part",
+    "RowShaper",
     "S3Config",
     "S3Store",
+    "SchemaError",
     "Store",
     "StoreGate",
     "build_sink",
     "open_store",
+    "parse_schema",
+    "safe",
 ]

@@ -30,6 +30,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "columnar": ("spate-avro", "spate-clickhouse"),
     "parquet": ("spate-parquet",),
     "http": ("spate-http", "spate-json"),
+    "huggingface": ("spate-huggingface",),
     "full": (
         "spate-kafka",
         "spate-clickhouse",
@@ -41,6 +42,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
         "spate-datagen",
         "spate-parquet",
         "spate-http",
+        "spate-huggingface",
     ),
 }
 """The front door's extras and the spate distributions each pulls in, for install hints
