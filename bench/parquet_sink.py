@@ -19,11 +19,23 @@ fresh directory and reads the row count back. Prints each side's median, ``ratio
 ``SPATE_BENCH_ROW_GROUP`` (default 65,536) and ``SPATE_BENCH_RUNS`` (default 3)::
 
     .venv/bin/python bench/parquet_sink.py
+
+With ``--columnar`` (``spate[columnar]``) both sides start from the same raw Avro
+payloads instead, as a Kafka → Parquet pipeline gets them:
+
+* framework: the Avro deserializer's ``deserialize_batch`` per source batch of 1,000
+  records (Arrow columns, no per-record Python objects), ``prepare_frame`` and
+  ``offer_frame`` of the ``parquet`` sink, as the frame executor drives them;
+* baseline: ``fastavro.schemaless_reader`` per payload into a list of dicts, then
+  ``pa.Table.from_pylist`` and ``pq.write_table`` every ``BATCH`` rows, as above::
+
+    .venv/bin/python bench/parquet_sink.py --columnar
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import sys
 import tempfile
@@ -73,6 +85,19 @@ def count_rows(root: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in root.rglob("*.parquet"))
 
 
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": "string"},
+        {"name": "region", "type": "string"},
+        {"name": "amount_cents", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+
+
 def main() -> None:
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     batch = env_int("SPATE_BENCH_BATCH", 100_000)
@@ -97,8 +122,29 @@ def main() -> None:
         path.mkdir()
         return path
 
-    def framework() -> int:
-        root = fresh("framework")
+    columnar = "--columnar" in sys.argv[1:]
+    payloads: list[bytes] = []
+    if columnar:
+        import io
+
+        import fastavro
+        from spate_avro import AvroConfig, AvroDeserializerFactory
+
+        parsed = fastavro.parse_schema(AVRO_SCHEMA)
+        for row in rows:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, row)
+            payloads.append(out.getvalue())
+        avro_config = decode(
+            AvroConfig, {"mode": "raw", "schema": {"inline": json.dumps(AVRO_SCHEMA)}}, "avro"
+        )
+        deser = AvroDeserializerFactory.build(avro_config, conformance_context("bench"))
+        if getattr(deser, "columnar", None) is None:
+            raise SystemExit("--columnar needs spate[columnar] (polars and jetliner)")
+        views = [memoryview(p) for p in payloads]
+        print("columnar: raw Avro payloads on both sides")
+
+    def _sink(root: Path) -> Any:
         config = decode(
             ParquetSinkConfig,
             {
@@ -113,7 +159,31 @@ def main() -> None:
         )
         sink = ParquetSinkFactory.build(config, conformance_context("bench"))
         sink.start()
+        return sink
+
+    def framework() -> int:
+        root = fresh("framework")
+        sink = _sink(root)
         lane = Lane("bench", 0)
+        if columnar:
+            decode_batch = deser.deserialize_batch  # type: ignore[attr-defined]
+            for first in range(0, len(views), SOURCE_BATCH):
+                chunk = views[first : first + SOURCE_BATCH]
+                ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
+                frames, errors = decode_batch(chunk)
+                if errors:
+                    raise RuntimeError(f"{len(errors)} records did not decode")
+                for _, df in frames:
+                    table, bad = sink.prepare_frame(df)
+                    if bad:
+                        raise RuntimeError(f"{len(bad)} rows refused")
+                    while sink.offer_frame(table, None, lane, ack) is Offer.REJECTED:
+                        time.sleep(0.0005)
+                ack.release(True)
+            if not sink.flush(time.monotonic() + 600):
+                raise RuntimeError("the sink did not write everything")
+            sink.close()
+            return _checked(root)
         offer = sink.offer
         for first in range(0, len(rows), SOURCE_BATCH):
             chunk = rows[first : first + SOURCE_BATCH]
@@ -131,7 +201,16 @@ def main() -> None:
         root = fresh("baseline")
         held: list[dict[str, Any]] = []
         n = 0
-        for row in rows:
+        source: Any = rows
+        if columnar:
+            import io
+
+            import fastavro
+
+            reader = fastavro.schemaless_reader
+            parsed_schema = fastavro.parse_schema(AVRO_SCHEMA)
+            source = (reader(io.BytesIO(p), parsed_schema, None) for p in payloads)
+        for row in source:
             held.append(row)
             if len(held) == batch:
                 table = pa.Table.from_pylist(held, schema=arrow_schema)

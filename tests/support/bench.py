@@ -14,11 +14,11 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def run_bench(script: str, records: int, runs: int = 3) -> list[str]:
-    """Run ``bench/<script>`` on ``records`` records; return its report's lines."""
+def run_bench(script: str, records: int, runs: int = 3, *args: str) -> list[str]:
+    """Run ``bench/<script> [args]`` on ``records`` records; return its report's lines."""
     env = {**os.environ, "SPATE_BENCH_RECORDS": str(records), "SPATE_BENCH_RUNS": str(runs)}
     out = subprocess.run(
-        [sys.executable, str(BENCH / script)],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         env=env,

@@ -56,14 +56,52 @@ class Feeder:
         self.tokens.setdefault(lane, []).append(token)
         return token
 
+    def frame_batch(
+        self,
+        lane: Lane,
+        start: int,
+        rows: Sequence[dict[str, Any]],
+        records: int | None = None,
+        indexes: Sequence[int] | None = None,
+    ) -> tuple[AckToken, list[tuple[int, str]]]:
+        """Offer ``rows`` as one source batch on the columnar path: a polars frame with
+        each row's record index (``indexes``, default 0..n-1), prepared by the sink and
+        offered whole. Returns the token and the rows the sink refused."""
+        import polars as pl
+
+        self._seq += 1
+        held = len(rows) if records is None else records
+        token = AckToken(lane, 1, self._seq, start + held, held, _ignore)
+        frame = pl.DataFrame(list(rows)) if rows else pl.DataFrame()
+        positions = list(range(len(rows))) if indexes is None else list(indexes)
+        frame = frame.with_columns(pl.Series("__spate_row", positions, dtype=pl.Int64))
+        table, bad = self.sink.prepare_frame(frame)
+        deadline = time.monotonic() + 60
+        while self.sink.offer_frame(table, None, lane, token) is Offer.REJECTED:
+            assert time.monotonic() < deadline, "the sink refused the frame for 60s"
+            self.sink.tick()
+            time.sleep(0.005)
+        token.release(True)
+        self.tokens.setdefault(lane, []).append(token)
+        return token, bad
+
     def feed(
-        self, lane: Lane, rows: Sequence[dict[str, Any]], start: int, sizes: Sequence[int]
+        self,
+        lane: Lane,
+        rows: Sequence[dict[str, Any]],
+        start: int,
+        sizes: Sequence[int],
+        frames: bool = False,
     ) -> None:
-        """Offer ``rows[start:]`` in batches of the given sizes (cycled)."""
+        """Offer ``rows[start:]`` in batches of the given sizes (cycled), as rows or as
+        frames (the columnar path)."""
         i, k = start, 0
         while i < len(rows):
             size = sizes[k % len(sizes)]
-            self.batch(lane, i, rows[i : i + size])
+            if frames:
+                self.frame_batch(lane, i, rows[i : i + size])
+            else:
+                self.batch(lane, i, rows[i : i + size])
             i += size
             k += 1
 

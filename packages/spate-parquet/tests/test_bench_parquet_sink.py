@@ -6,11 +6,16 @@ assertions in tests.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.bench import run_bench
 
 
-def test_parquet_sink_bench_reports_medians_ratio_and_rss() -> None:
-    lines = run_bench("parquet_sink.py", 3000)
+@pytest.mark.parametrize("args", [(), ("--columnar",)])
+def test_parquet_sink_bench_reports_medians_ratio_and_rss(args: tuple[str, ...]) -> None:
+    if args:
+        pytest.importorskip("polars")
+    lines = run_bench("parquet_sink.py", 3000, 3, *args)
     assert lines[0].startswith("3,000 rows, files of ")
     assert any(line.startswith("framework: 3,000 records, median ") for line in lines)
     assert any(line.startswith("baseline: 3,000 records, median ") for line in lines)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,18 +77,18 @@ class Encoder:
         """The rows as an Arrow table (declared schema, or inferred from these rows).
 
         Column by column (``pa.array`` of one list per column) rather than
-        ``Table.from_pylist``: the same table, several times faster. A window's rows all
-        have one shape, so the first row's columns are every row's.
+        ``Table.from_pylist``: the same table, faster. A window's rows all have one shape,
+        so the first row's columns are every row's; with a declared schema a row may
+        leave a column out (null), which the ``itemgetter`` fast path notices as a
+        ``KeyError`` and the slower ``dict.get`` takes over for that column.
         """
         if not rows:
             return pa.Table.from_pylist([], schema=self._schema)
         schema = self._schema
         if schema is None:
             names = list(rows[0])
-            arrays = [pa.array([r.get(n) for r in rows]) for n in names]
-            return pa.Table.from_arrays(arrays, names=names)
-        arrays = [pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema]
-        return pa.Table.from_arrays(arrays, schema=schema)
+            return pa.Table.from_arrays([_column(rows, n, None) for n in names], names=names)
+        return pa.Table.from_arrays([_column(rows, f.name, f.type) for f in schema], schema=schema)
 
     def encode(self, table: pa.Table) -> bytes:
         """The table as Parquet bytes, with every byte-affecting setting pinned."""
@@ -120,6 +121,14 @@ class Encoder:
             f"{prefix}{safe(lane.stream)}-{lane.partition}-{first:020d}-{last:020d}-"
             f"{self.digest(data)}.parquet"
         )
+
+
+def _column(rows: Sequence[Mapping[str, object]], name: str, kind: pa.DataType | None) -> pa.Array:
+    try:
+        values = list(map(operator.itemgetter(name), rows))
+    except KeyError:
+        values = [row.get(name) for row in rows]
+    return pa.array(values, type=kind)
 
 
 def parse_key(key: str) -> Covered | None:

@@ -28,10 +28,11 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from spate._clock import Clock
 from spate.checkpoint._ack import AckToken, release_all
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
@@ -40,6 +41,7 @@ from spate.sink import Backoff, Offer, estimate_row_bytes
 
 from spate_parquet._audit import AuditFailure, Auditor
 from spate_parquet._encode import Encoder, parse_key, safe
+from spate_parquet._frames import ROW_COLUMN, prepare_frame, runs, seconds
 from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, parse_schema
 from spate_parquet._store import Store, open_store
@@ -60,6 +62,10 @@ class Window:
     bucket: int
     shape: tuple[str, ...]
     rows: list[dict[str, object]] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
+    """Arrow tables from the columnar path, in order before ``rows``."""
+    count: int = 0
+    """Rows held, in ``rows`` and ``tables``."""
     nbytes: int = 0
     first: int = -1
     last: int = -1
@@ -124,6 +130,8 @@ class ParquetSink:
         self._per_row = config.one_row_per_record
         self._declared = self._shaper.schema is not None
         self._max_pending = config.max_pending
+        self._check_room = True
+        """Whether a seal happened since the room for another job was last seen."""
         self._max_records = config.max_records
         self._max_bytes = config.max_bytes
         self.files_written = 0
@@ -192,11 +200,9 @@ class ParquetSink:
     # -- rows (pipeline thread) ------------------------------------------------------
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
-        if len(self._jobs) + self._busy >= self._max_pending:
-            if not self._threaded:
-                self._drain_inline(time.monotonic() + self.config.gate_timeout)
-            if len(self._jobs) + self._busy >= self._max_pending:
-                return Offer.REJECTED
+        # Only a seal adds a job, so the room for one is checked after a seal, not per row.
+        if self._check_room and not self._room():
+            return Offer.REJECTED
         if ack is not self._token:
             self._next_batch(ack)
         position = self._start + self._index
@@ -222,9 +228,10 @@ class ParquetSink:
                 ack.retain(window)
                 window.acks.append(ack)
             window.rows.append(values)
+            window.count += 1
             window.nbytes += window.row_bytes
             window.last = position
-            if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
+            if window.count >= self._max_records or window.nbytes >= self._max_bytes:
                 self._seal((lane, directory, bucket))
             return Offer.ACCEPTED
         covered = self._covered.get((lane, directory), -1)
@@ -233,6 +240,16 @@ class ParquetSink:
             return Offer.ACCEPTED
         self._add(values, lane, directory, bucket, position, ack)
         return Offer.ACCEPTED
+
+    def _room(self) -> bool:
+        """Whether another window may be sealed now (``max_pending``)."""
+        if len(self._jobs) + self._busy >= self._max_pending:
+            if not self._threaded:
+                self._drain_inline(time.monotonic() + self.config.gate_timeout)
+            if len(self._jobs) + self._busy >= self._max_pending:
+                return False
+        self._check_room = False
+        return True
 
     def _next_batch(self, ack: AckToken) -> None:
         """A new source batch; check the one before held one row per record."""
@@ -260,16 +277,21 @@ class ParquetSink:
     def _place(self, values: dict[str, object], lane: Lane) -> tuple[str, int]:
         cfg = self.config
         bucket = 0
-        parts: list[str] = []
         if cfg.window:
             if cfg.window_time == "record":
                 seconds = _seconds(values.get(cfg.time_column), cfg.time_column)
             else:
                 seconds = self._clock.time()
             bucket = int(seconds // cfg.window)
-            if cfg.time_partitions:
-                start = dt.datetime.fromtimestamp(bucket * cfg.window, dt.UTC)
-                parts.append(start.strftime(cfg.time_partitions).strip("/"))
+        return self._place_at(values, bucket)
+
+    def _place_at(self, values: dict[str, object], bucket: int) -> tuple[str, int]:
+        """The Hive directory of a row in time bucket ``bucket``."""
+        cfg = self.config
+        parts: list[str] = []
+        if cfg.window and cfg.time_partitions:
+            start = dt.datetime.fromtimestamp(bucket * cfg.window, dt.UTC)
+            parts.append(start.strftime(cfg.time_partitions).strip("/"))
         for column in cfg.partition_by:
             value = values.get(column)
             text = "__HIVE_DEFAULT_PARTITION__" if value is None else safe(str(value))
@@ -285,6 +307,22 @@ class ParquetSink:
         position: int,
         ack: AckToken,
     ) -> None:
+        window = self._window_for(lane, directory, bucket, self._shaper.shape_key(values), ack)
+        if window.first < 0:
+            window.first = position
+            window.row_bytes = estimate_row_bytes(values)
+        window.rows.append(values)
+        window.count += 1
+        window.nbytes += window.row_bytes
+        window.last = position
+        self._last = window
+        if window.count >= self._max_records or window.nbytes >= self._max_bytes:
+            self._seal((lane, directory, bucket))
+
+    def _window_for(
+        self, lane: Lane, directory: str, bucket: int, shape: tuple[str, ...], ack: AckToken
+    ) -> Window:
+        """The open window a row (or run of rows) of this key joins, holding ``ack``."""
         if self.config.window:
             # A row of a later window closes this lane's earlier windows; and one lane
             # and directory has one open window at a time, so the files of a directory
@@ -296,24 +334,136 @@ class ParquetSink:
                     self._seal(key)
         wkey = (lane, directory, bucket)
         window = self._open.get(wkey)
-        shape = self._shaper.shape_key(values)
         if window is not None and window.shape != shape:
             self._seal(wkey)  # a new schema opens a new file
             window = None
         if window is None:
-            window = Window(lane, directory, bucket, shape, first=position)
-            window.row_bytes = estimate_row_bytes(values)
+            window = Window(lane, directory, bucket, shape)
             self._open[wkey] = window
         if not window.acks or window.acks[-1] is not ack:
             # A batch's rows arrive together, so a window sees each ack in one run.
             ack.retain(window)
             window.acks.append(ack)
-        window.rows.append(values)
-        window.nbytes += window.row_bytes
-        window.last = position
-        self._last = window
-        if len(window.rows) >= self._max_records or window.nbytes >= self._max_bytes:
-            self._seal(wkey)
+        return window
+
+    # -- columns (pipeline thread; the columnar path) --------------------------------
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The per-column check of a frame: ``(table to offer, bad rows)`` (B28).
+
+        With record-time windows a row without a time is a bad row, as on the row path.
+        """
+        table, bad = prepare_frame(frame, self._shaper.schema)
+        cfg = self.config
+        if cfg.window and cfg.window_time == "record" and cfg.time_column in table.column_names:
+            missing = pc.is_null(table.column(cfg.time_column))
+            if pc.any(missing).as_py():
+                # Positions of ``bad`` are of the frame, before the filter above.
+                kept = [i for i in range(table.num_rows + len(bad)) if i not in dict(bad)]
+                reason = f"time column {cfg.time_column!r} is null"
+                bad = sorted(
+                    [*bad, *((kept[i], reason) for i in pc.indices_nonzero(missing).to_pylist())]
+                )
+                table = table.filter(pc.invert(missing))
+        return table, bad
+
+    def offer_frame(
+        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+    ) -> Offer:
+        """Take a prepared table's rows, all or nothing, cut into windows as rows are.
+
+        Each row's position is its batch's first offset plus its record index
+        (``__spate_row``), so positions stay exact when operators drop rows.
+        """
+        table = frame if isinstance(frame, pa.Table) else pa.table(frame)
+        if not table.num_rows:
+            return Offer.ACCEPTED
+        if self._check_room and not self._room():
+            return Offer.REJECTED
+        self._token = None  # the row path's per-batch count does not see these rows
+        start = ack.next_offset - ack.records
+        positions = pc.add(table.column(ROW_COLUMN).cast(pa.int64()), start)
+        data = table.drop_columns([ROW_COLUMN])
+        for first, stop, directory, bucket in self._runs(data):
+            self._add_run(
+                data.slice(first, stop - first),
+                positions.slice(first, stop - first),
+                lane,
+                directory,
+                bucket,
+                ack,
+            )
+        return Offer.ACCEPTED
+
+    def _runs(self, data: pa.Table) -> list[tuple[int, int, str, int]]:
+        """``(start, stop, directory, bucket)`` runs of rows sharing a window key."""
+        cfg = self.config
+        if not self._placed:
+            return [(0, data.num_rows, "", 0)]
+        keys: list[pa.ChunkedArray] = []
+        if cfg.window and cfg.window_time == "record":
+            if cfg.time_column not in data.column_names:
+                raise SinkError(
+                    f"the frame has no time column {cfg.time_column!r}", ErrorClass.FATAL
+                )
+            bucket_column = pc.floor(
+                pc.divide(seconds(data.column(cfg.time_column), cfg.time_column), cfg.window)
+            ).cast(pa.int64())
+            keys.append(bucket_column)
+        for column in cfg.partition_by:
+            if column in data.column_names:
+                keys.append(data.column(column))
+        by_record_time = bool(cfg.window) and cfg.window_time == "record"
+        named = [c for c in cfg.partition_by if c in data.column_names]
+        out = []
+        # One Python call per run, not per row; the directory is named as the row path
+        # names it.
+        for first, stop in runs(keys, data.num_rows):
+            row = {name: data.column(name)[first].as_py() for name in named}
+            if by_record_time:
+                directory, bucket = self._place_at(row, int(keys[0][first].as_py()))
+            else:
+                directory, bucket = self._place(row, Lane("", 0))
+            out.append((first, stop, directory, bucket))
+        return out
+
+    def _add_run(
+        self,
+        data: pa.Table,
+        positions: pa.Array,
+        lane: Lane,
+        directory: str,
+        bucket: int,
+        ack: AckToken,
+    ) -> None:
+        covered = self._covered.get((lane, directory), -1)
+        if covered >= 0 and pc.min(positions).as_py() <= covered:
+            keep = pc.greater(positions, covered)
+            skipped = data.num_rows - pc.sum(keep.cast(pa.int64())).as_py()
+            self.rows_replayed += skipped  # already in a durable file: acked with the batch
+            data, positions = data.filter(keep), positions.filter(keep)
+        shape = self._shaper.shape_key(dict.fromkeys(data.column_names))
+        row_bytes = max(data.nbytes // max(data.num_rows, 1), 1)
+        while data.num_rows:
+            window = self._window_for(lane, directory, bucket, shape, ack)
+            room = self._max_records - window.count
+            if row_bytes:
+                room = min(room, max((self._max_bytes - window.nbytes) // row_bytes, 1))
+            part, data = data.slice(0, room), data.slice(room)
+            taken, positions = positions.slice(0, room), positions.slice(room)
+            if window.first < 0:
+                window.first = taken[0].as_py()
+                window.row_bytes = row_bytes
+            if window.rows:
+                window.tables.append(self._encoder.table(window.rows))
+                window.rows = []
+            window.tables.append(part)
+            window.count += part.num_rows
+            window.nbytes += part.num_rows * row_bytes
+            window.last = taken[-1].as_py()
+            self._last = None  # the row fast path must look the window up again
+            if window.count >= self._max_records or window.nbytes >= self._max_bytes:
+                self._seal((lane, directory, bucket))
 
     def _seal(self, wkey: _WindowKey) -> None:
         window = self._open.pop(wkey)
@@ -322,6 +472,7 @@ class ParquetSink:
         # Later replays skip what this file holds once it is durable; in-process, the
         # file is on its way, so a row re-offered for it now would be a duplicate.
         self._covered[(window.lane, window.directory)] = window.last
+        self._check_room = True
         with self._cond:
             self._jobs.append(_Job(window))
             self._cond.notify_all()
@@ -384,7 +535,7 @@ class ParquetSink:
                 windows.append(self._writing)  # its write may still land: failing is safe
         for window in windows:
             self._settle(window, ok=False)
-        return sum(len(w.rows) for w in windows)
+        return sum(w.count for w in windows)
 
     def _forget(self, window: Window) -> None:
         """Let a replay of an unwritten window's rows in again."""
@@ -463,7 +614,10 @@ class ParquetSink:
         self._settle(job.window, ok=True)
 
     def _write(self, window: Window) -> None:
-        table = self._encoder.table(window.rows)
+        tables = list(window.tables)
+        if window.rows or not tables:
+            tables.append(self._encoder.table(window.rows))
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         if self._auditor is not None:
             self._auditor.audit(table)
         data = self._encoder.encode(table)
@@ -499,7 +653,7 @@ class ParquetSink:
             policy,
         )
         if policy == "skip":
-            self.rows_audit_skipped += len(window.rows)
+            self.rows_audit_skipped += window.count
             self._settle(window, ok=True)
         else:
             self._settle(window, ok=False)
