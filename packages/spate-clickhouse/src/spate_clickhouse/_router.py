@@ -36,7 +36,7 @@ from spate_clickhouse._xxhash import xxhash64
 try:  # the compiled xxHash64 (spate[columnar]); bit-exact with the pure-Python one
     from xxhash import xxh64_intdigest as _xxh64
 except ImportError:  # pragma: no cover - the row path needs no extra dependency
-    _xxh64 = xxhash64
+    _xxh64 = xxhash64  # type: ignore[assignment]  # takes bytes, which is all it is given
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 _INT_WIDTH = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 EventKind = Literal["OrderPlaced", "PaymentCaptured", "RefundIssued"]
 KINDS: tuple[EventKind, ...] = ("OrderPlaced", "PaymentCaptured", "RefundIssued")
@@ -88,7 +88,7 @@ def storefront_events(
             continue
         order_id = next_order
         next_order += 1
-        lines = [
+        lines: list[dict[str, Any]] = [
             {
                 "sku": rng.choice(_SKUS),
                 "qty": rng.randint(1, 5),

@@ -19,7 +19,7 @@ from typing import Any
 from spate import redact
 from spate.plugins import install_hint
 
-from spate_datagen._codec import encoder
+from spate_datagen._codec import Format, encoder
 from spate_datagen._events import Manifest, storefront_events
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def produce_events(
     count: int,
     *,
     seed: int = 1,
-    fmt: str = "avro",
+    fmt: Format = "avro",
     partitions: int | None = None,
     producer_settings: dict[str, Any] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
@@ -120,11 +120,14 @@ def ensure_topic(
     """Create ``topic`` with ``partitions`` partitions unless it exists (``settings``:
     the client's security settings, as the producer's)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient(
-        {**(settings or {}), "bootstrap.servers": brokers, "logger": _LibrdkafkaLog()}
-    )
+    config: dict[str, Any] = {
+        **(settings or {}),
+        "bootstrap.servers": brokers,
+        "logger": _LibrdkafkaLog(),
+    }
+    admin = AdminClient(config)
     metadata = admin.list_topics(timeout=timeout)
     if topic in metadata.topics and not metadata.topics[topic].error:
         return

@@ -180,6 +180,8 @@ def read_dead_letters(
                 raise SpateError(f"kafka: reading {sink.topic!r}: {msg.error()}")
             deadline = time.monotonic() + timeout
             partition, offset = msg.partition(), msg.offset()
+            if partition is None or offset is None:  # only error events lack them
+                continue
             end = ends.get(partition)
             if end is None or offset >= end:
                 continue
@@ -187,8 +189,8 @@ def read_dead_letters(
                 del ends[partition]
             kind, stamp = msg.timestamp()
             error = {
-                name[len(HEADER_PREFIX) :]: bytes(data or b"").decode("utf-8", "replace")
-                for name, data in (msg.headers() or [])
+                name[len(HEADER_PREFIX) :]: _text(data)
+                for name, data in _headers(msg)
                 if name.startswith(HEADER_PREFIX)
             }
             yield DeadLetterRecord(
@@ -370,3 +372,15 @@ def _render(record: DeadLetterRecord, *, as_json: bool) -> str:
         f"stage={err.get('stage', '?')} reason={err.get('reason', '?')} key={key} "
         f"message={err.get('message', '')!r} value={value!r}"
     )
+
+
+def _headers(msg: Any) -> list[tuple[str, str | bytes | None]]:
+    """A message's headers as ``(name, value)`` pairs (librdkafka gives a list)."""
+    headers = msg.headers()
+    return list(headers) if headers else []
+
+
+def _text(data: str | bytes | None) -> str:
+    if isinstance(data, str):
+        return data
+    return bytes(data or b"").decode("utf-8", "replace")

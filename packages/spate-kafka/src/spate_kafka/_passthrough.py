@@ -95,7 +95,7 @@ def librdkafka_errors(
         key = match.group(1) if match else ""
         yield (f"rdkafka.{key}" if key in passthrough else "rdkafka"), f"librdkafka: {text}"
         return
-    if producer:
+    if isinstance(client, Producer):
         client.flush(0)
     else:
         client.close()

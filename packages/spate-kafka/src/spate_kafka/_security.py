@@ -79,7 +79,7 @@ class KafkaSecurityConfig:
 
     def librdkafka(self) -> dict[str, str]:
         """The librdkafka settings these keys stand for."""
-        settings = {"security.protocol": self.protocol}
+        settings: dict[str, str] = {"security.protocol": self.protocol}
         if self.ca:
             settings["ssl.ca.location"] = self.ca
         if self.cert:

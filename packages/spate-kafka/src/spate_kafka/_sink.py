@@ -238,7 +238,9 @@ class KafkaShardWriter:
                     if headers is None:
                         producer.produce(topic, value, key, on_delivery=report)
                     else:
-                        producer.produce(topic, value, key, headers=headers, on_delivery=report)
+                        producer.produce(
+                            topic, value, key, headers=_wire(headers), on_delivery=report
+                        )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -293,3 +295,8 @@ def build_kafka_sink(config: KafkaSinkConfig, context: BuildContext) -> SinkPool
         config=config.pool_config(),
         component_type="kafka",
     )
+
+
+def _wire(headers: Headers) -> list[tuple[str, str | bytes | None]]:
+    """Headers as the producer's signature spells them (its list is invariant)."""
+    return list[tuple[str, str | bytes | None]](headers)

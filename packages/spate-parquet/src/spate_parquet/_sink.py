@@ -106,12 +106,11 @@ class ParquetSink:
         self._auditor = Auditor(config.audits) if config.audits is not None else None
         self._backoff = Backoff(config.retry)
         self._manifest: ManifestStore | None = None
-        self._gate = None
+        self._gate: CommitGate | None = None
         if config.publish == "manifest":
-            self._gate: CommitGate | None = gate(
-                f"{self._store.endpoint}#{config.table}", config.gate_timeout
-            )
-            self._manifest = ManifestStore(self._store, config.table, self._gate)
+            commit_gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
+            self._gate = commit_gate
+            self._manifest = ManifestStore(self._store, config.table, commit_gate)
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
