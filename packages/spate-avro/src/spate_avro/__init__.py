@@ -6,6 +6,7 @@ Values decoded from a top-level union are :class:`NamedRecord` tuples ``(name, r
 """
 
 from spate_avro._config import AvroConfig, AvroMode, RegistryConfig, SchemaSource
+from spate_avro._confluent import ConfluentDeserializer
 from spate_avro._deserializer import (
     AvroDeserializer,
     ConfluentAvroDeserializer,
@@ -24,6 +25,7 @@ __all__ = [
     "AvroDeserializerFactory",
     "AvroMode",
     "ConfluentAvroDeserializer",
+    "ConfluentDeserializer",
     "NamedRecord",
     "RawAvroDeserializer",
     "RegistryConfig",

@@ -154,6 +154,7 @@ class AvroDeserializerFactory:
             described=described,
             unknown_schema_timeout=config.unknown_schema_timeout,
             on_unknown_schema=config.on_unknown_schema,
+            schema_changes=context.schema_changes,
         )
         if reader is None and _columnar_available():
             deserializer.columnar = True

@@ -148,4 +148,6 @@ class ProtobufDeserializerFactory:
             described=described,
             unknown_schema_timeout=config.unknown_schema_timeout,
             on_unknown_schema=config.on_unknown_schema,
+            enums_as_names=enums_as_names,
+            schema_changes=context.schema_changes,
         )
