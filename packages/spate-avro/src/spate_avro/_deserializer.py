@@ -29,6 +29,7 @@ from fastavro.read import SchemaResolutionError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
 from spate.schema import Field, SchemaChanges
 
+from spate_avro._config import RegistrySettings
 from spate_avro._confluent import ConfluentDeserializer
 from spate_avro._describe import record_fields
 from spate_avro._registry import SchemaRegistryClient
@@ -166,24 +167,16 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
     def __init__(
         self,
         client: SchemaRegistryClient,
+        settings: RegistrySettings,
         *,
         reader: Any | None,
-        fetch_wait: float,
-        on_error: ErrorPolicy,
         described: Any | None = None,
-        unknown_schema_timeout: float = 300.0,
-        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
         schema_changes: SchemaChanges | None = None,
     ) -> None:
-        AvroDeserializer.__init__(self, on_error, described if described is not None else reader)
-        ConfluentDeserializer.__init__(
-            self,
-            client,
-            fetch_wait=fetch_wait,
-            unknown_schema_timeout=unknown_schema_timeout,
-            on_unknown_schema=on_unknown_schema,
-            schema_changes=schema_changes,
+        AvroDeserializer.__init__(
+            self, settings.on_error, described if described is not None else reader
         )
+        ConfluentDeserializer.__init__(self, client, settings, schema_changes)
         self._reader = reader
         self._decoders: dict[int, DecodeFn] = {}
         self.columnar: Any = None

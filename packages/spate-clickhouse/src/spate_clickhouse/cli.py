@@ -26,6 +26,7 @@ from spate.plugins import default_registry
 from spate.schema import Field, record_fields_of
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse.config import ClickHouseSinkConfig
 
 
 def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
@@ -117,8 +118,11 @@ class SchemaCommand:
             sinks = {args.sink: sinks[args.sink]}
         statements = []
         for spec in sinks.values():
+            config_ = spec.config
+            if not isinstance(config_, ClickHouseSinkConfig):  # pragma: no cover - decoded
+                raise TypeError(f"{spec.path}: not a ClickHouse sink section")
             try:
-                statements.append(create_table_sql(spec.config, fields))
+                statements.append(create_table_sql(config_, fields))
             except DdlError as exc:
                 sys.stderr.write(f"{spec.path}: {exc}\n")
                 return 2

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import DecodeError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
 from spate.schema import Field, SchemaChanges
-from spate_avro import ConfluentDeserializer, SchemaRegistryClient
+from spate_avro import ConfluentDeserializer, RegistrySettings, SchemaRegistryClient
 
 from spate_protobuf._schema import FileSchema, MessageType, describe
 
@@ -142,24 +142,14 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
     def __init__(
         self,
         client: SchemaRegistryClient,
+        settings: RegistrySettings,
         *,
-        fetch_wait: float,
-        on_error: ErrorPolicy,
         described: tuple[Field, ...] | None = None,
-        unknown_schema_timeout: float = 300.0,
-        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
         enums_as_names: bool = True,
         schema_changes: SchemaChanges | None = None,
     ) -> None:
-        ProtobufDeserializer.__init__(self, on_error, described)
-        ConfluentDeserializer.__init__(
-            self,
-            client,
-            fetch_wait=fetch_wait,
-            unknown_schema_timeout=unknown_schema_timeout,
-            on_unknown_schema=on_unknown_schema,
-            schema_changes=schema_changes,
-        )
+        ProtobufDeserializer.__init__(self, settings.on_error, described)
+        ConfluentDeserializer.__init__(self, client, settings, schema_changes)
         self._enums_as_names = enums_as_names
         self._types: dict[bytes, MessageType] = {}
 
