@@ -1,67 +1,38 @@
 """``evolve: add_columns`` on the real broker, the registry test server and ClickHouse (B60, B61).
 
-A ``spate run`` process reads Confluent Avro from the broker into a ClickHouse table that
-has only the first schema's columns. Mid-stream the producers move to schema v2 (two new
-fields: one with a default, one optional; one producer stays on v1): the sink adds both
-columns before the first v2 record is decoded, and every v1 and v2 row lands, v1 rows with
-the default and NULL. Then
+A ``spate run`` process reads Confluent Avro or Protobuf from the broker into a ClickHouse
+table that has only the first schema's columns. Mid-stream the producers move to schema
+v2 (two new fields: one with a default, one optional; one producer stays on v1): the sink
+adds both columns before the first v2 record is decoded, and every v1 and v2 row lands,
+v1 rows with the default (Avro; NULL for proto3, which has none) and NULL. Then
 v3 changes a field's type: its records wait as not ready with one line naming the field,
 and no committed offset passes the first of them.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import fastavro
 import pytest
 
 from tests.kafka._pipeline import start_pipeline, stop_pipeline
+from tests.kafka._registry import FORMATS, Fields, Format
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
 pytestmark = pytest.mark.integration
 
-V1: dict[str, Any] = {
-    "type": "record",
-    "name": "Order",
-    "fields": [{"name": "id", "type": "long"}, {"name": "shop", "type": "string"}],
-}
-V2: dict[str, Any] = {
-    **V1,
-    "fields": [
-        *V1["fields"],
-        {"name": "channel", "type": "string", "default": "web"},
-        {"name": "discount", "type": ["null", "double"], "default": None},
-    ],
-}
-V3: dict[str, Any] = {
-    **V1,
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "shop", "type": "long"},  # was a string: refused
-        *V2["fields"][2:],
-    ],
-}
-
-
-@pytest.fixture
-def registry() -> Iterator[SchemaRegistryServer]:
-    with SchemaRegistryServer() as server:
-        yield server
-
-
-def _confluent(schema_id: int, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
-    return b"\x00" + schema_id.to_bytes(4, "big") + buf.getvalue()
+V1: Fields = (("id", "long"), ("shop", "string"))
+V2: Fields = (*V1, ("channel", "string=web"), ("discount", "double?"))
+V3: Fields = (("id", "long"), ("shop", "long"), *V2[2:])  # shop was a string: refused
+CHANNEL = {"avro": ("String", "web"), "protobuf": ("Nullable(String)", None)}
+"""The added column and what older rows read: Avro keeps the field's default, proto3 has
+none (a field without presence is added Nullable)."""
 
 
 def _wait(what: str, check: Any, proc: Any, log: Path, timeout: float = 240) -> None:
@@ -73,9 +44,14 @@ def _wait(what: str, check: Any, proc: Any, log: Path, timeout: float = 240) -> 
         time.sleep(0.3)
 
 
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 @pytest.mark.timeout(600)
 def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
-    kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, registry: SchemaRegistryServer
+    kafka_bootstrap: str,
+    clickhouse_url: str,
+    tmp_path: Path,
+    schema_registry: SchemaRegistryServer,
+    fmt: Format,
 ) -> None:
     import clickhouse_connect
 
@@ -89,13 +65,13 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
         "ENGINE = ReplacingMergeTree ORDER BY id"
     )
     create_topic(kafka_bootstrap, topic, 2)
-    v1_id = registry.register("orders-value", V1)
+    v1_id = fmt.register(schema_registry, "orders-value", V1)
     n1 = scaled(2_000, minimum=200)
     produce_keyed(
         kafka_bootstrap,
         topic,
         n1,
-        value=lambda i: _confluent(v1_id, V1, {"id": i, "shop": f"s{i % 5}"}),
+        value=lambda i: fmt.encode(v1_id, V1, {"id": i, "shop": f"s{i % 5}"}),
     )
     config = tmp_path / "pipeline.yaml"
     config.write_text(
@@ -113,12 +89,7 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
                         "stop_at": "never",
                     }
                 },
-                "deserializer": {
-                    "avro": {
-                        "registry": {"url": registry.url, "retry_backoff": "100ms"},
-                        "fetch_wait": "50ms",
-                    }
-                },
+                "deserializer": fmt.section(schema_registry.url),
                 "sink": {
                     "clickhouse": {
                         "table": f"{database}.orders",
@@ -139,7 +110,7 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
 
     try:
         _wait("the v1 rows", lambda: rows() >= n1, proc, log)
-        v2_id = registry.register("orders-value", V2)
+        v2_id = fmt.register(schema_registry, "orders-value", V2)
         n2 = scaled(2_000, minimum=200)
         produce_keyed(
             kafka_bootstrap,
@@ -147,9 +118,9 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
             n2,
             key=lambda i: b"k%d" % (n1 + i),
             value=lambda i: (
-                _confluent(v1_id, V1, {"id": n1 + i, "shop": "s"})
+                fmt.encode(v1_id, V1, {"id": n1 + i, "shop": "s"})
                 if i % 4 == 3  # a producer still on v1
-                else _confluent(
+                else fmt.encode(
                     v2_id,
                     V2,
                     {"id": n1 + i, "shop": "s", "channel": f"c{i % 3}", "discount": i / 2},
@@ -157,14 +128,14 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
             ),
         )
         _wait("the v2 rows", lambda: rows() >= n1 + n2, proc, log)
-        v3_id = registry.register("orders-value", V3)
+        v3_id = fmt.register(schema_registry, "orders-value", V3)
         n3 = 50
         positions = produce_keyed(
             kafka_bootstrap,
             topic,
             n3,
             key=lambda i: b"k%d" % (n1 + n2 + i),
-            value=lambda i: _confluent(
+            value=lambda i: fmt.encode(
                 v3_id, V3, {"id": n1 + n2 + i, "shop": i, "channel": "x", "discount": None}
             ),
         )
@@ -194,17 +165,18 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
             parameters={"db": database},
         ).result_rows
     )
+    channel_type, channel_default = CHANNEL[fmt.name]
     assert types == {
         "id": "Int64",
         "shop": "String",
-        "channel": "String",
+        "channel": channel_type,
         "discount": "Nullable(Float64)",
     }
     landed = client.query(
         f"SELECT id, shop, channel, discount FROM {database}.orders FINAL ORDER BY id"
     ).result_rows
     assert [r[0] for r in landed] == list(range(n1 + n2))  # no loss, nothing of v3
-    assert landed[0] == (0, "s0", "web", None)  # v1 rows read the default and NULL
+    assert landed[0] == (0, "s0", channel_default, None)  # v1 rows read the default, NULL
     assert landed[n1 + 4] == (n1 + 4, "s", "c1", 2.0)
-    assert landed[n1 + 3] == (n1 + 3, "s", "web", None)  # v1 after v2: the default
-    assert all(r[2] == "web" and r[3] is None for r in landed[:n1])
+    assert landed[n1 + 3] == (n1 + 3, "s", channel_default, None)  # v1 after v2
+    assert all(r[2] == channel_default and r[3] is None for r in landed[:n1])
