@@ -144,3 +144,15 @@ def test_b60_rows_without_an_added_field_are_written_with_its_fill() -> None:
     buffer.append({"id": 2, "channel": "app", "discount": 0.5})
     assert buffer.encoder is encoder
     assert buffer.columns(3) == [[1, 2], ["web", "app"], [None, 0.5]]
+
+
+def test_b61_a_renamed_field_is_refused() -> None:
+    """An Avro field whose aliases name a column is a rename, not a new column."""
+    written = _types(id="Int64", shop="Nullable(String)")
+    renamed = {"name": "store", "type": ["null", "string"], "default": None, "aliases": ["shop"]}
+    decided = plan(_fields(ID, renamed), written, {}, written, {"id", "shop"}, TableOptions())
+    assert decided.add == [] and decided.write == []
+    assert decided.problems == [
+        "field store renames shop: rename column shop by hand (ClickHouse would keep the "
+        "old rows under the old name)"
+    ]

@@ -10,9 +10,10 @@ the table has, and decides:
 * a field the table has but the sink does not write yet (added earlier, before a restart)
   is written from now on;
 * a field whose type no longer fits its column (a changed type, a field that became
-  optional for a column that is not ``Nullable``, an enum symbol the column lacks), and a
-  field an earlier schema had whose column cannot go without it (not ``Nullable``, no
-  default: a removed or renamed required field) are refused, each with one clause.
+  optional for a column that is not ``Nullable``, an enum symbol the column lacks), a
+  renamed field (an Avro field whose ``aliases`` name a column or an earlier field) and
+  a field an earlier schema had whose column cannot go without it (not ``Nullable``, no
+  default: a removed required field) are refused, each with one clause.
 
 Owns the decision and the ``ALTER TABLE`` text, not the connections
 (:mod:`spate_clickhouse._writer` runs it on every replica).
@@ -86,6 +87,13 @@ def plan(
             elif f.name not in written:
                 result.write.append(f.name)
                 result.fills[f.name] = _fill(f)
+            continue
+        renamed = [a for a in f.aliases if a in written or a in table or a in seen]
+        if renamed:
+            result.problems.append(
+                f"field {f.name} renames {renamed[0]}: rename column {renamed[0]} by hand "
+                "(ClickHouse would keep the old rows under the old name)"
+            )
             continue
         try:
             definition, fill = _new_column(f, options)

@@ -83,6 +83,8 @@ class Field:
     type: FieldType
     has_default: bool = False
     default: object = None
+    aliases: tuple[str, ...] = ()
+    """Names the field had before (an Avro field's ``aliases``): it was renamed."""
 
 
 @runtime_checkable
