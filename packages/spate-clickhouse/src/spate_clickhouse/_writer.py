@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from spate_clickhouse.config import ClickHouseSinkConfig
 
 logger = logging.getLogger(__name__)
+
+_RECHECK_AFTER = 1.0
+"""Seconds before a refused schema is checked against the table again."""
 
 
 class ClickHouseConnector:
@@ -73,6 +77,9 @@ class ClickHouseConnector:
         """Seals the pool's open batches (set by the factory); called before new columns."""
         self._seen: set[str] = set()
         """Field names of the writer schemas met so far (removed fields are checked)."""
+        self._refused: dict[str, tuple[float, str]] = {}
+        """Schemas refused lately: the runtime retries their records every loop turn, the
+        table is read again only every ``_RECHECK_AFTER`` seconds."""
 
     def follows(self, fields: tuple[Field, ...] | None) -> None:
         """The fields known at start-up count as met (a field they lose is a removal)."""
@@ -130,6 +137,9 @@ class ClickHouseConnector:
         Raises ``SinkError`` with one line when the schema does not fit (the deserializer
         then holds its records as not ready) or a replica cannot be altered now.
         """
+        refused = self._refused.get(schema)
+        if refused is not None and time.monotonic() - refused[0] < _RECHECK_AFTER:
+            raise SinkError(refused[1], ErrorClass.FATAL)
         encoder = self.encoder()
         written = {c.name: c.type for c in encoder.columns}
         fills = {c.name: c.fill for c in encoder.columns}
@@ -137,11 +147,12 @@ class ClickHouseConnector:
         table = self._server_types(urls[0])
         decided = plan(fields, written, fills, table, self._seen, self.config.table_options)
         if decided.problems:
-            raise SinkError(
-                f"sink {self.name}: {self.schema.table} cannot take {schema}: "
-                + "; ".join(decided.problems),
-                ErrorClass.FATAL,
+            reason = f"sink {self.name}: {self.schema.table} cannot take {schema}: " + "; ".join(
+                decided.problems
             )
+            self._refused[schema] = (time.monotonic(), reason)
+            raise SinkError(reason, ErrorClass.FATAL)
+        self._refused.pop(schema, None)
         if decided.add:
             on_cluster = self.config.table_options.on_cluster
             sql = alter_sql(self._quoted_table(), decided.add, on_cluster)
