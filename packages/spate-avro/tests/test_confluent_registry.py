@@ -351,3 +351,54 @@ def test_client_registers_and_reads_back(schema_registry: SchemaRegistryServer) 
     assert schema_id == first and parsed["name"] == "t.User"
     assert client.fetch(first)["name"] == "t.User"
     client.close()
+
+
+def test_b60_each_new_writer_schema_is_announced_once_before_its_first_record_b61(
+    kit: Any, schema_registry: SchemaRegistryServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener that refuses a schema makes its records not ready with its reason,
+    logged once; once it takes the schema, records decode and it is not asked again."""
+    import dataclasses
+
+    from spate.config import decode
+    from spate.schema import Field, SchemaChanges
+    from spate_avro import AvroConfig, AvroDeserializerFactory
+
+    user_id = schema_registry.register("users-value", USER)
+    changes = SchemaChanges()
+    heard: list[tuple[str, tuple[str, ...]]] = []
+    refuse = ["column name is Int64"]
+
+    def listener(schema: str, fields: tuple[Field, ...]) -> None:
+        heard.append((schema, tuple(f.name for f in fields)))
+        if refuse:
+            raise ValueError(refuse[0])
+
+    changes.subscribe(listener)
+    config = decode(AvroConfig, _config(schema_registry.url), "deserializer.avro")
+    context = dataclasses.replace(kit.make_context(), schema_changes=changes)
+    deser = AvroDeserializerFactory.build(config, context)
+    payload = kit.confluent(user_id, kit.encode(USER, {"id": 1, "name": "a"}))
+    try:
+        deadline = time.monotonic() + 10
+        while not heard:  # the first fetch may not be back yet
+            assert time.monotonic() < deadline
+            with pytest.raises(DeserError):
+                deser.deserialize(memoryview(payload))
+        for _ in range(2):
+            with pytest.raises(DeserError) as err:
+                deser.deserialize(memoryview(payload))
+            assert err.value.kind is DeserErrorKind.NOT_READY
+            assert str(err.value) == f"schema id {user_id}: column name is Int64"
+        waits = [r for r in caplog.records if "wait" in r.getMessage()]
+        assert [r.getMessage() for r in waits] == [
+            f"records of schema id {user_id} wait: column name is Int64"
+        ]
+        refuse.clear()
+        assert deser.deserialize(memoryview(payload)) == {"id": 1, "name": "a"}
+        assert deser.deserialize(memoryview(payload)) == {"id": 1, "name": "a"}
+        assert (
+            heard == [(f"schema id {user_id}", ("id", "name"))] * 4
+        )  # three refusals, then taken once
+    finally:
+        deser.close()

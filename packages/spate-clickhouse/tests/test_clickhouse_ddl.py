@@ -218,6 +218,54 @@ def test_b59_spate_schema_ddl_names_what_it_cannot_derive_b29(
     )
 
 
+def test_b62_spate_schema_ddl_finds_clickhouse_sinks_inside_tiered_and_tee(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ClickHouse sink nested in a ``tiered`` terminal or a ``tee`` branch (ADR 0005),
+    at any depth, is printed under the name its component carries at run time."""
+    avro = json.dumps(AVRO)
+    shards = '[{replicas: ["http://127.0.0.1:1"]}]'
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"""
+pipeline: {{name: ddl}}
+source:
+  kafka: {{brokers: "127.0.0.1:1", topic: t, group_id: g}}
+deserializer:
+  avro: {{mode: raw, schema: {{inline: '{avro}'}}}}
+sinks:
+  spooled:
+    tiered:
+      tiers: [{{memory: {{max_records: 10}}}}]
+      terminal:
+        clickhouse: {{table: orders, columns: [order_id, region], shards: {shards}}}
+  both:
+    tee:
+      sinks:
+        - clickhouse: {{table: copy_a, columns: [order_id], shards: {shards}}}
+        - tiered:
+            tiers: [{{memory: {{max_records: 10}}}}]
+            terminal:
+              clickhouse: {{table: copy_b, columns: [ms], shards: {shards}}}
+"""
+    )
+    code = _cli("schema", "ddl", str(config))
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    headers = [line for line in printed.out.splitlines() if line.startswith("-- sink ")]
+    assert headers == [
+        "-- sink spooled.terminal",
+        "-- sink both.0",
+        "-- sink both.1.terminal",
+    ]
+    assert "-- sink both.1.terminal\nCREATE TABLE IF NOT EXISTS `copy_b`\n(\n" in printed.out
+    assert "`ms` DateTime64(3, 'UTC')" in printed.out
+
+    code = _cli("schema", "ddl", str(config), "--sink", "both.0")
+    printed = capsys.readouterr()
+    assert code == 0 and "copy_a" in printed.out and "orders" not in printed.out
+
+
 def test_spate_schema_ddl_from_a_protobuf_descriptor_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

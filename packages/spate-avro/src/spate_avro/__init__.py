@@ -5,7 +5,14 @@ the ``spate.deserializers`` entry point ``avro``. See the connector guide for th
 Values decoded from a top-level union are :class:`NamedRecord` tuples ``(name, record)``.
 """
 
-from spate_avro._config import AvroConfig, AvroMode, RegistryConfig, SchemaSource
+from spate_avro._config import (
+    AvroConfig,
+    AvroMode,
+    RegistryConfig,
+    RegistrySettings,
+    SchemaSource,
+)
+from spate_avro._confluent import ConfluentDeserializer, open_registry
 from spate_avro._deserializer import (
     AvroDeserializer,
     ConfluentAvroDeserializer,
@@ -24,13 +31,16 @@ __all__ = [
     "AvroDeserializerFactory",
     "AvroMode",
     "ConfluentAvroDeserializer",
+    "ConfluentDeserializer",
     "NamedRecord",
     "RawAvroDeserializer",
     "RegistryConfig",
     "RegistryError",
+    "RegistrySettings",
     "SchemaRegistryClient",
     "SchemaSource",
     "SingleObjectAvroDeserializer",
     "__version__",
+    "open_registry",
     "single_object_fingerprint",
 ]

@@ -84,27 +84,20 @@ class RegistryConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AvroConfig:
-    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro."""
+class RegistrySettings:
+    """The keys every registry-backed deserializer shares (Avro here, Protobuf in
+    spate-protobuf): the registry, prewarming, the waits and the error policies."""
 
-    mode: AvroMode = "confluent"
-    """``confluent`` (magic byte 0 + 4-byte schema id, schemas from the registry), ``raw``
-    (bare Avro binary written with ``schema``) or ``single_object`` (marker ``C3 01`` + the
-    schema's 64-bit Rabin fingerprint)."""
-    schema: SchemaSource | None = None
-    """The writer schema (``raw``; ``single_object``: the current writer schema)."""
-    writer_schemas: tuple[SchemaSource, ...] = ()
-    """``single_object`` only: further writer schemas recognised by their fingerprint."""
-    reader_schema: SchemaSource | None = None
-    """Decode into this schema (Avro schema resolution); default: the writer schema."""
     registry: RegistryConfig | None = None
     """The schema registry (``confluent`` mode only)."""
     prewarm_subjects: tuple[str, ...] = ()
-    """Subjects whose latest schema is fetched at start-up (``confluent`` mode)."""
+    """Subjects whose latest schema is fetched (and compiled) at start-up (``confluent``
+    mode); a missing subject or an unreachable registry fails start-up."""
     negative_cache_ttl: Duration = 300.0
-    """How long a registry schema that cannot be used (not Avro, not parseable, with
-    references) is remembered. For an id the registry answers 404 for, it only caps the
-    wait before asking again: such records wait, they are never skipped for it."""
+    """How long a registry schema that cannot be used (not of this format, not
+    parseable or compilable, with unsupported references) is remembered. For an id the
+    registry answers 404 for, it only caps the wait before asking again: such records
+    wait, they are never skipped for it."""
     fetch_wait: Duration = 0.5
     """How long a record may wait for a schema fetch on a cache miss before it is
     reported not ready (and retried later by the runtime); 0 never waits."""
@@ -123,21 +116,16 @@ class AvroConfig:
     fail, or write it to the ``dead_letter`` sink with its error. Unknown schema ids
     follow ``on_unknown_schema`` instead."""
 
-    def config_errors(self) -> Iterator[tuple[str, str]]:
-        if self.mode == "confluent":
+    def registry_errors(self, mode: str) -> Iterator[tuple[str, str]]:
+        """The shared keys' errors; only ``confluent`` mode uses the registry."""
+        if mode == "confluent":
             if self.registry is None:
                 yield "registry", "required in confluent mode"
-            if self.schema is not None:
-                yield "schema", "not used in confluent mode (writer schemas come from the registry)"
         else:
-            if self.schema is None and not (self.mode == "single_object" and self.writer_schemas):
-                yield "schema", f"required in {self.mode} mode"
             if self.registry is not None:
-                yield "registry", f"only used in confluent mode, not in {self.mode} mode"
+                yield "registry", f"only used in confluent mode, not in {mode} mode"
             if self.prewarm_subjects:
-                yield "prewarm_subjects", f"only used in confluent mode, not in {self.mode} mode"
-        if self.writer_schemas and self.mode != "single_object":
-            yield "writer_schemas", "only used in single_object mode"
+                yield "prewarm_subjects", f"only used in confluent mode, not in {mode} mode"
         for i, subject in enumerate(self.prewarm_subjects):
             if not subject.strip():
                 yield f"prewarm_subjects[{i}]", "must not be empty"
@@ -147,3 +135,29 @@ class AvroConfig:
             yield "fetch_wait", "must not be negative"
         if self.unknown_schema_timeout < 0:
             yield "unknown_schema_timeout", "must not be negative"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AvroConfig(RegistrySettings):
+    """``deserializer: {avro: ...}`` — decode Avro payloads with fastavro."""
+
+    mode: AvroMode = "confluent"
+    """``confluent`` (magic byte 0 + 4-byte schema id, schemas from the registry), ``raw``
+    (bare Avro binary written with ``schema``) or ``single_object`` (marker ``C3 01`` + the
+    schema's 64-bit Rabin fingerprint)."""
+    schema: SchemaSource | None = None
+    """The writer schema (``raw``; ``single_object``: the current writer schema)."""
+    writer_schemas: tuple[SchemaSource, ...] = ()
+    """``single_object`` only: further writer schemas recognised by their fingerprint."""
+    reader_schema: SchemaSource | None = None
+    """Decode into this schema (Avro schema resolution); default: the writer schema."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        yield from self.registry_errors(self.mode)
+        if self.mode == "confluent":
+            if self.schema is not None:
+                yield "schema", "not used in confluent mode (writer schemas come from the registry)"
+        elif self.schema is None and not (self.mode == "single_object" and self.writer_schemas):
+            yield "schema", f"required in {self.mode} mode"
+        if self.writer_schemas and self.mode != "single_object":
+            yield "writer_schemas", "only used in single_object mode"

@@ -59,6 +59,7 @@ class _Describer:
                     self.type(field["type"], (*seen, name)),
                     has_default,
                     field.get("default"),
+                    tuple(str(alias) for alias in field.get("aliases") or ()),
                 )
             )
         return FieldType(kind=FieldKind.RECORD, name=name, fields=tuple(fields))

@@ -27,8 +27,10 @@ from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
-from spate.schema import Field
+from spate.schema import Field, SchemaChanges
 
+from spate_avro._config import RegistrySettings
+from spate_avro._confluent import ConfluentDeserializer
 from spate_avro._describe import record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
@@ -151,41 +153,36 @@ class SingleObjectAvroDeserializer(AvroDeserializer):
             raise _malformed(exc) from None
 
 
-class ConfluentAvroDeserializer(AvroDeserializer):
+class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
     """``mode: confluent`` — magic byte 0, a 4-byte schema id, then the datum.
 
     Writer schemas come from the registry client's cache; a decode function is built
     once per schema id. A miss raises ``NOT_READY`` (never a drop, B21) until the id has
     been unknown to the registry for ``unknown_schema_timeout``; then ``UNKNOWN_SCHEMA``
-    with the ``on_unknown_schema`` policy (B28).
+    with the ``on_unknown_schema`` policy (B28). Without a reader schema, each new writer
+    schema is announced to the sinks that evolve their tables before its first record is
+    decoded (B60).
     """
 
     def __init__(
         self,
         client: SchemaRegistryClient,
+        settings: RegistrySettings,
         *,
         reader: Any | None,
-        fetch_wait: float,
-        on_error: ErrorPolicy,
         described: Any | None = None,
-        unknown_schema_timeout: float = 300.0,
-        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
+        schema_changes: SchemaChanges | None = None,
     ) -> None:
-        super().__init__(on_error, described if described is not None else reader)
-        self._client = client
+        AvroDeserializer.__init__(
+            self, settings.on_error, described if described is not None else reader
+        )
+        ConfluentDeserializer.__init__(self, client, settings, schema_changes)
         self._reader = reader
-        self._fetch_wait = fetch_wait
-        self._unknown_timeout = unknown_schema_timeout
-        self._on_unknown = on_unknown_schema
         self._decoders: dict[int, DecodeFn] = {}
         self.columnar: Any = None
         """Truthy when batches can be decoded as columns (``spate[columnar]``, no reader
         schema); the columnar decoder of each schema id is built on first use."""
         self._columnar: dict[int, Any] = {}
-
-    @property
-    def registry(self) -> SchemaRegistryClient:
-        return self._client
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread.
@@ -244,7 +241,7 @@ class ConfluentAvroDeserializer(AvroDeserializer):
             if decoder is None:
                 try:
                     decode = self._decoders.get(schema_id) or self._decoder_for(schema_id)
-                    writer = self._client.lookup(schema_id, self._fetch_wait)
+                    writer = self._lookup(schema_id)
                 except DeserError as exc:
                     if exc.kind is DeserErrorKind.NOT_READY:
                         raise
@@ -264,21 +261,12 @@ class ConfluentAvroDeserializer(AvroDeserializer):
         return frames, errors
 
     def _decoder_for(self, schema_id: int) -> DecodeFn:
-        try:
-            writer = self._client.lookup(schema_id, self._fetch_wait)
-        except DeserError as exc:
-            if exc.kind is DeserErrorKind.NOT_READY:
-                self._check_unknown(schema_id)
-            raise
+        writer = self._lookup(schema_id)
         decode = build_decoder(writer, self._reader)
+        if self._reader is None and self._announcing:
+            self._announce(schema_id, record_fields(writer))
         self._decoders[schema_id] = decode
         return decode
-
-    def _check_unknown(self, schema_id: int) -> None:
-        """Raise ``UNKNOWN_SCHEMA`` once the registry has not known the id for too long."""
-        error = self._client.unknown_error(schema_id, self._unknown_timeout, self._on_unknown)
-        if error is not None:
-            raise error from None
 
     def close(self) -> None:
         """Stop the registry client's fetch thread and release the columnar decoders
@@ -287,4 +275,4 @@ class ConfluentAvroDeserializer(AvroDeserializer):
             for decoder in self._columnar.values():
                 decoder.close()
         finally:
-            self._client.close()
+            ConfluentDeserializer.close(self)

@@ -11,16 +11,16 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from spate import BuildContext, ConfigError, FatalError
+from spate import BuildContext, ConfigError
 
 from spate_avro._config import AvroConfig, SchemaSource
+from spate_avro._confluent import open_registry
 from spate_avro._deserializer import (
     AvroDeserializer,
     ConfluentAvroDeserializer,
     RawAvroDeserializer,
     SingleObjectAvroDeserializer,
 )
-from spate_avro._registry import RegistryError, SchemaRegistryClient
 from spate_avro._schema import (
     build_decoder,
     load_schema_text,
@@ -112,48 +112,23 @@ class AvroDeserializerFactory:
     def _build_confluent(
         cls, config: AvroConfig, context: BuildContext, reader: Any | None, base: str
     ) -> AvroDeserializer:
-        if config.registry is None:
-            raise ConfigError(f"{base}.registry", "required in confluent mode")
-        client = SchemaRegistryClient(
-            config.registry, clock=context.clock, negative_cache_ttl=config.negative_cache_ttl
-        )
-        latest: Any | None = None
-        try:
-            client.probe()
-            for i, subject in enumerate(config.prewarm_subjects):
-                try:
-                    schema_id, writer = client.latest(subject)
-                except RegistryError as exc:
-                    if exc.status == 404:
-                        raise ConfigError(
-                            f"{base}.prewarm_subjects[{i}]",
-                            f"subject {subject!r} not found at {client.url}",
-                        ) from None
-                    raise
-                _check_reader(
-                    writer, reader, f"{base}.reader_schema", f"subject {subject!r} (id {schema_id})"
-                )
-                logger.info("prewarmed schema id %d of subject %s", schema_id, subject)
-                latest = writer if i == 0 else None
-        except RegistryError as exc:
-            client.close()
-            raise FatalError(context.component, str(exc)) from None
-        except ConfigError:
-            client.close()
-            raise
+        def check(subject: str, schema_id: int, writer: Any) -> None:
+            _check_reader(
+                writer, reader, f"{base}.reader_schema", f"subject {subject!r} (id {schema_id})"
+            )
+
+        client, prewarmed = open_registry(config, context, base, check=check)
         # The table is described by the reader schema, else by the latest writer schema of
         # the one prewarmed subject.
-        described = reader if reader is not None else latest
-        if len(config.prewarm_subjects) != 1:
-            described = reader
+        described = reader
+        if reader is None and len(prewarmed) == 1:
+            described = prewarmed[0]
         deserializer = ConfluentAvroDeserializer(
             client,
+            config,
             reader=reader,
-            fetch_wait=config.fetch_wait,
-            on_error=config.on_error,
             described=described,
-            unknown_schema_timeout=config.unknown_schema_timeout,
-            on_unknown_schema=config.on_unknown_schema,
+            schema_changes=context.schema_changes,
         )
         if reader is None and _columnar_available():
             deserializer.columnar = True

@@ -37,7 +37,7 @@ _SCALARS = {
 }
 
 
-def _quote(name: str) -> str:
+def quote_name(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
@@ -84,7 +84,8 @@ def _base_type(t: FieldType, options: TableOptions) -> str:
         if not t.fields:
             raise DdlError(f"record {t.name or ''} has no fields".replace("  ", " "))
         parts = ", ".join(
-            f"{_quote(f.name)} {clickhouse_type(f.type, options, nested=True)}" for f in t.fields
+            f"{quote_name(f.name)} {clickhouse_type(f.type, options, nested=True)}"
+            for f in t.fields
         )
         return f"Tuple({parts})"
     raise DdlError(f"a {t.kind.value} value has no ClickHouse type spate maps it to")
@@ -123,19 +124,19 @@ def create_table_sql(config: ClickHouseSinkConfig, fields: Sequence[Field] | Non
     """The ``CREATE TABLE IF NOT EXISTS`` statement for the sink's table."""
     options = config.table_options
     columns = table_columns(config, fields)
-    table = _quote(config.table_name)
+    table = quote_name(config.table_name)
     if config.database_name:
-        table = f"{_quote(config.database_name)}.{table}"
+        table = f"{quote_name(config.database_name)}.{table}"
     lines = [f"CREATE TABLE IF NOT EXISTS {table}"]
     if options.on_cluster:
-        lines[0] += f" ON CLUSTER {_quote(options.on_cluster)}"
-    width = max(len(_quote(name)) for name, _ in columns)
-    body = ",\n".join(f"    {_quote(name).ljust(width)} {type_}" for name, type_ in columns)
+        lines[0] += f" ON CLUSTER {quote_name(options.on_cluster)}"
+    width = max(len(quote_name(name)) for name, _ in columns)
+    body = ",\n".join(f"    {quote_name(name).ljust(width)} {type_}" for name, type_ in columns)
     lines += ["(", body, ")", f"ENGINE = {options.engine}"]
     if options.partition_by:
         lines.append(f"PARTITION BY {options.partition_by}")
     order_by = options.order_by or (columns[0][0],)
-    lines.append(f"ORDER BY ({', '.join(_quote(c) for c in order_by)})")
+    lines.append(f"ORDER BY ({', '.join(quote_name(c) for c in order_by)})")
     if options.ttl:
         lines.append(f"TTL {options.ttl}")
     settings = dict(options.settings)
@@ -147,11 +148,11 @@ def create_table_sql(config: ClickHouseSinkConfig, fields: Sequence[Field] | Non
         )
         settings.setdefault(key, options.dedup_window)
     if settings:
-        lines.append("SETTINGS " + ", ".join(f"{k} = {_value(v)}" for k, v in settings.items()))
+        lines.append("SETTINGS " + ", ".join(f"{k} = {sql_value(v)}" for k, v in settings.items()))
     return "\n".join(lines)
 
 
-def _value(value: object) -> str:
+def sql_value(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int | float):

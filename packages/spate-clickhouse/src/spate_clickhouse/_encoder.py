@@ -34,16 +34,19 @@ from spate_clickhouse._coerce import (
 )
 from spate_clickhouse._types import ChType
 
+_MISSING = object()
+NO_FILL = _MISSING
+"""A column without a fill: a mapping row must carry its value (unless it is Nullable)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A sink column: its name and its (server or declared) type."""
+    """A sink column: its name, its (server or declared) type and, for a column added by
+    ``evolve: add_columns``, the value a mapping row without the field is written with."""
 
     name: str
     type: ChType
-
-
-_MISSING = object()
+    fill: object = _MISSING
 
 
 def _base_size(t: ChType) -> int:
@@ -70,6 +73,9 @@ class ColumnBuffer:
     """
 
     __slots__ = ("_columns", "_count", "frames", "rows")
+
+    encoder: RowEncoder | None = None
+    """The encoder whose columns the rows hold (set on each generated buffer type)."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[object, ...]] = []
@@ -132,7 +138,9 @@ class RowEncoder:
         encode, append = _compile(self.columns, self._binary)
         self.encode: Callable[[object], tuple[tuple[object, ...], int]] = encode
         self._buffer_type: type[ColumnBuffer] = type(
-            "ClickHouseColumnBuffer", (ColumnBuffer,), {"__slots__": (), "append": append}
+            "ClickHouseColumnBuffer",
+            (ColumnBuffer,),
+            {"__slots__": (), "append": append, "encoder": self},
         )
         self._first_pending = strict_first
         encoder = self
@@ -143,7 +151,9 @@ class RowEncoder:
             return append(buffer, row)
 
         self._first_type: type[ColumnBuffer] = type(
-            "ClickHouseFirstRowBuffer", (ColumnBuffer,), {"__slots__": (), "append": first_append}
+            "ClickHouseFirstRowBuffer",
+            (ColumnBuffer,),
+            {"__slots__": (), "append": first_append, "encoder": self},
         )
 
     def new_buffer(self) -> ColumnBuffer:
@@ -193,13 +203,16 @@ def _values_of(row: object, columns: Sequence[Column]) -> tuple[object, ...]:
         for column in columns:
             value = row.get(column.name, _MISSING)
             if value is _MISSING:
-                if not column.type.nullable:
+                if column.fill is not _MISSING:
+                    value = column.fill
+                elif not column.type.nullable:
                     raise SinkError(
                         f"the row has no value for column {column.name} (have: "
                         f"{', '.join(sorted(map(str, row)))[:200]})",
                         ErrorClass.RECORD,
                     )
-                value = None
+                else:
+                    value = None
             values.append(value)
         return tuple(values)
     if isinstance(row, (tuple, list)):

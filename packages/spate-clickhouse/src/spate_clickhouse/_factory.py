@@ -7,6 +7,8 @@ column as ClickHouse's Distributed engine would (B13). Nothing connects here; th
 runtime's ``start()`` does. ``create_table: if_missing`` builds the ``CREATE TABLE`` here
 (from the declared column types and ``BuildContext.record_fields``), so a column whose
 type cannot be derived fails the build with its name (B29); each replica's probe runs it.
+``evolve: add_columns`` subscribes the connector to the pipeline's new writer schemas
+(``BuildContext.schema_changes``, B60).
 """
 
 from __future__ import annotations
@@ -42,9 +44,19 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
             [shard.weight for shard in config.shards],
             connector.columns,
         )
-    return SinkPool.from_context(
+    pool = SinkPool.from_context(
         connector, context, shards=config.shards, config=PoolConfig.of(config), router=router
     )
+    if config.evolve == "add_columns":
+        if context.schema_changes is None:
+            raise ConfigError(
+                f"{context.component}.evolve",
+                "needs a pipeline whose deserializer announces schemas",
+            )
+        connector.follows(context.record_fields)
+        connector.seal_open = pool.tick
+        context.schema_changes.subscribe(connector.evolve)
+    return pool
 
 
 class ClickHouseSinkFactory:

@@ -14,22 +14,32 @@ rows with the same token (B9, B11). Errors are translated by
 ``probe`` connects to the replica and runs the schema check of
 :mod:`spate_clickhouse._schema` (B20, B29). Everything about retries, breakers, failover,
 acks and metrics belongs to the pool.
+
+With ``evolve: add_columns`` the connector follows the records' writer schemas
+(:meth:`ClickHouseConnector.evolve`, B60): it adds the columns a new schema needs on every
+replica, seals the open batches (their rows keep the columns they were encoded with) and
+encodes later rows with the new columns; a buffer remembers its encoder, so a batch is
+always written with the columns its rows hold.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spate.errors import ErrorClass, SinkError
+from spate.schema import Field
 from spate.sink import WriteBatch
 
 from spate_clickhouse._client import Endpoint, connect, parse_endpoint
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
 from spate_clickhouse._errors import code_of, to_sink_error
+from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._schema import SchemaCheck, table_columns
-from spate_clickhouse._types import ChType
+from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -37,6 +47,9 @@ if TYPE_CHECKING:
     from spate_clickhouse.config import ClickHouseSinkConfig
 
 logger = logging.getLogger(__name__)
+
+_RECHECK_AFTER = 1.0
+"""Seconds before a refused schema is checked against the table again."""
 
 
 class ClickHouseConnector:
@@ -58,6 +71,19 @@ class ClickHouseConnector:
         self._settings = config.insert_settings()
         self._encoder: RowEncoder | None = None
         self._lock = threading.Lock()
+        self.takes_frames = config.evolve == "off"
+        """A sink that evolves its table stays on the row path (columns may change)."""
+        self.seal_open: Callable[[], None] = lambda: None
+        """Seals the pool's open batches (set by the factory); called before new columns."""
+        self._seen: set[str] = set()
+        """Field names of the writer schemas met so far (removed fields are checked)."""
+        self._refused: dict[str, tuple[float, str]] = {}
+        """Schemas refused lately: the runtime retries their records every loop turn, the
+        table is read again only every ``_RECHECK_AFTER`` seconds."""
+
+    def follows(self, fields: tuple[Field, ...] | None) -> None:
+        """The fields known at start-up count as met (a field they lose is a removal)."""
+        self._seen.update(f.name for f in fields or ())
 
     # -- SinkConnector -------------------------------------------------------------------
 
@@ -104,6 +130,90 @@ class ClickHouseConnector:
         """The sink's columns with the types it writes with."""
         return list(self.encoder().columns)
 
+    def evolve(self, schema: str, fields: tuple[Field, ...]) -> None:
+        """Make the table and the encoder fit a new writer schema (B60, B61). Pipeline
+        thread, before the first record of ``schema`` is decoded; blocks.
+
+        Raises ``SinkError`` with one line when the schema does not fit (the deserializer
+        then holds its records as not ready) or a replica cannot be altered now.
+        """
+        refused = self._refused.get(schema)
+        if refused is not None and time.monotonic() - refused[0] < _RECHECK_AFTER:
+            raise SinkError(refused[1], ErrorClass.FATAL)
+        encoder = self.encoder()
+        written = {c.name: c.type for c in encoder.columns}
+        fills = {c.name: c.fill for c in encoder.columns}
+        urls = [url for shard in self.config.shards for url in shard.replicas]
+        table = self._server_types(urls[0])
+        decided = plan(fields, written, fills, table, self._seen, self.config.table_options)
+        if decided.problems:
+            reason = f"sink {self.name}: {self.schema.table} cannot take {schema}: " + "; ".join(
+                decided.problems
+            )
+            self._refused[schema] = (time.monotonic(), reason)
+            raise SinkError(reason, ErrorClass.FATAL)
+        self._refused.pop(schema, None)
+        if decided.add:
+            on_cluster = self.config.table_options.on_cluster
+            sql = alter_sql(self._quoted_table(), decided.add, on_cluster)
+            for url in urls[:1] if on_cluster else urls:
+                self._run(url, sql, "adding columns")
+            logger.info(
+                "sink %s: added %s to %s for %s",
+                self.name,
+                ", ".join(f"{name} {definition}" for name, definition in decided.add),
+                self.schema.table,
+                schema,
+            )
+            table = self._server_types(urls[0])
+        self._seen.update(f.name for f in fields)
+        if not decided.write:
+            return
+        missing = [name for name in decided.write if name not in table]
+        if missing:
+            raise SinkError(
+                f"sink {self.name}: column(s) {', '.join(missing)} not in {self.schema.table} "
+                f"after adding them",
+                ErrorClass.RETRYABLE,
+            )
+        columns = [
+            *encoder.columns,
+            *(Column(name, table[name], decided.fills[name]) for name in decided.write),
+        ]
+        self.seal_open()
+        with self._lock:
+            self._encoder = RowEncoder(columns)
+            self.column_names = [c.name for c in columns]
+        logger.info("sink %s: writes %s from %s on", self.name, ", ".join(decided.write), schema)
+
+    def _quoted_table(self) -> str:
+        from spate_clickhouse._ddl import quote_name
+
+        table = quote_name(self.table)
+        return f"{quote_name(self.database)}.{table}" if self.database else table
+
+    def _run(self, url: str, sql: str, what: str) -> None:
+        writer = ClickHouseShardWriter(self, parse_endpoint(url), 0)
+        try:
+            writer.command(sql, what)
+        finally:
+            writer.close()
+
+    def _server_types(self, url: str) -> dict[str, ChType]:
+        """Every column of the table on ``url`` with its type."""
+        writer = ClickHouseShardWriter(self, parse_endpoint(url), 0)
+        try:
+            found = writer.table_columns()
+        finally:
+            writer.close()
+        types: dict[str, ChType] = {}
+        for name, type_name in found or ():
+            try:
+                types[name] = parse_type(type_name)
+            except TypeSyntaxError:
+                types[name] = ChType(type_name)
+        return types
+
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """Check a polars frame per column; ``(arrow table, bad rows)`` (columnar path)."""
         from spate_clickhouse._frames import prepare_frame
@@ -132,7 +242,7 @@ class ClickHouseShardWriter:
         self._shard = shard
         self._client: Client | None = None
         self._lock = threading.Lock()
-        self._type_names: list[str] | None = None
+        self._type_names: tuple[RowEncoder, list[str]] | None = None
 
     def _get_client(self) -> Client:
         with self._lock:
@@ -179,11 +289,7 @@ class ClickHouseShardWriter:
             return
         if check.mode == "off" and check.types is not None:
             return
-        try:
-            found = table_columns(client, self.connector.database, self.connector.table)
-        except Exception as exc:
-            raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
-        check.check(self.endpoint, found)
+        check.check(self.endpoint, self.table_columns())
         logger.info(
             "sink %s: %s on %s checked (validate_schema: %s)",
             self.connector.name,
@@ -191,6 +297,24 @@ class ClickHouseShardWriter:
             self.endpoint,
             check.mode,
         )
+
+    def command(self, sql: str, what: str) -> None:
+        """Run one statement on this replica (``SinkError`` naming it on failure)."""
+        try:
+            self._get_client().command(sql)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, what) from exc
+
+    def table_columns(self) -> list[tuple[str, str]] | None:
+        """``(name, type)`` of the table's columns on this replica; None if it is missing."""
+        try:
+            return table_columns(self._get_client(), self.connector.database, self.connector.table)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
 
     def write(self, batch: WriteBatch) -> None:
         """One INSERT of the whole batch with its dedup token. Worker thread; blocks."""
@@ -201,10 +325,10 @@ class ClickHouseShardWriter:
         if buffer.frames is not None:
             self._write_frames(batch, buffer)
             return
-        encoder = connector.encoder()
-        names = connector.column_names
-        if self._type_names is None:
-            self._type_names = [str(c.type) for c in encoder.columns]
+        encoder = buffer.encoder or connector.encoder()
+        names = [c.name for c in encoder.columns]
+        if self._type_names is None or self._type_names[0] is not encoder:
+            self._type_names = (encoder, [str(c.type) for c in encoder.columns])
         data = buffer.columns(len(names), encoder.binary_columns())
         try:
             client = self._get_client()
@@ -213,7 +337,7 @@ class ClickHouseShardWriter:
                 data,
                 column_names=names,
                 database=connector.database or None,
-                column_type_names=self._type_names,
+                column_type_names=self._type_names[1],
                 column_oriented=True,
                 settings=connector.insert_settings(batch.token),
             )

@@ -4,22 +4,29 @@ Registered through the ``spate.commands`` entry-point group. Loads the configura
 builds its deserializer (in ``confluent`` mode that probes the registry and fetches the
 ``prewarm_subjects``, exactly as ``spate run`` would) to learn the records' fields, and
 prints one statement per ClickHouse sink: the same statement ``create_table: if_missing``
-runs at start-up. Exit codes as ``spate validate``: 0 printed, 2 configuration errors
-(one line naming the key or column), 1 a service the deserializer needs is unreachable.
+runs at start-up. ClickHouse sinks nested in ``tiered`` terminals and ``tee`` branches
+(ADR 0005), at any depth, are found too and named as their components are at run time
+(``spooled.terminal``, ``both.0``) (B62). Exit codes as ``spate validate``: 0 printed,
+2 configuration errors (one line naming the key or column), 1 a service the
+deserializer needs is unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from spate import BuildContext, ConfigError, SpateError, SystemClock, load_config
+from spate.config import ConnectorSpec, decode_connector
 from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.plugins import default_registry
 from spate.schema import Field, record_fields_of
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse.config import ClickHouseSinkConfig
 
 
 def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
@@ -47,6 +54,34 @@ def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
     return config, fields
 
 
+def clickhouse_sinks(specs: Mapping[str, ConnectorSpec]) -> Iterator[tuple[str, ConnectorSpec]]:
+    """``(component name, spec)`` of every ClickHouse sink, nested ones included (B62)."""
+    for name, spec in specs.items():
+        yield from _walk(name, spec)
+
+
+def _walk(name: str, spec: ConnectorSpec) -> Iterator[tuple[str, ConnectorSpec]]:
+    if spec.tag == "clickhouse":
+        yield name, spec
+        return
+    config: Any = spec.config
+    nested: list[tuple[str, str, Mapping[str, Any]]] = []
+    if spec.tag == "tiered" and config is not None:
+        nested.append((f"{name}.terminal", f"{spec.path}.terminal", config.terminal))
+    elif spec.tag == "tee" and config is not None:
+        nested += [
+            (f"{name}.{i}", f"{spec.path}.sinks[{i}]", raw) for i, raw in enumerate(config.sinks)
+        ]
+    for component, path, raw in nested:
+        if len(raw) != 1:
+            continue  # refused by the configuration check already
+        ((tag, body),) = raw.items()
+        inner = ConnectorSpec(
+            kind="sink", tag=tag, component=component, path=f"{path}.{tag}", body=body or {}
+        )
+        yield from _walk(component, decode_connector(inner, default_registry()))
+
+
 class SchemaCommand:
     """``spate schema ddl CONFIG [--sink NAME]``."""
 
@@ -70,11 +105,11 @@ class SchemaCommand:
         except SpateError as exc:
             sys.stderr.write(f"{exc}\n")
             return 1
-        sinks = {
-            name: spec
-            for name, spec in config.sinks.items()  # type: ignore[attr-defined]
-            if spec.tag == "clickhouse"
-        }
+        try:
+            sinks = dict(clickhouse_sinks(config.sinks))  # type: ignore[attr-defined]
+        except ConfigError as exc:
+            sys.stderr.write(f"{exc}\n")
+            return 2
         if args.sink is not None:
             if args.sink not in sinks:
                 known = ", ".join(sorted(sinks)) or "none"
@@ -83,8 +118,11 @@ class SchemaCommand:
             sinks = {args.sink: sinks[args.sink]}
         statements = []
         for spec in sinks.values():
+            config_ = spec.config
+            if not isinstance(config_, ClickHouseSinkConfig):  # pragma: no cover - decoded
+                raise TypeError(f"{spec.path}: not a ClickHouse sink section")
             try:
-                statements.append(create_table_sql(spec.config, fields))
+                statements.append(create_table_sql(config_, fields))
             except DdlError as exc:
                 sys.stderr.write(f"{spec.path}: {exc}\n")
                 return 2

@@ -179,6 +179,13 @@ class ClickHouseSinkConfig:
     types are the declared ones, else derived from the deserializer's schema."""
     table_options: TableOptions = field(default_factory=TableOptions)
     """Engine, keys, TTL and settings of a created table."""
+    evolve: Literal["off", "add_columns"] = "off"
+    """``add_columns``: follow the records' writer schemas (Avro or Protobuf from a schema
+    registry): before the first record of a new schema is decoded, add the columns its new
+    fields need (``ALTER TABLE … ADD COLUMN IF NOT EXISTS``, ``Nullable`` or with the
+    schema's default, on every replica) and write those fields from then on; a changed
+    type or a removed required field holds the records as not ready with one line. ``off``:
+    fields without a column are not written."""
 
     # -- derived views ------------------------------------------------------------------
 

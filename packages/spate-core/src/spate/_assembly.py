@@ -30,7 +30,7 @@ from spate.ops._deadletter import is_kafka_sink
 from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
-from spate.schema import Field, record_fields_of
+from spate.schema import Field, SchemaChanges, record_fields_of
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ def assemble(
         meter = Meter(name, declare=names.ALL_FAMILIES if coordinated else names.PIPELINE_FAMILIES)
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
     budget = Pipeline.new_budget(config.backpressure)
+    schema_changes = SchemaChanges()
 
     def build(spec: ConnectorSpec, record_fields: tuple[Field, ...] | None = None) -> Any:
         if spec.config is None:
@@ -87,6 +88,7 @@ def assemble(
             coordination=config.coordination,
             record_fields=record_fields,
             registry=registry,
+            schema_changes=schema_changes,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name

@@ -6,12 +6,20 @@ know their schema at start-up describe it through :class:`DescribesRecords`; the
 assembly hands the description to sink factories (``BuildContext.record_fields``) so a
 sink can create its table from it, and ``spate schema ddl`` prints that DDL. Does not own
 any mapping to a database's types: that is the sink's.
+
+:class:`SchemaChanges` carries the writer schemas a deserializer meets while it runs (a new
+registry id) to the sinks that evolve their tables from them (``evolve: add_columns``):
+the deserializer publishes a schema's fields before it decodes the first record written
+with it, a listener that cannot take the schema raises, and the deserializer then reports
+the record not ready (B21), so no row of that schema reaches a sink first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -75,6 +83,8 @@ class Field:
     type: FieldType
     has_default: bool = False
     default: object = None
+    aliases: tuple[str, ...] = ()
+    """Names the field had before (an Avro field's ``aliases``): it was renamed."""
 
 
 @runtime_checkable
@@ -92,3 +102,36 @@ def record_fields_of(component: object) -> tuple[Field, ...] | None:
     if isinstance(component, DescribesRecords):
         return component.record_fields()
     return None
+
+
+SchemaListener = Callable[[str, tuple[Field, ...]], None]
+"""Called with a schema's name for messages (``schema id 7``) and its top-level fields."""
+
+
+class SchemaChanges:
+    """One pipeline's channel from its deserializer to the sinks that follow its schemas.
+
+    Sinks :meth:`subscribe` at build time; the deserializer :meth:`publish` es each new
+    writer schema on the pipeline thread, before it decodes a record written with it.
+    """
+
+    def __init__(self) -> None:
+        self._listeners: list[SchemaListener] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: SchemaListener) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    @property
+    def watched(self) -> bool:
+        """Whether any sink listens (a deserializer skips describing schemas otherwise)."""
+        return bool(self._listeners)
+
+    def publish(self, schema: str, fields: tuple[Field, ...]) -> None:
+        """Tell every listener; the first that refuses the schema raises (its message is
+        the one line the deserializer reports)."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(schema, fields)

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
-from spate.schema import Field
-from spate_avro import SchemaRegistryClient
+from spate.schema import Field, SchemaChanges
+from spate_avro import ConfluentDeserializer, RegistrySettings, SchemaRegistryClient
 
-from spate_protobuf._schema import FileSchema, MessageType
+from spate_protobuf._schema import FileSchema, MessageType, describe
 
 logger = logging.getLogger(__name__)
 
@@ -129,35 +129,29 @@ class RawProtobufDeserializer(ProtobufDeserializer):
             raise _malformed(exc) from None
 
 
-class ConfluentProtobufDeserializer(ProtobufDeserializer):
+class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer):
     """``mode: confluent`` — magic byte 0, a 4-byte schema id, the message indexes, the message.
 
     Compiled files come from the registry client's cache (its parser compiles them); a
     miss raises ``NOT_READY`` (never a drop, B21) until the id has been unknown to the
     registry for ``unknown_schema_timeout``; then ``UNKNOWN_SCHEMA`` with the
-    ``on_unknown_schema`` policy (B28).
+    ``on_unknown_schema`` policy (B28). Each new message type of a schema id is announced
+    to the sinks that evolve their tables before its first record is decoded (B60).
     """
 
     def __init__(
         self,
         client: SchemaRegistryClient,
+        settings: RegistrySettings,
         *,
-        fetch_wait: float,
-        on_error: ErrorPolicy,
         described: tuple[Field, ...] | None = None,
-        unknown_schema_timeout: float = 300.0,
-        on_unknown_schema: ErrorPolicy = ErrorPolicy.FAIL,
+        enums_as_names: bool = True,
+        schema_changes: SchemaChanges | None = None,
     ) -> None:
-        super().__init__(on_error, described)
-        self._client = client
-        self._fetch_wait = fetch_wait
-        self._unknown_timeout = unknown_schema_timeout
-        self._on_unknown = on_unknown_schema
+        ProtobufDeserializer.__init__(self, settings.on_error, described)
+        ConfluentDeserializer.__init__(self, client, settings, schema_changes)
+        self._enums_as_names = enums_as_names
         self._types: dict[bytes, MessageType] = {}
-
-    @property
-    def registry(self) -> SchemaRegistryClient:
-        return self._client
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread.
@@ -200,23 +194,16 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer):
     def _type_for(self, data: Any, start: int) -> MessageType:
         schema_id: int = _schema_id(data, 1)[0]
         indexes, _ = read_indexes(data, 5)
+        schema: FileSchema = self._lookup(schema_id)
         try:
-            schema: FileSchema = self._client.lookup(schema_id, self._fetch_wait)
-        except DeserError as exc:
-            if exc.kind is DeserErrorKind.NOT_READY:
-                error = self._client.unknown_error(
-                    schema_id, self._unknown_timeout, self._on_unknown
-                )
-                if error is not None:
-                    raise error from None
-            raise
-        try:
-            return schema.by_index(indexes)
+            message_type = schema.by_index(indexes)
         except ValueError as exc:
             raise DeserError(
                 f"schema id {schema_id}: {exc}", DeserErrorKind.SCHEMA_UNAVAILABLE
             ) from None
+        if self._announcing:
+            self._announce(schema_id, describe(message_type.descriptor, self._enums_as_names))
+        return message_type
 
     def close(self) -> None:
-        """Stop the registry client's fetch thread (the pipeline calls it at the end)."""
-        self._client.close()
+        ConfluentDeserializer.close(self)

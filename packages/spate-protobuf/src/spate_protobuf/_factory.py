@@ -14,9 +14,9 @@ import logging
 from typing import Any, ClassVar
 
 from google.protobuf import descriptor_pb2
-from spate import BuildContext, ConfigError, FatalError
+from spate import BuildContext, ConfigError
 from spate.schema import Field
-from spate_avro import RegistryError, SchemaRegistryClient
+from spate_avro import SchemaRegistryClient, open_registry
 
 from spate_protobuf._config import ProtobufConfig
 from spate_protobuf._deserializer import (
@@ -108,44 +108,23 @@ class ProtobufDeserializerFactory:
             return RawProtobufDeserializer(
                 message_type, config.on_error, describe(message_type.descriptor, enums_as_names)
             )
-        if config.registry is None:
-            raise ConfigError(f"{base}.registry", "required in confluent mode")
-        client = SchemaRegistryClient(
-            config.registry,
-            clock=context.clock,
-            negative_cache_ttl=config.negative_cache_ttl,
+        client, prewarmed = open_registry(
+            config,
+            context,
+            base,
             parser=RegistrySchemas(enums_as_names),
             query="?format=serialized",
         )
         described: tuple[Field, ...] | None = None
-        try:
-            client.probe()
-            for i, subject in enumerate(config.prewarm_subjects):
-                try:
-                    schema_id, schema = client.latest(subject)
-                except RegistryError as exc:
-                    if exc.status == 404:
-                        raise ConfigError(
-                            f"{base}.prewarm_subjects[{i}]",
-                            f"subject {subject!r} not found at {client.url}",
-                        ) from None
-                    raise
-                logger.info("prewarmed Protobuf schema id %d of subject %s", schema_id, subject)
-                # One subject whose file has one top-level type describes the table.
-                types = list(schema.file.message_types_by_name.values())
-                if len(config.prewarm_subjects) == 1 and len(types) == 1:
-                    described = describe(types[0], enums_as_names)
-        except RegistryError as exc:
-            client.close()
-            raise FatalError(context.component, str(exc)) from None
-        except ConfigError:
-            client.close()
-            raise
+        if len(prewarmed) == 1:
+            # One subject whose file has one top-level type describes the table.
+            types = list(prewarmed[0].file.message_types_by_name.values())
+            if len(types) == 1:
+                described = describe(types[0], enums_as_names)
         return ConfluentProtobufDeserializer(
             client,
-            fetch_wait=config.fetch_wait,
-            on_error=config.on_error,
+            config,
             described=described,
-            unknown_schema_timeout=config.unknown_schema_timeout,
-            on_unknown_schema=config.on_unknown_schema,
+            enums_as_names=enums_as_names,
+            schema_changes=context.schema_changes,
         )

@@ -188,6 +188,9 @@ def render_model(key: str, model: type[Any], level: int = 3) -> list[str]:
     fields = [f for f in dataclasses.fields(model) if f.init]
     if not fields:
         return ["No settings: write `{}`.", ""]
+    # A model's own keys first, then those it shares with others through a base model.
+    own = inspect.get_annotations(model)
+    fields.sort(key=lambda f: f.name not in own)
     lines = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     nested: list[tuple[str, type[Any]]] = []
     for f in fields:

@@ -108,7 +108,9 @@ def columnar_capable(deserializer: object, sinks: Mapping[str, Sink]) -> bool:
     that take frames (``spate[columnar]`` installed)."""
     if getattr(deserializer, "columnar", None) is None:
         return False
-    if not all(hasattr(s, "offer_frame") for s in sinks.values()):
+    if not all(
+        hasattr(s, "offer_frame") and getattr(s, "takes_frames", True) for s in sinks.values()
+    ):
         return False
     try:
         import polars  # noqa: F401

@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from spate._clock import Clock
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
-from spate.schema import Field
+from spate.schema import Field, SchemaChanges
 
 
 class PluginKind(enum.Enum):
@@ -70,6 +70,9 @@ class BuildContext:
     registry: object | None = None
     """The plugin registry the pipeline is assembled with, for factories that build
     nested connector sections (the ``tiered`` and ``tee`` sinks); None: the default one."""
+    schema_changes: SchemaChanges | None = None
+    """The pipeline's new writer schemas: the deserializer publishes, sinks that evolve
+    their tables subscribe (:mod:`spate.schema`); None outside a pipeline."""
 
 
 ConfigT = TypeVar("ConfigT")

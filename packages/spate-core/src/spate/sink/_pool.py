@@ -271,6 +271,12 @@ class SinkPool:
     # -- columnar path (frames from spate.ops._columnar) -------------------------------
 
     @property
+    def takes_frames(self) -> bool:
+        """Whether the connector takes columns (a sink that evolves its table does not)."""
+        connector = self._connector
+        return hasattr(connector, "prepare_frame") and getattr(connector, "takes_frames", True)
+
+    @property
     def frame_needs_keys(self) -> bool:
         """Whether :meth:`offer_frame` needs the records' keys (a router placing by them)."""
         return self._router is not None and self._router.placed_by is None

@@ -1,28 +1,25 @@
-"""Avro records on the real broker whose schema id the registry does not know yet (B30).
+"""Avro and Protobuf records on the real broker whose schema id the registry does not
+know yet (B30), one scenario for both formats.
 
 A registry follower that has not caught up with its leader answers 404 for an id
 registered a moment ago. Here the registry test server hides the id of the second half
-of the topic until the pipeline (a ``spate run`` process: Kafka source → Avro
-deserializer → fsynced file sink) has asked for it several times, then serves it. Every
-record must arrive, the run must exit 0, and no committed offset may pass a record that
-was not written — in particular, none while the id was missing. An id that never
-appears fails the run after ``unknown_schema_timeout`` with one line naming it and the
-record's position, and nothing is committed past that record (B1, B21).
+of the topic until the pipeline (a ``spate run`` process: Kafka source → Confluent Avro
+or Protobuf deserializer → fsynced file sink) has asked for it several times, then
+serves it. Every record must arrive, the run must exit 0, and no committed offset may
+pass a record that was not written — in particular, none while the id was missing. An id
+that never appears fails the run after ``unknown_schema_timeout`` with one line naming
+it and the record's position, and nothing is committed past that record (B1, B21).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import fastavro
 import pytest
 
 from tests.kafka._pipeline import start_pipeline, write_config
+from tests.kafka._registry import FORMATS, Fields, Format, written_keys
 from tests.support.delivery import DeliverySampler
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
@@ -37,57 +34,27 @@ from tests.support.services import (
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-OLD = {"type": "record", "name": "U", "fields": [{"name": "id", "type": "long"}]}
-NEW = {**OLD, "fields": [*OLD["fields"], {"name": "note", "type": "string", "default": ""}]}
+OLD: Fields = (("id", "long"),)
+NEW: Fields = (*OLD, ("note", "string="))
+formats = pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 
 
-@pytest.fixture
-def registry() -> Iterator[SchemaRegistryServer]:
-    """The registry test server, for this module's pipelines to fetch schemas from."""
-    with SchemaRegistryServer() as server:
-        yield server
-
-
-def _confluent(schema_id: int, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
-    return b"\x00" + schema_id.to_bytes(4, "big") + buf.getvalue()
-
-
-def _written_keys(path: Path) -> list[bytes]:
-    """The keys (``k<id>``) of the rows the file sink holds; a torn last line is skipped."""
-    if not path.exists():
-        return []
-    lines = path.read_bytes().split(b"\n")[:-1]
-    return [b"k%d" % json.loads(line)["id"] for line in lines if line]
-
-
-def _avro(registry: str, **extra: Any) -> dict[str, Any]:
-    """The pipeline's ``deserializer:`` section: Confluent Avro with fast retries."""
-    return {
-        "avro": {
-            "registry": {"url": registry, "retry_backoff": "100ms", "retry_backoff_max": "500ms"},
-            "fetch_wait": "50ms",
-            **extra,
-        }
-    }
-
-
+@formats
 @pytest.mark.timeout(600)
 def test_schema_id_missing_from_a_lagging_registry_is_waited_for_on_the_real_broker_b30(
-    kafka_bootstrap: str, tmp_path: Path, registry: SchemaRegistryServer
+    kafka_bootstrap: str, tmp_path: Path, schema_registry: SchemaRegistryServer, fmt: Format
 ) -> None:
-    topic, group = unique_name("avro-lag"), unique_name("g")
-    old_id = registry.register("users-value", OLD)
-    new_id = registry.register("users-value", NEW)
-    registry.hide(new_id)  # until the pipeline has asked for it a few times
+    topic, group = unique_name(f"{fmt.name}-lag"), unique_name("g")
+    old_id = fmt.register(schema_registry, "users-value", OLD)
+    new_id = fmt.register(schema_registry, "users-value", NEW)
+    schema_registry.hide(new_id)  # until the pipeline has asked for it a few times
     count = scaled(20_000, minimum=900)
     half = count // 2
 
     def value(i: int) -> bytes:
         if i < half:
-            return _confluent(old_id, OLD, {"id": i})
-        return _confluent(new_id, NEW, {"id": i, "note": "n"})
+            return fmt.encode(old_id, OLD, {"id": i})
+        return fmt.encode(new_id, NEW, {"id": i, "note": "n"})
 
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     positions = produce_keyed(kafka_bootstrap, topic, count, value=value)
@@ -105,9 +72,9 @@ def test_schema_id_missing_from_a_lagging_registry_is_waited_for_on_the_real_bro
         group=group,
         out=out,
         bounded=True,
-        deserializer=_avro(registry.url),
+        deserializer=fmt.section(schema_registry.url),
     )
-    sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, lambda: _written_keys(out))
+    sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, lambda: written_keys(out))
     sampler.start(every=0.3)
     log = tmp_path / "run.log"
     proc = start_pipeline(config, log)
@@ -115,7 +82,7 @@ def test_schema_id_missing_from_a_lagging_registry_is_waited_for_on_the_real_bro
     while_missing: list[dict[int, int]] = []
     try:
         deadline = time.monotonic() + 240
-        while registry.requests[path] < 4:
+        while schema_registry.requests[path] < 4:
             if proc.poll() is not None:
                 raise AssertionError(
                     f"the run ended (exit {proc.returncode}) while schema id {new_id} was "
@@ -125,14 +92,14 @@ def test_schema_id_missing_from_a_lagging_registry_is_waited_for_on_the_real_bro
             while_missing.append(committed_offsets(kafka_bootstrap, group, topic, timeout=10))
             time.sleep(0.2)
         while_missing.append(committed_offsets(kafka_bootstrap, group, topic, timeout=10))
-        registry.reveal(new_id)
+        schema_registry.reveal(new_id)
         assert proc.wait(300) == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
         sampler.stop()
-    assert set(_written_keys(out)) == set(positions)
+    assert set(written_keys(out)) == set(positions)
     assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
     for committed in while_missing:
         for partition, offset in committed.items():
@@ -141,17 +108,18 @@ def test_schema_id_missing_from_a_lagging_registry_is_waited_for_on_the_real_bro
     assert not sampler.violations(), sampler.violations()[:3]
 
 
+@formats
 @pytest.mark.timeout(600)
 def test_schema_id_never_served_fails_the_run_in_one_line_on_the_real_broker_b30(
-    kafka_bootstrap: str, tmp_path: Path, registry: SchemaRegistryServer
+    kafka_bootstrap: str, tmp_path: Path, schema_registry: SchemaRegistryServer, fmt: Format
 ) -> None:
-    topic, group = unique_name("avro-unknown"), unique_name("g")
-    known_id = registry.register("users-value", OLD)
+    topic, group = unique_name(f"{fmt.name}-unknown"), unique_name("g")
+    known_id = fmt.register(schema_registry, "users-value", OLD)
     missing_id = 4242
     count = 200
 
     def value(i: int) -> bytes:
-        return _confluent(missing_id if i == count // 2 else known_id, OLD, {"id": i})
+        return fmt.encode(missing_id if i == count // 2 else known_id, OLD, {"id": i})
 
     create_topic(kafka_bootstrap, topic, 1)
     positions = produce_keyed(kafka_bootstrap, topic, count, value=value, partition=0)
@@ -164,7 +132,7 @@ def test_schema_id_never_served_fails_the_run_in_one_line_on_the_real_broker_b30
         group=group,
         out=out,
         bounded=True,
-        deserializer=_avro(registry.url, unknown_schema_timeout="2s"),
+        deserializer=fmt.section(schema_registry.url, unknown_schema_timeout="2s"),
     )
     log = tmp_path / "run.log"
     proc = start_pipeline(config, log)
@@ -181,5 +149,5 @@ def test_schema_id_never_served_fails_the_run_in_one_line_on_the_real_broker_b30
         assert part in failing, failing
     committed = committed_offsets(kafka_bootstrap, group, topic).get(0, 0)
     assert committed <= missing_offset
-    assert set(_written_keys(out)) >= {b"k%d" % i for i in range(committed)}
-    assert registry.requests[f"GET /schemas/ids/{missing_id}"] >= 2
+    assert set(written_keys(out)) >= {b"k%d" % i for i in range(committed)}
+    assert schema_registry.requests[f"GET /schemas/ids/{missing_id}"] >= 2
