@@ -426,3 +426,26 @@ def test_b94_processes_give_every_file_its_own_parent_and_endpoint(tmp_path: Pat
     assert code == 0, run.text[-3000:]
     for name in outs:
         assert f"pipeline {name}: every worker completed" in run.text
+
+
+def test_b94_a_refused_run_leaves_no_worker_directory_behind(tmp_path: Path) -> None:
+    config = _pipelines_file(tmp_path, good_out=tmp_path / "a", bad_out=tmp_path / "b")
+    # The second pipeline is refused after the first one's parent was built.
+    config.write_text(
+        config.read_text().replace(
+            '    sink:\n      file: {path: "' + str(tmp_path / "b"),
+            '    sinks:\n      x:\n        file: {path: "' + str(tmp_path / "b"),
+        )
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    check = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "run", str(config), "--processes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert check.returncode == 2, check.stderr
+    assert "named sinks need --chain" in check.stderr
+    assert list(scratch.iterdir()) == []

@@ -248,6 +248,20 @@ class _Cli:
         runs: list[_SideBySide] = []
         shared: dict[str, list[tuple[PipelineConfig, _Member]]] = {}
         try:
+            return self._side_by_side(args, loaded, runs, shared)
+        finally:
+            for run in runs:
+                if isinstance(run, _ParentRun):
+                    run.parent.discard()  # its worker directory, if it never ran
+
+    def _side_by_side(
+        self,
+        args: argparse.Namespace,
+        loaded: list[PipelineConfig] | None,
+        runs: list[_SideBySide],
+        shared: dict[str, list[tuple[PipelineConfig, _Member]]],
+    ) -> int:
+        try:
             chains = load_chain(args.chain) if args.chain is not None else None
             configs = loaded if loaded is not None else self._load_all(args.config)
             for cfg in configs:

@@ -302,9 +302,15 @@ class ProcessParent:
             restore()
             if admin is not None:
                 admin.stop()
-            for path in self._dir.iterdir():
-                path.unlink(missing_ok=True)
-            self._dir.rmdir()
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the worker directory (after a run, or for a parent that never ran)."""
+        if not self._dir.exists():
+            return
+        for path in self._dir.iterdir():
+            path.unlink(missing_ok=True)
+        self._dir.rmdir()
 
     def request_stop(self, reason: str) -> None:
         if self._stop_reason is None:
