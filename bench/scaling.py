@@ -8,8 +8,9 @@ directory per process, so several workers need a server), each run into fresh ta
 Each run is ``spate run examples/kafka_avro_to_clickhouse.yaml --chain
 kafka_avro_to_clickhouse:chains --processes N`` in bounded mode with a fresh consumer
 group, timed from start to exit (process start-up included). The two sides run
-interleaved, ``SPATE_BENCH_RUNS`` (default 3) times each after a warm-up. The report
-gives each side's median, records/s, the speed-up ``ratio:`` (2 workers over 1) and the
+interleaved, ``SPATE_BENCH_RUNS`` (default 5) times each after a warm-up. The report
+gives each side's median and spread (fastest and slowest run), records/s, the speed-up
+``ratio:`` (2 workers over 1, of the medians), the spread of the per-pair ratios, and the
 CPU seconds each process used (parent and workers, sampled from ``/proc``), plus the
 ClickHouse front's, because on a small machine the broker and the front share the
 cores with the workers.
@@ -155,7 +156,7 @@ class Run:
 
 def main() -> int:
     records = env_int("SPATE_BENCH_RECORDS", 400_000)
-    runs = max(1, env_int("SPATE_BENCH_RUNS", 3))
+    runs = max(1, env_int("SPATE_BENCH_RUNS", 5))
     brokers = bootstrap()
     topic = f"spate-bench-scaling-{records}"
     ensure_data(brokers, topic, records)
@@ -172,20 +173,29 @@ def main() -> int:
             times[processes].append(elapsed)
             cpu[processes].append(per_process)
             front[processes].append(front_cpu)
-    print(f"== scaling: {records} records, {PARTITIONS} partitions, {os.cpu_count()} cores")
+    load = os.getloadavg()[0]
+    print(
+        f"== scaling: {records} records, {PARTITIONS} partitions, {os.cpu_count()} cores, "
+        f"{runs} interleaved runs per side, load average {load:.1f} at the end"
+    )
     for processes in sides:
         median = statistics.median(times[processes])
         listed = ", ".join(f"{t:.2f}" for t in times[processes])
+        spread = f"{min(times[processes]):.2f}-{max(times[processes]):.2f}s"
         print(
-            f"{processes} worker(s): median {median:.2f}s ({records / median:,.0f} rec/s) "
-            f"runs [{listed}]"
+            f"{processes} worker(s): median {median:.2f}s ({records / median:,.0f} rec/s), "
+            f"spread {spread}, runs [{listed}]"
         )
         last = cpu[processes][-1]
         shown = ", ".join(f"{name}={seconds:.1f}s" for name, seconds in last.items())
         print(f"  cpu per process (last run): {shown}")
         print(f"  clickhouse front cpu (median): {statistics.median(front[processes]):.1f}s")
     ratio = statistics.median(times[1]) / statistics.median(times[2])
-    print(f"ratio: {ratio:.2f} (2 workers over 1; rows per run {bench.rows})")
+    pairs = sorted(one / two for one, two in zip(times[1], times[2], strict=True))
+    print(
+        f"ratio: {ratio:.2f} (2 workers over 1, medians; per interleaved pair "
+        f"{pairs[0]:.2f}-{pairs[-1]:.2f}; rows per run {bench.rows})"
+    )
     return 0
 
 

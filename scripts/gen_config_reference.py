@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from spate.config import TOP_LEVEL_KEYS
+from spate.config._loader import PIPELINES_KEY, SHARED_DEFAULT_KEYS, SHARED_ONLY_KEYS
 from spate.config._reference import FRAMEWORK_SECTIONS, Section, render_sections
 from spate.plugins import PluginKind, Registry
 
@@ -71,6 +72,38 @@ the names `sink` and the empty name are reserved. With `sinks:`, an operator cha
 required (`spate run CONFIG --chain module:function`). `coordination` is checked by
 the coordination package when it is used.
 
+## Several pipelines in one file
+
+Instead of one pipeline, a file may hold a `{pipelines}:` list, each item shaped like a
+file of one pipeline (its own `pipeline.name`, `source`, `sink`, ...). Next to the list,
+the top level may carry only shared sections:
+
+- {shared_only}: one admin endpoint serves every pipeline of the file (`/metrics`
+  with each pipeline's series, `/readyz` ready when every pipeline is); an item may not
+  give its own;
+- {shared_default}: defaults for every item; the keys of an item's own section
+  override the same keys of the shared one.
+
+```yaml
+admin: {{listen: "0.0.0.0:9484"}}
+checkpoint: {{interval: 2s}}
+pipelines:
+  - pipeline: {{name: orders}}
+    source: {{kafka: {{brokers: localhost:9092, topic: orders, group: etl-orders}}}}
+    deserializer: {{json: {{}}}}
+    sink: {{clickhouse: {{url: http://localhost:8123, table: orders}}}}
+  - pipeline: {{name: payments}}
+    checkpoint: {{interval: 500ms}}   # drain_timeout etc. still come from the top
+    source: {{kafka: {{brokers: localhost:9092, topic: payments, group: etl-payments}}}}
+    deserializer: {{json: {{}}}}
+    sink: {{clickhouse: {{url: http://localhost:8123, table: payments}}}}
+```
+
+Each pipeline needs its own name. An error inside an item names it by index:
+`pipelines[1].sink.clickhouse.table`. `spate run FILE` runs the pipelines side by side
+(with `--processes N` or an item's `pipeline.processes`, each pipeline gets its own
+worker processes); `spate validate FILE` checks every item.
+
 ## Framework sections
 
 """
@@ -124,7 +157,12 @@ def tier_sections() -> list[Section]:
 def render_page(registry: Registry) -> str:
     """The whole reference page."""
     top_level = ", ".join(f"`{key}`" for key in TOP_LEVEL_KEYS)
-    lines = HEADER.format(top_level=top_level).splitlines()
+    lines = HEADER.format(
+        top_level=top_level,
+        pipelines=PIPELINES_KEY,
+        shared_only=", ".join(f"`{key}`" for key in SHARED_ONLY_KEYS),
+        shared_default=", ".join(f"`{key}`" for key in SHARED_DEFAULT_KEYS),
+    ).splitlines()
     lines += render_sections(FRAMEWORK_SECTIONS, level=3)
     lines += ["## Connectors", ""]
     for title, sections in connector_sections(registry):

@@ -6,6 +6,7 @@ block; :attr:`SpateRun.text` reads what it logged so far.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,15 @@ class SpateRun:
     @property
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def sigterm(self) -> int:
+        """Send SIGTERM and wait for the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait()
+
+    def kill_if_running(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def wait(self, timeout: float = 180) -> int:
         try:

@@ -6,7 +6,7 @@ The public API is what ``__all__`` lists; everything else is internal.
 from spate._clock import Clock, ManualClock, SystemClock
 from spate._secrets import NO_SECRET, Secret, display_url, redact, register_secret
 from spate.checkpoint import AckStatus, AckToken
-from spate.config import PipelineConfig, SupervisorConfig, load_config
+from spate.config import PipelineConfig, SupervisorConfig, load_config, load_configs
 from spate.errors import (
     AckError,
     ConfigError,
@@ -76,6 +76,7 @@ __all__ = [
     "__version__",
     "display_url",
     "load_config",
+    "load_configs",
     "redact",
     "register_secret",
 ]

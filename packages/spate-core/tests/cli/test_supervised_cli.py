@@ -109,11 +109,9 @@ def test_b64_parent_serves_all_workers_restarts_a_killed_one_and_drains_on_sigte
         _until(lambda: _get(base + "/readyz")[0] == 200, "both workers ready again", run)
         metrics = _get(base + "/metrics")[1]
         assert re.search(r'spate_supervisor_restarts_total\{[^}]*worker="1"[^}]*\} 1\.0', metrics)
-        run.proc.send_signal(signal.SIGTERM)
-        code = run.wait()
+        code = run.sigterm()
     finally:
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.kill_if_running()
     assert code == 0, run.text[-3000:]
     assert "every worker completed" in run.text
 
@@ -165,11 +163,9 @@ def test_b65_two_pipelines_in_one_run_one_failing_the_other_keeps_delivering(
         assert 'pipeline="good"' in metrics
         assert 'pipeline="bad"' not in metrics  # each pipeline has its own registry
         assert run.proc.poll() is None
-        run.proc.send_signal(signal.SIGTERM)
-        code = run.wait()
+        code = run.sigterm()
     finally:
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.kill_if_running()
     assert good_out.stat().st_size >= size > 0
     assert code == 1  # one of the pipelines failed
     lines = run.text.strip().splitlines()
@@ -243,3 +239,176 @@ def test_b64_a_worker_whose_parent_died_before_it_looked_still_drains(tmp_path: 
         worker.kill()
     assert worker.returncode == -signal.SIGTERM, err
     assert "the parent process is gone; draining" in err
+
+
+def _pipelines_file(tmp: Path, *, good_out: Path, bad_out: Path, top: str = "") -> Path:
+    path = tmp / "two.yaml"
+    path.write_text(
+        f"""
+admin: {{listen: "127.0.0.1:0"}}
+checkpoint: {{interval: 200ms, drain_timeout: 10s}}
+{top}
+pipelines:
+  - pipeline: {{name: good}}
+    source:
+      memory: {{partitions: 2, records: 500, bounded: false}}
+    sink:
+      file: {{path: "{good_out}", max_rows: 100}}
+  - pipeline: {{name: bad}}
+    supervisor: {{max_restarts: 1, initial_backoff: 50ms}}
+    source:
+      memory: {{partitions: 2, records: 500, bounded: false}}
+    sink:
+      file: {{path: "{bad_out}", max_rows: 100}}
+"""
+    )
+    return path
+
+
+def test_b92_a_pipelines_list_runs_side_by_side_behind_one_admin_endpoint(
+    tmp_path: Path,
+) -> None:
+    good_out = tmp_path / "good.jsonl"
+    config = _pipelines_file(
+        tmp_path, good_out=good_out, bad_out=tmp_path / "missing-dir" / "out.jsonl"
+    )
+    run = _Run(tmp_path, "run", str(config))
+    try:
+        _until(lambda: "pipeline bad gave up" in run.text, "the failing pipeline to give up", run)
+        size = good_out.stat().st_size if good_out.exists() else 0
+        match = re.search(r"reachable at (http://\S+) \(pipeline=good,bad", run.text)
+        assert match is not None, run.text[-3000:]
+        base = match.group(1)
+        # One endpoint for the file: every pipeline's series, each under its own label.
+        _until(lambda: 'pipeline="good"' in _get(base + "/metrics")[1], "good's series", run)
+        metrics = _get(base + "/metrics")[1]
+        assert re.search(r'spate_source_records_total\{[^}]*pipeline="good"[^}]*\} [1-9]', metrics)
+        assert re.search(
+            r'spate_supervisor_give_ups_total\{[^}]*pipeline="bad"[^}]*\} 1\.0', metrics
+        ), metrics[:3000]
+        # Ready only when every pipeline of the file is: bad gave up.
+        status, text = _get(base + "/readyz")
+        assert status == 503 and "pipeline bad" in text, text
+        assert run.proc.poll() is None  # the other pipeline keeps delivering
+        code = run.sigterm()
+    finally:
+        run.kill_if_running()
+    assert good_out.stat().st_size >= size > 0
+    assert code == 1
+    assert (
+        run.text.strip()
+        .splitlines()[-1]
+        .startswith("pipeline bad failed: pipeline bad gave up after 2 failures")
+    )
+    assert "pipeline good completed (signal SIGTERM)" in run.text
+
+
+def _validate(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spate.cli", "validate", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_b92_validate_lists_every_pipeline_of_a_file(tmp_path: Path) -> None:
+    config = _pipelines_file(tmp_path, good_out=tmp_path / "a", bad_out=tmp_path / "b")
+    check = _validate(config)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.splitlines() == [
+        f"{config}: ok (pipelines[0]: pipeline good: source memory, sink file)",
+        f"{config}: ok (pipelines[1]: pipeline bad: source memory, sink file)",
+    ]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        config.read_text().replace("max_rows: 100}\n  - pipeline", "max_row: 1}\n  - pipeline")
+    )
+    check = _validate(broken)
+    assert check.returncode == 2
+    assert re.match(
+        rf"{re.escape(str(broken))}:10:\d+: pipelines\[0\]\.sink\.file\.max_row: unknown key",
+        check.stderr,
+    ), check.stderr
+
+
+def test_b94_processes_give_every_pipeline_of_a_list_its_own_workers(tmp_path: Path) -> None:
+    good_out = tmp_path / "good.jsonl"
+    other_out = tmp_path / "other.jsonl"
+    config = _pipelines_file(tmp_path, good_out=good_out, bad_out=other_out)
+    config.write_text(config.read_text().replace("name: bad", "name: other"))
+    run = _Run(tmp_path, "run", str(config), "--processes", "2")
+    try:
+        _until(lambda: "reachable at" in run.text, "the admin URL", run)
+        match = re.search(r"reachable at (http://\S+) \(pipeline=good,other", run.text)
+        assert match is not None, run.text[-3000:]
+        base = match.group(1)
+        _until(lambda: _get(base + "/readyz")[0] == 200, "all four workers ready", run)
+        for name in ("good", "other"):
+            started = re.findall(rf"pipeline {name}: worker (\d) started", run.text)
+            assert sorted(started) == ["0", "1"], run.text[-3000:]
+        metrics = _get(base + "/metrics")[1]
+        for name in ("good", "other"):
+            for worker in ("0", "1"):
+                assert re.search(
+                    r"spate_source_records_total\{"
+                    rf'(?=[^}}]*pipeline="{name}")(?=[^}}]*worker="{worker}")[^}}]*\}} [1-9]',
+                    metrics,
+                ), (name, worker, metrics[:3000])
+        code = run.sigterm()
+    finally:
+        run.kill_if_running()
+    assert code == 0, run.text[-3000:]
+    assert "pipeline good: every worker completed" in run.text
+    assert "pipeline other: every worker completed" in run.text
+    assert good_out.stat().st_size > 0 and other_out.stat().st_size > 0
+
+
+def test_b94_processes_give_every_file_its_own_parent_and_endpoint(tmp_path: Path) -> None:
+    outs = {name: tmp_path / f"{name}.jsonl" for name in ("left", "right")}
+    configs = [_config(tmp_path, name, out=out, listen="127.0.0.1:0") for name, out in outs.items()]
+    run = _Run(tmp_path, "run", *map(str, configs), "--processes", "2")
+    try:
+        for name in outs:
+            _until(lambda n=name: f"(pipeline={n})" in run.text, f"{name}'s endpoint", run)
+            match = re.search(rf"reachable at (http://\S+) \(pipeline={name}\)", run.text)
+            assert match is not None, run.text[-3000:]
+            base = match.group(1)
+            _until(lambda b=base: _get(b + "/readyz")[0] == 200, f"{name}'s workers", run)
+            metrics = _get(base + "/metrics")[1]
+            for worker in ("0", "1"):
+                assert re.search(
+                    rf'spate_source_records_total\{{[^}}]*worker="{worker}"[^}}]*\}} [1-9]',
+                    metrics,
+                ), metrics[:2000]
+            other = "right" if name == "left" else "left"
+            assert f'pipeline="{other}"' not in metrics  # each file keeps its endpoint
+        code = run.sigterm()
+    finally:
+        run.kill_if_running()
+    assert code == 0, run.text[-3000:]
+    for name in outs:
+        assert f"pipeline {name}: every worker completed" in run.text
+
+
+def test_b94_a_refused_run_leaves_no_worker_directory_behind(tmp_path: Path) -> None:
+    config = _pipelines_file(tmp_path, good_out=tmp_path / "a", bad_out=tmp_path / "b")
+    # The second pipeline is refused after the first one's parent was built.
+    config.write_text(
+        config.read_text().replace(
+            '    sink:\n      file: {path: "' + str(tmp_path / "b"),
+            '    sinks:\n      x:\n        file: {path: "' + str(tmp_path / "b"),
+        )
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    check = subprocess.run(
+        [sys.executable, "-m", "spate.cli", "run", str(config), "--processes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert check.returncode == 2, check.stderr
+    assert "named sinks need --chain" in check.stderr
+    assert list(scratch.iterdir()) == []

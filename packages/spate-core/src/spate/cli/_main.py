@@ -15,6 +15,7 @@ place that configures logging (``key=value`` lines on stderr).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -23,18 +24,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
+
 from spate import __version__
 from spate._assembly import assemble
 from spate._secrets import redact
 from spate._supervised import SupervisedRun, run_side_by_side, supervise
+from spate.admin._probes import HealthView
+from spate.admin._server import AdminServer
+from spate.admin._shared import AllHealth, MergedCollector
 from spate.cli._logging import LEVELS, configure_logging
 from spate.cli._processes import ProcessParent, WorkerSlot, resolve_processes, worker_command
 from spate.cli._progress import progress_bar
 from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
-from spate.config._loader import load_config
+from spate.config._loader import load_configs
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
 from spate.pipeline._builder import Pipeline
+from spate.pipeline._exit import ExitReport
 from spate.plugins._registry import Registry, default_registry
 
 logger = logging.getLogger(__name__)
@@ -116,11 +124,13 @@ class _Cli:
 
     def validate(self, args: argparse.Namespace) -> int:
         try:
-            cfg = load_config(args.config, resolver=self.registry)
+            configs = load_configs(args.config, resolver=self.registry)
         except (ConfigError, PluginError) as exc:
             self.error(exc)
             return EXIT_USAGE
-        print(f"{args.config}: ok ({_describe(cfg)})", file=self.stdout)
+        for cfg in configs:
+            where = "" if cfg.index is None else f"pipelines[{cfg.index}]: "
+            print(f"{args.config}: ok ({where}{_describe(cfg)})", file=self.stdout)
         return EXIT_OK
 
     def plugins(self, args: argparse.Namespace) -> int:
@@ -159,7 +169,15 @@ class _Cli:
         (config,) = args.config
         slot = WorkerSlot.from_env()
         try:
-            cfg = load_config(config, resolver=self.registry)
+            configs = load_configs(config, resolver=self.registry)
+            if slot is not None and slot.pipeline is not None:
+                # A worker of one pipeline of a ``pipelines:`` file (B94).
+                configs = [c for c in configs if c.name == slot.pipeline]
+                if not configs:
+                    raise ConfigError("pipelines", f"no pipeline is named {slot.pipeline!r}")
+            elif len(configs) > 1 or configs[0].index is not None:
+                return self._run_several(args, configs)
+            (cfg,) = configs
             if cfg.sinks_map and args.chain is None:
                 raise ConfigError(
                     "sinks",
@@ -221,16 +239,87 @@ class _Cli:
                 self.error(report.reason)
         return report.exit_code
 
-    def _run_several(self, args: argparse.Namespace) -> int:
-        """Several configuration files: their pipelines side by side in this process (B65)."""
-        runs: list[SupervisedRun | Pipeline] = []
-        names: dict[str, str] = {}
+    def _run_several(
+        self, args: argparse.Namespace, loaded: list[PipelineConfig] | None = None
+    ) -> int:
+        """Several pipelines (several files, or a ``pipelines:`` list) side by side in
+        this process, each under its own parent when it has worker processes (B65,
+        B92, B94). The pipelines of one list share their file's admin endpoint."""
+        runs: list[_SideBySide] = []
+        shared: dict[str, list[tuple[PipelineConfig, _Member]]] = {}
         try:
-            if args.processes not in (None, "1"):
-                raise ConfigError("--processes", "runs one configuration file at a time")
+            return self._side_by_side(args, loaded, runs, shared)
+        finally:
+            for run in runs:
+                if isinstance(run, _ParentRun):
+                    run.parent.discard()  # its worker directory, if it never ran
+
+    def _side_by_side(
+        self,
+        args: argparse.Namespace,
+        loaded: list[PipelineConfig] | None,
+        runs: list[_SideBySide],
+        shared: dict[str, list[tuple[PipelineConfig, _Member]]],
+    ) -> int:
+        try:
             chains = load_chain(args.chain) if args.chain is not None else None
-            for path in args.config:
-                cfg = load_config(path, resolver=self.registry)
+            configs = loaded if loaded is not None else self._load_all(args.config)
+            for cfg in configs:
+                path = cfg.file or "<config>"
+                if cfg.sinks_map and chains is None:
+                    raise ConfigError(
+                        "sinks", "named sinks need --chain module:function", file=path
+                    )
+                processes = resolve_processes(args.processes, cfg)
+                serve = cfg.index is None  # a list's pipelines share one endpoint
+                run: _SideBySide
+                member: _Member
+                if processes > 1:
+                    command = worker_command(path, chain=args.chain, log_level=args.log_level)
+                    parent = ProcessParent(cfg, processes, command, serve_admin=serve)
+                    run, member = _ParentRun(parent), (parent, parent.collector())
+                else:
+                    own = cfg if serve else _without_admin(cfg)
+                    built = self._runner(own, chains, None)
+                    run, member = built, _member_of(built)
+                runs.append(run)
+                if not serve:
+                    shared.setdefault(path, []).append((cfg, member))
+            admins = [_shared_admin(group) for group in shared.values()]
+        except ValueError as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except Exception as exc:
+            logger.debug("building the pipelines failed", exc_info=True)
+            self.error(f"{type(exc).__name__}: {one_line(exc)}")
+            return EXIT_FAILED
+        started: list[AdminServer] = []
+        try:
+            for admin, health in admins:
+                if admin is not None:
+                    admin.start(health)
+                    started.append(admin)
+            reports = run_side_by_side(runs)  # each runtime logs its own summary line
+        except ConfigError as exc:  # a shared admin port that cannot be bound
+            self.error(exc)
+            return EXIT_USAGE
+        finally:
+            for admin in started:
+                admin.stop()
+        failed = [r for r in reports if r.exit_code != 0]
+        for report in failed:
+            self.error(f"pipeline {report.pipeline} failed: {report.reason}")
+        return EXIT_FAILED if failed or len(reports) != len(runs) else EXIT_OK
+
+    def _load_all(self, paths: Sequence[str]) -> list[PipelineConfig]:
+        """Every pipeline of every file; two pipelines of one run may not share a name."""
+        configs: list[PipelineConfig] = []
+        names: dict[str, str] = {}
+        for path in paths:
+            for cfg in load_configs(path, resolver=self.registry):
                 if cfg.name in names:
                     raise ConfigError(
                         "pipeline.name",
@@ -239,23 +328,8 @@ class _Cli:
                         file=path,
                     )
                 names[cfg.name] = path
-                if cfg.sinks_map and chains is None:
-                    raise ConfigError(
-                        "sinks", "named sinks need --chain module:function", file=path
-                    )
-                runs.append(self._runner(cfg, chains, None))
-        except (ConfigError, PluginError) as exc:
-            self.error(exc)
-            return EXIT_USAGE
-        except Exception as exc:
-            logger.debug("building the pipelines failed", exc_info=True)
-            self.error(f"{type(exc).__name__}: {one_line(exc)}")
-            return EXIT_FAILED
-        reports = run_side_by_side(runs)  # each runtime logs its own summary line
-        failed = [r for r in reports if r.exit_code != 0]
-        for report in failed:
-            self.error(f"pipeline {report.pipeline} failed: {report.reason}")
-        return EXIT_FAILED if failed or len(reports) != len(runs) else EXIT_OK
+                configs.append(cfg)
+        return configs
 
     def _runner(
         self, cfg: PipelineConfig, chains: Callable[[Any], Any] | None, slot: WorkerSlot | None
@@ -274,6 +348,69 @@ class _Cli:
     def _last_words(slot: WorkerSlot | None, why: BaseException | str) -> None:
         if slot is not None:
             slot.last_words(why if isinstance(why, str) else one_line(why))
+
+
+_Member = tuple[HealthView, Collector]
+"""What a shared admin endpoint reads of one pipeline: its health and its metrics."""
+
+
+class _ParentRun:
+    """The parent of one pipeline's worker processes, run side by side with others."""
+
+    def __init__(self, parent: ProcessParent) -> None:
+        self.parent = parent
+
+    @property
+    def name(self) -> str:
+        return self.parent.name
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        self.parent.request_stop(reason)
+
+    def run(self) -> ExitReport:
+        code = self.parent.run()
+        if code == 0:
+            return ExitReport(
+                pipeline=self.name, state="completed", reason="every worker completed"
+            )
+        why = self.parent.give_up_text or "a worker did not complete"
+        return ExitReport(pipeline=self.name, state="failed", reason=why)
+
+
+_SideBySide = SupervisedRun | Pipeline | _ParentRun
+
+
+def _member_of(run: SupervisedRun | Pipeline) -> _Member:
+    if isinstance(run, SupervisedRun):
+        return run.supervisor.health, run.supervisor.meter.registry
+    return run.health, run.meter.registry
+
+
+def _without_admin(cfg: PipelineConfig) -> PipelineConfig:
+    return dataclasses.replace(cfg, admin=dataclasses.replace(cfg.admin, listen="none"))
+
+
+def _shared_admin(
+    group: Sequence[tuple[PipelineConfig, _Member]],
+) -> tuple[AdminServer | None, HealthView]:
+    """One admin server for the pipelines of a ``pipelines:`` list (B92): the file's
+    ``admin`` and ``metrics`` sections, every pipeline's series, ready when all are."""
+    cfg = group[0][0]
+    health = AllHealth([(c.name, member[0]) for c, member in group])
+    if cfg.admin.listen == "none":
+        return None, health
+    registry = None
+    if cfg.metrics.exporter == "prometheus":
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(MergedCollector([member[1] for _, member in group]))
+    admin = AdminServer(
+        cfg.admin.listen,
+        registry=registry,
+        stall_after=cfg.admin.stall_after,
+        pipeline=",".join(c.name for c, _ in group),
+        metrics_auth=cfg.admin.metrics_auth,
+    )
+    return admin, health
 
 
 def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
@@ -296,7 +433,8 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     run.add_argument(
         "config",
         nargs="+",
-        help="pipeline configuration (YAML); several files run their pipelines side by side",
+        help="pipeline configuration (YAML); several files, or a file with a pipelines: "
+        "list, run their pipelines side by side",
     )
     run.add_argument(
         "--chain",
@@ -307,13 +445,15 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
     run.add_argument(
         "--processes",
         metavar="N",
-        help="worker processes running the pipeline, or auto for one per usable core "
-        "(default: pipeline.processes, 1)",
+        help="worker processes running each pipeline, or auto for one per usable core "
+        "(default: each pipeline's pipeline.processes, 1)",
     )
     validate = sub.add_parser(
         "validate", parents=[common], help="check a configuration file and exit"
     )
-    validate.add_argument("config", help="pipeline configuration (YAML)")
+    validate.add_argument(
+        "config", help="pipeline configuration (YAML), one pipeline or a pipelines: list"
+    )
     sub.add_parser(
         "plugins",
         parents=[common],

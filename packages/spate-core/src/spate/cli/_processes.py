@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -50,6 +50,7 @@ from prometheus_client.registry import Collector
 
 from spate._clock import SystemClock
 from spate.admin._server import AdminServer
+from spate.admin._shared import merge_families
 from spate.config._units import format_duration
 from spate.config.models import PipelineConfig, SupervisorConfig
 from spate.metrics import names
@@ -61,6 +62,10 @@ logger = logging.getLogger(__name__)
 ENV_INDEX = "SPATE_WORKER_INDEX"
 ENV_DIR = "SPATE_WORKER_DIR"
 ENV_PARENT = "SPATE_WORKER_PARENT"
+ENV_PIPELINE = "SPATE_WORKER_PIPELINE"
+"""Which pipeline of a ``pipelines:`` file the worker runs (unset for a file of one)."""
+ENV_START = "SPATE_WORKER_START"
+"""How many times the parent started this worker slot before (0 for the first start)."""
 DRAIN_MARGIN = 10.0
 """Seconds the parent waits beyond ``checkpoint.drain_timeout`` for workers to exit."""
 _SCRAPE_TIMEOUT = 2.0
@@ -106,6 +111,10 @@ class WorkerSlot:
     parent: int | None = None
     """The parent's pid as the parent gave it; the worker's own view of its parent
     (``os.getppid()`` at the time it looks) is wrong once the parent died first."""
+    pipeline: str | None = None
+    """The pipeline of a ``pipelines:`` file this worker runs; None for a file of one."""
+    start: int = 0
+    """How many times this slot was started before (a restart counts up)."""
 
     @classmethod
     def from_env(cls) -> WorkerSlot | None:
@@ -113,18 +122,40 @@ class WorkerSlot:
         if index is None or directory is None or not index.isdigit():
             return None
         parent = os.environ.get(ENV_PARENT, "")
-        return cls(int(index), Path(directory), int(parent) if parent.isdigit() else None)
+        start = os.environ.get(ENV_START, "")
+        return cls(
+            int(index),
+            Path(directory),
+            int(parent) if parent.isdigit() else None,
+            os.environ.get(ENV_PIPELINE) or None,
+            int(start) if start.isdigit() else 0,
+        )
 
     def config(self, cfg: PipelineConfig) -> PipelineConfig:
         """``cfg`` as a worker runs it: its admin server on a free loopback port (the
-        parent serves the configured one), no in-process supervisor, one process."""
+        parent serves the configured one), no in-process supervisor, one process, and
+        its own coordination instance id (B93)."""
         listen = "none" if cfg.admin.listen == "none" else "127.0.0.1:0"
         return dataclasses.replace(
             cfg,
             admin=dataclasses.replace(cfg.admin, listen=listen),
             pipeline=dataclasses.replace(cfg.pipeline, processes=1),
             supervisor=None,
+            coordination=self.coordination(cfg.coordination),
         )
+
+    def coordination(self, section: Mapping[str, object] | None) -> Mapping[str, object] | None:
+        """The ``coordination`` section with an instance id of this worker's own (B93).
+
+        A configured ``instance_id`` is shared by every worker of the file, and the
+        store refuses a second live instance under one id: each worker runs as
+        ``<instance_id>-w<index>``, and a restarted one as ``<instance_id>-w<index>r<n>``
+        (the dead one's id stays taken until its lease lapses). Without ``instance_id``
+        the default, ``<host>-<pid>``, already differs between processes."""
+        if section is None or not isinstance(section.get("instance_id"), str):
+            return section
+        suffix = f"-w{self.index}" + (f"r{self.start}" if self.start else "")
+        return {**section, "instance_id": f"{section['instance_id']}{suffix}"}
 
     def announce(self, url: str | None) -> None:
         """Tell the parent where this worker's admin server listens."""
@@ -170,6 +201,7 @@ class _Worker:
         self.policy = policy
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+        self.starts = 0
         self.restart_at: float | None = None
         self.exit_code: int | None = None
         self.done = False
@@ -196,8 +228,11 @@ class ProcessParent:
         worker_argv: Sequence[str],
         *,
         env: dict[str, str] | None = None,
+        serve_admin: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.serve_admin = serve_admin
+        """False when a shared endpoint serves this parent with other pipelines (B94)."""
         self.processes = processes
         self.rules = cfg.supervisor if cfg.supervisor is not None else SupervisorConfig()
         self._argv = list(worker_argv)
@@ -211,6 +246,8 @@ class ProcessParent:
             _Worker(i, RestartPolicy(self.rules, self._clock), self.meter) for i in range(processes)
         ]
         self.gave_up: _Worker | None = None
+        self.give_up_text = ""
+        """The one line naming the worker that gave up and its last error."""
 
     # -- admin ---------------------------------------------------------------------------
 
@@ -265,22 +302,36 @@ class ProcessParent:
             restore()
             if admin is not None:
                 admin.stop()
-            for path in self._dir.iterdir():
-                path.unlink(missing_ok=True)
-            self._dir.rmdir()
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the worker directory (after a run, or for a parent that never ran)."""
+        if not self._dir.exists():
+            return
+        for path in self._dir.iterdir():
+            path.unlink(missing_ok=True)
+        self._dir.rmdir()
 
     def request_stop(self, reason: str) -> None:
         if self._stop_reason is None:
             self._stop_reason = reason
         self._stop.set()
 
+    @property
+    def name(self) -> str:
+        return self.cfg.pipeline.name
+
+    def collector(self) -> Collector:
+        """Every worker's series labelled ``worker``, and the parent's own."""
+        return _WorkersCollector(self)
+
     def _admin(self) -> AdminServer | None:
-        if self.cfg.admin.listen == "none":
+        if self.cfg.admin.listen == "none" or not self.serve_admin:
             return None
         registry = None
         if self.cfg.metrics.exporter == "prometheus":
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(_WorkersCollector(self))
+            registry.register(self.collector())
         return AdminServer(
             self.cfg.admin.listen,
             registry=registry,
@@ -310,13 +361,23 @@ class ProcessParent:
         (self._dir / f"worker-{worker.index}.last").unlink(missing_ok=True)
         env = dict(
             self._env,
-            **{ENV_INDEX: str(worker.index), ENV_DIR: str(self._dir), ENV_PARENT: str(os.getpid())},
+            **{
+                ENV_INDEX: str(worker.index),
+                ENV_DIR: str(self._dir),
+                ENV_PARENT: str(os.getpid()),
+                ENV_START: str(worker.starts),
+            },
         )
+        if self.cfg.index is not None:
+            env[ENV_PIPELINE] = self.cfg.pipeline.name
         worker.proc = subprocess.Popen(self._argv, env=env)
+        worker.starts += 1
         worker.started_at = self._clock.monotonic()
         worker.restart_at = None
         worker.exit_code = None
-        logger.info("worker %d started (pid %d)", worker.index, worker.proc.pid)
+        logger.info(
+            "pipeline %s: worker %d started (pid %d)", self.name, worker.index, worker.proc.pid
+        )
 
     def _supervise(self) -> None:
         while not self._stop.is_set():
@@ -340,7 +401,7 @@ class ProcessParent:
         worker.exit_code = code
         if code == 0:
             worker.done = True
-            logger.info("worker %d completed", worker.index)
+            logger.info("pipeline %s: worker %d completed", self.name, worker.index)
             return
         if self._stop.is_set():
             return
@@ -350,10 +411,12 @@ class ProcessParent:
         if decision.give_up:
             worker.give_ups.inc()
             self.gave_up = worker
-            logger.error("%s", self.give_up_line(worker, decision.failures))
+            self.give_up_text = self.give_up_line(worker, decision.failures)
+            logger.error("%s", self.give_up_text)
             return
         logger.warning(
-            "worker %d died (%s; %d of at most %d within %s); restarting in %s",
+            "pipeline %s: worker %d died (%s; %d of at most %d within %s); restarting in %s",
+            self.name,
             worker.index,
             worker.last_error,
             decision.failures,
@@ -428,25 +491,18 @@ class _WorkersCollector(Collector):
         self._parent = parent
 
     def collect(self) -> Iterator[Metric]:
-        merged: dict[str, Metric] = {}
-        for metric in self._parent.meter.registry.collect():
-            merged[metric.name] = metric
+        sources: list[tuple[Iterable[Metric], dict[str, str]]] = [
+            (self._parent.meter.registry.collect(), {})
+        ]
         for worker in self._parent.workers:
             url = self._parent.worker_url(worker)
             if url is None:
                 continue
             status, text = _get(url + "/metrics")
-            if status != 200:
-                continue
-            for family in text_string_to_metric_families(text):
-                target = merged.get(family.name)
-                if target is None:
-                    target = Metric(family.name, family.documentation, family.type, family.unit)
-                    merged[family.name] = target
-                for sample in family.samples:
-                    labels = dict(sample.labels, worker=str(worker.index))
-                    target.add_sample(sample.name, labels, sample.value, sample.timestamp)
-        yield from merged.values()
+            if status == 200:
+                families = text_string_to_metric_families(text)
+                sources.append((families, {"worker": str(worker.index)}))
+        yield from merge_families(sources)
 
 
 def _get(url: str) -> tuple[int, str]:

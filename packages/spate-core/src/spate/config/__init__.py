@@ -8,8 +8,10 @@ from spate.config._loader import (
     ConnectorResolver,
     decode_connector,
     load_config,
+    load_configs,
     load_section,
     parse_config,
+    parse_configs,
 )
 from spate.config._units import format_duration, format_size, parse_duration, parse_size
 from spate.config.models import (
@@ -49,8 +51,10 @@ __all__ = [
     "interpolate_string",
     "join_path",
     "load_config",
+    "load_configs",
     "load_section",
     "parse_config",
+    "parse_configs",
     "parse_duration",
     "parse_size",
     "tls_file_errors",

@@ -10,6 +10,13 @@ Order matters and is fixed:
    each connector body decoded by that connector's own model, which the
    :class:`ConnectorResolver` (normally the plugin registry) supplies.
 
+A file may hold several pipelines under ``pipelines:`` (a list, each item shaped like a
+file of one pipeline, :func:`load_configs`). Next to the list, the top level may carry
+the sections every pipeline shares: ``admin`` and ``metrics`` (one endpoint serves the
+file's pipelines) and ``checkpoint``, ``backpressure``, ``supervisor`` and
+``coordination`` as defaults, whose keys an item's own section overrides. Errors inside
+an item name it by index: ``pipelines[1].sink.clickhouse.table``.
+
 Every problem is one :class:`~spate.errors.ConfigError` naming the dotted key path, or a
 :class:`~spate.errors.MissingConnectorError` naming the path, the connector and the
 install command (B26, B29).
@@ -58,6 +65,11 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "dead_letter",
     "supervisor",
 )
+PIPELINES_KEY = "pipelines"
+SHARED_ONLY_KEYS: tuple[str, ...] = ("admin", "metrics")
+"""Sections of a ``pipelines:`` file that only the top level may give (one endpoint)."""
+SHARED_DEFAULT_KEYS: tuple[str, ...] = ("checkpoint", "backpressure", "supervisor", "coordination")
+"""Sections of a ``pipelines:`` file whose top-level keys every item inherits."""
 
 
 class ConnectorResolver(Protocol):
@@ -89,8 +101,14 @@ def load_config(
     ``MissingConnectorError``) on the first problem.
     """
     path = Path(source)
+    return parse_config(
+        _read(path), file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+    )
+
+
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(
             "", f"cannot read the configuration: {exc.strerror or exc}", file=str(path)
@@ -99,9 +117,33 @@ def load_config(
         raise ConfigError(
             "", f"the configuration is not UTF-8 text: {exc.reason}", file=str(path)
         ) from None
-    return parse_config(
-        text, file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+
+
+def load_configs(
+    source: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    resolver: ConnectorResolver | None = None,
+    check_connectors: bool = True,
+) -> list[PipelineConfig]:
+    """Every pipeline of the file ``source``: the items of its ``pipelines:`` list, or
+    the one pipeline of a file without it. Raises like :func:`load_config`."""
+    path = Path(source)
+    return parse_configs(
+        _read(path), file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
     )
+
+
+def parse_configs(
+    text: str,
+    *,
+    file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    resolver: ConnectorResolver | None = None,
+    check_connectors: bool = True,
+) -> list[PipelineConfig]:
+    """Like :func:`load_configs` for YAML text already in memory."""
+    return _parse(text, file, env, resolver, check_connectors, several=True)
 
 
 def parse_config(
@@ -112,7 +154,23 @@ def parse_config(
     resolver: ConnectorResolver | None = None,
     check_connectors: bool = True,
 ) -> PipelineConfig:
-    """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors."""
+    """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors.
+
+    A file with a ``pipelines:`` list is refused: it holds several pipelines
+    (:func:`parse_configs` reads them)."""
+    (config,) = _parse(text, file, env, resolver, check_connectors, several=False)
+    return config
+
+
+def _parse(
+    text: str,
+    file: str | None,
+    env: Mapping[str, str] | None,
+    resolver: ConnectorResolver | None,
+    check_connectors: bool,
+    *,
+    several: bool,
+) -> list[PipelineConfig]:
     raw, positions = _parse_yaml(text, file)
     try:
         data = mark_secrets(interpolate(raw, os.environ if env is None else env))
@@ -121,7 +179,16 @@ def parse_config(
             from spate.plugins._registry import default_registry
 
             resolver = default_registry()
-        return _build(data, file, resolver if check_connectors else None)
+        resolver = resolver if check_connectors else None
+        if isinstance(data, Mapping) and PIPELINES_KEY in data:
+            if not several:
+                raise ConfigError(
+                    PIPELINES_KEY,
+                    "this file defines several pipelines; run it with spate run, or read it "
+                    "with load_configs",
+                )
+            return _build_many(data, file, resolver)
+        return [_build(data, file, resolver)]
     except MissingConnectorError as exc:
         if exc.file is not None:
             raise
@@ -135,6 +202,100 @@ def parse_config(
         if line_col is None:
             raise exc.with_location(file=file) from None
         raise exc.with_location(file=file, line=line_col[0], column=line_col[1]) from None
+
+
+def _build_many(
+    data: Mapping[str, object], file: str | None, resolver: ConnectorResolver | None
+) -> list[PipelineConfig]:
+    """The items of a ``pipelines:`` list, each with the shared top-level sections."""
+    allowed = (PIPELINES_KEY, *SHARED_ONLY_KEYS, *SHARED_DEFAULT_KEYS)
+    for key in data:
+        if key not in allowed:
+            why = unknown_key(str(key), allowed)
+            if key in TOP_LEVEL_KEYS:
+                why = (
+                    f"belongs in each item of {PIPELINES_KEY} (the top level holds shared sections)"
+                )
+            raise ConfigError(str(key), why)
+    items = data[PIPELINES_KEY]
+    if not isinstance(items, list) or not items:
+        raise ConfigError(PIPELINES_KEY, "expected a non-empty list of pipelines")
+    shared: dict[str, object] = {}
+    for key in (*SHARED_ONLY_KEYS, *SHARED_DEFAULT_KEYS):
+        if data.get(key) is not None or (key == "supervisor" and key in data):
+            value = data[key] if data[key] is not None else {}
+            if not isinstance(value, Mapping):
+                raise ConfigError(key, "expected a mapping")
+            if key in _FRAMEWORK_SECTIONS or key == "supervisor":
+                # Checked on its own first, so its mistakes are named at the top level.
+                decode(_FRAMEWORK_SECTIONS.get(key, SupervisorConfig), value, key)
+            shared[key] = value
+    configs: list[PipelineConfig] = []
+    names: dict[str, int] = {}
+    for index, item in enumerate(items):
+        prefix = join_path(PIPELINES_KEY, index)
+        if not isinstance(item, Mapping):
+            raise ConfigError(prefix, "expected a mapping shaped like a file of one pipeline")
+        merged = dict(item)
+        for key in SHARED_ONLY_KEYS:
+            if key in item:
+                raise ConfigError(
+                    join_path(prefix, key),
+                    f"one {key} section serves every pipeline of the file; give it at the "
+                    "top level",
+                )
+            if key in shared:
+                merged[key] = shared[key]
+        for key in SHARED_DEFAULT_KEYS:
+            if key in shared:
+                own = item.get(key)
+                if own is not None and not isinstance(own, Mapping):
+                    raise ConfigError(join_path(prefix, key), "expected a mapping")
+                base = shared[key]
+                assert isinstance(base, Mapping)  # checked above
+                merged[key] = {**base, **(own or {})}
+        try:
+            cfg = _build(merged, file, resolver)
+        except MissingConnectorError as exc:
+            raise MissingConnectorError(
+                exc.kind,
+                exc.name or "",
+                exc.install,
+                path=_under(prefix, exc.path or ""),
+                did_you_mean=exc.did_you_mean,
+                installed=exc.installed,
+            ) from None
+        except ConfigError as exc:
+            raise ConfigError(_under(prefix, exc.path), exc.message) from None
+        if cfg.name in names:
+            raise ConfigError(
+                join_path(prefix, "pipeline.name"),
+                f"{cfg.name!r} also names {PIPELINES_KEY}[{names[cfg.name]}]; each pipeline "
+                "of a file needs its own name",
+            )
+        names[cfg.name] = index
+        configs.append(_within(cfg, prefix, index))
+    return configs
+
+
+def _under(prefix: str, path: str) -> str:
+    return f"{prefix}.{path}" if path else prefix
+
+
+def _within(cfg: PipelineConfig, prefix: str, index: int) -> PipelineConfig:
+    """``cfg`` as item ``index`` of the list: its connector paths name the item."""
+
+    def moved(spec: ConnectorSpec) -> ConnectorSpec:
+        return dataclasses.replace(spec, path=_under(prefix, spec.path))
+
+    return dataclasses.replace(
+        cfg,
+        source=moved(cfg.source),
+        deserializer=moved(cfg.deserializer) if cfg.deserializer is not None else None,
+        sinks={name: moved(spec) for name, spec in cfg.sinks.items()},
+        dead_letter=moved(cfg.dead_letter) if cfg.dead_letter is not None else None,
+        index=index,
+    )
 
 
 def load_section(source: str | os.PathLike[str], model: type[T], key: str) -> T:

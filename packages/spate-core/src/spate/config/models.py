@@ -298,6 +298,9 @@ class PipelineConfig:
     """The ``supervisor:`` section when the YAML has one (rebuild after a failure)."""
     file: str | None = None
     """The file the configuration was read from, if any (for error messages)."""
+    index: int | None = None
+    """Where the pipeline stands in its file's ``pipelines:`` list; None for a file of
+    one pipeline. The pipelines of one list share the file's admin endpoint."""
 
     @property
     def name(self) -> str:
