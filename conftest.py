@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.support.scale",
     "tests.support.services",
     "tests.support.chfront_fixtures",
+    "tests.support.netfault",
 ]
