@@ -8,11 +8,15 @@ sampler talk to the broker directly, so the sampler keeps checking, through ever
 that the group's committed offsets never pass what the file holds (B1). Each test ends
 with every key in the file and the group committed to the end of the topic.
 
-The broker killed with SIGKILL mid-stream is in ``tests/kafka/test_kafka_delivery.py``.
+The last test needs no proxy: a rebalance storm, members joining and leaving while
+records stream. The broker killed with SIGKILL mid-stream is in
+``tests/kafka/test_kafka_delivery.py``.
 """
 
 from __future__ import annotations
 
+import random
+import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -174,3 +178,40 @@ def test_b1_b35_connections_reset_during_commits_lose_nothing(
     assert code == 0, tail(log)
     run.check_sampler()
     assert proxy.stats.resets >= 4
+
+
+def test_b1_b15_a_rebalance_storm_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """B1, B15, B40: while records stream, members join and leave every one to three
+    seconds for a minute (10 s at scale 0.1) — one in three leaves by SIGKILL, the others
+    drain on SIGTERM — around one member that stays. Every key arrives, no commit passes
+    the file, and every member that was asked to leave drained and exited 0."""
+    storm = max(10.0, 60.0 * current_scale())
+    rng = random.Random(11)
+    run = Streaming.start(kafka_bootstrap, tmp_path, "storm")
+    steady_log = tmp_path / "steady.log"
+    steady = start_pipeline(run.config, steady_log)
+    members: list[subprocess.Popen[bytes]] = []
+    codes: list[int] = []
+    joined = 0
+    try:
+        wait_running(steady_log, 0)
+        end = time.monotonic() + storm
+        while time.monotonic() < end:
+            if not members or (len(members) < 3 and rng.random() < 0.5):
+                members.append(start_pipeline(run.config, tmp_path / f"m{joined}.log"))
+                joined += 1
+            else:
+                leaving = members.pop(rng.randrange(len(members)))
+                if rng.random() < 1 / 3:
+                    leaving.kill()
+                    leaving.wait(30)
+                else:
+                    codes.append(stop_pipeline(leaving))
+            time.sleep(rng.uniform(1.0, 3.0))
+        run.finish()
+        assert steady.poll() is None, tail(steady_log)
+    finally:
+        codes += [stop_pipeline(p) for p in [steady, *members]]
+    assert joined >= 3
+    assert codes == [0] * len(codes), [tail(tmp_path / f"m{i}.log") for i in range(joined)]
+    run.check_sampler()
