@@ -166,3 +166,26 @@ def test_b9_an_answer_cut_mid_way_is_retried_without_a_duplicate(
     built.sink.close()
     assert proxy.stats.cuts == 2
     assert counts([client], "cut") == (5_000, 5_000)
+
+
+def test_b12_a_half_open_pooled_connection_times_out_and_the_retry_lands_once(
+    fronts: list[ChFront], proxy: FaultProxy
+) -> None:
+    """B9, B12: after a first batch, the pooled keep-alive connection goes half-open (the
+    server's side is gone, the client is not told). The next insert written into it is
+    never answered; the request times out and the retry, on a new connection, lands.
+    The half-open write never reached the server, so the rows are there once."""
+    (client,) = table([fronts[0]], "half")
+    built = sink("half", [url(proxy)], batch={"max_rows": 2_000, "linger": "5s"})
+    data, keys = rows(4_000)
+    driver = Driver(built.sink, batch_rows=2_000)
+    driver.offer_all(data[:2_000], keys[:2_000])
+    assert driver.finish()
+    proxy.half_open()
+    driver.offer_all(data[2_000:], keys[2_000:])
+    assert driver.finish()
+    assert driver.all_delivered
+    built.sink.close()
+    assert proxy.stats.swallowed > 0  # the second insert went into the half-open connection
+    assert counts([client], "half") == (4_000, 4_000)
+    assert built.metric("spate_sink_retries_total", shard="0") >= 1
