@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.support.services",
     "tests.support.chfront_fixtures",
     "tests.support.schema_registry",
+    "tests.support.netfault",
 ]

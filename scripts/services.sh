@@ -18,6 +18,9 @@
 # Every command is idempotent. Ports (override with the environment variables):
 #   SPATE_KAFKA_PORT=19092  SPATE_KAFKA_CONTROLLER_PORT=19093  SPATE_NATS_PORT=14222
 #   SPATE_S3_PORT=15000     SPATE_CLICKHOUSE_PORT=18123
+#   Kafka's TLS/SASL listeners take the next ports (+2..+4); a listener for fault tests
+#   takes +5 (SPATE_KAFKA_FAULT_PORT) and is advertised at +6, the port a test's fault
+#   proxy listens on (SPATE_KAFKA_FAULT_PROXY_PORT).
 # Data, logs and pid files live under .services/; Kafka jars are cached under .cache/kafka/.
 # When a service does not come up, the tail of its log is printed and the exit code is 1.
 set -euo pipefail
@@ -42,6 +45,9 @@ CLICKHOUSE_PORT=${SPATE_CLICKHOUSE_PORT:-18123}
 KAFKA_SSL_PORT=${SPATE_KAFKA_SSL_PORT:-$((KAFKA_PORT + 2))}
 KAFKA_SASL_SSL_PORT=${SPATE_KAFKA_SASL_SSL_PORT:-$((KAFKA_PORT + 3))}
 KAFKA_SASL_PLAINTEXT_PORT=${SPATE_KAFKA_SASL_PLAINTEXT_PORT:-$((KAFKA_PORT + 4))}
+# A plaintext listener advertised at a fault proxy's port (the proxy forwards to it).
+KAFKA_FAULT_PORT=${SPATE_KAFKA_FAULT_PORT:-$((KAFKA_PORT + 5))}
+KAFKA_FAULT_PROXY_PORT=${SPATE_KAFKA_FAULT_PROXY_PORT:-$((KAFKA_PORT + 6))}
 KAFKA_SASL_USER=spate
 KAFKA_SASL_PASSWORD=spate-test-password
 KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
@@ -330,6 +336,8 @@ start_kafka() {
     -e "s|@SSL_PORT@|$KAFKA_SSL_PORT|g" \
     -e "s|@SASL_SSL_PORT@|$KAFKA_SASL_SSL_PORT|g" \
     -e "s|@SASL_PLAINTEXT_PORT@|$KAFKA_SASL_PLAINTEXT_PORT|g" \
+    -e "s|@FAULT_PORT@|$KAFKA_FAULT_PORT|g" \
+    -e "s|@FAULT_PROXY_PORT@|$KAFKA_FAULT_PROXY_PORT|g" \
     -e "s|@SASL_USER@|$KAFKA_SASL_USER|g" \
     -e "s|@SASL_PASSWORD@|$KAFKA_SASL_PASSWORD|g" \
     -e "s|@TLS_DIR@|$home/tls|g" \
@@ -386,6 +394,8 @@ SPATE_KAFKA_BOOTSTRAP=$(service_address kafka)
 SPATE_KAFKA_SSL_BOOTSTRAP=localhost:$KAFKA_SSL_PORT
 SPATE_KAFKA_SASL_SSL_BOOTSTRAP=localhost:$KAFKA_SASL_SSL_PORT
 SPATE_KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:$KAFKA_SASL_PLAINTEXT_PORT
+SPATE_KAFKA_FAULT_BOOTSTRAP=127.0.0.1:$KAFKA_FAULT_PROXY_PORT
+SPATE_KAFKA_FAULT_UPSTREAM=127.0.0.1:$KAFKA_FAULT_PORT
 SPATE_KAFKA_TLS_DIR=$SERVICES_DIR/kafka/tls
 SPATE_KAFKA_SASL_USER=$KAFKA_SASL_USER
 SPATE_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD

@@ -13,9 +13,15 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.scale import current_scale, scaled
+from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
+
 SPATE = Path(sys.executable).parent / "spate"
+PARTITIONS = 6
 
 
 def write_config(
@@ -106,3 +112,71 @@ def wait_running(log: Path, before: int, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"no pipeline got partitions within {timeout:.0f}s")
         time.sleep(0.1)
+
+
+def revocations_logged(log: Path) -> int:
+    return log.read_text(errors="replace").count("partitions revoked") if log.exists() else 0
+
+
+def paced(bootstrap: str, topic: str, count: int) -> PacedProducer:
+    """Keyed records (value = key) produced over ~30s at full scale, 15s at least."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    records = ((b"k%d" % i, b"k%d" % i, b"k%d" % i) for i in range(count))
+    return PacedProducer(bootstrap, topic, records, count, seconds=30 * max(current_scale(), 0.5))
+
+
+@dataclass
+class Streaming:
+    """A paced producer, the file-sink pipeline config for one group, and a sampler."""
+
+    bootstrap: str
+    topic: str
+    group: str
+    count: int
+    producer: PacedProducer
+    out: Path
+    config: Path
+    sampler: DeliverySampler
+
+    @classmethod
+    def start(
+        cls, bootstrap: str, tmp_path: Path, prefix: str, *, pipeline_bootstrap: str | None = None
+    ) -> Streaming:
+        """Start producing; the pipelines of ``config`` connect to ``pipeline_bootstrap``
+        (a fault proxy, say) when given, else to ``bootstrap`` like everything else."""
+        topic, group = unique_name(prefix), unique_name("g")
+        count = scaled(100_000, minimum=6_000)
+        producer = paced(bootstrap, topic, count)
+        out = tmp_path / "out.jsonl"
+        config = write_config(
+            tmp_path / "c.json",
+            bootstrap=pipeline_bootstrap or bootstrap,
+            topic=topic,
+            group=group,
+            out=out,
+            bounded=False,
+        )
+        sampler = DeliverySampler(
+            bootstrap, group, topic, producer.positions, lambda: read_keys(out)
+        )
+        sampler.start(every=0.3)
+        producer.start()
+        return cls(bootstrap, topic, group, count, producer, out, config, sampler)
+
+    def finish(self) -> dict[bytes, tuple[int, int]]:
+        """Wait for every key in the file and the final commits; return the positions."""
+        positions = self.producer.finish()
+        wait_until(lambda: set(read_keys(self.out)) >= set(positions), 240, "every key")
+        ends = end_offsets(self.bootstrap, self.topic)
+        wait_until(
+            lambda: committed_offsets(self.bootstrap, self.group, self.topic) == ends,
+            60,
+            "final commits",
+        )
+        return positions
+
+    def check_sampler(self) -> None:
+        self.sampler.stop()
+        self.sampler.sample()
+        assert len(self.sampler.samples) > 5
+        assert not self.sampler.violations(), self.sampler.violations()[:3]

@@ -12,21 +12,23 @@ from __future__ import annotations
 import random
 import signal
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.kafka._pipeline import (
+    PARTITIONS,
+    Streaming,
     assignments_logged,
     read_keys,
+    revocations_logged,
     start_pipeline,
     stop_pipeline,
     wait_running,
     write_config,
 )
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
-from tests.support.scale import current_scale, scaled
+from tests.support.delivery import wait_until
+from tests.support.scale import scaled
 from tests.support.services import (
     committed_offsets,
     create_topic,
@@ -39,72 +41,10 @@ from tests.support.services import (
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 6
-
 
 def produce(bootstrap: str, topic: str, count: int) -> dict[bytes, tuple[int, int]]:
     create_topic(bootstrap, topic, PARTITIONS)
     return produce_keyed(bootstrap, topic, count, value=lambda i: b"k%d" % i)
-
-
-def paced(bootstrap: str, topic: str, count: int) -> PacedProducer:
-    """Keyed records (value = key) produced over ~30s at full scale, 15s at least."""
-    create_topic(bootstrap, topic, PARTITIONS)
-    records = ((b"k%d" % i, b"k%d" % i, b"k%d" % i) for i in range(count))
-    return PacedProducer(bootstrap, topic, records, count, seconds=30 * max(current_scale(), 0.5))
-
-
-@dataclass
-class Streaming:
-    """A paced producer, the file-sink pipeline config for one group, and a sampler."""
-
-    bootstrap: str
-    topic: str
-    group: str
-    count: int
-    producer: PacedProducer
-    out: Path
-    config: Path
-    sampler: DeliverySampler
-
-    @classmethod
-    def start(cls, bootstrap: str, tmp_path: Path, prefix: str) -> Streaming:
-        topic, group = unique_name(prefix), unique_name("g")
-        count = scaled(100_000, minimum=6_000)
-        producer = paced(bootstrap, topic, count)
-        out = tmp_path / "out.jsonl"
-        config = write_config(
-            tmp_path / "c.json",
-            bootstrap=bootstrap,
-            topic=topic,
-            group=group,
-            out=out,
-            bounded=False,
-        )
-        sampler = DeliverySampler(
-            bootstrap, group, topic, producer.positions, lambda: read_keys(out)
-        )
-        sampler.start(every=0.3)
-        producer.start()
-        return cls(bootstrap, topic, group, count, producer, out, config, sampler)
-
-    def finish(self) -> dict[bytes, tuple[int, int]]:
-        """Wait for every key in the file and the final commits; return the positions."""
-        positions = self.producer.finish()
-        wait_until(lambda: set(read_keys(self.out)) >= set(positions), 240, "every key")
-        ends = end_offsets(self.bootstrap, self.topic)
-        wait_until(
-            lambda: committed_offsets(self.bootstrap, self.group, self.topic) == ends,
-            60,
-            "final commits",
-        )
-        return positions
-
-    def check_sampler(self) -> None:
-        self.sampler.stop()
-        self.sampler.sample()
-        assert len(self.sampler.samples) > 5
-        assert not self.sampler.violations(), self.sampler.violations()[:3]
 
 
 def test_bounded_run_delivers_every_key_and_commits_the_end(
@@ -181,10 +121,6 @@ def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) 
             assert any(offset >= c.get(partition, 0) for c in commits_at_kill), (
                 f"{key!r} at {partition}/{offset} duplicated below every commit made before a kill"
             )
-
-
-def revocations_logged(log: Path) -> int:
-    return log.read_text(errors="replace").count("partitions revoked") if log.exists() else 0
 
 
 @pytest.mark.e2e

@@ -7,7 +7,8 @@ GETs that :attr:`S3FaultProxy.decide` marks:
 * ``"cut"`` — the headers announce the whole body, half of it is sent, then the
   connection is closed: a download broken mid-way, which the AWS SDK does not retry
   (it has already returned the response), so the source sees a transient error;
-* ``"deny"`` — ``403 AccessDenied``, an error no retry can fix.
+* ``"deny"`` — ``403 AccessDenied``, an error no retry can fix;
+* ``"slowdown"`` — ``503 SlowDown``, S3 throttling the request.
 
 ``decide(n, key)`` gets the 1-based number of the ranged GET (over the proxy's life) and
 the object key; it returns ``None`` to forward the request as is.
@@ -22,12 +23,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-Fault = Literal["cut", "deny"] | None
+Fault = Literal["cut", "deny", "slowdown"] | None
 
 _DENIED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied</Message></Error>"
 )
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+_REFUSALS: dict[str, tuple[int, bytes]] = {"deny": (403, _DENIED), "slowdown": (503, _SLOW_DOWN)}
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
 
 
@@ -89,12 +95,13 @@ class S3FaultProxy:
         fault = self._fault_for(request)
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else None
-        if fault == "deny":
-            request.send_response(403)
+        if fault in _REFUSALS:
+            status, answer = _REFUSALS[fault]
+            request.send_response(status)
             request.send_header("Content-Type", "application/xml")
-            request.send_header("Content-Length", str(len(_DENIED)))
+            request.send_header("Content-Length", str(len(answer)))
             request.end_headers()
-            request.wfile.write(_DENIED)
+            request.wfile.write(answer)
             return
         upstream = http.client.HTTPConnection(*self._upstream, timeout=30)
         try:

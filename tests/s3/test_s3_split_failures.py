@@ -1,11 +1,12 @@
 """Read failures of an S3 split, on moto's S3 server and the real nats-server (B37, B38).
 
 The source reads moto through :class:`~tests.s3.faultproxy.S3FaultProxy`, which breaks
-chosen ranged GETs; progress and split states live in NATS JetStream KV.
+or throttles chosen ranged GETs; progress and split states live in NATS JetStream KV.
 
 * B37: transient failures spread over a long object never add up — the retry budget
   counts failures in a row and is whole again once a record is read — so five broken
-  downloads over one object, each recovered, deliver every record, and the run ends 0.
+  downloads over one object, each recovered, deliver every record, and the run ends 0;
+  throttling (``503 SlowDown``) is transient in the same way.
 * B38: a split that fails for good is quarantined, which is its own state: it is not
   completed, it keeps its committed progress, the run ends 1 naming it, a later run
   without ``retry_quarantined`` does not read it, and a later run with it reads exactly
@@ -71,6 +72,24 @@ def test_b37_five_transient_failures_spread_over_one_object_each_recover_and_eve
     assert report.exit_code == 0, report.reason
     got = ids_of(rows)
     # Each retry starts at the last record handed out: every record once, none lost.
+    assert sorted(got) == sorted(ids)
+    assert len(got) == RECORDS
+
+
+def test_b37_throttled_downloads_503_slowdown_are_retried_and_every_record_arrives_once(
+    s3_endpoint: str, nats_url: str, one_object: tuple[str, set[str]]
+) -> None:
+    """B37: S3 throttles (``503 SlowDown``) every other ranged GET among the first twenty;
+    throttling is transient, so the split is never quarantined: the run ends 0 with every
+    record once."""
+    bucket, ids = one_object
+    with S3FaultProxy(s3_endpoint) as proxy:
+        proxy.decide = lambda n, key: "slowdown" if n % 2 == 0 and n <= 20 else None
+        source, _ = make_source(source_config(proxy.url, bucket), coord=nats_coordination(nats_url))
+        report, rows = run_to_end(source)
+    assert [fault for _, _, fault in proxy.faults] == ["slowdown"] * 10, proxy.faults
+    assert report.exit_code == 0, report.reason
+    got = ids_of(rows)
     assert sorted(got) == sorted(ids)
     assert len(got) == RECORDS
 

@@ -1,7 +1,8 @@
 """Multi-process coordination on a real nats-server with JetStream (B24).
 
 Each test starts worker processes (``coord_worker.py``) on a private server and then
-hurts them: ``kill -9`` one, SIGSTOP one past its lease, or restart the server. Every
+hurts them: ``kill -9`` one, SIGSTOP one past its lease, cut one off from the server
+past its lease (a network partition through a fault proxy), or restart the server. Every
 worker logs, with the system-wide monotonic clock, when it starts and stops working
 each split and the result of every progress write. From those logs the tests check,
 at every moment of the run rather than at a few samples, that no split was worked by
@@ -28,6 +29,8 @@ import pytest
 from spate_coordination import Keyspace, NatsStoreConfig
 from spate_coordination._nats import NatsStore
 from spate_coordination._records import StateRecord
+
+from tests.support.netfault import FaultProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -345,3 +348,60 @@ def test_b24_nats_restart_mid_run_the_job_continues_and_nothing_is_assigned_twic
     assert accepted_after
     assert_never_worked_twice(workers)
     assert_completed_once(workers, private_nats.url, job, 30, lease=3.0)
+
+
+def test_b24_a_worker_partitioned_from_nats_past_its_lease_is_fenced_and_its_splits_move(
+    private_nats: Any, tmp_path: Path, cleanup: list[Worker]
+) -> None:
+    """B24 over a network partition (tests/support/netfault.py): z reaches NATS through a
+    fault proxy, which cuts it off (every byte swallowed, nothing closed) for longer than
+    its lease. z keeps running but stops working its splits once it cannot renew its lease
+    (judged locally), a takes them over, and when the partition heals nothing z writes
+    under its old ownership is accepted. No split is worked twice at any moment (z drops
+    its splits when its lease lapses by its clock, even while a store call of its waits
+    out its timeout); every split completes once."""
+    job = f"partition-{uuid.uuid4().hex[:8]}"
+    with FaultProxy(private_nats.url.removeprefix("nats://")) as proxy:
+        (a,) = start_workers(tmp_path, private_nats.url, job, ["a"], splits=12, steps=45, step=0.2)
+        (z,) = start_workers(
+            tmp_path, f"nats://{proxy.address}", job, ["z"], splits=12, steps=45, step=0.2
+        )
+        workers = [a, z]
+        cleanup.extend(workers)
+        wait_for(
+            lambda: sorted(len(owned_now(w)) for w in workers) == [6, 6],
+            30,
+            "12 splits balanced over two workers",
+            workers,
+        )
+        held = owned_now(z)
+        wait_for(
+            lambda: (
+                {e["split"] for e in z.read() if e["ev"] == "commit" and e["result"] == "accepted"}
+                >= set(held)
+            ),
+            30,
+            "z to commit progress on its splits",
+            workers,
+        )
+        proxy.partition()
+        partitioned_at = time.monotonic()
+        wait_for(lambda: set(held) <= set(owned_now(a)), 30, "a to take z's splits", [a])
+        # Hold the partition a little longer than it took, then heal it.
+        time.sleep(max(0.5, LEASE - (time.monotonic() - partitioned_at)))
+        proxy.heal()
+        wait_exit([a, z], 90)
+    assert proxy.stats.swallowed > 0
+    stale = [
+        e
+        for e in z.read()
+        if e["ev"] in ("commit", "complete")
+        and e.get("sent", 0.0) >= partitioned_at
+        and held.get(e["split"]) == e["epoch"]
+    ]
+    assert all(e["result"] != "accepted" for e in stale), stale
+    states = final_states(private_nats.url, job)
+    for split, epoch in held.items():
+        assert states[split].epoch > epoch
+    assert_completed_once(workers, private_nats.url, job, 12)
+    assert_never_worked_twice(workers)

@@ -352,6 +352,7 @@ class CoordinatorCore:
         """Heartbeat, watch and tick until ``stop`` is set. Never raises store errors."""
         tasks = [
             asyncio.create_task(self._heartbeat_loop(stop), name="coord-heartbeat"),
+            asyncio.create_task(self._lapse_loop(stop), name="coord-lapse"),
             asyncio.create_task(self._tick_loop(stop), name="coord-tick"),
             asyncio.create_task(self._watch(Keyspace.DURABLE, ASSIGN_PREFIX), name="coord-w1"),
             asyncio.create_task(self._watch(Keyspace.DURABLE, STATE_PREFIX), name="coord-w2"),
@@ -380,6 +381,23 @@ class CoordinatorCore:
                 logger.exception("heartbeat of %s failed unexpectedly", self.instance_id)
                 delay = retry
             await self._sleep(stop, delay)
+
+    async def _lapse_loop(self, stop: asyncio.Event) -> None:
+        """Drop the owned splits the moment the heartbeat lease lapses by the local clock.
+
+        The heartbeat and tick loops notice a lapse only between store calls, and a call
+        cut off from the store (a partition) waits out its request timeout first: the
+        splits would still count as worked here after a successor may have taken them
+        (B24). This loop waits on the clock alone.
+        """
+        lease = self._membership.lease
+        while not stop.is_set():
+            if lease.revision is not None and self._owned and not lease.held():
+                self._lapse("heartbeat lease lapsed")
+            wait = self.config.poll_interval
+            if lease.revision is not None:
+                wait = min(wait, max(0.01, lease.expires_in()))
+            await self._sleep(stop, wait)
 
     async def _tick_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
