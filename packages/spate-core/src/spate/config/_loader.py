@@ -3,7 +3,10 @@
 Order matters and is fixed:
 
 1. the YAML is parsed (one document, a mapping at the top, no duplicate keys), keeping
-   where each key stands so an error can say ``file:line:column``;
+   where each key stands so an error can say ``file:line:column``; a ``.toml`` file is
+   parsed as TOML instead (the standard library's ``tomllib``), with the same sections
+   and keys — its errors name the file and the dotted path, and the line for syntax
+   errors only;
 2. string values are interpolated from the environment (:mod:`spate.config._interpolate`),
    so substituted text is never parsed as YAML;
 3. the framework sections are decoded into their models, ``sink``/``sinks`` checked, and
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -69,6 +74,7 @@ class ConnectorResolver(Protocol):
 
 
 Position = tuple[int, int]
+Syntax = Literal["yaml", "toml"]
 
 
 T = TypeVar("T")
@@ -83,10 +89,11 @@ def load_config(
 ) -> PipelineConfig:
     """Read, interpolate and validate the configuration file ``source``.
 
-    ``env`` defaults to ``os.environ``. Connector bodies are decoded through ``resolver``
-    (by default the installed plugins); with ``check_connectors=False`` they are kept
-    undecoded (``spec.config is None``). Raises ``ConfigError`` (or
-    ``MissingConnectorError``) on the first problem.
+    A file named ``*.toml`` is read as TOML, any other as YAML. ``env`` defaults to
+    ``os.environ``. Connector bodies are decoded through ``resolver`` (by default the
+    installed plugins); with ``check_connectors=False`` they are kept undecoded
+    (``spec.config is None``). Raises ``ConfigError`` (or ``MissingConnectorError``) on
+    the first problem.
     """
     path = Path(source)
     try:
@@ -100,7 +107,12 @@ def load_config(
             "", f"the configuration is not UTF-8 text: {exc.reason}", file=str(path)
         ) from None
     return parse_config(
-        text, file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+        text,
+        file=str(path),
+        env=env,
+        resolver=resolver,
+        check_connectors=check_connectors,
+        syntax="toml" if path.suffix.lower() == ".toml" else "yaml",
     )
 
 
@@ -111,9 +123,11 @@ def parse_config(
     env: Mapping[str, str] | None = None,
     resolver: ConnectorResolver | None = None,
     check_connectors: bool = True,
+    syntax: Syntax = "yaml",
 ) -> PipelineConfig:
-    """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors."""
-    raw, positions = _parse_yaml(text, file)
+    """Like :func:`load_config` for YAML (or, with ``syntax="toml"``, TOML) text already
+    in memory; ``file`` names it in errors."""
+    raw, positions = _parse_toml(text, file) if syntax == "toml" else _parse_yaml(text, file)
     try:
         data = mark_secrets(interpolate(raw, os.environ if env is None else env))
         if check_connectors and resolver is None:
@@ -310,6 +324,25 @@ def _parse_yaml(text: str, file: str | None) -> tuple[object, dict[str, Position
     positions: dict[str, Position] = {}
     _walk(node, "", positions, file)
     return data, positions
+
+
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+def _parse_toml(text: str, file: str | None) -> tuple[object, dict[str, Position]]:
+    """TOML has no positions to keep: errors past parsing name the file and key path."""
+    try:
+        return tomllib.loads(text), {}
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        at = _TOML_AT.search(message)
+        raise ConfigError(
+            "",
+            f"invalid TOML: {message[: at.start()] if at else message}",
+            file=file,
+            line=int(at[1]) if at else None,
+            column=int(at[2]) if at else None,
+        ) from None
 
 
 def _walk(node: yaml.Node, path: str, positions: dict[str, Position], file: str | None) -> None:
