@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, data in sorted(run.files.items()):
         rows = parquet_rows(data)
         committed.update((str(r["station_id"]), int(str(r["timestamp"]))) for r in rows)
-        print(f"  {path}  {len(rows)} rows")
+        print(f"  {path}  {len(rows)} row{'' if len(rows) == 1 else 's'}")
     twice = sorted(key for key, count in committed.items() if count > 1)
     missing = sorted(run.served - set(committed))
     once = not twice and not missing
