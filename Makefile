@@ -1,8 +1,9 @@
 # Everyday entry points. Every target installs what it needs itself (idempotently).
-.PHONY: help venv lint format typecheck docs test test-full services-up services-down services-status demo bench clean
+.PHONY: help venv lint format typecheck docs test test-full services-up services-down services-status demo demo-collector bench clean
 
 help:
 	@echo "make demo         run the flagship pipeline on embedded defaults"
+	@echo "make demo-collector  poll an API into a Hugging Face dataset (local test servers)"
 	@echo "make test         set up everything and run lint, types, docs and the test suite"
 	@echo "make test-full    the same with the full test volumes named in the issues"
 	@echo "make services-up  start Kafka, NATS, S3 (moto) and the ClickHouse HTTP front on 127.0.0.1"
@@ -42,6 +43,9 @@ services-status:
 
 demo: venv
 	scripts/demo.sh
+
+demo-collector: venv
+	scripts/demo-collector.sh
 
 bench: venv
 	scripts/bench.sh

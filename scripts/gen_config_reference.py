@@ -29,9 +29,15 @@ A pipeline is one YAML file. Its top-level keys are {top_level}; anything else i
 refused with its dotted path (`sinks.payments.clickhouse.batch.max_rowz: unknown key`),
 and errors name the file, line and column where the key stands.
 
+A file named `*.toml` is read as TOML instead, with the same sections, keys and
+`${{...}}` interpolation (`[source.http_poll]`, `[[sink.tiered.tiers]]`;
+`examples/api_to_dataset.toml` is the YAML example beside it in TOML). TOML keeps no
+positions for the keys, so its errors name the file and the dotted path, and the line
+and column only for a syntax error.
+
 ## How values are read
 
-1. The YAML is parsed first (one document, a mapping at the top, no duplicate keys).
+1. The YAML (or TOML) is parsed first (one document, a mapping at the top, no duplicate keys).
 2. Then `${{...}}` references inside **string values** are replaced from the
    environment. The substituted text is never parsed as YAML again: an empty
    variable gives an empty string, `no` stays the string `no`, and a `#` in a

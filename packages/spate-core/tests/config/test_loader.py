@@ -247,3 +247,59 @@ def test_b17_load_config_reads_a_file_and_keeps_its_name(tmp_path: Path) -> None
     cfg = load_config(path, env={}, resolver=_Models())
     assert cfg.file == str(path)
     assert cfg.coordination == {"store": {"memory": {}}}
+
+
+TOML_BASE = """\
+[pipeline]
+name = "${NAME:-toml-pipeline}"
+
+[checkpoint]
+interval = "250ms"
+
+[source.memory]
+partitions = 2
+
+[sink.capture]
+max_bytes = "${MAX_BYTES}"
+batch = {max_rows = 10}
+"""
+
+
+def test_b17_b18_a_toml_file_is_loaded_interpolated_and_decoded_like_yaml(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(TOML_BASE, encoding="utf-8")
+    cfg = load_config(path, env={"MAX_BYTES": "2KiB"}, resolver=_Models())
+    assert cfg.file == str(path)
+    assert cfg.pipeline.name == "toml-pipeline"
+    assert cfg.checkpoint.interval == 0.25
+    assert cfg.source.config == _SourceModel(partitions=2)
+    assert cfg.sinks["sink"].config == _SinkModel(max_bytes=2048, batch=_Batch(max_rows=10))
+
+
+def test_b17_a_toml_file_refuses_unknown_keys_with_their_dotted_path(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(TOML_BASE.replace("partitions = 2", "partitons = 2"), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"MAX_BYTES": "1KiB"}, resolver=_Models())
+    assert info.value.path == "source.memory.partitons"
+    assert info.value.file == str(path)
+
+
+def test_b17_toml_syntax_errors_name_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[source.memory]\npartitions = 2\n[sink.capture\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={}, resolver=_Models())
+    assert info.value.file == str(path)
+    assert info.value.line == 3
+    assert info.value.column is not None
+    assert "invalid TOML" in str(info.value)
+    assert "(at line" not in str(info.value)
+
+
+def test_b17_a_yaml_file_is_not_read_as_toml(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    assert load_config(path, env={}, resolver=_Models()).source.config == _SourceModel(partitions=2)

@@ -3,7 +3,10 @@
 Order matters and is fixed:
 
 1. the YAML is parsed (one document, a mapping at the top, no duplicate keys), keeping
-   where each key stands so an error can say ``file:line:column``;
+   where each key stands so an error can say ``file:line:column``; a ``.toml`` file is
+   parsed as TOML instead (the standard library's ``tomllib``), with the same sections
+   and keys — its errors name the file and the dotted path, and the line for syntax
+   errors only;
 2. string values are interpolated from the environment (:mod:`spate.config._interpolate`),
    so substituted text is never parsed as YAML;
 3. the framework sections are decoded into their models, ``sink``/``sinks`` checked, and
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -81,6 +86,7 @@ class ConnectorResolver(Protocol):
 
 
 Position = tuple[int, int]
+Syntax = Literal["yaml", "toml"]
 
 
 T = TypeVar("T")
@@ -95,15 +101,26 @@ def load_config(
 ) -> PipelineConfig:
     """Read, interpolate and validate the configuration file ``source``.
 
-    ``env`` defaults to ``os.environ``. Connector bodies are decoded through ``resolver``
-    (by default the installed plugins); with ``check_connectors=False`` they are kept
-    undecoded (``spec.config is None``). Raises ``ConfigError`` (or
-    ``MissingConnectorError``) on the first problem.
+    A file named ``*.toml`` is read as TOML, any other as YAML. ``env`` defaults to
+    ``os.environ``. Connector bodies are decoded through ``resolver`` (by default the
+    installed plugins); with ``check_connectors=False`` they are kept undecoded
+    (``spec.config is None``). Raises ``ConfigError`` (or ``MissingConnectorError``) on
+    the first problem.
     """
     path = Path(source)
     return parse_config(
-        _read(path), file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+        _read(path),
+        file=str(path),
+        env=env,
+        resolver=resolver,
+        check_connectors=check_connectors,
+        syntax=_syntax(path),
     )
+
+
+def _syntax(path: Path) -> Syntax:
+    """TOML for a file named ``*.toml``, YAML for any other."""
+    return "toml" if path.suffix.lower() == ".toml" else "yaml"
 
 
 def _read(path: Path) -> str:
@@ -130,7 +147,12 @@ def load_configs(
     the one pipeline of a file without it. Raises like :func:`load_config`."""
     path = Path(source)
     return parse_configs(
-        _read(path), file=str(path), env=env, resolver=resolver, check_connectors=check_connectors
+        _read(path),
+        file=str(path),
+        env=env,
+        resolver=resolver,
+        check_connectors=check_connectors,
+        syntax=_syntax(path),
     )
 
 
@@ -141,9 +163,10 @@ def parse_configs(
     env: Mapping[str, str] | None = None,
     resolver: ConnectorResolver | None = None,
     check_connectors: bool = True,
+    syntax: Syntax = "yaml",
 ) -> list[PipelineConfig]:
-    """Like :func:`load_configs` for YAML text already in memory."""
-    return _parse(text, file, env, resolver, check_connectors, several=True)
+    """Like :func:`load_configs` for YAML (or TOML) text already in memory."""
+    return _parse(text, file, env, resolver, check_connectors, several=True, syntax=syntax)
 
 
 def parse_config(
@@ -153,12 +176,14 @@ def parse_config(
     env: Mapping[str, str] | None = None,
     resolver: ConnectorResolver | None = None,
     check_connectors: bool = True,
+    syntax: Syntax = "yaml",
 ) -> PipelineConfig:
-    """Like :func:`load_config` for YAML text already in memory; ``file`` names it in errors.
+    """Like :func:`load_config` for YAML (or, with ``syntax="toml"``, TOML) text already
+    in memory; ``file`` names it in errors.
 
     A file with a ``pipelines:`` list is refused: it holds several pipelines
     (:func:`parse_configs` reads them)."""
-    (config,) = _parse(text, file, env, resolver, check_connectors, several=False)
+    (config,) = _parse(text, file, env, resolver, check_connectors, several=False, syntax=syntax)
     return config
 
 
@@ -170,8 +195,9 @@ def _parse(
     check_connectors: bool,
     *,
     several: bool,
+    syntax: Syntax = "yaml",
 ) -> list[PipelineConfig]:
-    raw, positions = _parse_yaml(text, file)
+    raw, positions = _parse_toml(text, file) if syntax == "toml" else _parse_yaml(text, file)
     try:
         data = mark_secrets(interpolate(raw, os.environ if env is None else env))
         if check_connectors and resolver is None:
@@ -471,6 +497,25 @@ def _parse_yaml(text: str, file: str | None) -> tuple[object, dict[str, Position
     positions: dict[str, Position] = {}
     _walk(node, "", positions, file)
     return data, positions
+
+
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+def _parse_toml(text: str, file: str | None) -> tuple[object, dict[str, Position]]:
+    """TOML has no positions to keep: errors past parsing name the file and key path."""
+    try:
+        return tomllib.loads(text), {}
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        at = _TOML_AT.search(message)
+        raise ConfigError(
+            "",
+            f"invalid TOML: {message[: at.start()] if at else message}",
+            file=file,
+            line=int(at[1]) if at else None,
+            column=int(at[2]) if at else None,
+        ) from None
 
 
 def _walk(node: yaml.Node, path: str, positions: dict[str, Position], file: str | None) -> None:
