@@ -19,6 +19,23 @@ _TARGET = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JsonSchemaSource:
+    """A JSON Schema given ``inline:`` (JSON text) or by ``path:`` to a file.
+
+    A relative ``path`` is resolved against the working directory of the process.
+    """
+
+    inline: str | None = None
+    """The JSON Schema as JSON text."""
+    path: str | None = None
+    """A file holding the JSON Schema."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if (self.inline is None) == (self.path is None):
+            yield "", "give exactly one of inline or path"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JsonConfig:
     """``deserializer: {json: ...}`` — decode JSON payloads with orjson."""
 
@@ -35,6 +52,10 @@ class JsonConfig:
     target: str | None = None
     """``package.module:Name`` of a dataclass: each record object is checked against its
     fields (required fields present, value types) and decoded into an instance."""
+    schema: JsonSchemaSource | None = None
+    """A JSON Schema (draft 2020-12 or 7) of the records: ``spate schema ddl`` and a
+    ClickHouse sink's ``create_table: if_missing`` derive the table's columns from it.
+    Records are not validated against it."""
     unknown_fields: Literal["error", "ignore"] = "error"
     """With ``target``: whether keys the dataclass does not declare are a record error."""
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import orjson
 from spate import NO_RECORD, DeserError, DeserErrorKind, ErrorPolicy
+from spate.schema import Field
 
 from spate_json._target import Converter, FieldError, json_type
 
@@ -62,6 +63,12 @@ class JsonDeserializer:
         """The record error policy; the deserializer stage reads it (B28)."""
         self._objects_only = objects_only
         self._convert = convert
+        self.described: tuple[Field, ...] | None = None
+        """The record fields of the configured JSON Schema, if one is given."""
+
+    def record_fields(self) -> tuple[Field, ...] | None:
+        """The fields the ``schema`` describes, for table DDL; None without one."""
+        return self.described
 
     def close(self) -> None:
         """Nothing to release; present so every deserializer can be closed alike."""

@@ -7,17 +7,21 @@ fails start-up naming the key (B29).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import ClassVar
 
 from spate import BuildContext, ConfigError
+from spate.schema import Field
 
-from spate_json._config import JsonConfig
+from spate_json._config import JsonConfig, JsonSchemaSource
 from spate_json._deserializer import (
     ArrayJsonDeserializer,
     JsonDeserializer,
     NdjsonDeserializer,
     SingleJsonDeserializer,
 )
+from spate_json._jsonschema import JsonSchemaError, record_fields
 from spate_json._target import Converter, build_converter, load_target
 
 
@@ -38,15 +42,46 @@ class JsonDeserializerFactory:
                 )
             except ValueError as exc:
                 raise ConfigError(f"{context.component}.json.target", str(exc)) from None
-        objects_only = config.top_level == "object"
-        if config.framing == "ndjson":
-            return NdjsonDeserializer(
-                on_error=config.on_error, objects_only=objects_only, convert=convert
-            )
-        if config.framing == "array":
-            return ArrayJsonDeserializer(
-                on_error=config.on_error, objects_only=objects_only, convert=convert
-            )
-        return SingleJsonDeserializer.create(
-            on_error=config.on_error, objects_only=objects_only, convert=convert
+        described = (
+            _described(config.schema, f"{context.component}.json.schema")
+            if config.schema is not None
+            else None
         )
+        objects_only = config.top_level == "object"
+        deserializer: JsonDeserializer
+        if config.framing == "ndjson":
+            deserializer = NdjsonDeserializer(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        elif config.framing == "array":
+            deserializer = ArrayJsonDeserializer(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        else:
+            deserializer = SingleJsonDeserializer.create(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        deserializer.described = described
+        return deserializer
+
+
+def _described(source: JsonSchemaSource, key: str) -> tuple[Field, ...]:
+    """The record fields of the configured JSON Schema; a bad one fails naming ``key``."""
+    if source.inline is not None:
+        text, at = source.inline, f"{key}.inline"
+    else:
+        at = f"{key}.path"
+        try:
+            text = Path(str(source.path)).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(at, f"cannot read {source.path}: {exc}") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(at, f"not JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(at, "a JSON Schema is a JSON object")
+    try:
+        return record_fields(schema)
+    except JsonSchemaError as exc:
+        raise ConfigError(at, str(exc)) from None
