@@ -522,22 +522,17 @@ def test_b55_a_bad_batch_in_an_older_segment_is_corruption_not_a_torn_tail(
     assert older.name in str(err.value) and "at byte 14" in str(err.value)
 
 
-def test_b55_format_1_segments_of_earlier_releases_still_replay(tmp_path: Path) -> None:
-    """A spool left by a release that framed every record (format 1) replays after an
-    upgrade, torn tail cut as before; new batches go to a format-2 segment."""
+def test_b55_a_segment_without_the_format_header_fails_start_up(tmp_path: Path) -> None:
+    """A segment that does not start with ``spate-spool 2`` (here lines framed one CRC
+    per record, a format never released) is not guessed at: start-up fails naming the
+    segment, and nothing in the directory is cut (B55)."""
     name = "seg-000000000001-oldrun.jsonl"
-    lines = [b'{"a":1}', b'{"a":2}', b"#2", b'{"a":3}', b"#1", b'{"a":4}']
+    lines = [b'{"a":1}', b'{"a":2}', b"#2", b'{"a":3}', b"#1"]
     data = b"".join(b"%08x %s\n" % (zlib.crc32(p), p) for p in lines)
-    (tmp_path / name).write_bytes(data[:-3])  # torn inside the last record
-    store = JsonlStore(str(tmp_path))
-    found = store.recover()
-    assert [(s.ref.position, s.records) for s in found] == [
-        (0, [b'{"a":1}', b'{"a":2}']),
-        (data.index(b'{"a":3}') - 9, [b'{"a":3}']),
-    ]
-    store.append([b'{"a":5}'])
-    store.sync()
-    store.close()
-    old, new = files(tmp_path)
-    assert old == name and (tmp_path / new).read_bytes().startswith(b"spate-spool 2\n")
-    assert [s.records for s in JsonlStore(str(tmp_path)).recover()][-1] == [b'{"a":5}']
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert name in str(err.value) and "at byte 0" in str(err.value)
+    assert (tmp_path / name).read_bytes() == data
+    with pytest.raises(SpoolCorruptError):
+        read_records(str(tmp_path / name))
