@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, Lane, ManualClock
+from spate._clock import SystemClock
 from spate.metrics import Meter
 from spate.sink import (
     BatchRef,
@@ -268,6 +269,85 @@ def test_b56_replay_goes_before_new_data_and_readiness_waits_for_it(tmp_path: Pa
     assert again.flush(clock.monotonic() + 1e9)
     assert again.ready()
     assert script2.rows == [{"old": 0}, {"old": 1}, {"old": 2}, {"new": 1}]
+
+
+def test_b56_readyz_is_unready_while_a_replay_runs(tmp_path: Path) -> None:
+    """A pipeline's ``/readyz`` answers 503 naming the spool while the records replayed
+    on start are not yet written by the terminal, and 200 once they are (B56, B22)."""
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    from spate.admin import AdminServer
+    from spate.config import CheckpointConfig
+    from spate.pipeline import ExitReport, Pipeline
+    from spate.testing import CopyToSinkProcessor, memory_source
+
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    offer_batch(spool, Acks(), [{"old": i} for i in range(3)])
+    spool.tick()
+    spool.close()
+
+    terminal_clock = ManualClock()  # the replayed write finishes when the test says
+    meter = Meter("replay-ready", CollectorRegistry())
+    terminal, script2 = capture_sink("t", max_rows=1000, clock=terminal_clock)
+    script2.then(delay(3600))
+    config = SpoolConfig(dir=str(tmp_path), ack="spooled")
+    store = JsonlStore(str(tmp_path), segment_bytes=config.segment_bytes)
+    replaying = SpoolTier("s", config, terminal, store, meter=meter, clock=SystemClock())
+    source, _handle = memory_source({0: [b"new"]}, bounded=False, batch_size=10)
+    pipeline = Pipeline(
+        "replay-ready",
+        source,
+        {"s": replaying},
+        processor=CopyToSinkProcessor(replaying),
+        checkpoint=CheckpointConfig(interval=0.05),
+        meter=meter,
+        handle_signals=False,
+    )
+    admin = AdminServer("127.0.0.1:0", registry=meter.registry, pipeline="replay-ready")
+    pipeline.add_service(admin.start, admin.stop)
+
+    def readyz() -> tuple[int, str]:
+        assert admin.url is not None
+        try:
+            with urllib.request.urlopen(f"{admin.url}/readyz", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def wait_for(check: Callable[[int, str], bool]) -> tuple[int, str]:
+        deadline = time.monotonic() + 30
+        answer = (0, "")
+        while time.monotonic() < deadline:
+            if admin.url is not None:
+                answer = readyz()
+                if check(*answer):
+                    break
+            time.sleep(0.05)
+        return answer
+
+    reports: list[ExitReport] = []
+    runner = threading.Thread(target=lambda: reports.append(pipeline.run()), daemon=True)
+    runner.start()
+    try:
+        status, body = wait_for(lambda code, text: "sink s not ready" in text)
+        assert (status, "sink s not ready" in body) == (503, True), body
+        assert script2.rows == []  # the replay is handed on, not written
+        for _ in range(5):  # it stays unready while the write waits
+            assert readyz()[0] == 503
+            time.sleep(0.05)
+        terminal_clock.advance(3600)
+        status, body = wait_for(lambda code, text: code == 200)
+        assert status == 200, body
+        assert script2.rows[:3] == [{"old": 0}, {"old": 1}, {"old": 2}]
+    finally:
+        pipeline.request_stop("test over")
+        runner.join(timeout=30)
+    assert reports and reports[0].exit_code == 0, reports
 
 
 # -- max_bytes and a full disk (B57, B7) -----------------------------------------------------
