@@ -2,9 +2,10 @@
 
 Custody (ADR 0005): a row offered to the spool joins the open batch, which holds the
 source batch's ack (B2). The batch seals on ``max_records``, on a checkpoint tick and on
-drain; it is appended to the store and made durable (``fsync: batch`` — each batch;
-``fsync: segment`` — on segment rotation and every tick) before anything else happens.
-Then:
+drain; it is encoded (``bytes`` rows all at once then, other rows one by one as they are
+offered, so a row that cannot be spooled is refused at once), appended to the store and
+made durable (``fsync: batch`` — each batch; ``fsync: segment`` — on segment rotation and
+every tick) before anything else happens. Then:
 
 * with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
   while the terminal lags);
