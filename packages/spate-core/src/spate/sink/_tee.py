@@ -79,7 +79,8 @@ class TeeSink:
             branches[0], "on_record_error", ErrorPolicy.FAIL
         )
         self._clock: Clock = clock if clock is not None else SystemClock()
-        meter = meter if meter is not None else Meter(name)
+        # Without a meter (a tee built by hand) the counters go to a private registry.
+        meter = meter if meter is not None else Meter(name, declare=None)
         kw = {"component": name, "component_type": "tee"}
         self._branches = [
             _Branch(
