@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, Lane, ManualClock
+from spate._clock import SystemClock
 from spate.metrics import Meter
 from spate.sink import (
     BatchRef,
@@ -270,6 +271,85 @@ def test_b56_replay_goes_before_new_data_and_readiness_waits_for_it(tmp_path: Pa
     assert script2.rows == [{"old": 0}, {"old": 1}, {"old": 2}, {"new": 1}]
 
 
+def test_b56_readyz_is_unready_while_a_replay_runs(tmp_path: Path) -> None:
+    """A pipeline's ``/readyz`` answers 503 naming the spool while the records replayed
+    on start are not yet written by the terminal, and 200 once they are (B56, B22)."""
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    from spate.admin import AdminServer
+    from spate.config import CheckpointConfig
+    from spate.pipeline import ExitReport, Pipeline
+    from spate.testing import CopyToSinkProcessor, memory_source
+
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    offer_batch(spool, Acks(), [{"old": i} for i in range(3)])
+    spool.tick()
+    spool.close()
+
+    terminal_clock = ManualClock()  # the replayed write finishes when the test says
+    meter = Meter("replay-ready", CollectorRegistry())
+    terminal, script2 = capture_sink("t", max_rows=1000, clock=terminal_clock)
+    script2.then(delay(3600))
+    config = SpoolConfig(dir=str(tmp_path), ack="spooled")
+    store = JsonlStore(str(tmp_path), segment_bytes=config.segment_bytes)
+    replaying = SpoolTier("s", config, terminal, store, meter=meter, clock=SystemClock())
+    source, _handle = memory_source({0: [b"new"]}, bounded=False, batch_size=10)
+    pipeline = Pipeline(
+        "replay-ready",
+        source,
+        {"s": replaying},
+        processor=CopyToSinkProcessor(replaying),
+        checkpoint=CheckpointConfig(interval=0.05),
+        meter=meter,
+        handle_signals=False,
+    )
+    admin = AdminServer("127.0.0.1:0", registry=meter.registry, pipeline="replay-ready")
+    pipeline.add_service(admin.start, admin.stop)
+
+    def readyz() -> tuple[int, str]:
+        assert admin.url is not None
+        try:
+            with urllib.request.urlopen(f"{admin.url}/readyz", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def wait_for(check: Callable[[int, str], bool]) -> tuple[int, str]:
+        deadline = time.monotonic() + 30
+        answer = (0, "")
+        while time.monotonic() < deadline:
+            if admin.url is not None:
+                answer = readyz()
+                if check(*answer):
+                    break
+            time.sleep(0.05)
+        return answer
+
+    reports: list[ExitReport] = []
+    runner = threading.Thread(target=lambda: reports.append(pipeline.run()), daemon=True)
+    runner.start()
+    try:
+        status, body = wait_for(lambda code, text: "sink s not ready" in text)
+        assert (status, "sink s not ready" in body) == (503, True), body
+        assert script2.rows == []  # the replay is handed on, not written
+        for _ in range(5):  # it stays unready while the write waits
+            assert readyz()[0] == 503
+            time.sleep(0.05)
+        terminal_clock.advance(3600)
+        status, body = wait_for(lambda code, text: code == 200)
+        assert status == 200, body
+        assert script2.rows[:3] == [{"old": 0}, {"old": 1}, {"old": 2}]
+    finally:
+        pipeline.request_stop("test over")
+        runner.join(timeout=30)
+    assert reports and reports[0].exit_code == 0, reports
+
+
 # -- max_bytes and a full disk (B57, B7) -----------------------------------------------------
 
 
@@ -361,6 +441,39 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
     assert decode_record(encode_record(row, None, LANE)) == (row, None, LANE)
     assert b"\n" not in encode_record(row, None, LANE)
+
+
+def test_b54_rows_encoded_with_their_batch_are_the_bytes_of_one_by_one_encoding(
+    tmp_path: Path,
+) -> None:
+    """``bytes`` rows are encoded when their batch seals (keys or none, several lanes,
+    any byte, mixed with dict rows): each record is what :func:`encode_record` gives it,
+    and a replay hands back the same rows (B54, B56)."""
+    from spate.sink._spool import decode_record, encode_record
+
+    other = Lane("u", 7)
+    rows: list[tuple[object, bytes | None, Lane]] = [
+        (b"plain", None, LANE),
+        (bytes(range(256)), b'k\x00\xff"\n', LANE),
+        ({"dict": 1}, b"k", LANE),
+        (b'quote " backslash \\ newline \n', None, other),
+        (b"", b"", other),
+        (("t", 1), None, other),
+        (b"last", b"key", LANE),
+    ]
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    ack = Acks().new()
+    for row, key, lane in rows:
+        assert spool.offer(row, key, lane, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    spool.close()
+    (segment,) = [n for n in files(tmp_path) if n.endswith(".jsonl")]
+    records = read_records(str(tmp_path / segment))
+    assert records == [encode_record(*r) for r in rows]
+    assert [decode_record(r) for r in records] == rows
 
 
 class TestJsonlStoreConformance(StoreConformance):
@@ -522,22 +635,17 @@ def test_b55_a_bad_batch_in_an_older_segment_is_corruption_not_a_torn_tail(
     assert older.name in str(err.value) and "at byte 14" in str(err.value)
 
 
-def test_b55_format_1_segments_of_earlier_releases_still_replay(tmp_path: Path) -> None:
-    """A spool left by a release that framed every record (format 1) replays after an
-    upgrade, torn tail cut as before; new batches go to a format-2 segment."""
+def test_b55_a_segment_without_the_format_header_fails_start_up(tmp_path: Path) -> None:
+    """A segment that does not start with ``spate-spool 2`` (here lines framed one CRC
+    per record, a format never released) is not guessed at: start-up fails naming the
+    segment, and nothing in the directory is cut (B55)."""
     name = "seg-000000000001-oldrun.jsonl"
-    lines = [b'{"a":1}', b'{"a":2}', b"#2", b'{"a":3}', b"#1", b'{"a":4}']
+    lines = [b'{"a":1}', b'{"a":2}', b"#2", b'{"a":3}', b"#1"]
     data = b"".join(b"%08x %s\n" % (zlib.crc32(p), p) for p in lines)
-    (tmp_path / name).write_bytes(data[:-3])  # torn inside the last record
-    store = JsonlStore(str(tmp_path))
-    found = store.recover()
-    assert [(s.ref.position, s.records) for s in found] == [
-        (0, [b'{"a":1}', b'{"a":2}']),
-        (data.index(b'{"a":3}') - 9, [b'{"a":3}']),
-    ]
-    store.append([b'{"a":5}'])
-    store.sync()
-    store.close()
-    old, new = files(tmp_path)
-    assert old == name and (tmp_path / new).read_bytes().startswith(b"spate-spool 2\n")
-    assert [s.records for s in JsonlStore(str(tmp_path)).recover()][-1] == [b'{"a":5}']
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert name in str(err.value) and "at byte 0" in str(err.value)
+    assert (tmp_path / name).read_bytes() == data
+    with pytest.raises(SpoolCorruptError):
+        read_records(str(tmp_path / name))

@@ -95,6 +95,41 @@ def test_b58_tee_delivers_only_when_both_sinks_wrote_and_the_worst_status_wins()
     assert bad.status is AckStatus.FAILED  # written by a, failed by b: failed (B2)
 
 
+def test_b58_tee_counts_what_each_branch_delivered_and_failed() -> None:
+    """``spate_tee_branch_records_total`` per branch and outcome; a source batch of two
+    rows split by a tick across two branch tokens still resolves once (B58, B2)."""
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    a, _ = capture_sink("a", max_rows=1000, clock=clock)
+    b, script_b = capture_sink("b", max_rows=1000, clock=clock)
+    tee = TeeSink("tee", [a, b], clock=clock, meter=meter)
+    tee.start()
+    acks = Acks()
+    ok = acks.new()
+    tee.offer("r1", None, LANE, ok)
+    tee.tick()  # closes the branch tokens; the source batch is still held by the chain
+    tee.offer("r2", None, LANE, ok)
+    ok.release()
+    assert tee.flush(clock.monotonic() + 60)
+    assert ok.status is AckStatus.DELIVERED
+    script_b.then("fatal")
+    bad = acks.new()
+    for row in ("r3", "r4", "r5"):
+        tee.offer(row, None, LANE, bad)
+    bad.release()
+    tee.flush(clock.monotonic() + 60)
+    assert bad.status is AckStatus.FAILED
+
+    def count(branch: str, outcome: str) -> float | None:
+        labels = {"component": "tee", "component_type": "tee", "pipeline": "p"}
+        return meter.registry.get_sample_value(
+            "spate_tee_branch_records_total", {**labels, "branch": branch, "outcome": outcome}
+        )
+
+    assert (count("a", "delivered"), count("a", "failed")) == (5, 0)
+    assert (count("b", "delivered"), count("b", "failed")) == (2, 3)
+
+
 def test_b58_tee_keeps_a_refused_row_for_the_slow_branch_and_never_doubles_it() -> None:
     clock = ManualClock()
     a, script_a = capture_sink("a", max_rows=1000, clock=clock)

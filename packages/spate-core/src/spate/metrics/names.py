@@ -146,6 +146,12 @@ SPOOL_FSYNC_SECONDS = _h("spate_spool_fsync_duration_seconds", "Duration of one 
 SPOOL_WRITE_ERRORS = _c(
     "spate_spool_write_errors_total", "Spool appends or fsyncs that failed (a full disk)."
 )
+TEE_BRANCH_RECORDS = _c(
+    "spate_tee_branch_records_total",
+    "Records a tee branch settled, by branch sink and outcome (delivered, failed).",
+    "branch",
+    "outcome",
+)
 
 # Checkpoint
 CKPT_PENDING = _g("spate_checkpoint_pending_batches", "Unresolved batches per lane.", "lane")

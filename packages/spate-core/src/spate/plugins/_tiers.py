@@ -217,7 +217,7 @@ class TeeSinkFactory:
             _build_nested(raw, f"{context.component}.{i}", context)
             for i, raw in enumerate(config.sinks)
         ]
-        return TeeSink(context.component, branches, clock=context.clock)
+        return TeeSink(context.component, branches, clock=context.clock, meter=context.meter)
 
 
 class JsonlStoreFactory:

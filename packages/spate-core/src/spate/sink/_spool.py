@@ -2,9 +2,10 @@
 
 Custody (ADR 0005): a row offered to the spool joins the open batch, which holds the
 source batch's ack (B2). The batch seals on ``max_records``, on a checkpoint tick and on
-drain; it is appended to the store and made durable (``fsync: batch`` — each batch;
-``fsync: segment`` — on segment rotation and every tick) before anything else happens.
-Then:
+drain; it is encoded (``bytes`` rows all at once then, other rows one by one as they are
+offered, so a row that cannot be spooled is refused at once), appended to the store and
+made durable (``fsync: batch`` — each batch; ``fsync: segment`` — on segment rotation and
+every tick) before anything else happens. Then:
 
 * with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
   while the terminal lags);
@@ -32,13 +33,14 @@ from __future__ import annotations
 import datetime
 import decimal
 import functools
+import itertools
 import json
 import logging
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -186,6 +188,39 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
 
 
+_Row = tuple[object, bytes | None, Lane, bytes | None]
+"""A spooled row: ``(row, key, lane, record)``; ``record`` is its encoded form, or
+``None`` until the batch is encoded (a ``bytes`` row, whose encoding cannot fail)."""
+
+
+def encode_batch(rows: Sequence[_Row]) -> list[bytes]:
+    """The records of ``rows``: each one's ``record``, or :func:`encode_record` of it.
+
+    One loop over the whole batch: the lane's part is looked up once per run of rows of
+    one lane, and no call is made per ``bytes`` row but orjson's (the same bytes as
+    :func:`encode_record`)."""
+    encoders = _orjson_encoders()
+    if encoders is None:
+        return [encode_record(r, k, ln) if p is None else p for r, k, ln, p in rows]
+    dumps, dumps_str = encoders
+    records: list[bytes] = []
+    append = records.append
+    last: Lane | None = None
+    prefix = head = b""
+    for row, key, lane, record in rows:
+        if record is None:
+            if lane is not last:
+                prefix = _PREFIXES.get(lane) or _lane_prefix(lane, dumps)
+                head, last = prefix + b'"b":', lane
+            value = dumps_str(row.decode("latin-1"))  # type: ignore[attr-defined]
+            if key is None:
+                record = head + value + b"}"
+            else:
+                record = b'%s"k":%s,"b":%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
+        append(record)
+    return records
+
+
 def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
     """:func:`encode_record` with the standard library's encoder."""
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
@@ -221,9 +256,12 @@ def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
 class _Batch:
     """One spooled batch: its rows (until handed on), source acks and own token."""
 
-    rows: list[tuple[object, bytes | None, Lane]]
-    payloads: list[bytes] = field(default_factory=list)
+    rows: list[_Row]
+    records: list[bytes] = field(default_factory=list)
+    """The encoded rows, from sealing until they are durable."""
     acks: list[AckToken] = field(default_factory=list)
+    last: AckToken | None = None
+    """The ack held last (rows of one source batch come in a run)."""
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
@@ -235,13 +273,14 @@ class _Batch:
 
     def hold(self, ack: AckToken) -> None:
         """Retain ``ack`` once for this batch, however its rows interleave with others'."""
+        self.last = ack
         if ack not in self.acks:
             ack.retain(self.holder)
             self.acks.append(ack)
 
     def release_acks(self, ok: bool) -> None:
         """Release every source ack this batch holds (B4, B39)."""
-        acks, self.acks = self.acks, []
+        acks, self.acks, self.last = self.acks, [], None
         release_all(acks, ok, self.holder)
 
 
@@ -290,6 +329,7 @@ class SpoolTier:
         self._m_fsync = meter.histogram(names.SPOOL_FSYNC_SECONDS, **kw)
         self._m_errors = meter.counter(names.SPOOL_WRITE_ERRORS, **kw)
         self._held_records = 0
+        self._max_records = config.max_records
 
     # -- Sink protocol ----------------------------------------------------------------
 
@@ -308,7 +348,7 @@ class SpoolTier:
         found = self._store.recover()
         replayed = 0
         for stored in found:
-            rows = [decode_record(p) for p in stored.records]
+            rows: list[_Row] = [(*decode_record(p), p) for p in stored.records]
             batch = _Batch(rows, ref=stored.ref, replayed=True)
             batch.created = self._clock.monotonic()
             batch.token = self._token(batch)
@@ -349,12 +389,29 @@ class SpoolTier:
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Add ``row`` to the open batch, or refuse it while the spool is full (B7, B57).
 
-        Called on the pipeline thread; appends and fsyncs when the batch seals.
+        Called on the pipeline thread; encodes, appends and fsyncs when the batch seals
+        (a row that is not ``bytes`` is encoded here, so one that cannot be spooled
+        raises ``SinkError(RECORD)`` for the chain's record error policy).
         """
+        batch = self._open
+        if batch is None or self._handing or self._unwritten:
+            batch = self._opened()
+            if batch is None:
+                return Offer.REJECTED
+        rows = batch.rows
+        rows.append((row, key, lane, None if type(row) is bytes else encode_record(row, key, lane)))
+        if batch.last is not ack:
+            batch.hold(ack)
+        if len(rows) >= self._max_records:
+            self._seal()
+        return Offer.ACCEPTED
+
+    def _opened(self) -> _Batch | None:
+        """The open batch after handing on what waits; None while the spool is full."""
         if self._handing:
             self._hand_on()
         if self._unwritten and not self._write_pending():
-            return Offer.REJECTED
+            return None
         batch = self._open
         if batch is None:
             # Checked once per batch: a batch that fits starts, so the spool can pass
@@ -362,16 +419,9 @@ class SpoolTier:
             if self._store.held_bytes() >= self.config.max_bytes:
                 self._store.collect()
                 if self._store.held_bytes() >= self.config.max_bytes:
-                    return Offer.REJECTED
+                    return None
             batch = self._open = _Batch([], created=self._clock.monotonic())
-        payload = encode_record(row, key, lane)
-        batch.rows.append((row, key, lane))
-        batch.payloads.append(payload)
-        if not batch.acks or batch.acks[-1] is not ack:
-            batch.hold(ack)
-        if len(batch.rows) >= self.config.max_records:
-            self._seal()
-        return Offer.ACCEPTED
+        return batch
 
     def tick(self) -> None:
         """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""
@@ -465,6 +515,7 @@ class SpoolTier:
         batch = self._open
         if batch is not None and batch.rows:
             self._open = None
+            batch.records = encode_batch(batch.rows)
             self._unwritten.append(batch)
             self._m_flushes.inc()
         if self._unwritten or (force_sync and self._unsynced):
@@ -475,7 +526,7 @@ class SpoolTier:
         while self._unwritten:
             batch = self._unwritten[0]
             try:
-                batch.ref = self._store.append(batch.payloads)
+                batch.ref = self._store.append(batch.records)
             except SinkError as exc:
                 self._failed_write(exc)
                 return False
@@ -527,7 +578,7 @@ class SpoolTier:
     def _durable(self, batches: list[_Batch]) -> None:
         """Batches now fsynced: release acks (``ack: spooled``) and queue them to hand on."""
         for batch in batches:
-            batch.payloads = []
+            batch.records = []
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)
@@ -590,10 +641,10 @@ class SpoolTier:
             i = batch.handed
             if i == 0 and begin is not None and batch.ref.origin:
                 begin(batch.ref.identity)
-            while i < len(rows):
-                row, key, lane = rows[i]
+            offer = nxt.offer
+            for row, key, lane, _ in itertools.islice(rows, i, None):
                 try:
-                    offered = nxt.offer(row, key, lane, token)
+                    offered = offer(row, key, lane, token)
                 except SinkError as exc:
                     logger.error(
                         "spool %s: the next tier refused a spooled row: %s", self.name, exc.reason

@@ -16,9 +16,8 @@ The JSONL segment format (version 2), one file ``seg-<n>-<origin>.jsonl`` per se
 ``body`` is ``length`` bytes: the batch's ``count`` records (each one JSON value, no
 newline inside) each followed by ``\n``; the CRC32 covers ``"<count> <length>\n"`` and
 the body, so one checksum guards a whole batch. A batch counts only once all of it is
-in the file. Segments without the header (format version 1, written by earlier
-releases: every record framed ``<crc32> <payload>\n``, a batch ended by a
-``<crc32> #<count>\n`` line) are still read. ``seg-<n>-<origin>.released`` lists the byte
+in the file; a segment without the header is not read (start-up fails naming it).
+``seg-<n>-<origin>.released`` lists the byte
 positions of the segment's batches already released (written without fsync: a lost
 note only replays a delivered batch once more); the segment and its note are deleted
 together once every batch is released. On recovery the newest segment's
@@ -131,26 +130,8 @@ class SpoolStore(Protocol):
         ...
 
 
-_END = b"#"
 MAGIC = b"spate-spool 2\n"
 """The first line of a segment in format version 2."""
-
-
-def frame(payload: bytes) -> bytes:
-    """One format-1 line: ``<crc32 hex> <payload>\\n`` (payload must hold no newline)."""
-    return b"%08x %s\n" % (zlib.crc32(payload), payload)
-
-
-def _unframe(line: bytes) -> bytes | None:
-    """The payload of a complete format-1 line (without its newline), or None if bad."""
-    if len(line) < 9 or line[8:9] != b" ":
-        return None
-    payload = line[9:]
-    try:
-        crc = int(line[:8], 16)
-    except ValueError:
-        return None
-    return payload if zlib.crc32(payload) == crc else None
 
 
 def frame_batch(records: Sequence[bytes]) -> bytes:
@@ -200,7 +181,7 @@ class _Segment:
 
 
 class JsonlStore:
-    """The built-in store: JSON-lines segment files with per-line CRC32 framing."""
+    """The built-in store: JSON-lines segment files, one CRC32-framed batch after another."""
 
     def __init__(
         self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024, nonce: str | None = None
@@ -262,7 +243,7 @@ class JsonlStore:
         elif last and MAGIC.startswith(data):
             batches, good_end, torn = [], 0, 0  # a crash while the header was written
         else:
-            batches, good_end, torn = _read_v1(data, path, number, origin, last=last)
+            raise _unknown_format(path)
         if good_end < len(data):
             logger.warning(
                 "spool segment %s: cut a torn tail of %d bytes at byte %d (%d incomplete records)",
@@ -451,7 +432,7 @@ def read_records(path: str) -> list[bytes]:
     elif MAGIC.startswith(data):
         return []  # a segment whose header is still being written
     else:
-        batches = _read_v1(data, path, number, origin, last=True)[0]
+        raise _unknown_format(path)
     return [record for batch in batches for record in batch.records]
 
 
@@ -464,41 +445,9 @@ def _declared_end(data: bytes, offset: int) -> int | None:
         return None
 
 
-def _read_v1(
-    data: bytes, path: str, number: int, origin: str, *, last: bool
-) -> tuple[list[StoredBatch], int, int]:
-    """Complete batches of a format-1 segment (a CRC32 per line), where they end, and
-    the records in a torn tail."""
-    batches: list[StoredBatch] = []
-    records: list[bytes] = []
-    batch_start = 0
-    offset = 0
-    good_end = 0
-    while offset < len(data):
-        newline = data.find(b"\n", offset)
-        line = data[offset:] if newline < 0 else data[offset:newline]
-        payload = None if newline < 0 else _unframe(line)
-        if payload is None:
-            rest = data[offset:] if newline < 0 else data[newline + 1 :]
-            if last and (newline < 0 or not rest.strip(b"\x00")):
-                break  # torn tail: the crash hit the last line of the newest segment
-            raise SpoolCorruptError(
-                f"spool segment {path} at byte {offset}", "corrupt record (bad frame or CRC)"
-            )
-        if payload.startswith(_END):
-            if payload[1:] != str(len(records)).encode():
-                raise SpoolCorruptError(
-                    f"spool segment {path} at byte {offset}",
-                    f"batch end says {payload[1:]!r} records, found {len(records)}",
-                )
-            batches.append(StoredBatch(BatchRef(number, batch_start, origin), records))
-            records = []
-            good_end = newline + 1
-            batch_start = good_end
-        else:
-            records.append(payload)
-        offset = newline + 1
-    return batches, good_end, len(records)
+def _unknown_format(path: str) -> SpoolCorruptError:
+    """A segment that does not start with the format-2 header (no other format exists)."""
+    return SpoolCorruptError(f"spool segment {path} at byte 0", "no `spate-spool 2` header")
 
 
 def _parse_name(name: str) -> tuple[int, str]:
