@@ -179,6 +179,11 @@ class ClickHouseSinkConfig:
     types are the declared ones, else derived from the deserializer's schema."""
     table_options: TableOptions = field(default_factory=TableOptions)
     """Engine, keys, TTL and settings of a created table."""
+    state_table: str = "spate_block_intents"
+    """Under ``pipeline.delivery: effectively_once``: the table (in ``database``) where
+    each block's intent is recorded before its insert; created at start unless it
+    exists. ``table_options.dedup_window`` is then also the least deduplication window
+    the target table must have (checked at start)."""
 
     # -- derived views ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from spate._clock import Clock
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
 from spate.schema import Field
+from spate.sink._intents import RecordPosition
 
 
 class PluginKind(enum.Enum):
@@ -70,6 +71,11 @@ class BuildContext:
     registry: object | None = None
     """The plugin registry the pipeline is assembled with, for factories that build
     nested connector sections (the ``tiered`` and ``tee`` sinks); None: the default one."""
+    delivery: str = "at_least_once"
+    """``pipeline.delivery``: ``effectively_once`` asks sinks for per-lane blocks with
+    recorded intents (B88); a sink that cannot keep them refuses to start."""
+    position: RecordPosition | None = None
+    """Under ``effectively_once``: the cell the chain sets to each record's offset."""
 
 
 ConfigT = TypeVar("ConfigT")
