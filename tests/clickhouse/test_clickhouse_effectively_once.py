@@ -20,6 +20,13 @@ from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
 
 from tests.support.chfront_fixtures import ChFront
 
+
+@pytest.fixture(scope="module")
+def front(chfront_module: Callable[..., ChFront]) -> ChFront:
+    """One front for the module: every test uses its own tables."""
+    return chfront_module()
+
+
 pytestmark = [pytest.mark.integration]
 
 LANE = Lane("orders", 3)
@@ -69,9 +76,8 @@ def create(client: Any, table: str, window: int = 1000, engine: str = "MergeTree
 
 
 def test_b89_a_later_run_replaying_from_an_older_offset_writes_no_row_twice(
-    chfront: Callable[..., ChFront],
+    front: ChFront,
 ) -> None:
-    front = chfront()
     client = front.client()
     create(client, "replayed")
     sink, position = eo_sink(front, "replayed")
@@ -106,9 +112,8 @@ def test_b89_a_later_run_replaying_from_an_older_offset_writes_no_row_twice(
 
 
 def test_b90_a_table_without_a_deduplication_window_is_refused_with_the_fix(
-    chfront: Callable[..., ChFront],
+    front: ChFront,
 ) -> None:
-    front = chfront()
     create(front.client(), "no_window", window=0)
     sink, _ = eo_sink(front, "no_window")
     with pytest.raises(SinkError) as raised:
@@ -123,16 +128,14 @@ def test_b90_a_table_without_a_deduplication_window_is_refused_with_the_fix(
 
 
 def test_b90_a_table_outside_the_merge_tree_family_is_refused(
-    chfront: Callable[..., ChFront],
+    front: ChFront,
 ) -> None:
-    front = chfront()
     create(front.client(), "a_log", window=0, engine="Log")
     sink, _ = eo_sink(front, "a_log")
     with pytest.raises(SinkError, match="needs a MergeTree-family table; `a_log` is Log"):
         sink.start()
 
 
-def test_b90_async_insert_is_refused_at_build(chfront: Callable[..., ChFront]) -> None:
-    front = chfront()
+def test_b90_async_insert_is_refused_at_build(front: ChFront) -> None:
     with pytest.raises(ConfigError, match="async_insert"):
         eo_sink(front, "t", settings={"async_insert": 1})

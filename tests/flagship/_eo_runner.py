@@ -7,7 +7,9 @@ table per event kind); ``single`` sends every event to one ``events`` table as
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ def single(ctx: Any) -> Any:
 
 
 def main() -> int:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand, when stuck
     config, mode = sys.argv[1], sys.argv[2]
     spec = importlib.util.spec_from_file_location("flagship", EXAMPLE)
     assert spec is not None and spec.loader is not None

@@ -130,47 +130,50 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
         return sum(int(client.command(f"SELECT count() FROM {database}.{t}")) for t in tables)
 
     def wait_for_a_write() -> None:
+        """While events are still produced, wait until the pipeline has written since."""
         before = rows_written()
         try:
-            wait_until(lambda: rows_written() > before, 120, "a write by the pipeline")
+            wait_until(
+                lambda: rows_written() > before or not producer.is_alive(),
+                120,
+                "a write by the pipeline",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; log: {log.read_text()[-3000:]}") from None
+
+    def member_assigned(path: Path) -> bool:
+        return path.exists() and "partitions assigned" in path.read_text(errors="replace")
 
     producer = PacedProducer(
         kafka_bootstrap,
         topic,
         storefront_records(count),
         count,
-        seconds=60 * max(current_scale(), 0.5),
+        seconds=90 * max(current_scale(), 0.5),
     )
     sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, held)
     producer.start()
     sampler.start(every=0.5)
     outage = 12.0 * min(1.0, max(current_scale() * 2, 0.4))
-    shares = sorted(rng.uniform(0.08, 0.85) for _ in range(5))
+    shares = sorted(rng.uniform(0.1, 0.9) for _ in range(5))
+    second_log = tmp_path / "second.log"
     try:
         for crash, share in enumerate(shares):
             wait_until(lambda s=share: producer.produced >= count * s, 300, f"{share:.0%} produced")
             wait_for_a_write()
-            if crash == 1:  # a ClickHouse outage while the pipeline runs
+            if crash == 0:  # a second member joins (a rebalance), takes part, and leaves
+                second = start(config, mode, env, second_log)
+                wait_until(lambda: member_assigned(second_log), 120, "the second member's turn")
+                time.sleep(3.0)
+                second.send_signal(signal.SIGTERM)
+                assert second.wait(120) == 0, second_log.read_text()[-3000:]
+                wait_for_a_write()
+            if crash == 2:  # a ClickHouse outage while the pipeline runs
                 front.stop()
                 time.sleep(outage)
                 assert proc.poll() is None, log.read_text()[-3000:]
                 front.start()
                 wait_for_a_write()
-            if crash == 2:  # a second member joins (a rebalance), writes, and leaves
-                second = start(config, mode, env, tmp_path / "second.log")
-                wait_until(
-                    lambda: (
-                        "partitions assigned"
-                        in (tmp_path / "second.log").read_text(errors="replace")
-                    ),
-                    120,
-                    "the second member's assignment",
-                )
-                wait_for_a_write()
-                second.send_signal(signal.SIGTERM)
-                assert second.wait(120) == 0, (tmp_path / "second.log").read_text()[-3000:]
             time.sleep(rng.uniform(0.0, 1.5))
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
