@@ -281,7 +281,8 @@ def main() -> int:
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     topic = f"bench-storefront-{count}"
     ensure_data(brokers, topic, count)
-    with tempfile.TemporaryDirectory(prefix="spate-bench-") as chdb_dir:
+    # chDB may still be merging in the background when the run ends: tolerate it.
+    with tempfile.TemporaryDirectory(prefix="spate-bench-", ignore_cleanup_errors=True) as chdb_dir:
         bench = Bench(brokers, topic, chdb_dir)
         if "--rss-only" in sys.argv:
             os.environ["SPATE_BENCH_RSS"] = "1"

@@ -201,3 +201,30 @@ def test_b89_committed_intents_are_forgotten_on_assignment(below: int) -> None:
     pool, _ends, position = eo_pool(intents, max_rows=100)
     offer_record(pool, position, below, 1, {})
     assert [i for _, _, i in intents] == [Intent(0, LANE, (5, 0), (6, 0))]
+
+
+def test_b91_rows_are_refused_while_the_intents_cannot_be_read() -> None:
+    intents = [("p", "events", Intent(0, LANE, (0, 0), (1, 0)))]
+    pool, ends, position = eo_pool(intents, max_rows=100)
+    failing = pool._shards[0].replicas[0].writer
+    assert isinstance(failing, IntentWriterDouble)
+    real_load = failing.load_intents
+
+    def unreadable(*args: object) -> list[Intent]:
+        from spate import ErrorClass, SinkError
+
+        raise SinkError("connection refused", ErrorClass.RETRYABLE)
+
+    failing.load_intents = unreadable  # type: ignore[method-assign]
+    position.offset = 0
+    ack = ack_for(0, {})
+    assert pool.offer((0, 0), None, LANE, ack) is Offer.REJECTED
+    failing.load_intents = real_load  # type: ignore[method-assign]
+    assert pool.offer((0, 0), None, LANE, ack) is Offer.REJECTED  # asks again after 1 s
+    pool._clock.advance(1.0)  # type: ignore[attr-defined]
+    assert pool.offer((0, 0), None, LANE, ack) is Offer.ACCEPTED
+    position.offset = 1
+    assert pool.offer((1, 0), None, LANE, ack) is Offer.ACCEPTED
+    ack.release()
+    pool.pump()
+    assert [w.token for w in ends.written] == ["spate:p:events:0:t:0:0.0-1.0"]
