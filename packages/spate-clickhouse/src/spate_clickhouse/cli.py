@@ -4,7 +4,9 @@ Registered through the ``spate.commands`` entry-point group. Loads the configura
 builds its deserializer (in ``confluent`` mode that probes the registry and fetches the
 ``prewarm_subjects``, exactly as ``spate run`` would) to learn the records' fields, and
 prints one statement per ClickHouse sink: the same statement ``create_table: if_missing``
-runs at start-up. Exit codes as ``spate validate``: 0 printed, 2 configuration errors
+runs at start-up; under ``pipeline.delivery: effectively_once`` also each sink's block
+intent table (``state_table``), which the sinks create at start unless it exists (B88).
+Exit codes as ``spate validate``: 0 printed, 2 configuration errors
 (one line naming the key or column), 1 a service the deserializer needs is unreachable.
 """
 
@@ -20,6 +22,7 @@ from spate.plugins import default_registry
 from spate.schema import Field, record_fields_of
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse._intents import state_table_sql
 
 
 def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
@@ -90,4 +93,11 @@ class SchemaCommand:
                 return 2
         for name, statement in zip(sinks, statements, strict=True):
             sys.stdout.write(f"-- sink {name}\n{statement};\n\n")
+        if config.pipeline.delivery == "effectively_once":  # type: ignore[attr-defined]
+            states = {(s.config.database_name, s.config.state_table) for s in sinks.values()}
+            for database, table in sorted(states):
+                sys.stdout.write(
+                    "-- block intents (pipeline.delivery: effectively_once)\n"
+                    f"{state_table_sql(database, table)};\n\n"
+                )
         return 0
