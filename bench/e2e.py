@@ -18,6 +18,11 @@ both sides, each side into its own freshly created tables.
   baseline (target: 3x) and against a bare ``consume()`` loop that only touches
   ``value()`` (the ceiling of confluent-kafka in Python; target: 0.5x).
 
+* ``--delivery effectively_once``: the flagship under ``pipeline.delivery:
+  effectively_once`` against the same flagship at least once (the cost of the intents
+  and per-partition blocks, docs/concepts/delivery.md), interleaved, at least five runs
+  each (``SPATE_BENCH_RUNS``).
+
 Prints each side's median, ``ratio:`` and peak RSS. ``SPATE_BENCH_RSS=1`` also samples
 the framework side's RSS while it runs; ``--rss-only`` runs the framework side once with
 sampling and no baseline (to show memory stays flat on a long input, e.g. with
@@ -26,6 +31,7 @@ sampling and no baseline (to show memory stays flat on a long input, e.g. with
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -127,7 +133,10 @@ class Bench:
         consumer.close()
         return records
 
-    def framework(self, chains: Any = None) -> int:
+    def effectively_once(self) -> int:
+        return self.framework(delivery="effectively_once")
+
+    def framework(self, chains: Any = None, delivery: str = "at_least_once") -> int:
         database = self.fresh_database("fw")
         os.environ.update(
             {
@@ -140,7 +149,11 @@ class Bench:
                 "SPATE_ADMIN_LISTEN": "none",
             }
         )
-        pipeline = Pipeline.from_config(load_config(self.example.CONFIG), handle_signals=False)
+        config = load_config(self.example.CONFIG)
+        config = dataclasses.replace(
+            config, pipeline=dataclasses.replace(config.pipeline, delivery=delivery)
+        )
+        pipeline = Pipeline.from_config(config, handle_signals=False)
         stop = threading.Event()
         if os.environ.get("SPATE_BENCH_RSS"):
             threading.Thread(target=self._sample_rss, args=(stop,), daemon=True).start()
@@ -253,12 +266,23 @@ def report_rss(samples: list[float]) -> None:
     print(f"framework RSS over time (MiB, every {step} s): {tenths}; max {max(samples):.0f}")
 
 
+def _option(name: str) -> str | None:
+    """The value after ``name`` on the command line (``--name value`` or ``--name=value``)."""
+    for i, arg in enumerate(sys.argv):
+        if arg == name and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def main() -> int:
     brokers = bootstrap()
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     topic = f"bench-storefront-{count}"
     ensure_data(brokers, topic, count)
-    with tempfile.TemporaryDirectory(prefix="spate-bench-") as chdb_dir:
+    # chDB may still be merging in the background when the run ends: tolerate it.
+    with tempfile.TemporaryDirectory(prefix="spate-bench-", ignore_cleanup_errors=True) as chdb_dir:
         bench = Bench(brokers, topic, chdb_dir)
         if "--rss-only" in sys.argv:
             os.environ["SPATE_BENCH_RSS"] = "1"
@@ -268,6 +292,18 @@ def main() -> int:
             print(f"framework: {records:,} records in {elapsed:.1f}s ({records / elapsed:,.0f}/s)")
             report_rss(bench.rss_samples)
             return 0
+        delivery = _option("--delivery")
+        if delivery == "effectively_once":
+            compare(
+                f"effectively once vs at least once (chDB): {count:,} storefront events",
+                bench.effectively_once,
+                bench.framework,
+                runs=max(5, env_int("SPATE_BENCH_RUNS", 5)),
+            )
+            print(f"peak RSS at exit: {peak_rss_mib():.0f} MiB")
+            return 0
+        if delivery not in (None, "at_least_once"):
+            raise SystemExit(f"--delivery: at_least_once or effectively_once, got {delivery}")
         if "--columnar" in sys.argv:
             compare(
                 f"columnar flagship vs hand-written loop (chDB): {count:,} storefront events",

@@ -200,6 +200,22 @@ def test_spate_schema_ddl_prints_each_clickhouse_sink(
     assert code == 0 and "orders" not in printed.out
 
 
+def test_b88_spate_schema_ddl_prints_the_intent_table_under_effectively_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    avro = f"  avro:\n    mode: raw\n    schema: {{inline: '{json.dumps(AVRO)}'}}"
+    config = _write_config(tmp_path, avro)
+    config.write_text(
+        config.read_text().replace("{name: ddl}", "{name: ddl, delivery: effectively_once}")
+    )
+    code = _cli("schema", "ddl", str(config))
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert printed.out.count("-- block intents") == 1  # one table for both sinks
+    assert "CREATE TABLE IF NOT EXISTS `spate_block_intents` (`pipeline` String" in printed.out
+    assert "ENGINE = ReplacingMergeTree" in printed.out
+
+
 def test_b59_spate_schema_ddl_names_what_it_cannot_derive_b29(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

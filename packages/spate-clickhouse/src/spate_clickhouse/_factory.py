@@ -34,6 +34,15 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
         except DdlError as exc:
             raise ConfigError(f"{context.component}.create_table", str(exc)) from None
     connector = ClickHouseConnector(config, context.component, create_sql)
+    if context.delivery == "effectively_once":
+        async_insert = str(config.settings.get("async_insert", "0")).strip().lower()
+        if async_insert not in ("0", "false", "no", "off"):
+            raise ConfigError(
+                f"{context.component}.settings.async_insert",
+                "effectively_once inserts each block synchronously with its own token; "
+                "remove async_insert",
+            )
+        connector.effectively_once = True
     router: DistributedRouter | None = None
     if config.router == "distributed":
         function, column = config.sharding

@@ -28,16 +28,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from spate.errors import ErrorClass, SinkError
+from spate.records import Lane
 from spate.schema import Field
 from spate.sink import WriteBatch
+from spate.sink._intents import Intent
 
 from spate_clickhouse._client import Endpoint, connect, parse_endpoint
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
 from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
+from spate_clickhouse._intents import (
+    check_deduplication,
+    forget_intents,
+    load_intents,
+    record_intent,
+    state_table_sql,
+)
 from spate_clickhouse._schema import SchemaCheck, table_columns
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
@@ -50,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 _RECHECK_AFTER = 1.0
 """Seconds before a refused schema is checked against the table again."""
+_T = TypeVar("_T")
 
 
 class ClickHouseConnector:
@@ -69,6 +79,8 @@ class ClickHouseConnector:
         qualified = f"{self.database}.{self.table}" if self.database else self.table
         self.schema = SchemaCheck(config.validate_schema, qualified, self.specs)
         self._settings = config.insert_settings()
+        self.effectively_once = False
+        """Set by the factory under ``pipeline.delivery: effectively_once`` (B88, B90)."""
         self._encoder: RowEncoder | None = None
         self._lock = threading.Lock()
         self.takes_frames = config.evolve == "off"
@@ -229,6 +241,8 @@ class ClickHouseConnector:
         settings = dict(self._settings)
         settings["insert_deduplicate"] = 1
         settings["insert_deduplication_token"] = token
+        if self.effectively_once:
+            settings["async_insert"] = 0  # a profile's default must not batch blocks again
         return settings
 
 
@@ -280,6 +294,8 @@ class ClickHouseShardWriter:
                 self.connector.schema.table,
                 self.endpoint,
             )
+        if self.connector.effectively_once:
+            self._probe_effectively_once(client)
         check = self.connector.schema
         if not check.needs_server and check.types is not None:
             try:
@@ -315,6 +331,84 @@ class ClickHouseShardWriter:
             raise
         except Exception as exc:
             raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
+
+    def _probe_effectively_once(self, client: Client) -> None:
+        """Create the state table and check the target can deduplicate replays (B90)."""
+        connector = self.connector
+        config = connector.config
+        try:
+            client.command(state_table_sql(connector.database, config.state_table))
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "creating the intent table") from exc
+        try:
+            check_deduplication(
+                client,
+                connector.database,
+                connector.table,
+                config.table_options.dedup_window or 1,
+                f"sink {connector.name} on {self.endpoint}",
+            )
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading the table settings") from exc
+
+    # -- block intents (IntentWriter, effectively once) ------------------------------------
+
+    def record_intent(self, pipeline: str, sink: str, intent: Intent) -> None:
+        """Record a block's intent before its insert (B88). Worker thread; blocks."""
+        self._intent_call(
+            "recording a block intent",
+            lambda c: record_intent(
+                c,
+                self.connector.database,
+                self.connector.config.state_table,
+                pipeline,
+                sink,
+                intent,
+            ),
+        )
+
+    def load_intents(self, pipeline: str, sink: str, lane: Lane, since: int) -> list[Intent]:
+        found: list[Intent] = self._intent_call(
+            "reading block intents",
+            lambda c: load_intents(
+                c,
+                self.connector.database,
+                self.connector.config.state_table,
+                pipeline,
+                sink,
+                self._shard,
+                lane,
+                since,
+            ),
+        )
+        return found
+
+    def forget_intents(self, pipeline: str, sink: str, lane: Lane, below: int) -> None:
+        self._intent_call(
+            "deleting committed block intents",
+            lambda c: forget_intents(
+                c,
+                self.connector.database,
+                self.connector.config.state_table,
+                pipeline,
+                sink,
+                lane,
+                below,
+            ),
+        )
+
+    def _intent_call(self, what: str, call: Callable[[Client], _T]) -> _T:
+        try:
+            return call(self._get_client())
+        except SinkError:
+            raise
+        except Exception as exc:
+            error = to_sink_error(exc, self.endpoint, what)
+            if code_of(exc) is None and not self._endpoint.embedded:
+                self._drop_client()
+            raise error from exc
 
     def write(self, batch: WriteBatch) -> None:
         """One INSERT of the whole batch with its dedup token. Worker thread; blocks."""

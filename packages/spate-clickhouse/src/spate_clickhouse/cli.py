@@ -4,11 +4,13 @@ Registered through the ``spate.commands`` entry-point group. Loads the configura
 builds its deserializer (in ``confluent`` mode that probes the registry and fetches the
 ``prewarm_subjects``, exactly as ``spate run`` would) to learn the records' fields, and
 prints one statement per ClickHouse sink: the same statement ``create_table: if_missing``
-runs at start-up. ClickHouse sinks nested in ``tiered`` terminals and ``tee`` branches
-(ADR 0005), at any depth, are found too and named as their components are at run time
-(``spooled.terminal``, ``both.0``) (B62). Exit codes as ``spate validate``: 0 printed,
-2 configuration errors (one line naming the key or column), 1 a service the
-deserializer needs is unreachable.
+runs at start-up; under ``pipeline.delivery: effectively_once`` also each sink's block
+intent table (``state_table``), which the sinks create at start unless it exists (B88).
+ClickHouse sinks nested in ``tiered`` terminals and ``tee`` branches (ADR 0005), at any
+depth, are found too and named as their components are at run time
+(``spooled.terminal``, ``both.0``) (B62). Exit codes as ``spate validate``: 0 printed, 2
+configuration errors (one line naming the key or column), 1 a service the deserializer
+needs is unreachable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from spate.plugins import default_registry
 from spate.schema import Field, record_fields_of
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse._intents import state_table_sql
 from spate_clickhouse.config import ClickHouseSinkConfig
 
 
@@ -117,10 +120,12 @@ class SchemaCommand:
                 return 2
             sinks = {args.sink: sinks[args.sink]}
         statements = []
+        configs: list[ClickHouseSinkConfig] = []
         for spec in sinks.values():
             config_ = spec.config
             if not isinstance(config_, ClickHouseSinkConfig):  # pragma: no cover - decoded
                 raise TypeError(f"{spec.path}: not a ClickHouse sink section")
+            configs.append(config_)
             try:
                 statements.append(create_table_sql(config_, fields))
             except DdlError as exc:
@@ -128,4 +133,11 @@ class SchemaCommand:
                 return 2
         for name, statement in zip(sinks, statements, strict=True):
             sys.stdout.write(f"-- sink {name}\n{statement};\n\n")
+        if config.pipeline.delivery == "effectively_once":  # type: ignore[attr-defined]
+            states = {(c.database_name, c.state_table) for c in configs}
+            for database, table in sorted(states):
+                sys.stdout.write(
+                    "-- block intents (pipeline.delivery: effectively_once)\n"
+                    f"{state_table_sql(database, table)};\n\n"
+                )
         return 0

@@ -186,6 +186,11 @@ class ClickHouseSinkConfig:
     schema's default, on every replica) and write those fields from then on; a changed
     type or a removed required field holds the records as not ready with one line. ``off``:
     fields without a column are not written."""
+    state_table: str = "spate_block_intents"
+    """Under ``pipeline.delivery: effectively_once``: the table (in ``database``) where
+    each block's intent is recorded before its insert; created at start unless it
+    exists. ``table_options.dedup_window`` is then also the least deduplication window
+    the target table must have (checked at start)."""
 
     # -- derived views ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from spate._clock import Clock, SystemClock
 from spate.admin._server import AdminServer
 from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
+from spate.errors import ConfigError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.ops._deadletter import is_kafka_sink
@@ -31,6 +32,7 @@ from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
 from spate.schema import Field, SchemaChanges, record_fields_of
+from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +74,15 @@ def assemble(
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
     budget = Pipeline.new_budget(config.backpressure)
     schema_changes = SchemaChanges()
+    delivery = config.pipeline.delivery
+    position = RecordPosition() if delivery == "effectively_once" else None
 
-    def build(spec: ConnectorSpec, record_fields: tuple[Field, ...] | None = None) -> Any:
+    def build(
+        spec: ConnectorSpec,
+        record_fields: tuple[Field, ...] | None = None,
+        *,
+        sink: bool = False,
+    ) -> Any:
         if spec.config is None:
             spec = decode_connector(spec, registry)
         factory = registry.factory(spec.kind, spec.tag, path=spec.path)
@@ -89,6 +98,8 @@ def assemble(
             record_fields=record_fields,
             registry=registry,
             schema_changes=schema_changes,
+            delivery=delivery if sink else "at_least_once",
+            position=position if sink else None,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name
@@ -99,7 +110,11 @@ def assemble(
     deserializer = build(config.deserializer) if config.deserializer is not None else None
     try:
         fields = record_fields_of(deserializer)
-        sinks = {sink_name: build(spec, fields) for sink_name, spec in config.sinks.items()}
+        sinks = {
+            sink_name: build(spec, fields, sink=True) for sink_name, spec in config.sinks.items()
+        }
+        if position is not None:
+            _check_effectively_once(config, sinks)
         dead_letter = None
         dl_settings = config.dead_letter_settings
         if config.dead_letter is not None:
@@ -124,6 +139,7 @@ def assemble(
             lane_stall_after=config.admin.lane_stall_after,
             dead_letter=dead_letter,
             dead_letter_settings=dl_settings,
+            position=position,
         )
         if chains is not None:
             pipeline.chains(chains)
@@ -142,6 +158,18 @@ def assemble(
         close_deserializer(deserializer, name)
         raise
     return Assembly(pipeline=pipeline, admin=admin, config=config)
+
+
+def _check_effectively_once(config: PipelineConfig, sinks: dict[str, Any]) -> None:
+    """Every sink must keep block intents under ``delivery: effectively_once`` (B90)."""
+    for sink_name, sink in sinks.items():
+        if not getattr(sink, "effectively_once", False):
+            tag = config.sinks[sink_name].tag
+            raise ConfigError(
+                "pipeline.delivery",
+                f"effectively_once needs ClickHouse sinks; sink {sink_name} ({tag}) cannot "
+                "record block intents",
+            )
 
 
 def pipeline_from_config(config: PipelineConfig, /, **overrides: Any) -> Pipeline:

@@ -367,3 +367,19 @@ def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows(
     rows = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
                          pipeline="p", dead_letter=dead_letter)  # fmt: skip
     assert not isinstance(rows, FrameProcessor)
+
+
+def test_b90_a_frame_chain_is_refused_under_effectively_once() -> None:
+    """Frames carry no per-row positions yet: an explicit frame chain is refused."""
+    from spate.sink import RecordPosition
+
+    pool, _ends, meter = make_pool()
+    with pytest.raises(ValueError, match="cannot run under delivery: effectively_once"):
+        compile_chain(
+            lambda ctx: ctx.frames().sink(),
+            deserializer=FrameDeser(),
+            sinks={"sink": pool},
+            meter=meter,
+            pipeline="p",
+            position=RecordPosition(),
+        )

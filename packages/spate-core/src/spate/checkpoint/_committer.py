@@ -135,6 +135,11 @@ class Committer:
             return False
         self._ok.inc()
         self._committed.update(moved)
+        for sink in self._sinks.values():
+            # Effectively-once sinks delete the block intents a commit has passed (B89).
+            on_committed = getattr(sink, "on_committed", None)
+            if on_committed is not None:
+                on_committed(moved)
         logger.debug("committed %s (sync=%s)", moved, sync)
         return True
 

@@ -36,6 +36,12 @@ class PipelineSection:
     process starts the workers, serves one admin endpoint for all of them, forwards
     SIGTERM/SIGINT and restarts a worker that died (the ``supervisor:`` rules)."""
 
+    delivery: Literal["at_least_once", "effectively_once"] = "at_least_once"
+    """``effectively_once`` (ClickHouse sinks only): every block's positions are recorded
+    in a state table before its insert and a replay rebuilds the same blocks with the
+    same dedup tokens, so a crash, rebalance or outage writes no duplicate rows (see
+    docs/concepts/delivery.md for what it costs and the table settings it needs)."""
+
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.name.strip():
             yield "name", "must not be empty"

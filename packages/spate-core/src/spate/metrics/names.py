@@ -106,7 +106,7 @@ SINK_RECORDS = _c("spate_sink_records_total", "Rows durably written.", "shard")
 SINK_BYTES = _c("spate_sink_bytes_total", "Encoded bytes durably written.", "shard")
 SINK_FLUSHES = _c(
     "spate_sink_flushes_total",
-    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain, tier).",
+    "Batches sealed, by reason (max_rows, max_bytes, linger, tick, drain, tier, replay).",
     "shard",
     "reason",
 )

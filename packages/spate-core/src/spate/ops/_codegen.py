@@ -105,6 +105,7 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(1, "_names = env['names']")
     w.line(1, "_route = env['route']")
     w.line(1, "_handle_index = env['handle_index']")
+    w.line(1, "_position = env['position']")
     w.line(0, "")
     w.line(1, "def process(batch, ack, resume=None):")
     b = 2
@@ -136,8 +137,11 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(b, "payloads = batch.payloads")
     w.line(b, "keys = batch.keys")
     w.line(b, "lane = batch.lane")
-    if rt.with_meta:
+    if rt.position is not None:
+        w.line(b, "position = _position")
+    if rt.with_meta or rt.position is not None:
         w.line(b, "offsets = batch.offsets")
+    if rt.with_meta:
         w.line(b, "timestamps = batch.timestamps")
         w.line(b, "RecordMeta = _RecordMeta")
     w.line(b, "start = 0")
@@ -161,6 +165,8 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(t, "for i in range(start, len(payloads)):")
     L = t + 1
     w.line(L, "key = keys[i]")
+    if rt.position is not None:
+        w.line(L, "position.offset = offsets[i]")
     w.line(L, "try:")
     if rt.many:
         w.line(L + 1, "items = deser_many(payloads[i])")
@@ -332,6 +338,7 @@ class FusedChain:
             "names": rt.sink_names,
             "route": rt.route,
             "handle_index": rt.handle_index,
+            "position": rt.position,
         }
         namespace: dict[str, Any] = {}
         exec(_compile_shape(self.source), namespace)

@@ -23,6 +23,7 @@ from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
 from spate.sink._contract import Sink
+from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ def compile_chain(
     deser_component: str = "deserializer",
     interpreted: bool = False,
     dead_letter: DeadLetter | None = None,
+    position: RecordPosition | None = None,
 ) -> BatchProcessor:
     """Compile ``chain`` against ``sinks`` into a :class:`BatchProcessor`.
 
@@ -50,10 +52,19 @@ def compile_chain(
     ``record_policy`` (for rows a sink cannot encode) to each sink's
     ``on_record_error`` attribute (else ``fail``). Raises ``ValueError`` when the chain
     names a sink that does not exist. Called once, on the pipeline thread, at start.
+    ``position`` (effectively-once delivery, B88) is set to each record's offset before
+    its rows are offered; it keeps the pipeline on the row path.
     """
     if callable(chain) and not isinstance(chain, (Chain, ChainSpec)):
         chain = build_chain(chain, sinks)  # the user's chains(ctx): a row or frame chain
     frames = _frame_spec(chain, deserializer, sinks, interpreted)
+    if frames is not None and position is not None:
+        if chain is not None:
+            raise ValueError(
+                "a frame chain (ctx.frames()) cannot run under delivery: effectively_once "
+                "yet; use a row chain (ctx.chain())"
+            )
+        frames = None  # the no-chain pipeline runs on rows, where positions are known
     if frames is not None and dead_letter is not None:
         if chain is not None:
             raise ValueError(
@@ -97,6 +108,7 @@ def compile_chain(
         component=component,
         deser_component=deser_component,
         dead_letter=dead_letter,
+        position=position,
     )
     if interpreted:
         return Interpreter(rt)

@@ -52,6 +52,8 @@ class Interpreter:
         if not cursor.pending:
             return None
         index = cursor.next_index - 1
+        if self.rt.position is not None:
+            self.rt.position.offset = batch.offsets[index]
         stalled = self._offer_emits(batch, ack, index, list(cursor.emits), 0, cursor.frames)
         if stalled is not None:
             return stalled
@@ -65,6 +67,8 @@ class Interpreter:
     def _record(self, batch: PayloadBatch, ack: AckToken, index: int) -> Stalled | None:
         rt = self.rt
         payload = batch.payloads[index]
+        if rt.position is not None:
+            rt.position.offset = batch.offsets[index]
         try:
             if rt.many:
                 items = rt.deser_many(payload)

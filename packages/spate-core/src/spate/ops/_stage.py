@@ -47,6 +47,7 @@ from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, Sink
+from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class ChainRuntime:
         component: str,
         deser_component: str,
         dead_letter: DeadLetter | None = None,
+        position: RecordPosition | None = None,
     ) -> None:
         if not sinks:
             raise ValueError("a chain needs at least one sink")
@@ -159,6 +161,8 @@ class ChainRuntime:
             step.policy if step.kind is StepKind.TRY_MAP else spec.on_error for step in self.steps
         )
         self.dead_letter = dead_letter
+        self.position = position
+        """Set to each record's offset before its rows are offered (effectively once)."""
         if dead_letter is None:
             _check_no_dead_letter(
                 deser_policy, self.record_policies, self.sink_labels, self.step_policies, spec

@@ -43,6 +43,7 @@ from spate.pipeline._health import NotStartedHealth, PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
 from spate.sink._contract import Sink
+from spate.sink._intents import RecordPosition
 from spate.source._contract import Source
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class Pipeline:
         status_interval: float = 30.0,
         dead_letter: Sink | None = None,
         dead_letter_settings: DeadLetterSettings | None = None,
+        position: RecordPosition | None = None,
     ) -> None:
         """Assemble a pipeline from built components; nothing connects until ``run()``.
 
@@ -109,6 +111,8 @@ class Pipeline:
         ``dead_letter`` is the sink records under a ``dead_letter`` error policy go to,
         offered in ``dead_letter_settings.format`` (``kafka``; else ``row``) and under its
         limits (B71, B72); it runs, flushes and drains like the other sinks.
+        ``position`` is the cell effectively-once sinks were built with
+        (``BuildContext.position``, B88): the chain sets it to each record's offset.
         """
         if not name.strip():
             raise ConfigError("pipeline.name", "must not be empty")
@@ -140,6 +144,7 @@ class Pipeline:
         self.source_type = source_type
         self.status_interval = status_interval
         self._processor = processor
+        self.position = position
         self._chains: ChainsFn | None = None
         self._services: list[tuple[Callable[[PipelineHealth], None], Callable[[], None]]] = []
         self._health = _HealthView()
@@ -230,6 +235,7 @@ class Pipeline:
                 meter=self.meter,
                 pipeline=self.name,
                 dead_letter=dead_letter,
+                position=self.position,
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError("chains", str(exc)) from exc

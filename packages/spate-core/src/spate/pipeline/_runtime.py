@@ -219,6 +219,11 @@ class PipelineRuntime:
                         "the rest is left to the next owner",
                         ", ".join(map(str, sorted(lanes))),
                     )
+            for sink in self._sinks.values():
+                # Effectively-once sinks forget the lanes' blocks and intents (B89).
+                lanes_revoked = getattr(sink, "lanes_revoked", None)
+                if lanes_revoked is not None:
+                    lanes_revoked(lanes)
             final = self.tracker.revoke(lanes)
             if self._closing:
                 # Revoked while the source closes, after the final synchronous commit:

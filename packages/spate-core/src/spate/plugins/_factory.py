@@ -24,6 +24,7 @@ from spate._clock import Clock
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
 from spate.schema import Field, SchemaChanges
+from spate.sink._intents import RecordPosition
 
 
 class PluginKind(enum.Enum):
@@ -73,6 +74,11 @@ class BuildContext:
     schema_changes: SchemaChanges | None = None
     """The pipeline's new writer schemas: the deserializer publishes, sinks that evolve
     their tables subscribe (:mod:`spate.schema`); None outside a pipeline."""
+    delivery: str = "at_least_once"
+    """``pipeline.delivery``: ``effectively_once`` asks sinks for per-lane blocks with
+    recorded intents (B88); a sink that cannot keep them refuses to start."""
+    position: RecordPosition | None = None
+    """Under ``effectively_once``: the cell the chain sets to each record's offset."""
 
 
 ConfigT = TypeVar("ConfigT")

@@ -8,6 +8,7 @@ batching, retries, breakers, acks and metrics. Their config models embed
 
 from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._contract import LaneFlushingSink, Offer, Sink, flush_lanes
+from spate.sink._intents import Intent, IntentWriter, RecordPosition
 from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._pool import SinkPool
 from spate.sink._retry import Backoff
@@ -41,6 +42,8 @@ __all__ = [
     "BreakerConfig",
     "BreakerState",
     "InflightConfig",
+    "Intent",
+    "IntentWriter",
     "JsonlStore",
     "LaneFlushingSink",
     "ListRowBuffer",
@@ -49,6 +52,7 @@ __all__ = [
     "Offer",
     "PoolConfig",
     "PoolKeys",
+    "RecordPosition",
     "RetryConfig",
     "Router",
     "RowBuffer",

@@ -16,9 +16,10 @@ from typing import Literal
 
 from spate.checkpoint._ack import AckToken
 from spate.records import Lane
+from spate.sink._intents import Intent, Position
 from spate.sink._writer import RowBuffer
 
-SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain", "tier"]
+SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain", "tier", "replay"]
 
 BUDGET_CHUNK = 64 * 1024
 """Bytes a batch may hold beyond what it has acquired from the budget before acquiring."""
@@ -33,10 +34,18 @@ class PoolBatch:
         "attempts",
         "buffer",
         "done",
+        "first",
+        "generation",
+        "intent",
+        "intent_recorded",
+        "lane",
+        "last",
         "last_ack",
+        "limit",
         "nbytes",
         "next_at",
         "opened_at",
+        "plan_last",
         "reason",
         "rows",
         "seq",
@@ -59,6 +68,17 @@ class PoolBatch:
         self.attempts = 0
         self.next_at = 0.0
         self.done = False
+        # Effectively-once only (B88, B89): the block's lane and first/last positions; the
+        # recorded end a replayed block must reach (``plan_last``) or the recorded start a
+        # free block must stop before (``limit``); its intent and whether it is recorded.
+        self.lane: Lane | None = None
+        self.first: Position = (0, 0)
+        self.last: Position = (0, 0)
+        self.plan_last: Position | None = None
+        self.limit: Position | None = None
+        self.intent: Intent | None = None
+        self.intent_recorded = False
+        self.generation = 0
 
     def hold(self, ack: AckToken) -> None:
         """Hold ``ack`` (retain once) if this batch does not hold it yet."""

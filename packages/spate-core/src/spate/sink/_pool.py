@@ -27,7 +27,14 @@ pool does the rest:
 * **acks** (B2, B4): a batch retains each source batch's ack once, on its first row,
   and releases it when written (ok) or failed/abandoned (not ok);
 * **record errors** (B28): the buffer checks each row on append; the ``SinkError``
-  (``RECORD``) goes back to the chain, which applies :attr:`SinkPool.on_record_error`.
+  (``RECORD``) goes back to the chain, which applies :attr:`SinkPool.on_record_error`;
+* **effectively once** (``delivery="effectively_once"``, B88, B89): one open block per
+  (shard, lane) instead of per shard; each row's position comes from the chain's
+  :class:`~spate.sink._intents.RecordPosition`; a block's intent is recorded through its
+  writer before the insert and its token derives from its positions; the first row of a
+  lane loads the lane's intents and replayed rows are sealed at exactly the recorded
+  boundaries (never by size, linger, tick or drain); a replayed block that cannot be
+  completed is failed, never written short (:mod:`spate.sink._intents`).
 
 Threads: ``io_threads`` workers (from the build context) write batches; with
 ``io_threads=0`` nothing runs in the background and writes happen inside
@@ -41,7 +48,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
@@ -52,6 +60,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import Offer
+from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
@@ -67,6 +76,24 @@ _JOIN_TIMEOUT = 5.0
 """Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
 
 _Settled = tuple[PoolBatch, list[AckToken], int, bool]
+
+_LOAD_RETRY = 1.0
+"""Seconds before a lane whose intents could not be read is tried again."""
+
+_FORGET_EVERY = 256
+"""Intents a shard records between two deletions of committed intents."""
+
+
+class _LaneBlocks:
+    """Effectively-once state of one (shard, lane): its open block, the position of its
+    last row and the recorded blocks still ahead of it (under the pool lock)."""
+
+    __slots__ = ("last", "open", "plans")
+
+    def __init__(self, plans: list[Intent]) -> None:
+        self.open: PoolBatch | None = None
+        self.last: Position | None = None
+        self.plans: deque[Intent] = deque(plans)
 
 
 class SinkPool:
@@ -88,13 +115,17 @@ class SinkPool:
         component_type: str = "sink",
         router: Router | None = None,
         rng: Callable[[], float] = random.random,
+        delivery: str = "at_least_once",
+        position: RecordPosition | None = None,
     ) -> None:
         """Build the pool; nothing connects until :meth:`start`.
 
         ``shards`` lists each shard's replicas (endpoints handed to
         ``connector.open_writer``) and weight. ``io_threads`` worker threads write
         batches (0: writes run inside ``tick``/``flush``/``pump`` on the caller's
-        thread). ``rng`` draws the retry jitter.
+        thread). ``rng`` draws the retry jitter. ``delivery="effectively_once"`` needs
+        ``position`` (the cell the chain sets to each record's offset) and writers that are
+        :class:`~spate.sink._intents.IntentWriter` s (checked at :meth:`start`).
         """
         if not shards:
             raise ValueError(f"sink {name}: at least one shard is required")
@@ -136,6 +167,19 @@ class SinkPool:
         self._stopping = False
         self._closed = False
         self._rr = 0
+        self.effectively_once = delivery == "effectively_once"
+        self._position = position if position is not None else RecordPosition()
+        if self.effectively_once:
+            if position is None:
+                raise ValueError(f"sink {name}: effectively_once needs the record position")
+            self.offer = self._offer_lane  # type: ignore[method-assign]
+        self._lanes: dict[Lane, list[_LaneBlocks]] = {}
+        self._load_retry: dict[Lane, float] = {}
+        self._committed: dict[Lane, int] = {}
+        self._recorded = [0] * len(self._shards)
+        self._generation: dict[Lane, int] = {}
+        """Per lane: how many times it was revoked; a block of an older generation whose
+        intent is not recorded yet is never recorded nor inserted (the next owner cuts)."""
 
     @classmethod
     def from_context(
@@ -163,6 +207,8 @@ class SinkPool:
             config=config,
             component_type=component_type,
             router=router,
+            delivery=context.delivery,
+            position=context.position,
         )
 
     # -- Sink protocol ----------------------------------------------------------------
@@ -177,6 +223,12 @@ class SinkPool:
         for shard in self._shards:
             for replica in shard.replicas:
                 self._open_and_probe(shard, replica)
+                if self.effectively_once and not isinstance(replica.writer, IntentWriter):
+                    raise SinkError(
+                        f"sink {self.name}: pipeline.delivery: effectively_once needs a sink "
+                        "that records block intents (ClickHouse); this one cannot",
+                        ErrorClass.FATAL,
+                    )
         self._start_router()
         with self._cond:
             self._started = True
@@ -309,6 +361,11 @@ class SinkPool:
         (B7); the caller offers it again later. A value the router cannot place raises
         ``SinkError(RECORD)`` naming the sink (nothing is held).
         """
+        if self.effectively_once:
+            raise SinkError(
+                f"sink {self.name}: effectively_once does not take frames (columnar path)",
+                ErrorClass.FATAL,
+            )
         count = len(frame)  # type: ignore[arg-type]
         if not count:
             return Offer.ACCEPTED
@@ -393,6 +450,7 @@ class SinkPool:
         with self._cond:
             for shard in self._shards:
                 self._seal(shard, "tick")
+            self._seal_lanes("tick")
         if self._io_threads == 0:
             self.pump()
 
@@ -406,6 +464,7 @@ class SinkPool:
         with self._cond:
             for shard in self._shards:
                 self._seal(shard, "drain")
+            self._seal_lanes("drain")
             self._cond.notify_all()
         return self._wait_until(deadline, self._all_written)
 
@@ -426,6 +485,9 @@ class SinkPool:
                     self._seal(shard, "drain")
                 targets += [b for b in shard.queue if b.holds_any(lanes)]
                 targets += [b for b in shard.writing if b.holds_any(lanes)]
+            if self.effectively_once:
+                self._seal_lanes("drain", lanes)
+                targets += [b for s in self._shards for b in s.queue if b.lane in lanes]
             self._cond.notify_all()
         return self._wait_until(deadline, lambda: all(b.done for b in targets))
 
@@ -455,6 +517,7 @@ class SinkPool:
                 batches = list(shard.queue) + list(shard.writing)
                 if shard.open is not None:
                     batches.append(shard.open)
+                batches += self._lane_opens(shard.index)
                 shard.open = None
                 shard.queue.clear()
                 for batch in batches:
@@ -463,6 +526,9 @@ class SinkPool:
                     rows += batch.rows
                     shard.m_abandoned.inc(batch.rows)
                     settled.append(self._settle(batch, False))
+            for states in self._lanes.values():
+                for state in states:
+                    state.open = None
             self._cond.notify_all()
         self._release(settled)
         if rows:
@@ -497,6 +563,251 @@ class SinkPool:
                         "sink %s: closing %s failed", self.name, replica.endpoint, exc_info=True
                     )
         self._ready = False
+
+    # -- effectively once (B88, B89) -------------------------------------------------------
+
+    def _offer_lane(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        """:meth:`offer` under ``effectively_once``: the row goes to its (shard, lane) block.
+
+        The row's position is the chain's current record offset and the row's index among
+        that record's rows for the shard. A lane seen for the first time loads its intents
+        first (one read per shard, on this thread); while they cannot be read the row is
+        refused (the chain stalls and offers it again). Replayed rows seal their block at
+        exactly the recorded end; other blocks seal as in :meth:`offer`, and a free block
+        always ends before the next recorded one begins.
+        """
+        router = self._router
+        if router is None:
+            shard = self._shards[0]
+        else:
+            try:
+                shard = self._shards[router.route(row, key, lane)]
+            except SinkError as exc:
+                raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
+        offset = self._position.offset
+        states = self._lanes.get(lane)
+        if states is None:
+            states = self._load_lane(lane, offset)
+            if states is None:
+                return Offer.REJECTED
+        with self._cond:
+            state = states[shard.index]
+            last = state.last
+            pos = (offset, last[1] + 1 if last is not None and last[0] == offset else 0)
+            batch = state.open
+            if batch is not None:
+                plan_last = batch.plan_last
+                limit = batch.limit
+                if (plan_last is not None and pos > plan_last) or (
+                    limit is not None and pos >= limit
+                ):
+                    self._seal_lane(shard, state, "replay")
+                    batch = None
+            if batch is None:
+                if self._closed:
+                    raise RuntimeError(f"sink {self.name} is closed")
+                if len(shard.queue) >= self._queue_limit:
+                    return Offer.REJECTED
+                batch = self._open_lane_batch(shard, state, lane, pos)
+            try:
+                size = batch.buffer.append(row)
+            except SinkError:
+                self._lane_record_error(shard, state, batch)
+                raise
+            except Exception as exc:
+                self._lane_record_error(shard, state, batch)
+                raise SinkError(
+                    f"sink {self.name}: cannot encode row: {exc!r}", ErrorClass.RECORD
+                ) from exc
+            state.last = pos
+            batch.last = pos
+            batch.rows += 1
+            batch.nbytes += size
+            if ack is not batch.last_ack:
+                batch.hold(ack)
+                self._acquire(batch)
+            elif batch.nbytes - batch.acquired >= BUDGET_CHUNK:
+                self._acquire(batch)
+            if batch.plan_last is not None:
+                if pos >= batch.plan_last:
+                    self._seal_lane(shard, state, "replay")
+            elif batch.rows >= self._max_rows:
+                self._seal_lane(shard, state, "max_rows")
+            elif batch.nbytes >= self._max_bytes:
+                self._seal_lane(shard, state, "max_bytes")
+        return Offer.ACCEPTED
+
+    def _open_lane_batch(
+        self, shard: Shard, state: _LaneBlocks, lane: Lane, pos: Position
+    ) -> PoolBatch:
+        """Open the block of ``state`` starting at ``pos`` (lock held): a replayed one when
+        ``pos`` is inside a recorded block, else a free one ending before the next."""
+        plans = state.plans
+        while plans and plans[0].last < pos:
+            plans.popleft()  # recorded blocks that gave no row this time (nothing to rebuild)
+        batch = PoolBatch(shard.index, self._connector.new_buffer(shard.index), 0.0)
+        batch.opened_at = self._clock.monotonic()
+        batch.lane = lane
+        batch.first = pos
+        batch.generation = self._generation.get(lane, 0)
+        if plans and plans[0].first <= pos:
+            intent = plans.popleft()
+            batch.plan_last = intent.last
+            batch.intent = intent
+            batch.intent_recorded = True  # it is in the state table already
+            # A replay that starts inside a block keeps its token: the rows before the
+            # committed offset are not offered again, and the first insert holds them all.
+            batch.first = intent.first
+        elif plans:
+            batch.limit = plans[0].first
+        state.open = batch
+        self._cond.notify()  # a sleeping worker must learn the new linger deadline
+        return batch
+
+    def _lane_record_error(self, shard: Shard, state: _LaneBlocks, batch: PoolBatch) -> None:
+        shard.m_errors["record"].inc()
+        if batch.rows == 0:
+            state.open = None
+
+    def _seal_lane(self, shard: Shard, state: _LaneBlocks, reason: SealReason) -> None:
+        """Seal the open block of ``state``: its intent and token from its positions."""
+        batch = state.open
+        if batch is None:
+            return
+        state.open = None
+        if batch.rows == 0:
+            return
+        if batch.plan_last is not None and reason != "replay":
+            # Never written short: a shorter block under a new token would duplicate
+            # the rows of a first insert that landed (B89).
+            state.open = batch
+            return
+        lane = batch.lane
+        assert lane is not None
+        if batch.intent is None:
+            batch.intent = Intent(shard.index, lane, batch.first, batch.last)
+        batch.token = batch.intent.token(self._pipeline, self.name)
+        batch.seq = shard.next_seq
+        shard.next_seq += 1
+        batch.reason = reason
+        self._acquire(batch)
+        shard.queue.append(batch)
+        shard.m_flushes[reason].inc()
+        self._cond.notify()
+
+    def _seal_lanes(self, reason: SealReason, lanes: frozenset[Lane] | None = None) -> None:
+        """Seal every free lane block (of ``lanes`` when given); lock held."""
+        for lane, states in self._lanes.items():
+            if lanes is not None and lane not in lanes:
+                continue
+            for index, state in enumerate(states):
+                if state.open is not None and state.open.plan_last is None:
+                    self._seal_lane(self._shards[index], state, reason)
+
+    def _lane_opens(self, shard: int, free_only: bool = False) -> list[PoolBatch]:
+        """Open lane blocks of ``shard`` (lock held); ``free_only``: not replayed ones."""
+        if not self._lanes:
+            return []
+        out = []
+        for states in self._lanes.values():
+            batch = states[shard].open
+            if batch is not None and batch.rows and not (free_only and batch.plan_last):
+                out.append(batch)
+        return out
+
+    def _load_lane(self, lane: Lane, since: int) -> list[_LaneBlocks] | None:
+        """Read ``lane``'s intents from each shard (pipeline thread, lock NOT held).
+
+        ``since`` is the lane's first offset this assignment, at or past its committed
+        offset; intents ending before it are committed and are deleted (best effort).
+        Returns None (and retries later) when a shard cannot be read.
+        """
+        now = self._clock.monotonic()
+        if now < self._load_retry.get(lane, 0.0):
+            return None
+        states: list[_LaneBlocks] = []
+        for shard in self._shards:
+            writer = shard.replicas[shard.preferred].writer
+            if not isinstance(writer, IntentWriter):
+                raise SinkError(f"sink {self.name}: no intent writer", ErrorClass.FATAL)
+            try:
+                plans = writer.load_intents(self._pipeline, self.name, lane, since)
+            except Exception as exc:
+                self._load_retry[lane] = now + _LOAD_RETRY
+                reason = exc.reason if isinstance(exc, SinkError) else repr(exc)
+                logger.warning(
+                    "sink %s: cannot read the block intents of %s on shard %d yet: %s",
+                    self.name,
+                    lane,
+                    shard.index,
+                    reason,
+                )
+                return None
+            self._forget(writer, lane, since)
+            states.append(_LaneBlocks(plans))
+        self._load_retry.pop(lane, None)
+        with self._cond:
+            self._lanes[lane] = states
+        replayed = sum(len(s.plans) for s in states)
+        if replayed:
+            logger.info(
+                "sink %s: %s replays %d recorded block(s) from offset %d",
+                self.name,
+                lane,
+                replayed,
+                since,
+            )
+        return states
+
+    def lanes_revoked(self, lanes: Collection[Lane]) -> None:
+        """Revocation: fail the replayed blocks still waiting for rows of ``lanes`` (the
+        next owner rebuilds them) and forget the lanes' state (read again if assigned)."""
+        settled: list[_Settled] = []
+        lanes = frozenset(lanes)
+        with self._cond:
+            for lane in lanes:
+                self._generation[lane] = self._generation.get(lane, 0) + 1
+                for state in self._lanes.pop(lane, ()):
+                    batch = state.open
+                    state.open = None
+                    if batch is not None and batch.rows and not batch.done:
+                        settled.append(self._settle(batch, False))
+                self._committed.pop(lane, None)
+                self._load_retry.pop(lane, None)
+            for shard in self._shards:
+                # Blocks still waiting whose intent is not recorded: the next owner cuts
+                # those rows afresh, so they must never be recorded or inserted here.
+                stale = [b for b in shard.queue if b.lane in lanes and not b.intent_recorded]
+                for batch in stale:
+                    shard.queue.remove(batch)
+                    if not batch.done:
+                        settled.append(self._settle(batch, False))
+        self._release(settled)
+
+    def on_committed(self, positions: Mapping[Lane, int]) -> None:
+        """The source committed ``positions``: intents ending below them can go (later,
+        on a worker, every few hundred intents)."""
+        if self.effectively_once:
+            with self._cond:
+                self._committed.update(positions)
+
+    def _record_intent(self, shard: Shard, writer: object, intent: Intent) -> None:
+        """Record ``intent`` (worker thread, lock NOT held); now and then delete the
+        intents the committed offsets have passed."""
+        assert isinstance(writer, IntentWriter)
+        writer.record_intent(self._pipeline, self.name, intent)
+        self._recorded[shard.index] += 1
+        if self._recorded[shard.index] % _FORGET_EVERY == 0:
+            with self._cond:
+                committed = dict(self._committed)
+            for lane, offset in committed.items():
+                self._forget(writer, lane, offset)
+
+    def _forget(self, writer: IntentWriter, lane: Lane, below: int) -> None:
+        try:
+            writer.forget_intents(self._pipeline, self.name, lane, below)
+        except Exception as exc:  # the state table's TTL removes them eventually
+            logger.debug("sink %s: deleting old intents of %s failed: %r", self.name, lane, exc)
 
     # -- identified batches (tiers) ------------------------------------------------------
 
@@ -548,6 +859,7 @@ class SinkPool:
             for shard in self._shards:
                 if shard.open is not None:
                     total += shard.open.rows
+                total += sum(b.rows for b in self._lane_opens(shard.index))
                 total += sum(b.rows for b in shard.queue)
                 total += sum(b.rows for b in shard.writing)
             return total
@@ -598,6 +910,12 @@ class SinkPool:
             batch = shard.open
             if batch is not None and batch.rows and now - batch.opened_at >= linger:
                 self._seal(shard, "linger")
+        for states in self._lanes.values():
+            for index, state in enumerate(states):
+                batch = state.open
+                free = batch is not None and batch.plan_last is None
+                if free and now - batch.opened_at >= linger:  # type: ignore[union-attr]
+                    self._seal_lane(self._shards[index], state, "linger")
 
     def _pick(self, now: float) -> tuple[Shard, PoolBatch, Replica] | None:
         if not self._started or self._stopping:
@@ -617,13 +935,20 @@ class SinkPool:
         for shard in self._shards:
             if shard.open is not None and shard.open.rows:
                 times.append(shard.open.opened_at + self._linger)
+            for batch in self._lane_opens(shard.index, free_only=True):
+                times.append(batch.opened_at + self._linger)
             due = shard.next_wake(now, self._max_inflight)
             if due is not None:
                 times.append(due)
         return min(times) if times else None
 
     def _all_written(self) -> bool:
-        return all(shard.idle and shard.open is None for shard in self._shards)
+        """Nothing left to write; a replayed block waiting for its rows is not waited for
+        (it is never written short, B89)."""
+        return all(
+            shard.idle and shard.open is None and not self._lane_opens(shard.index, True)
+            for shard in self._shards
+        )
 
     def _settle(self, batch: PoolBatch, ok: bool) -> _Settled:
         batch.done = True
@@ -677,6 +1002,13 @@ class SinkPool:
         error: SinkError | None = None
         started = self._clock.monotonic()
         try:
+            intent = batch.intent
+            if intent is not None and not batch.intent_recorded:
+                if batch.generation != self._generation.get(intent.lane, 0):
+                    raise SinkError("its partition was revoked before its intent", ErrorClass.FATAL)
+                # Only this worker touches a batch it is writing (it is in shard.writing).
+                self._record_intent(shard, writer, intent)
+                batch.intent_recorded = True
             writer.write(attempt)
         except SinkError as exc:
             error = exc

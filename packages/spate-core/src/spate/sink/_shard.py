@@ -32,7 +32,15 @@ from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._writer import ShardWriter
 from spate.sink.config import BreakerConfig
 
-_SEAL_REASONS: tuple[SealReason, ...] = ("max_rows", "max_bytes", "linger", "tick", "drain", "tier")
+_SEAL_REASONS: tuple[SealReason, ...] = (
+    "max_rows",
+    "max_bytes",
+    "linger",
+    "tick",
+    "drain",
+    "tier",
+    "replay",
+)
 _ERROR_CLASSES = ("retryable", "fatal", "record")
 _OUTCOMES = ("ok", "retryable", "fatal")
 

@@ -1,0 +1,193 @@
+"""Effectively-once into ClickHouse: the block-intent state table and the start checks.
+
+Under ``pipeline.delivery: effectively_once`` each replica's probe creates the state table
+(``state_table``, in the sink's database, unless it exists) and checks that the target
+table can deduplicate a replayed block (B90): a ``MergeTree``-family table (never
+``Distributed``: that engine cuts blocks again on its way to the shards) whose
+deduplication window — ``non_replicated_deduplication_window``, or
+``replicated_deduplication_window`` for a ``Replicated*`` engine — is at least
+``table_options.dedup_window``, on a profile that may change settings (``readonly`` 0).
+A start that cannot give the guarantee fails with one line naming the table, the setting,
+its value, what is needed and the ``ALTER TABLE`` that fixes it.
+
+The writer records one intent row per block before inserting it and reads a lane's
+intents when the lane is assigned (:class:`~spate.sink._intents.IntentWriter`, B88, B89).
+The table is a ``ReplacingMergeTree`` keyed by the block's start, read with ``FINAL``;
+intents the committed offsets have passed are deleted lazily, with a ``TTL`` as a
+backstop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from spate.errors import ErrorClass, SinkError
+from spate.records import Lane
+from spate.sink._intents import Intent
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
+
+INTENT_COLUMNS = (
+    ("pipeline", "String"),
+    ("sink", "String"),
+    ("shard", "UInt32"),
+    ("topic", "String"),
+    ("partition", "Int64"),
+    ("first_offset", "Int64"),
+    ("first_index", "UInt32"),
+    ("last_offset", "Int64"),
+    ("last_index", "UInt32"),
+)
+_NAMES = [name for name, _ in INTENT_COLUMNS]
+_TYPES = [ctype for _, ctype in INTENT_COLUMNS]
+
+STATE_TTL_DAYS = 7
+"""Intents older than this are dropped by the table's TTL (committed ones go earlier)."""
+
+
+def qualified(database: str, table: str) -> str:
+    return f"`{database}`.`{table}`" if database else f"`{table}`"
+
+
+def state_table_sql(database: str, table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the state table."""
+    columns = ", ".join(f"`{name}` {ctype}" for name, ctype in INTENT_COLUMNS)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {qualified(database, table)} ({columns}, "
+        "`written_at` DateTime DEFAULT now()) "
+        "ENGINE = ReplacingMergeTree "
+        "ORDER BY (pipeline, sink, shard, topic, partition, first_offset, first_index) "
+        f"TTL written_at + INTERVAL {STATE_TTL_DAYS} DAY"
+    )
+
+
+def record_intent(
+    client: Client, database: str, table: str, pipeline: str, sink: str, intent: Intent
+) -> None:
+    row = [
+        pipeline,
+        sink,
+        intent.shard,
+        intent.lane.stream,
+        intent.lane.partition,
+        intent.first[0],
+        intent.first[1],
+        intent.last[0],
+        intent.last[1],
+    ]
+    client.insert(
+        table,
+        [row],
+        column_names=_NAMES,
+        database=database or None,
+        column_type_names=_TYPES,
+        settings={"insert_deduplicate": 0, "async_insert": 0},
+    )
+
+
+def _where(pipeline: str, sink: str, lane: Lane) -> tuple[str, dict[str, Any]]:
+    return (
+        "pipeline = %(p)s AND sink = %(s)s AND topic = %(t)s AND partition = %(n)s",
+        {"p": pipeline, "s": sink, "t": lane.stream, "n": lane.partition},
+    )
+
+
+def load_intents(
+    client: Client,
+    database: str,
+    table: str,
+    pipeline: str,
+    sink: str,
+    shard: int,
+    lane: Lane,
+    since: int,
+) -> list[Intent]:
+    where, params = _where(pipeline, sink, lane)
+    result = client.query(
+        "SELECT first_offset, first_index, last_offset, last_index "
+        f"FROM {qualified(database, table)} FINAL "
+        f"WHERE {where} AND shard = %(h)s AND last_offset >= %(since)s "
+        "ORDER BY first_offset, first_index",
+        parameters={**params, "h": shard, "since": since},
+    )
+    return [
+        Intent(shard, lane, (int(r[0]), int(r[1])), (int(r[2]), int(r[3])))
+        for r in result.result_rows
+    ]
+
+
+def forget_intents(
+    client: Client, database: str, table: str, pipeline: str, sink: str, lane: Lane, below: int
+) -> None:
+    where, params = _where(pipeline, sink, lane)
+    client.command(
+        f"DELETE FROM {qualified(database, table)} WHERE {where} AND last_offset < %(b)s",
+        parameters={**params, "b": below},
+    )
+
+
+_WINDOW = re.compile(
+    r"\b(non_replicated_deduplication_window|replicated_deduplication_window)\s*=\s*(\d+)"
+)
+
+
+def check_deduplication(
+    client: Client, database: str, table: str, required: int, where: str
+) -> None:
+    """Refuse (one line, ``SinkError`` FATAL) a table or profile that cannot drop a
+    replayed block by its token (B90)."""
+    name = qualified(database, table)
+    rows = client.query(
+        "SELECT engine, create_table_query FROM system.tables "
+        "WHERE database = if(%(d)s = '', currentDatabase(), %(d)s) AND name = %(t)s",
+        parameters={"d": database, "t": table},
+    ).result_rows
+    if not rows:
+        raise SinkError(f"{where}: effectively_once: table {name} not found", ErrorClass.FATAL)
+    engine, create = str(rows[0][0]), str(rows[0][1])
+    if engine == "Distributed":
+        raise SinkError(
+            f"{where}: effectively_once cannot write {name} (Distributed): deduplication "
+            "happens on the shards' local tables, with blocks cut again by the Distributed "
+            "engine; write the local tables (router: key)",
+            ErrorClass.FATAL,
+        )
+    if not engine.endswith("MergeTree"):
+        raise SinkError(
+            f"{where}: effectively_once needs a MergeTree-family table; {name} is {engine}",
+            ErrorClass.FATAL,
+        )
+    setting = (
+        "replicated_deduplication_window"
+        if engine.startswith("Replicated")
+        else "non_replicated_deduplication_window"
+    )
+    window = _table_setting(create, setting)
+    if window is None:
+        found = client.query(
+            "SELECT value FROM system.merge_tree_settings WHERE name = %(n)s",
+            parameters={"n": setting},
+        ).result_rows
+        window = int(found[0][0]) if found else 0
+    if window < required:
+        raise SinkError(
+            f"{where}: effectively_once needs {setting} >= {required} on {name} (it is "
+            f"{window}): ALTER TABLE {name} MODIFY SETTING {setting} = {required}",
+            ErrorClass.FATAL,
+        )
+    readonly = client.query("SELECT getSetting('readonly')").result_rows
+    if readonly and str(readonly[0][0]) not in ("0", ""):
+        raise SinkError(
+            f"{where}: effectively_once sets insert_deduplicate and its token on every "
+            "insert; this user's profile is readonly and cannot",
+            ErrorClass.FATAL,
+        )
+
+
+def _table_setting(create: str, setting: str) -> int | None:
+    for match in _WINDOW.finditer(create):
+        if match.group(1) == setting:
+            return int(match.group(2))
+    return None

@@ -1,0 +1,208 @@
+"""Effectively once into ClickHouse under faults, on the real broker and the HTTP front
+(B88, B89, B90).
+
+The flagship's split pipeline (three tables) and a single-table pipeline run with
+``pipeline.delivery: effectively_once`` into plain ``MergeTree`` tables with a
+``non_replicated_deduplication_window``, while a producer writes storefront events at
+a steady pace. Each is killed with SIGKILL five times at random moments (a seeded random
+share of the production, then a random delay after a write), ClickHouse is stopped once
+for a while, and a second member joins the group and leaves again (a rebalance both
+ways). The sampler checks throughout that no committed offset passes the rows in
+ClickHouse; at the end every table's raw ``count()`` — no ``FINAL`` — equals the number
+of events of its kinds produced.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.flagship.test_flagship_no_loss import TABLES, storefront_records
+from tests.support.chfront_fixtures import FrontFactory
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.scale import current_scale, scaled
+from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+FLAGSHIP_YAML = ROOT / "examples" / "kafka_avro_to_clickhouse.yaml"
+RUNNER = Path(__file__).with_name("_eo_runner.py")
+WINDOW = "SETTINGS non_replicated_deduplication_window = 1000"
+
+DDL = {
+    "orders": "order_id Int64, customer_id Int32, region LowCardinality(String), "
+    "placed_at DateTime64(3, 'UTC'), line_count UInt16, total_cents Int64",
+    "payments": "order_id Int64, amount_cents Int64",
+    "refunds": "order_id Int64, amount_cents Int64, reason LowCardinality(String)",
+    "events": "kind LowCardinality(String), order_id Int64",
+}
+
+
+def write_config(path: Path, mode: str) -> Path:
+    """The flagship YAML with ``delivery: effectively_once`` (and, for ``single``, one
+    ``events`` sink in place of the three)."""
+    config: dict[str, Any] = yaml.safe_load(FLAGSHIP_YAML.read_text())
+    config["pipeline"]["delivery"] = "effectively_once"
+    config["checkpoint"]["drain_timeout"] = "10s"
+    if mode == "single":
+        template = config["sinks"]["payments"]["clickhouse"]
+        config["sinks"] = {
+            "events": {
+                "clickhouse": {**template, "table": "events", "columns": ["kind", "order_id"]}
+            }
+        }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def create_tables(client: Any, database: str, tables: list[str]) -> None:
+    client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+    for table in tables:
+        client.command(
+            f"CREATE TABLE {database}.{table} ({DDL[table]}) ENGINE = MergeTree "
+            f"ORDER BY order_id {WINDOW}"
+        )
+
+
+def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(RUNNER), str(config), mode],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+@pytest.mark.parametrize("mode", ["split", "single"])
+def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
+    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str
+) -> None:
+    seed = int(os.environ.get("SPATE_EO_SEED", "22"))
+    rng = random.Random(seed)
+    topic, group = unique_name(f"eo-{mode}"), unique_name(f"eo-{mode}-g")
+    create_topic(kafka_bootstrap, topic, 4)
+    count = scaled(200_000, minimum=15_000)
+    front = chfront()
+    client = front.client()
+    database = f"eo_{mode}"
+    tables = list(TABLES.values()) if mode == "split" else ["events"]
+    create_tables(client, database, tables)
+    config = write_config(tmp_path / "pipeline.yaml", mode)
+    env = {
+        **os.environ,
+        "KAFKA_BROKERS": kafka_bootstrap,
+        "KAFKA_TOPIC": topic,
+        "KAFKA_GROUP": group,
+        "KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "STOP_AT": "never",
+        "CLICKHOUSE_URL": front.url,
+        "CLICKHOUSE_DATABASE": database,
+        "SPATE_ADMIN_LISTEN": "none",
+        "PIPELINE_NAME": f"eo-{mode}",
+    }
+    log = tmp_path / "pipeline.log"
+    proc = start(config, mode, env, log)
+    second: subprocess.Popen[bytes] | None = None
+
+    def held() -> set[bytes]:
+        reader = front.client()
+        if mode == "single":
+            rows = reader.query(f"SELECT kind, order_id FROM {database}.events").result_rows
+            return {f"{kind}:{order_id}".encode() for kind, order_id in rows}
+        found: set[bytes] = set()
+        for kind, table in TABLES.items():
+            result = reader.query(f"SELECT order_id FROM {database}.{table}")
+            found.update(f"{kind}:{row[0]}".encode() for row in result.result_rows)
+        return found
+
+    def rows_written() -> int:
+        return sum(int(client.command(f"SELECT count() FROM {database}.{t}")) for t in tables)
+
+    def wait_for_a_write() -> None:
+        """While events are still produced, wait until the pipeline has written since."""
+        before = rows_written()
+        try:
+            wait_until(
+                lambda: rows_written() > before or not producer.is_alive(),
+                120,
+                "a write by the pipeline",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; log: {log.read_text()[-3000:]}") from None
+
+    def member_assigned(path: Path) -> bool:
+        return path.exists() and "partitions assigned" in path.read_text(errors="replace")
+
+    producer = PacedProducer(
+        kafka_bootstrap,
+        topic,
+        storefront_records(count),
+        count,
+        seconds=90 * max(current_scale(), 0.5),
+    )
+    sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, held)
+    producer.start()
+    sampler.start(every=0.5)
+    outage = 12.0 * min(1.0, max(current_scale() * 2, 0.4))
+    shares = sorted(rng.uniform(0.1, 0.9) for _ in range(5))
+    second_log = tmp_path / "second.log"
+    try:
+        for crash, share in enumerate(shares):
+            wait_until(lambda s=share: producer.produced >= count * s, 300, f"{share:.0%} produced")
+            wait_for_a_write()
+            if crash == 0:  # a second member joins (a rebalance), takes part, and leaves
+                second = start(config, mode, env, second_log)
+                wait_until(lambda: member_assigned(second_log), 120, "the second member's turn")
+                time.sleep(3.0)
+                second.send_signal(signal.SIGTERM)
+                assert second.wait(120) == 0, second_log.read_text()[-3000:]
+                wait_for_a_write()
+            if crash == 2:  # a ClickHouse outage while the pipeline runs
+                front.stop()
+                time.sleep(outage)
+                assert proc.poll() is None, log.read_text()[-3000:]
+                front.start()
+                wait_for_a_write()
+            time.sleep(rng.uniform(0.0, 1.5))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            proc = start(config, mode, env, log)
+        producer.finish(600)
+        wait_until(lambda: held() >= set(producer.positions), 600, "every event in ClickHouse")
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 120, "final commit"
+        )
+    finally:
+        for member in (proc, second):
+            if member is not None and member.poll() is None:
+                member.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+        sampler.stop()
+    assert code == 0, log.read_text()[-3000:]
+    sampler.sample()
+    assert len(sampler.samples) > 10
+    assert not sampler.violations(), sampler.violations()[:3]
+    by_kind = dict.fromkeys(TABLES, 0)
+    for identity in producer.positions:
+        by_kind[identity.decode().split(":")[0]] += 1
+    if mode == "single":
+        counts = dict(
+            client.query(f"SELECT kind, count() FROM {database}.events GROUP BY kind").result_rows
+        )
+        assert {k: int(counts.get(k, 0)) for k in TABLES} == by_kind, (seed, counts, by_kind)
+        return
+    for kind, table in TABLES.items():
+        raw = int(client.command(f"SELECT count() FROM {database}.{table}"))
+        assert raw == by_kind[kind], (seed, table, raw, by_kind[kind])
