@@ -7,7 +7,7 @@ fails start-up naming the key (B29).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spate import BuildContext, ConfigError
 
@@ -30,6 +30,7 @@ class JsonDeserializerFactory:
     def build(cls, config: JsonConfig, context: BuildContext) -> JsonDeserializer:
         """Build at start-up; imports the target type if one is configured."""
         convert: Converter | None = None
+        target: type[Any] | None = None
         if config.target is not None:
             try:
                 target = load_target(config.target)
@@ -39,14 +40,36 @@ class JsonDeserializerFactory:
             except ValueError as exc:
                 raise ConfigError(f"{context.component}.json.target", str(exc)) from None
         objects_only = config.top_level == "object"
+        deserializer: JsonDeserializer
         if config.framing == "ndjson":
-            return NdjsonDeserializer(
+            deserializer = NdjsonDeserializer(
                 on_error=config.on_error, objects_only=objects_only, convert=convert
             )
-        if config.framing == "array":
+        elif config.framing == "array":
             return ArrayJsonDeserializer(
                 on_error=config.on_error, objects_only=objects_only, convert=convert
             )
-        return SingleJsonDeserializer.create(
-            on_error=config.on_error, objects_only=objects_only, convert=convert
-        )
+        else:
+            deserializer = SingleJsonDeserializer.create(
+                on_error=config.on_error, objects_only=objects_only, convert=convert
+            )
+        if objects_only:
+            deserializer.columnar = _columnar(config, target, deserializer)
+        return deserializer
+
+
+def _columnar(config: JsonConfig, target: type[Any] | None, deserializer: JsonDeserializer) -> Any:
+    """The columnar decoder when ``spate[columnar]`` is installed and the records have a
+    columnar form (objects; a ``target`` of scalars and lists of scalars), else None."""
+    from spate_json._columnar import ColumnarJsonDecoder, columnar_available, declared_schema
+
+    if not columnar_available():
+        return None
+    declared = None
+    if target is not None:
+        declared = declared_schema(target, unknown_fields_error=config.unknown_fields == "error")
+        if declared is None:
+            return None
+    return ColumnarJsonDecoder(
+        deserializer.reference, ndjson=config.framing == "ndjson", declared=declared
+    )
