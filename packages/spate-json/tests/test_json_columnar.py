@@ -146,10 +146,23 @@ def test_b86_ndjson_columnar_batch_refuses_exactly_the_bad_lines(
 
 
 def _by_index(good: list[tuple[int, Any]]) -> dict[int, list[str]]:
+    """Each index's records as sorted canonical text (numbers as floats: a column that
+    holds an integer in one record and a float in another is a float column)."""
     out: dict[int, list[str]] = {}
     for index, value in good:
-        out.setdefault(index, []).append(orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
-    return out
+        text = orjson.dumps(_numbers(value), option=orjson.OPT_SORT_KEYS).decode()
+        out.setdefault(index, []).append(text)
+    return {index: sorted(texts) for index, texts in out.items()}
+
+
+def _numbers(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def test_b86_a_clean_batch_is_one_frame_with_row_indices(
