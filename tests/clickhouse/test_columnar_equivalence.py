@@ -7,7 +7,7 @@ some payloads corrupted, and each batch runs through a whole pipeline twice — 
 the deserializer's columnar decoder removed (the row path), once with it (the columnar
 path, its log line checked) — into two tables of one ClickHouse HTTP front over chDB.
 Both tables must hold identical rows, and the deserializer counters (records decoded,
-records skipped) must be identical.
+skipped, and empty payloads that hold no record) must be identical.
 """
 
 from __future__ import annotations
@@ -155,8 +155,9 @@ def _run(
     payloads: list[bytes],
     build: Callable[[BuildContext], Any],
     columnar: bool,
-) -> tuple[list[tuple[Any, ...]], tuple[float, float]]:
-    """Run one pipeline into a new table; its rows (by id) and (decoded, skipped) counts."""
+) -> tuple[list[tuple[Any, ...]], tuple[float, float, float]]:
+    """Run one pipeline into a new table: its rows (by id) and its (decoded, skipped,
+    empty) deserializer counts."""
     table = f"eq_{next(_tables)}"
     columns = ["id", *(f"c{i}" for i in range(len(kinds)))]
     types = ["Int64", *(KINDS[k][0] for k in kinds)]
@@ -211,7 +212,7 @@ def _run(
         )
         return value or 0.0
 
-    return [tuple(r) for r in rows], (count("ok"), count("skipped"))
+    return [tuple(r) for r in rows], (count("ok"), count("skipped"), count("empty"))
 
 
 def _same(

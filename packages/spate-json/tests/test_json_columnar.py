@@ -83,12 +83,14 @@ def batches(draw: st.DrawFn) -> list[bytes]:
 
 
 def reference(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int, list[str]], Any]:
-    """The row path's errors by index and its good records, in order, with their index."""
+    """The row path's errors by index and its good records, in order, with their index
+    (a payload holding no record counts under index -1)."""
     errors: dict[int, list[str]] = {}
     good: list[tuple[int, Any]] = []
     for index, payload in enumerate(payloads):
         for value in deser.reference(memoryview(payload)):
             if value is NO_RECORD:
+                errors.setdefault(-1, []).append("empty")
                 continue
             if isinstance(value, DeserError):
                 errors.setdefault(index, []).append(value.reason)
@@ -98,8 +100,8 @@ def reference(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int,
 
 
 def columnar(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int, list[str]], Any]:
-    frames, bad = deser.deserialize_batch([memoryview(p) for p in payloads])
-    errors: dict[int, list[str]] = {}
+    frames, bad, empty = deser.deserialize_batch([memoryview(p) for p in payloads])
+    errors: dict[int, list[str]] = {-1: ["empty"] * empty} if empty else {}
     for index, exc in bad:
         errors.setdefault(index, []).append(exc.reason)
     good: list[tuple[int, Any]] = []
@@ -173,7 +175,7 @@ def test_b86_a_clean_batch_is_one_frame_with_row_indices(
     payloads = [
         orjson.dumps({"id": i, "name": f"n{i}", "at": "2026-01-01T00:00:00"}) for i in range(50)
     ]
-    frames, errors = deser.deserialize_batch([memoryview(p) for p in payloads])
+    frames, errors, _ = deser.deserialize_batch([memoryview(p) for p in payloads])
     assert errors == []
     assert len(frames) == 1
     df = frames[0][1]
@@ -209,7 +211,7 @@ def test_b86_a_target_type_declares_the_columns_and_defaults_match_the_row_path(
     assert sorted(want_errors) == [2, 3, 4]
     assert got_good == [(i, _no_nulls(dataclasses.asdict(v))) for i, v in want_good]
     clean = [b'{"id": 5, "amount": 3, "region": "ap", "tags": []}'] * 3
-    frames, errors = deser.deserialize_batch([memoryview(p) for p in clean])
+    frames, errors, _ = deser.deserialize_batch([memoryview(p) for p in clean])
     assert errors == [] and len(frames) == 1
     assert frames[0][1].schema["amount"] == pl.Float64
 
@@ -219,7 +221,7 @@ def test_b86_a_field_whose_type_changes_within_the_batch_splits_the_frame(
 ) -> None:
     deser = build_json({})
     payloads = [b'{"a": 1}', b'{"a": "x"}', b'{"a": 2}']
-    frames, errors = deser.deserialize_batch([memoryview(p) for p in payloads])
+    frames, errors, _ = deser.deserialize_batch([memoryview(p) for p in payloads])
     assert errors == []
     rows = sorted((r["__spate_row"], r["a"]) for _, df in frames for r in df.to_dicts())
     assert rows == [(0, 1), (1, "x"), (2, 2)]

@@ -43,10 +43,10 @@ _OPEN = b'{"v":'
 _CLOSE_OPEN = b'}\n{"v":'
 _SUSPECT = (b"NaN", b"Infinity")
 
-DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]]
-"""``(frames, errors)``: ``(None, polars DataFrame)`` per frame with a ``__spate_row``
-column, and ``(batch index, DeserError)`` for each bad record (several for one ndjson
-payload with several bad lines)."""
+DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]], int]
+"""``(frames, errors, empty)``: ``(None, polars DataFrame)`` per frame with a
+``__spate_row`` column, ``(batch index, DeserError)`` for each bad record (several for
+one ndjson payload with several bad lines), and how many payloads held no record."""
 
 Reference = Callable[[memoryview], list[object]]
 """The row path's decoding of one payload: its records, and ``DeserError`` items."""
@@ -195,10 +195,10 @@ class ColumnarJsonDecoder:
         ):
             datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
         if not datums:
-            return [], []
+            return [], [], 0
         fast = self._fast(datums)
         if fast is not None:
-            return [(None, fast)], []
+            return [(None, fast)], [], 0
         return self._by_record(payloads)
 
     def _fast(self, datums: list[bytes]) -> Any:
@@ -292,11 +292,13 @@ class ColumnarJsonDecoder:
         errors: list[tuple[int, DeserError]] = []
         lines: list[bytes] = []
         rows: list[int] = []
+        empty = 0
         reference = self._reference
         dumps = orjson.dumps
         for index, view in enumerate(payloads):
             for value in reference(view):
                 if value is NO_RECORD:
+                    empty += 1
                     continue
                 if isinstance(value, DeserError):
                     errors.append((index, value))
@@ -313,7 +315,7 @@ class ColumnarJsonDecoder:
         frames: list[tuple[str | None, Any]] = []
         self._read_runs(lines, rows, frames, errors)
         errors.sort(key=lambda item: item[0])
-        return frames, errors
+        return frames, errors, empty
 
     def _read_runs(
         self,

@@ -72,7 +72,8 @@ class JsonDeserializer:
         raise NotImplementedError
 
     def deserialize_batch(self, payloads: list[memoryview]) -> Any:
-        """The whole batch as columns: ``(frames, errors)`` (see ``spate_json._columnar``)."""
+        """The whole batch as columns: ``(frames, errors, empty)`` (see
+        ``spate_json._columnar``)."""
         if self.columnar is None:
             raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
         return self.columnar.decode(payloads)
