@@ -230,3 +230,24 @@ def test_b86_a_field_whose_type_changes_within_the_batch_splits_the_frame(
 def test_b86_array_framing_and_top_level_any_stay_on_the_row_path(build_json: Build) -> None:
     assert build_json({"framing": "array"}).columnar is None
     assert build_json({"top_level": "any"}).columnar is None
+
+
+@pytest.mark.parametrize("depth", [3, 63, 64, 1023, 1100])
+def test_b86_deeply_nested_records_never_reach_polars_and_stay_exact_below_the_limit(
+    build_json: Build, depth: int
+) -> None:
+    """Below ``DEPTH_LIMIT`` levels as on rows; from it on a record error (polars would
+    overflow its stack near a thousand levels); beyond orjson's 1024 its own error."""
+    from spate_json._columnar import DEPTH_LIMIT
+
+    deep = b'{"a": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    payloads = [b'{"a": [1]}', deep, b'{"a": [2]}']
+    deser = build_json({})
+    want_errors, _ = reference(deser, payloads)
+    got_errors, got_good = columnar(deser, payloads)
+    if depth < DEPTH_LIMIT or depth > 1024:
+        assert got_errors == want_errors
+    else:
+        assert list(got_errors) == [1]
+        assert "cannot be read as columns" in got_errors[1][0]
+    assert {i for i, _ in got_good} == {0, 2} | ({1} if 1 not in got_errors else set())

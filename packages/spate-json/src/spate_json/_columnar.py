@@ -21,6 +21,11 @@ again. A value Arrow still cannot take (a value whose JSON type differs from the
 field's in other records of the batch) is split off into a frame of its own; one that
 Arrow refuses even alone is a record error for that record.
 
+A batch with a record nested :data:`DEPTH_LIMIT` levels or more also goes to the
+reference: orjson refuses documents nested deeper than 1024 levels (Arrow's reader does
+not), and a record it accepts that is nested that deep is a record error here, as no
+frame holds it.
+
 Strings that look like timestamps stay strings, as on the row path: a field Arrow infers
 as a timestamp is read again as a string.
 """
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -137,8 +142,42 @@ def _no_timestamps(t: Any) -> Any:
     return t
 
 
+def _levels(t: Any, limit: int) -> Iterator[list[Any]]:
+    """The types of ``t`` level by level (struct fields, list items), at most ``limit``."""
+    import pyarrow as pa
+
+    level = [t]
+    for _ in range(limit):
+        yield level
+        following = []
+        for u in level:
+            if pa.types.is_struct(u):
+                following.extend(f.type for f in u)
+            elif pa.types.is_list(u) or pa.types.is_large_list(u):
+                following.append(u.value_type)
+        if not following:
+            return
+        level = following
+
+
+DEPTH_LIMIT = 64
+"""Records nested this deep or deeper are not read as columns (polars overflows its
+stack on types nested about a thousand levels deep; no ClickHouse column nests so)."""
+
+
+def _deep(t: Any, limit: int = DEPTH_LIMIT + 1) -> bool:
+    """Whether values of ``t`` (the wrapper included) nest ``limit`` levels or more."""
+    return sum(1 for _ in _levels(t, limit)) >= limit
+
+
 def _has_timestamps(t: Any) -> bool:
-    return bool(_no_timestamps(t) != t)
+    import pyarrow as pa
+
+    for level in _levels(t, 1 << 30):
+        for u in level:
+            if pa.types.is_timestamp(u) or pa.types.is_date(u) or pa.types.is_time(u):
+                return True
+    return False
 
 
 def _malformed(exc: BaseException) -> DeserError:
@@ -176,6 +215,9 @@ class ColumnarJsonDecoder:
             self._wrapped = pa.schema([pa.field("v", pa.struct(declared.schema))])
             if declared.unknown_fields_error:
                 behaviour = "error"
+        # Blocks of 256 KiB: a 10,000-record batch is read by several threads (the default
+        # 1 MiB block leaves a batch of a few MiB to one or two).
+        self._blocks = pj.ReadOptions(block_size=1 << 18)
         self._lines = pj.ParseOptions(
             explicit_schema=self._wrapped,
             newlines_in_values=False,
@@ -245,7 +287,11 @@ class ColumnarJsonDecoder:
         """The Arrow table of wrapped lines, or None when the reader refuses them."""
         pj = self._pj
         try:
-            table = pj.read_json(self._pa.BufferReader(buffer), parse_options=self._lines)
+            table = pj.read_json(
+                self._pa.BufferReader(buffer),
+                read_options=self._blocks,
+                parse_options=self._lines,
+            )
             if self._wrapped is None and _has_timestamps(table.schema.field(0).type):
                 options = pj.ParseOptions(
                     explicit_schema=self._pa.schema(
@@ -253,7 +299,11 @@ class ColumnarJsonDecoder:
                     ),
                     newlines_in_values=False,
                 )
-                table = pj.read_json(self._pa.BufferReader(buffer), parse_options=options)
+                table = pj.read_json(
+                    self._pa.BufferReader(buffer),
+                    read_options=self._blocks,
+                    parse_options=options,
+                )
         except (self._pa.ArrowInvalid, UnicodeDecodeError, ValueError):
             return None
         return table
@@ -263,6 +313,8 @@ class ColumnarJsonDecoder:
         object or holds a null the declared schema cannot vouch for."""
         pa = self._pa
         if table.num_columns != 1 or not pa.types.is_struct(table.schema.field(0).type):
+            return None
+        if _deep(table.schema.field(0).type):
             return None
         column = table.column(0)
         if column.null_count:
@@ -350,6 +402,7 @@ class ColumnarJsonDecoder:
         except Exception as exc:
             return _malformed(exc)
         return DeserError(
-            "JSON record cannot be read as columns (a null the declared schema does not allow)",
+            "JSON record cannot be read as columns (a null the declared schema does not "
+            f"allow, or nested {DEPTH_LIMIT} levels or more)",
             DeserErrorKind.MALFORMED,
         )
