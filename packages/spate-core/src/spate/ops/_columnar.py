@@ -68,8 +68,9 @@ class FrameProcessor:
         decode = getattr(deserializer, "deserialize_batch", None)
         if decode is None or getattr(deserializer, "columnar", True) is None:
             raise ValueError(
-                "frame operators need a columnar deserializer (a record or union-of-records "
-                "Avro schema with spate[columnar] installed); use a row chain (ctx.chain())"
+                "frame operators need a columnar deserializer (Avro records or unions of "
+                "records, JSON single or ndjson objects, with spate[columnar] installed); "
+                "use a row chain (ctx.chain())"
             )
         self._decode = decode
         names = list(sinks)
