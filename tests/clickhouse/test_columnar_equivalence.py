@@ -267,3 +267,68 @@ def test_b87_json_rows_and_columns_store_identical_tables(
         _corrupt(payloads, bad),
         lambda context: JsonDeserializerFactory.build(config, context),
     )
+
+
+def _json_pipeline(
+    front: ChFront, payloads: list[bytes], on_error: str
+) -> tuple[Any, Any, list[tuple[Any, ...]], _Seen]:
+    from spate_json import JsonConfig, JsonDeserializerFactory
+
+    table = f"eq_{next(_tables)}"
+    client = front.client()
+    client.command(f"CREATE TABLE {table} (id Int64, name String) ENGINE = MergeTree ORDER BY id")
+    name = f"eq{table}"
+    meter = Meter(name)
+    config = decode(JsonConfig, {"on_error": on_error}, "deserializer.json")
+    built = build_sink(
+        {"table": table, "columns": ["id", "name"], "shards": [{"replicas": [front.url]}]},
+        pipeline=name,
+        meter=meter,
+    )
+    source, handle = memory_source({0: payloads}, batch_size=8)
+    seen = _Seen()
+    logger = logging.getLogger("spate")
+    logger.addHandler(seen)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        report = Pipeline(
+            name,
+            source,
+            {"events": built.sink},
+            deserializer=JsonDeserializerFactory.build(config, _context(name)),
+            meter=meter,
+            budget=built.budget,
+            handle_signals=False,
+        ).run()
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(old_level)
+    rows = client.query(f"SELECT * FROM {table} ORDER BY id").result_rows
+    return report, handle, [tuple(r) for r in rows], seen
+
+
+def test_b86_columnar_json_skips_bad_records_and_commits_every_good_offset(
+    front: ChFront,
+) -> None:
+    payloads = [orjson.dumps({"id": i, "name": f"n{i}"}) for i in range(30)]
+    payloads[3] = b'{"id": 3, "name": '  # truncated
+    payloads[17] = b'{"id": 17}{"id": 18}'  # two objects in one payload
+    report, handle, rows, seen = _json_pipeline(front, payloads, "skip")
+    assert seen.columnar
+    assert report.exit_code == 0
+    assert [r[0] for r in rows] == [i for i in range(30) if i not in (3, 17)]
+    assert handle.last_committed(0) == 30
+
+
+def test_b86_columnar_json_fail_policy_stops_at_the_bad_record_without_committing_it(
+    front: ChFront,
+) -> None:
+    payloads = [orjson.dumps({"id": i, "name": f"n{i}"}) for i in range(30)]
+    payloads[19] = b"NaN"
+    report, handle, _, seen = _json_pipeline(front, payloads, "fail")
+    assert seen.columnar
+    assert report.exit_code == 1
+    assert "memory[0] offset 19" in report.reason or "offset 19" in report.reason, report.reason
+    committed = handle.last_committed(0)
+    assert committed is None or committed <= 16  # batches of 8: the one holding 19 is not
