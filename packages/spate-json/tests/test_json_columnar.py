@@ -2,7 +2,8 @@
 
 Random batches of JSON objects (and of the storefront events) with random corruptions
 (truncation, trailing text, blank payloads, two objects in one payload, non-objects,
-``NaN``, invalid UTF-8, duplicate keys, line breaks inside a record) go through the
+``NaN``, infinities, invalid UTF-8, duplicate keys, line breaks inside a record, a
+record that closes the wrapper and opens another) go through the
 ``single`` and ``ndjson`` deserializers' ``deserialize_batch``; the bad records must be
 exactly those the row path (the same deserializer's per-record decoding, orjson) refuses,
 with the same errors, and every good record must read back with the row path's values.
@@ -53,6 +54,9 @@ CORRUPTIONS = {
     "null": lambda p: b"null",
     "array": lambda p: b"[" + p + b"]",
     "nan": lambda p: b'{"f0": NaN}',
+    "inf": lambda p: b'{"f0": 1e400}',
+    "nested_inf": lambda p: b'{"f0": [1.5, -Infinity]}',
+    "injected": lambda p: p + b'}\n{"v": ' + p,
     "utf8": lambda p: b'{"f0": "\xff"}',
     "dup": lambda p: b'{"f0": 1, "f0": 2}',
     "pretty": lambda p: p.replace(b",", b",\n  "),

@@ -10,10 +10,11 @@ decoder: it reads two objects on one line as two rows, skips blank lines, takes 
 and ``Infinity``, and may keep invalid UTF-8. So every record is read wrapped as
 ``{"v": <record>}`` on a line of its own: a line holding anything but exactly one JSON
 value is a parse error, never a shifted row, and a value that is not an object shows as
-a ``v`` that is not a struct. The fast path is taken only when the batch is valid UTF-8,
-has no ``NaN``/``Infinity`` token, no line break inside a record, reads back one row per
-record with every ``v`` an object (and, with a ``target`` type, nothing the target
-would complete or refuse: see :func:`declared_schema`). Otherwise the batch is decoded
+a ``v`` that is not a struct. The fast path is taken only when the batch is valid UTF-8
+and reads back one row per record (a record with a line break in it reads as an error or
+as several rows) with every ``v`` an object, no NaN or infinity in any number, and, with
+a ``target`` type, nothing the target would complete or refuse (see
+:func:`declared_schema`). Otherwise the batch is decoded
 record by record with the row path's own deserializer (the reference): its errors are
 the row path's errors for the same records, its ``NO_RECORD`` (a blank payload) is no
 row, and the values it accepts are written back compactly by orjson and read as columns
@@ -46,7 +47,6 @@ ROW_COLUMN = "__spate_row"
 _obj = attrgetter("obj")
 _OPEN = b'{"v":'
 _CLOSE_OPEN = b'}\n{"v":'
-_SUSPECT = (b"NaN", b"Infinity")
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]], int]
 """``(frames, errors, empty)``: ``(None, polars DataFrame)`` per frame with a
@@ -180,6 +180,26 @@ def _has_timestamps(t: Any) -> bool:
     return False
 
 
+def _non_finite(column: Any) -> bool:
+    """Whether a column holds a NaN or an infinity at any depth (Arrow reads ``NaN``,
+    ``Infinity`` and ``1e400``; orjson refuses them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pending = list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
+    while pending:
+        array = pending.pop()
+        t = array.type
+        if pa.types.is_floating(t):
+            if array.null_count < len(array) and not pc.all(pc.is_finite(array)).as_py():
+                return True
+        elif pa.types.is_struct(t):
+            pending.extend(array.flatten())
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            pending.append(array.flatten())
+    return False
+
+
 def _malformed(exc: BaseException) -> DeserError:
     detail = f"{type(exc).__name__}: {exc}"[:200]
     return DeserError(f"JSON record cannot be read as columns ({detail})", DeserErrorKind.MALFORMED)
@@ -215,9 +235,6 @@ class ColumnarJsonDecoder:
             self._wrapped = pa.schema([pa.field("v", pa.struct(declared.schema))])
             if declared.unknown_fields_error:
                 behaviour = "error"
-        # Blocks of 256 KiB: a 10,000-record batch is read by several threads (the default
-        # 1 MiB block leaves a batch of a few MiB to one or two).
-        self._blocks = pj.ReadOptions(block_size=1 << 18)
         self._lines = pj.ParseOptions(
             explicit_schema=self._wrapped,
             newlines_in_values=False,
@@ -252,13 +269,12 @@ class ColumnarJsonDecoder:
             body = _CLOSE_OPEN.join(d.replace(b"\n", _CLOSE_OPEN) for d in lines)
             records = sum(counts)
         else:
+            # A record with a line break in it reads as a parse error or as two rows or
+            # more (its first line opens the wrapper, its last closes it): both fail the
+            # row count check below, as every record gives at least one row or an error.
             body = _CLOSE_OPEN.join(datums)
             counts = None
             records = len(datums)
-            if body.count(b"\n") != records - 1:  # a line break inside a record
-                return None
-        if any(token in body for token in _SUSPECT):
-            return None
         buffer = pa.py_buffer(b"".join((_OPEN, body, b"}")))
         try:
             pa.StringArray.from_buffers(
@@ -289,7 +305,6 @@ class ColumnarJsonDecoder:
         try:
             table = pj.read_json(
                 self._pa.BufferReader(buffer),
-                read_options=self._blocks,
                 parse_options=self._lines,
             )
             if self._wrapped is None and _has_timestamps(table.schema.field(0).type):
@@ -301,7 +316,6 @@ class ColumnarJsonDecoder:
                 )
                 table = pj.read_json(
                     self._pa.BufferReader(buffer),
-                    read_options=self._blocks,
                     parse_options=options,
                 )
         except (self._pa.ArrowInvalid, UnicodeDecodeError, ValueError):
@@ -326,6 +340,8 @@ class ColumnarJsonDecoder:
             flat = pa.Table.from_batches(
                 [pa.RecordBatch.from_struct_array(c) for c in chunks if len(c)]
             )
+        if any(map(_non_finite, flat.columns)):
+            return None  # NaN, Infinity or a number beyond a double: orjson refuses them
         declared = self._declared
         if declared is not None:
             for name in declared.strict:
