@@ -249,9 +249,7 @@ class ColumnarJsonDecoder:
     def decode(self, payloads: Sequence[memoryview]) -> DecodedFrames:
         """Frames and errors for ``payloads``; called on the pipeline thread, never blocks."""
         datums: list[Any] = list(map(_obj, payloads))
-        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
-            v.nbytes for v in payloads
-        ):
+        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(map(len, payloads)):
             datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
         if not datums:
             return [], [], 0
