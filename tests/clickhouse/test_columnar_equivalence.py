@@ -155,6 +155,7 @@ def _run(
     payloads: list[bytes],
     build: Callable[[BuildContext], Any],
     columnar: bool,
+    exit_code: int = 0,
 ) -> tuple[list[tuple[Any, ...]], tuple[float, float, float]]:
     """Run one pipeline into a new table: its rows (by id) and its (decoded, skipped,
     empty) deserializer counts."""
@@ -196,7 +197,7 @@ def _run(
     finally:
         logger.removeHandler(seen)
         logger.setLevel(old_level)
-    assert report.exit_code == 0, report
+    assert report.exit_code == exit_code, report
     assert bool(seen.columnar) is columnar, seen.columnar
     rows = client.query(f"SELECT * FROM {table} ORDER BY id").result_rows
 
@@ -332,3 +333,39 @@ def test_b86_columnar_json_fail_policy_stops_at_the_bad_record_without_committin
     assert "memory[0] offset 19" in report.reason or "offset 19" in report.reason, report.reason
     committed = handle.last_committed(0)
     assert committed is None or committed <= 16  # batches of 8: the one holding 19 is not
+
+
+@pytest.mark.parametrize(
+    ("chtype", "value", "exit_code"),
+    [
+        ("DateTime64(3, 'UTC')", "2024-01-02T03:04:05.123", 0),
+        ("DateTime64(6, 'UTC')", 1_700_000_000_123_456, 0),
+        ("Date", "2024-01-02", 0),
+        ("Int64", "42", 0),
+        ("Float64", 3, 0),
+        ("Map(String, Int64)", {"a": 1, "b": 2}, 0),
+        ("Tuple(a Int64, b String)", {"a": 1, "b": "x"}, 0),
+        ("LowCardinality(String)", "x", 0),
+        ("UUID", "6ba7b810-9dad-11d1-80b4-00c04fd430c8", 0),
+        ("String", 5, 1),  # a record error under the sink's default on_record_error: fail
+    ],
+)
+def test_b87_json_values_mean_the_same_on_both_paths_for_each_column_type(
+    front: ChFront, chtype: str, value: Any, exit_code: int
+) -> None:
+    from spate_json import JsonConfig, JsonDeserializerFactory
+
+    KINDS["probe"] = (chtype, None, None)
+    payloads = [orjson.dumps({"id": i, "c0": value}) for i in range(3)]
+    config = decode(JsonConfig, {}, "deserializer.json")
+
+    def build(context: BuildContext) -> Any:
+        return JsonDeserializerFactory.build(config, context)
+
+    rows, counts = _run(front, ["probe"], payloads, build, columnar=False, exit_code=exit_code)
+    col_rows, col_counts = _run(
+        front, ["probe"], payloads, build, columnar=True, exit_code=exit_code
+    )
+    assert col_rows == rows
+    if exit_code == 0:  # a failed run stops at the record on rows, after the batch on columns
+        assert col_counts == counts

@@ -9,6 +9,7 @@ integer in an Arrow stream.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from spate_clickhouse._coerce import coercer_for
@@ -61,3 +62,38 @@ def test_b87_integer_seconds_into_datetime_stay_seconds() -> None:
     got = [v.replace(tzinfo=UTC) for v in table.column("at").to_pylist()]
     coerce = coercer_for(parse_type("DateTime('UTC')"))
     assert got == [coerce(0), coerce(86_400)]
+
+
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Float64, pl.Boolean])
+def test_b87_a_number_or_boolean_into_a_string_column_is_a_record_error_as_on_rows(
+    dtype: Any,
+) -> None:
+    values = {pl.Int64: [5, None], pl.Float64: [1.5, None], pl.Boolean: [True, None]}[dtype]
+    frame = pl.DataFrame({"s": values}, schema={"s": dtype})
+    for text in ("String", "Nullable(String)", "LowCardinality(String)"):
+        t = parse_type(text)
+        table, bad = prepare_frame(frame, [Column("s", t)])
+        want = []
+        for position, value in enumerate(values):
+            try:
+                coercer_for(t)(value)
+            except Exception:
+                want.append(position)
+        assert [position for position, _ in bad] == want, text
+        assert table.num_rows == len(values) - len(want)
+
+
+def test_b87_an_object_read_as_a_struct_goes_into_a_map_column_as_its_keys() -> None:
+    frame = pl.DataFrame(
+        {"m": [{"a": 1, "b": 2}, {"a": 3, "b": None}, None]},
+        schema={"m": pl.Struct({"a": pl.Int64, "b": pl.Int64})},
+    )
+    table, bad = prepare_frame(frame, [Column("m", parse_type("Map(String, Int64)"))])
+    assert pa.types.is_map(table.schema.field("m").type)
+    # a field that is absent (or null) in a record is no key of its map; a null object
+    # into a Map column (never Nullable) is a record error, as on rows
+    assert [list(v) for v in table.column("m").to_pylist()] == [
+        [("a", 1), ("b", 2)],
+        [("a", 3)],
+    ]
+    assert [position for position, _ in bad] == [2]
