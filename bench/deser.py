@@ -22,6 +22,9 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
 * Avro columnar (with ``spate[columnar]``): the same deserializer's
   ``deserialize_batch`` (one polars DataFrame per union branch) on each 10,000-record
   batch, against the same fastavro loop (target: 10x).
+* JSON columnar (with ``spate[columnar]``): spate-json's ``framing: single``
+  ``deserialize_batch`` (one polars DataFrame per batch, pyarrow's JSON reader) on each
+  10,000-record batch, against the same ``orjson.loads`` loop (target: 3x).
 
 Both sides keep every decoded value of a 10,000-record batch in a list (then drop it,
 as a sink would after writing). Runs are interleaved, each side at least 3 times after a
@@ -293,6 +296,22 @@ def main() -> None:
             avro_baseline,
         )
     compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)
+    if getattr(json_deser, "columnar", None) is not None:
+        json_batch = json_deser.deserialize_batch  # type: ignore[attr-defined]
+
+        def json_columnar() -> int:
+            for start, size in batches:
+                held = json_batch(json_views[start : start + size])
+                if held[1] or len(held[0]) != 1:
+                    raise SystemExit("columnar JSON decoding left the fast path")
+                del held
+            return total
+
+        compare(
+            "json columnar: deserialize_batch (polars frame) vs orjson.loads",
+            json_columnar,
+            json_baseline,
+        )
     compare(
         "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",
         proto_framework,

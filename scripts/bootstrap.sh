@@ -31,5 +31,6 @@ done
   -e examples/connectors/spate-sqlite \
   -e "packages/spate-coordination[nats]" \
   -e "packages/spate-clickhouse[embedded,columnar]" \
-  -e "packages/spate-avro[columnar]"
+  -e "packages/spate-avro[columnar]" \
+  -e "packages/spate-json[columnar]"
 echo "$stamp_input" > .bootstrap-stamp

@@ -76,7 +76,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 _DATE_RANGE = (0, 65_535)  # 1970-01-01 .. 2149-06-06
 _DATE32_RANGE = (dt.date(1900, 1, 1).toordinal() - _EPOCH_ORDINAL, 120_529)  # .. 2299-12-31
 _DATETIME_RANGE = (0, 2**32 - 1)
-_DATETIME64_SECONDS = (
+DATETIME64_SECONDS = (
     int((dt.datetime(1900, 1, 1, tzinfo=_UTC) - _EPOCH).total_seconds()),
     int((dt.datetime(2300, 1, 1, tzinfo=_UTC) - _EPOCH).total_seconds()),
 )
@@ -299,7 +299,7 @@ def datetime_bounds(name: str, precision: int = 0) -> tuple[dt.datetime, dt.date
     if name == "DateTime":
         lo, hi = _DATETIME_RANGE
         return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi)
-    lo, hi = _DATETIME64_SECONDS
+    lo, hi = DATETIME64_SECONDS
     return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi, microseconds=-1)
 
 
@@ -330,7 +330,7 @@ def _datetime_coercer(label: str) -> Coercer:
 
 def _datetime64_coercer(precision: int, label: str) -> Coercer:
     per_second = 10**precision
-    lo, hi = (s * per_second for s in _DATETIME64_SECONDS)
+    lo, hi = (s * per_second for s in DATETIME64_SECONDS)
     lo, hi = max(lo, -(2**63)), min(hi, 2**63)  # ticks are Int64 (DateTime64(9) ends in 2262)
     as_datetime = precision <= 6  # exact in a datetime: written as one
 

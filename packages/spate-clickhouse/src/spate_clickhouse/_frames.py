@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from spate.errors import ErrorClass, SinkError
 
-from spate_clickhouse._coerce import INT_RANGES
+from spate_clickhouse._coerce import DATETIME64_SECONDS, INT_RANGES
 from spate_clickhouse._encoder import Column
 from spate_clickhouse._types import ChType, EnumItem
 
@@ -87,6 +87,18 @@ def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[i
             if (low is not None and low < lo) or (high is not None and high > hi):
                 mask = ((series < lo) | (series > hi)).fill_null(False)
                 problems.append((f"value out of range for {name} ({t})", mask))
+        elif u.name == "DateTime64" and series.dtype.is_integer() and series.len():
+            lo, hi = _tick_range(u)
+            low, high = series.min(), series.max()
+            if (low is not None and low < lo) or (high is not None and high >= hi):
+                mask = ((series < lo) | (series >= hi)).fill_null(False)
+                problems.append((f"value out of range for {name} ({t})", mask))
+        elif u.name in ("String", "FixedString") and (
+            series.dtype.is_numeric() or series.dtype == pl.Boolean
+        ):
+            mask = series.is_not_null()
+            if mask.any():  # the row path takes text or bytes only (a JSON number, say)
+                problems.append((f"a {series.dtype} is not text for {name} ({t})", mask))
         elif u.name in ("Enum8", "Enum16") and series.dtype == pl.String:
             names = _enum_names(u)
             mask = (~series.is_in(names)).fill_null(False)
@@ -103,7 +115,13 @@ def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[i
                 reasons.setdefault(position, reason)
         bad = sorted(reasons.items())
         df = df.filter(~any_bad)
+    df = _integer_times(df, columns, present)
+    df, maps = _struct_entries(df, columns, present)
     table = df.to_arrow()
+    for name in maps:
+        table = table.set_column(
+            table.schema.get_field_index(name), name, _map_array(table.column(name))
+        )
     arrays = []
     for column in columns:
         if column.name in present:
@@ -112,6 +130,81 @@ def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[i
             arrays.append(pa.nulls(table.num_rows))
     out = pa.Table.from_arrays(arrays, names=[c.name for c in columns])
     return _plain(out), bad
+
+
+def _precision(t: ChType) -> int:
+    return next((a for a in t.args if isinstance(a, int)), 3)
+
+
+def _tick_range(t: ChType) -> tuple[int, int]:
+    """``[lo, hi)`` of the integer ticks a ``DateTime64(p)`` column takes (as on rows)."""
+    per_second = 10 ** _precision(t)
+    lo, hi = (s * per_second for s in DATETIME64_SECONDS)
+    return max(lo, -(2**63)), min(hi, 2**63)
+
+
+def _integer_times(df: Any, columns: Sequence[Column], present: set[str]) -> Any:
+    """Integer columns bound for ``DateTime64(p)`` (ticks of 10^-p s) and ``DateTime``
+    (seconds) as Arrow timestamps of those instants: the row path's reading of an integer
+    (B87); ClickHouse would read a bare integer in an Arrow stream as seconds."""
+    import polars as pl
+
+    exprs = []
+    for column in columns:
+        name = column.name
+        u = column.type.unwrapped()
+        if name not in present or u.name not in ("DateTime", "DateTime64"):
+            continue
+        if not df.schema[name].is_integer():
+            continue
+        precision = _precision(u) if u.name == "DateTime64" else 0
+        unit: Literal["ms", "us", "ns"]
+        unit, scale = ("ms", 3) if precision <= 3 else ("us", 6) if precision <= 6 else ("ns", 9)
+        ticks = pl.col(name).cast(pl.Int64) * 10 ** (scale - precision)
+        exprs.append(ticks.cast(pl.Datetime(unit, "UTC")).alias(name))
+    return df.with_columns(exprs) if exprs else df
+
+
+def _struct_entries(df: Any, columns: Sequence[Column], present: set[str]) -> tuple[Any, list[str]]:
+    """Struct columns bound for ``Map`` columns (a JSON object read as columns) as lists
+    of ``{key, value}`` entries, one per field that is not null in the row: the keys the
+    row path's dict would have (B87). Returns the frame and the names converted."""
+    import polars as pl
+
+    exprs = []
+    names = []
+    for column in columns:
+        name = column.name
+        if name not in present or column.type.unwrapped().name != "Map":
+            continue
+        dtype = df.schema[name]
+        if not isinstance(dtype, pl.Struct) or not dtype.fields:
+            continue
+        values = [pl.col(name).struct.field(f.name) for f in dtype.fields]
+        entries = pl.concat_list(
+            [
+                pl.struct(pl.lit(f.name).alias("key"), value.alias("value"))
+                for f, value in zip(dtype.fields, values, strict=True)
+            ]
+        ).list.eval(pl.element().filter(pl.element().struct.field("value").is_not_null()))
+        exprs.append(entries.alias(name))
+        names.append(name)
+    if not exprs:
+        return df, []
+    try:
+        return df.with_columns(exprs), names
+    except pl.exceptions.PolarsError:  # fields of different types: ClickHouse decides
+        return df, []
+
+
+def _map_array(column: Any) -> Any:
+    """A list of ``{key, value}`` structs as an Arrow map."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    entries = array.flatten()
+    offsets = array.offsets.cast(pa.int32())
+    return pa.MapArray.from_arrays(offsets, entries.field("key"), entries.field("value"))
 
 
 def take_rows(table: Any, rows: Sequence[int]) -> Any:

@@ -65,10 +65,25 @@ class JsonDeserializer:
         self._convert = convert
         self.described: tuple[Field, ...] | None = None
         """The record fields of the configured JSON Schema, if one is given."""
+        self.columnar: Any = None
+        """A :class:`~spate_json._columnar.ColumnarJsonDecoder` (``spate[columnar]``,
+        ``single`` and ``ndjson`` framings of objects) or None: the row path only."""
 
     def record_fields(self) -> tuple[Field, ...] | None:
         """The fields the ``schema`` describes, for table DDL; None without one."""
         return self.described
+
+    def reference(self, payload: memoryview) -> list[object]:
+        """The row path's records of one payload, ``DeserError`` items for the bad ones
+        (the columnar decoder's reference, B86)."""
+        raise NotImplementedError
+
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        """The whole batch as columns: ``(frames, errors, empty)`` (see
+        ``spate_json._columnar``)."""
+        if self.columnar is None:
+            raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
+        return self.columnar.decode(payloads)
 
     def close(self) -> None:
         """Nothing to release; present so every deserializer can be closed alike."""
@@ -95,6 +110,12 @@ class SingleJsonDeserializer(JsonDeserializer):
         else:
             kind = _SingleAny
         return kind(on_error=on_error, objects_only=objects_only, convert=convert)
+
+    def reference(self, payload: memoryview) -> list[object]:
+        try:
+            return [self.deserialize(payload)]
+        except DeserError as exc:
+            return [exc]
 
     def deserialize(self, payload: memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
@@ -175,6 +196,9 @@ class NdjsonDeserializer(JsonDeserializer):
                     continue
             out.append(value)
         return out
+
+    def reference(self, payload: memoryview) -> list[object]:
+        return self.deserialize_many(payload)
 
 
 class ArrayJsonDeserializer(JsonDeserializer):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spate import BuildContext, ConfigError
 from spate.schema import Field
@@ -34,6 +34,7 @@ class JsonDeserializerFactory:
     def build(cls, config: JsonConfig, context: BuildContext) -> JsonDeserializer:
         """Build at start-up; imports the target type if one is configured."""
         convert: Converter | None = None
+        target: type[Any] | None = None
         if config.target is not None:
             try:
                 target = load_target(config.target)
@@ -57,11 +58,15 @@ class JsonDeserializerFactory:
             deserializer = ArrayJsonDeserializer(
                 on_error=config.on_error, objects_only=objects_only, convert=convert
             )
+            deserializer.described = described
+            return deserializer  # no columnar form: one payload holds many records
         else:
             deserializer = SingleJsonDeserializer.create(
                 on_error=config.on_error, objects_only=objects_only, convert=convert
             )
         deserializer.described = described
+        if objects_only:
+            deserializer.columnar = _columnar(config, target, deserializer)
         return deserializer
 
 
@@ -85,3 +90,20 @@ def _described(source: JsonSchemaSource, key: str) -> tuple[Field, ...]:
         return record_fields(schema)
     except JsonSchemaError as exc:
         raise ConfigError(at, str(exc)) from None
+
+
+def _columnar(config: JsonConfig, target: type[Any] | None, deserializer: JsonDeserializer) -> Any:
+    """The columnar decoder when ``spate[columnar]`` is installed and the records have a
+    columnar form (objects; a ``target`` of scalars and lists of scalars), else None."""
+    from spate_json._columnar import ColumnarJsonDecoder, columnar_available, declared_schema
+
+    if not columnar_available():
+        return None
+    declared = None
+    if target is not None:
+        declared = declared_schema(target, unknown_fields_error=config.unknown_fields == "error")
+        if declared is None:
+            return None
+    return ColumnarJsonDecoder(
+        deserializer.reference, ndjson=config.framing == "ndjson", declared=declared
+    )

@@ -4,11 +4,13 @@
 so the runtime, tracker, flow control, sink pool, drain and metrics are the same: a
 source batch stays one batch with one ack. Per batch it
 
-1. asks the deserializer for ``deserialize_batch(payloads)`` → ``(frames, errors)``:
-   one polars DataFrame per union branch (``None`` for a plain record schema), each with
-   the ``__spate_row`` column (the record's index in the batch), and the bad records by
-   index. A ``NOT_READY`` error stalls the whole batch before anything is offered (B21);
-   the others follow the deserializer's policy and are counted exactly as on the row path
+1. asks the deserializer for ``deserialize_batch(payloads)`` → ``(frames, errors)``
+   or ``(frames, errors, empty)``: polars DataFrames (one per union branch, ``None``
+   for a plain record schema; several may share a branch), each with the
+   ``__spate_row`` column (the record's index in the batch), the bad records by index,
+   and how many payloads held no record (an empty JSON payload: counted as ``empty``).
+   A ``NOT_READY`` error stalls the whole batch before anything is offered (B21); the
+   others follow the deserializer's policy and are counted exactly as on the row path
    (:class:`~spate.ops._stage.ChainRuntime` does the counting, B28);
 2. runs the chain's frame operators, then each route's selection and operators; rows a
    filter drops, or that no route takes (``unrouted: skip``), are counted and resolve
@@ -66,8 +68,9 @@ class FrameProcessor:
         decode = getattr(deserializer, "deserialize_batch", None)
         if decode is None or getattr(deserializer, "columnar", True) is None:
             raise ValueError(
-                "frame operators need a columnar deserializer (a record or union-of-records "
-                "Avro schema with spate[columnar] installed); use a row chain (ctx.chain())"
+                "frame operators need a columnar deserializer (Avro records or unions of "
+                "records, JSON single or ndjson objects, with spate[columnar] installed); "
+                "use a row chain (ctx.chain())"
             )
         self._decode = decode
         names = list(sinks)
@@ -145,13 +148,18 @@ class FrameProcessor:
     def _prepare(self, batch: PayloadBatch) -> _Pending | None:
         rt = self._rt
         try:
-            frames, errors = self._decode(batch.payloads)
+            decoded = self._decode(batch.payloads)
         except DeserError as exc:
             if exc.kind is DeserErrorKind.NOT_READY:
                 return None
             raise FatalError(rt.deser_component, f"cannot decode {_where(batch)}: {exc}") from exc
+        frames, errors = decoded[0], decoded[1]
         if any(error.kind is DeserErrorKind.NOT_READY for _, error in errors):
             return None  # B21: decode the whole batch again later, drop nothing
+        empty = decoded[2] if len(decoded) > 2 else 0
+        if empty:  # payloads that hold no record, counted as on the row path (B87)
+            rt.m_deser_empty.inc(empty)
+            rt.m_deser_drop_empty.inc(empty)
         for index, error in errors:
             rt.deser_error(error, batch, index)
         decoded = sum(df.height for _, df in frames)

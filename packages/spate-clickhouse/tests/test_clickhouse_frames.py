@@ -1,0 +1,99 @@
+"""Frames into ClickHouse columns keep the row path's meaning of each value (B87).
+
+The row path reads an integer given to a ``DateTime64(p)`` column as ticks of 10^-p s
+(and to a ``DateTime`` column as seconds); a frame's integer column bound for those
+columns must arrive meaning the same instants, whatever ClickHouse makes of a bare
+integer in an Arrow stream.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from spate_clickhouse._coerce import coercer_for
+from spate_clickhouse._encoder import Column
+from spate_clickhouse._frames import prepare_frame
+from spate_clickhouse._types import parse_type
+
+pl = pytest.importorskip("polars")
+pa = pytest.importorskip("pyarrow")
+
+UTC = dt.UTC
+
+
+@pytest.mark.parametrize("precision", [0, 1, 3, 4, 6, 7, 9])
+def test_b87_integer_ticks_into_datetime64_are_the_instants_the_row_path_writes(
+    precision: int,
+) -> None:
+    text = f"DateTime64({precision}, 'UTC')"
+    column = Column("at", parse_type(text))
+    ticks = [0, 1, 1_234_567, 10**9 + 5, None]
+    frame = pl.DataFrame({"at": ticks}, schema={"at": pl.Int64})
+    table, bad = prepare_frame(frame, [Column("at", parse_type(f"Nullable({text})"))])
+    assert bad == []
+    coerce = coercer_for(column.type)
+    got = table.column("at").cast(pa.timestamp("ns", "UTC")).cast(pa.int64()).to_pylist()
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    for tick, nanos in zip(ticks, got, strict=True):
+        if tick is None:
+            assert nanos is None
+            continue
+        want = coerce(tick)
+        if isinstance(want, int):  # precision > 6: the row path writes the ticks themselves
+            assert nanos == want * 10 ** (9 - precision)
+        else:
+            assert isinstance(want, dt.datetime)
+            assert nanos == (want - epoch) // dt.timedelta(microseconds=1) * 1000
+
+
+def test_b87_ticks_out_of_the_column_range_are_record_errors_as_on_rows() -> None:
+    frame = pl.DataFrame({"at": [0, 2**62, -(2**62)]}, schema={"at": pl.Int64})
+    table, bad = prepare_frame(frame, [Column("at", parse_type("DateTime64(3, 'UTC')"))])
+    assert [position for position, _ in bad] == [1, 2]
+    assert table.num_rows == 1
+
+
+def test_b87_integer_seconds_into_datetime_stay_seconds() -> None:
+    frame = pl.DataFrame({"at": [0, 86_400]}, schema={"at": pl.Int64})
+    table, bad = prepare_frame(frame, [Column("at", parse_type("DateTime('UTC')"))])
+    assert bad == []
+    got = [v.replace(tzinfo=UTC) for v in table.column("at").to_pylist()]
+    coerce = coercer_for(parse_type("DateTime('UTC')"))
+    assert got == [coerce(0), coerce(86_400)]
+
+
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Float64, pl.Boolean])
+def test_b87_a_number_or_boolean_into_a_string_column_is_a_record_error_as_on_rows(
+    dtype: Any,
+) -> None:
+    values = {pl.Int64: [5, None], pl.Float64: [1.5, None], pl.Boolean: [True, None]}[dtype]
+    frame = pl.DataFrame({"s": values}, schema={"s": dtype})
+    for text in ("String", "Nullable(String)", "LowCardinality(String)"):
+        t = parse_type(text)
+        table, bad = prepare_frame(frame, [Column("s", t)])
+        want = []
+        for position, value in enumerate(values):
+            try:
+                coercer_for(t)(value)
+            except Exception:
+                want.append(position)
+        assert [position for position, _ in bad] == want, text
+        assert table.num_rows == len(values) - len(want)
+
+
+def test_b87_an_object_read_as_a_struct_goes_into_a_map_column_as_its_keys() -> None:
+    frame = pl.DataFrame(
+        {"m": [{"a": 1, "b": 2}, {"a": 3, "b": None}, None]},
+        schema={"m": pl.Struct({"a": pl.Int64, "b": pl.Int64})},
+    )
+    table, bad = prepare_frame(frame, [Column("m", parse_type("Map(String, Int64)"))])
+    assert pa.types.is_map(table.schema.field("m").type)
+    # a field that is absent (or null) in a record is no key of its map; a null object
+    # into a Map column (never Nullable) is a record error, as on rows
+    assert [list(v) for v in table.column("m").to_pylist()] == [
+        [("a", 1), ("b", 2)],
+        [("a", 3)],
+    ]
+    assert [position for position, _ in bad] == [2]

@@ -1,0 +1,122 @@
+"""JSON from the real broker into ClickHouse on the columnar path (B86, B87).
+
+Payloads with bad records among them (truncated, two objects in one message, ``NaN``,
+an empty message) go through a YAML-only pipeline (``stop_at: end``, no chain) into the
+ClickHouse HTTP front over chDB; the run must say it ran columnar, store every good
+record once, count the bad ones and the empty one as the row path does, and commit the
+partition's end, bad records included (B3, B86).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from spate import Pipeline, load_config
+
+from tests.support.chfront_fixtures import ChFront
+from tests.support.scale import scaled
+from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
+
+pytest.importorskip("polars")
+pytest.importorskip("pyarrow")
+
+pytestmark = pytest.mark.integration
+
+YAML = """
+pipeline: {name: %(name)s}
+admin: {listen: none}
+source:
+  kafka: {brokers: "%(brokers)s", topic: %(topic)s, group_id: %(group)s, stop_at: end}
+deserializer:
+  json: {framing: single}
+sink:
+  clickhouse:
+    table: orders
+    columns: [order_id, region, amount, placed_at]
+    shards: [{replicas: ["%(front)s"]}]
+    batch: {linger: 100ms}
+"""
+
+
+class _Seen(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.columnar = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.columnar = self.columnar or "runs on the columnar path" in record.getMessage()
+
+
+def test_b86_json_from_kafka_runs_columnar_keeps_good_records_and_commits_the_end(
+    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path
+) -> None:
+    count = scaled(20_000, minimum=2_000)
+    bad = {7: b'{"order_id": 7, "region": ', 500: b'{"order_id": 1}{"order_id": 2}', 1999: b"NaN"}
+    empty = 1234
+
+    def value(i: int) -> bytes:
+        if i in bad:
+            return bad[i]
+        if i == empty:
+            return b""
+        return orjson.dumps(
+            {
+                "order_id": i,
+                "region": f"r{i % 7}",
+                "amount": i / 4,
+                "placed_at": 1_700_000_000_000 + i,
+            }
+        )
+
+    topic, group = unique_name("jsoncol"), unique_name("jsoncol-g")
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    produce_keyed(kafka_bootstrap, topic, count, value=value)
+    front = chfront()
+    client = front.client()
+    client.command(
+        "CREATE TABLE orders (order_id Int64, region LowCardinality(String), amount Float64, "
+        "placed_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY order_id"
+    )
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        YAML
+        % {
+            "name": "jsoncol",
+            "brokers": kafka_bootstrap,
+            "topic": topic,
+            "group": group,
+            "front": front.url,
+        }
+    )
+    seen = _Seen()
+    logger = logging.getLogger("spate")
+    logger.addHandler(seen)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        pipeline = Pipeline.from_config(load_config(str(path)), handle_signals=False)
+        report = pipeline.run()
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(old_level)
+    assert report.exit_code == 0, report
+    assert seen.columnar
+    skipped = set(bad) | {empty}
+    ids = [r[0] for r in client.query("SELECT order_id FROM orders ORDER BY order_id").result_rows]
+    assert ids == [i for i in range(count) if i not in skipped]
+    first = client.query("SELECT placed_at FROM orders WHERE order_id = 1").result_rows[0][0]
+    assert int(first.timestamp() * 1000) == 1_700_000_000_001  # ticks, as on the row path (B87)
+    labels = {"pipeline": "jsoncol", "component": "deserializer", "component_type": "deserializer"}
+    registry = pipeline.meter.registry
+    assert (
+        registry.get_sample_value("spate_deser_records_total", labels | {"outcome": "skipped"}) == 3
+    )
+    assert (
+        registry.get_sample_value("spate_deser_records_total", labels | {"outcome": "empty"}) == 1
+    )
+    committed = committed_offsets(kafka_bootstrap, group, topic)
+    assert sum(committed.values()) == count
