@@ -49,7 +49,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import ACCEPTED, Offer, Sink
 from spate.sink._store import BatchRef, SpoolStore
 
 logger = logging.getLogger(__name__)
@@ -371,7 +371,7 @@ class SpoolTier:
             batch.hold(ack)
         if len(batch.rows) >= self.config.max_records:
             self._seal()
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     def tick(self) -> None:
         """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""

@@ -17,7 +17,7 @@ from spate._clock import Clock, SystemClock
 from spate.checkpoint._ack import AckHolds, AckToken
 from spate.errors import ErrorPolicy
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
 
 logger = logging.getLogger(__name__)
 
@@ -51,14 +51,14 @@ class TeeSink:
             return Offer.REJECTED
         refused: list[int] = []
         for i, branch in enumerate(self.branches):
-            if branch.offer(row, key, lane, ack) is Offer.REJECTED:
+            if branch.offer(row, key, lane, ack) is REJECTED:
                 refused.append(i)
         if len(refused) == len(self.branches):
             return Offer.REJECTED
         for i in refused:
             self._holds.add(ack)
             self._backlogs[i].append((row, key, lane, ack))
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     def tick(self) -> None:
         self._hand_on()
@@ -99,7 +99,7 @@ class TeeSink:
         for branch, backlog in zip(self.branches, self._backlogs, strict=True):
             while backlog:
                 row, key, lane, ack = backlog[0]
-                if branch.offer(row, key, lane, ack) is Offer.REJECTED:
+                if branch.offer(row, key, lane, ack) is REJECTED:
                     empty = False
                     break
                 backlog.popleft()
