@@ -335,7 +335,8 @@ class KafkaSource:
             if partition not in owned:
                 continue
             if end_offsets is not None and offsets[stop - 1] >= end_offsets.get(partition, 0):
-                # Bounded mode: only what lies before the end offset (rare: the last run).
+                # Bounded mode: only what lies before the end offset (rare: the last run;
+                # offsets rise within a run, so its last offset is its largest).
                 limit = end_offsets.get(partition, 0)
                 kept = [i for i in range(start, stop) if offsets[i] < limit]
                 part: tuple[list[int], list[memoryview], list[bytes | None], list[int]] = (
