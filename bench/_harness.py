@@ -4,7 +4,9 @@ Both sides do the same work on the same data; they run interleaved (framework,
 baseline, framework, …), each at least three times after one warm-up run each, in one
 invocation. The report gives each side's median, the ratio of medians
 (``ratio: 0.93`` = the framework reaches 93% of the baseline's throughput) and the
-process's peak RSS.
+process's peak RSS. It also gives each side's CPU seconds (this process, all its threads)
+and ``cpu ratio:``, the ratio of their medians: on a machine shared with other work the
+wall-clock times mostly measure waiting for a core, the CPU seconds what each side costs.
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ def compare(
         for side in sides.values():
             side()
     times: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
     counts: dict[str, int] = {}
     for _ in range(runs):
         for name, side in sides.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             counts[name] = side()
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - cpu_start)
     print(f"== {title}")
     for name, measured in times.items():
         median = statistics.median(measured)
@@ -60,7 +64,11 @@ def compare(
         print(
             f"{name}: {counts[name]:,} records, median {median:.3f}s ({rate:,.0f}/s); runs {listed}"
         )
+        cpu_listed = ", ".join(f"{t:.2f}" for t in cpu[name])
+        print(f"{name} cpu: median {statistics.median(cpu[name]):.2f}s; runs {cpu_listed}")
     ratio = statistics.median(times["baseline"]) / statistics.median(times["framework"])
     print(f"ratio: {ratio:.2f}")
+    cpu_ratio = statistics.median(cpu["baseline"]) / statistics.median(cpu["framework"])
+    print(f"cpu ratio: {cpu_ratio:.2f}")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")
     return ratio

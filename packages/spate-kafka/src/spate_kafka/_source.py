@@ -32,7 +32,9 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from itertools import groupby, repeat
+from operator import is_not, itemgetter
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -54,6 +56,15 @@ from spate_kafka.config import KafkaSourceConfig
 logger = logging.getLogger(__name__)
 
 _EMPTY = memoryview(b"")
+
+# The message fields as plain functions, for ``map`` over a whole ``consume()`` result.
+_message_error = Message.error
+_message_offset = Message.offset
+_message_partition = Message.partition
+_message_value = Message.value
+_message_key = Message.key
+_message_timestamp = Message.timestamp
+_second = itemgetter(1)
 
 _EMPTY_ASSIGNMENT_SETTLE = 3.0
 """Bounded mode: seconds an empty assignment must hold before the member counts as drained
@@ -292,9 +303,69 @@ class KafkaSource:
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
         """Split one ``consume()`` result into a batch per partition (hot path).
 
-        librdkafka hands out messages in runs of one partition, so the per-partition
-        columns are looked up only when the partition changes.
+        Each field is read for the whole result at once (``map`` over the message
+        methods runs without a Python loop turn per message); librdkafka hands out
+        messages in runs of one partition, so each run becomes slices of those columns.
+        A result with an error, or a message without an offset, goes through
+        :meth:`_group_each`, the message-by-message form of the same split.
         """
+        # (``is not``: a KafkaError raises when compared with None by ``==``)
+        if any(map(is_not, map(_message_error, messages), repeat(None))):
+            return self._group_each(messages)
+        read = list(map(_message_offset, messages))
+        if None in read:
+            return self._group_each(messages)
+        offsets = cast("list[int]", read)
+        partitions = cast("list[int]", list(map(_message_partition, messages)))
+        values = list(map(_message_value, messages))
+        payloads: list[memoryview]
+        try:
+            payloads = list(map(memoryview, values))  # type: ignore[arg-type]
+        except TypeError:  # a message without a value (a tombstone): an empty payload
+            payloads = [memoryview(v) if v is not None else _EMPTY for v in values]
+        keys = list(map(_message_key, messages))
+        timestamps = list(map(_second, map(_message_timestamp, messages)))
+        owned = self._assigned - self._revoked_in_call
+        end_offsets = self._end_offsets
+        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
+        stop = 0
+        for partition, run in groupby(partitions):
+            start = stop
+            stop = start + len(list(run))
+            # Fetched under an ownership that ended during this call: the next owner
+            # reads it again from the committed offset.
+            if partition not in owned:
+                continue
+            if end_offsets is not None and offsets[stop - 1] >= end_offsets.get(partition, 0):
+                # Bounded mode: only what lies before the end offset (rare: the last run;
+                # offsets rise within a run, so its last offset is its largest).
+                limit = end_offsets.get(partition, 0)
+                kept = [i for i in range(start, stop) if offsets[i] < limit]
+                part: tuple[list[int], list[memoryview], list[bytes | None], list[int]] = (
+                    [offsets[i] for i in kept],
+                    [payloads[i] for i in kept],
+                    [keys[i] for i in kept],
+                    [timestamps[i] for i in kept],
+                )
+            elif start == 0 and stop == len(messages):
+                part = (offsets, payloads, keys, timestamps)
+            else:
+                part = (
+                    offsets[start:stop],
+                    payloads[start:stop],
+                    keys[start:stop],
+                    timestamps[start:stop],
+                )
+            columns = lists.get(partition)
+            if columns is None:
+                lists[partition] = part
+            else:
+                for column, more in zip(columns, part, strict=True):
+                    column.extend(more)  # type: ignore[attr-defined]
+        return self._batches(lists)
+
+    def _group_each(self, messages: list[Message]) -> list[PayloadBatch]:
+        """:meth:`_group` message by message: handles errors and messages without an offset."""
         owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
         lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
@@ -341,6 +412,12 @@ class KafkaSource:
             add_payload(view(value) if value is not None else empty)
             add_key(message.key())
             add_timestamp(message.timestamp()[1])
+        return self._batches(lists)
+
+    def _batches(
+        self,
+        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]],
+    ) -> list[PayloadBatch]:
         topic = self._topic
         return [
             PayloadBatch(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection
-from typing import Protocol
+from typing import Final, Protocol
 
 from spate.checkpoint._ack import AckToken
 from spate.records import Lane
@@ -33,6 +33,12 @@ class Offer(enum.Enum):
 
     ACCEPTED = "accepted"
     REJECTED = "rejected"
+
+
+# The members as module constants for per-row code: on Python 3.11 every ``Offer.ACCEPTED``
+# goes through the enum class's attribute lookup (about 70 ns, a tenth of a pooled offer).
+ACCEPTED: Final = Offer.ACCEPTED
+REJECTED: Final = Offer.REJECTED
 
 
 class Sink(Protocol):

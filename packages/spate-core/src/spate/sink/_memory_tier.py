@@ -23,7 +23,7 @@ from spate.errors import ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import ACCEPTED, Offer, Sink
 from spate.sink._writer import estimate_row_bytes
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class MemoryTier:
         cfg = self.config
         if len(self._held) >= cfg.max_records or self._bytes >= cfg.max_bytes:
             self._start_flush()
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     def tick(self) -> None:
         """Checkpoint tick: hand on when ``every`` elapsed (or ``on_tick``); tick the next tier."""

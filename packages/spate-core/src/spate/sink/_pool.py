@@ -59,7 +59,7 @@ from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
-from spate.sink._contract import Offer
+from spate.sink._contract import ACCEPTED, Offer
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter
@@ -318,7 +318,7 @@ class SinkPool:
                 self._seal(shard, "max_bytes")
         finally:
             lock.release()
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     # -- columnar path (frames from spate.ops._columnar) -------------------------------
 
@@ -368,7 +368,7 @@ class SinkPool:
             )
         count = len(frame)  # type: ignore[arg-type]
         if not count:
-            return Offer.ACCEPTED
+            return ACCEPTED
         router = self._router
         parts: list[tuple[Shard, object]]
         if shards is None and router is None:
@@ -405,7 +405,7 @@ class SinkPool:
                     self._seal(shard, "max_rows")
                 elif batch.nbytes >= self._max_bytes:
                     self._seal(shard, "max_bytes")
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     def _route_frame(
         self,

@@ -27,7 +27,7 @@ from spate.errors import ErrorPolicy
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class TeeSink:
             held = branch.open
             if held is None or held.source is not ack:
                 held = self._open(branch, ack)
-            if branch.sink.offer(row, key, lane, held.token) is Offer.REJECTED:
+            if branch.sink.offer(row, key, lane, held.token) is REJECTED:
                 refused.append((branch, held))
             else:
                 held.rows += 1
@@ -118,7 +118,7 @@ class TeeSink:
         for branch, held in refused:
             self._holds.add(held.token)
             branch.backlog.append((row, key, lane, held))
-        return Offer.ACCEPTED
+        return ACCEPTED
 
     def tick(self) -> None:
         self._hand_on()
@@ -195,7 +195,7 @@ class TeeSink:
             sink = branch.sink
             while backlog:
                 row, key, lane, held = backlog[0]
-                if sink.offer(row, key, lane, held.token) is Offer.REJECTED:
+                if sink.offer(row, key, lane, held.token) is REJECTED:
                     empty = False
                     break
                 backlog.popleft()
