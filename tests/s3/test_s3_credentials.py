@@ -34,8 +34,10 @@ RECORDS = 20
 
 
 @pytest.fixture(scope="module")
-def authenticated_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, AuthenticatedS3]]:
-    """``(endpoint, access key)`` of a private moto server that checks signatures."""
+def authenticated_s3(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, AuthenticatedS3]]:
+    """``(endpoint, server)`` of a private moto server that checks signatures."""
     with authenticated_moto(tmp_path_factory.mktemp("moto-auth") / "moto.log") as moto:
         s3 = moto.client("s3")
         s3.create_bucket(Bucket="secured")
@@ -110,7 +112,7 @@ def test_b67_temporary_credentials_with_their_session_token_read_every_record(
 
     without = {k: v for k, v in temporary.items() if k != "session_token"}
     source, _ = make_source(_config(url, **without))
-    with pytest.raises(SpateError, match="InvalidClientTokenId|InvalidAccessKeyId|403"):
+    with pytest.raises(SpateError, match=r"InvalidClientTokenId|InvalidAccessKeyId|403"):
         run_to_end(source)
 
 
@@ -119,7 +121,9 @@ def test_b29_a_wrong_session_token_fails_start_naming_the_endpoint_not_the_token
 ) -> None:
     url, moto = authenticated_s3
     wrong = "Wr0ng-session-token-b67"
-    source, _ = make_source(_config(url, **(moto.temporary_credentials() | {"session_token": wrong})))
+    source, _ = make_source(
+        _config(url, **(moto.temporary_credentials() | {"session_token": wrong}))
+    )
     with pytest.raises(SpateError) as info:
         run_to_end(source)
     text = str(info.value)
