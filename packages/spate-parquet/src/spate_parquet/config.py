@@ -49,7 +49,8 @@ class S3Config:
     region: str = ""
     """The region; empty takes it from the environment or the shared config."""
     path_style: bool | None = None
-    """Path-style addressing; defaults to on when ``endpoint_url`` is set."""
+    """Path-style addressing (``true``) or virtual-hosted (``false``); by default on when
+    ``endpoint_url`` is set, else AWS's choice."""
     access_key_id: str = ""
     """Static credentials; empty uses the default chain (environment, files, instance role)."""
     secret_access_key: str = ""
