@@ -138,3 +138,47 @@ def test_contradictory_credentials_are_refused_with_their_path() -> None:
         _config("http://h:1", session_token="tok")
     with pytest.raises(ConfigError, match=r"source\.s3\.profile"):
         _config("http://h:1", profile="p", access_key_id="a", secret_access_key="s")
+
+
+def test_b67_the_parquet_s3_store_takes_a_session_token_and_a_profile(
+    authenticated_s3: tuple[str, AuthenticatedS3], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Parquet sink's ``s3:`` section: STS temporary credentials, a profile, and a
+    wrong session token that fails naming the endpoint, not the token."""
+    from spate_parquet._store import S3Store
+    from spate_parquet.config import ParquetSinkConfig
+
+    url, moto = authenticated_s3
+    temporary = moto.temporary_credentials()
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[lake]\naws_access_key_id = {temporary['access_key_id']}\n"
+        f"aws_secret_access_key = {temporary['secret_access_key']}\n"
+        f"aws_session_token = {temporary['session_token']}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    base = {"endpoint_url": url, "region": "us-east-1"}
+    for keys in (temporary, {"profile": "lake"}):
+        config = decode(
+            ParquetSinkConfig, {"path": "s3://secured/lake", "s3": base | keys}, "parquet"
+        )
+        assert temporary["session_token"] not in repr(config)
+        store = S3Store(config)
+        try:
+            store.put("part-0", b"hello")
+            assert store.get("part-0") == b"hello"
+        finally:
+            store.close()
+    wrong = "Wr0ng-parquet-token-b67"
+    s3 = base | temporary | {"session_token": wrong}
+    store = S3Store(decode(ParquetSinkConfig, {"path": "s3://secured/lake", "s3": s3}, "parquet"))
+    try:
+        with pytest.raises(SpateError) as info:
+            store.put("part-1", b"hello")
+    finally:
+        store.close()
+    assert url in str(info.value) and "InvalidToken" in str(info.value), str(info.value)
+    assert wrong not in str(info.value)
+    with pytest.raises(ConfigError, match=r"parquet\.s3\.session_token"):
+        decode(ParquetSinkConfig, {"path": "s3://b/p", "s3": {"session_token": "t"}}, "parquet")

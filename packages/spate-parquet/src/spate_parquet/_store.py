@@ -281,7 +281,9 @@ class S3Store:
         )
         session = aioboto3.Session(
             aws_access_key_id=cfg.access_key_id or None,
-            aws_secret_access_key=cfg.secret_access_key or None,
+            aws_secret_access_key=cfg.secret_access_key.reveal() or None,
+            aws_session_token=cfg.session_token.reveal() or None,
+            profile_name=cfg.profile or None,
         )
         self._client_cm = session.client(
             "s3",
