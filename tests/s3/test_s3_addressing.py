@@ -1,4 +1,4 @@
-"""Path-style and virtual-hosted addressing of the S3 source against moto (B67 section S3).
+"""Path-style and virtual-hosted addressing of the S3 source and the Parquet sink, on moto.
 
 ``path_style: true`` asks ``http://localhost:<port>/<bucket>/<key>``; ``path_style: false``
 asks ``http://<bucket>.localhost:<port>/<key>``, and moto's server takes the bucket from
