@@ -4,7 +4,9 @@
   (``ThreadedMotoServer``), or as a ``moto_server`` child process for multi-process tests;
 * :func:`s3_client` (boto3, path-style) and :func:`put_ndjson` (objects of numbered NDJSON
   records, plain, gzip or zstd), so every record has a unique ``id`` a test can look for;
-* :func:`run_pipeline` — one S3 source into a capture sink, in this process.
+* :func:`run_pipeline` — one S3 source into a capture sink, in this process;
+* :func:`authenticated_moto` — a moto server that checks request signatures, with an IAM
+  user allowed S3 and a role it may assume (temporary credentials from moto's STS).
 
 The AWS SDK needs credentials and a region even for moto; :data:`AWS_ENV` holds dummy
 ones, set in this process at import and passed to child processes.
@@ -21,7 +23,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +100,80 @@ class MotoServer:
             self._process.kill()
             self._process.wait(10)
             self._process = None
+
+
+@dataclass(frozen=True)
+class AuthenticatedS3:
+    """A moto server checking signatures: its endpoint, an IAM user's key, a role's ARN."""
+
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str
+    role_arn: str
+
+    def client(self, service: str, **keys: str) -> Any:
+        """A boto3 client of ``service`` signing with the user's key (or ``keys``)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=keys.get("access_key_id", self.access_key_id),
+            aws_secret_access_key=keys.get("secret_access_key", self.secret_access_key),
+            aws_session_token=keys.get("session_token"),
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def temporary_credentials(self) -> dict[str, str]:
+        """``access_key_id``, ``secret_access_key`` and ``session_token`` from STS AssumeRole."""
+        answer = self.client("sts").assume_role(RoleArn=self.role_arn, RoleSessionName="etl")
+        found = answer["Credentials"]
+        return {
+            "access_key_id": found["AccessKeyId"],
+            "secret_access_key": found["SecretAccessKey"],
+            "session_token": found["SessionToken"],
+        }
+
+
+@contextmanager
+def authenticated_moto(log: Path) -> Iterator[AuthenticatedS3]:
+    """A ``moto_server`` child that checks request signatures after its first actions.
+
+    moto answers ``INITIAL_NO_AUTH_ACTION_COUNT`` actions unauthenticated: they create an
+    IAM user with an access key allowed ``s3:*`` and ``sts:AssumeRole``, and a role
+    allowed ``s3:*``. From then on a wrong secret answers ``SignatureDoesNotMatch`` and a
+    wrong session token ``InvalidToken``.
+    """
+    import boto3
+
+    port = free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "5"}
+    binary = str(Path(sys.executable).with_name("moto_server"))
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [binary, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(url + "/moto-api/")
+        iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1")
+        allow = {"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}
+        policy = json.dumps({"Version": "2012-10-17", "Statement": [allow]})
+        iam.create_user(UserName="etl")
+        key = iam.create_access_key(UserName="etl")["AccessKey"]
+        iam.put_user_policy(UserName="etl", PolicyName="s3", PolicyDocument=policy)
+        trust = {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
+        role = iam.create_role(
+            RoleName="etl-role",
+            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [trust]}),
+        )["Role"]
+        iam.put_role_policy(RoleName="etl-role", PolicyName="s3", PolicyDocument=policy)
+        yield AuthenticatedS3(url, key["AccessKeyId"], key["SecretAccessKey"], role["Arn"])
+    finally:
+        process.kill()
+        process.wait(10)
 
 
 def s3_client(endpoint: str) -> Any:

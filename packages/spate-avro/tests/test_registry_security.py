@@ -58,6 +58,30 @@ def test_https_registry_with_the_ca_and_basic_auth(
         client.close()
 
 
+def test_b67_credentials_in_the_registry_url_authenticate_and_are_never_shown(
+    https_registry: SchemaRegistryServer, pki: Pki
+) -> None:
+    """``https://user:password@registry`` is basic auth, as Confluent's clients take it."""
+    schema_id = https_registry.register("u-value", USER)
+    host = https_registry.url.removeprefix("https://")
+    client = _client(url=f"https://etl:reg-pw-1234@{host}", ca=str(pki.ca))
+    try:
+        client.probe()
+        assert client.fetch(schema_id) is not None
+        assert client.url == https_registry.url.rstrip("/")
+    finally:
+        client.close()
+    wrong = _client(url=f"https://etl:wrong-pw-5678@{host}", ca=str(pki.ca))
+    try:
+        with pytest.raises(RegistryError) as info:
+            wrong.probe()
+    finally:
+        wrong.close()
+    assert info.value.status == 401 and "wrong-pw-5678" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"deserializer\.avro\.registry\.url"):
+        _client(url=f"https://etl:pw@{host}", username="etl", password="other-pw")
+
+
 def test_https_registry_with_an_untrusted_certificate_fails_naming_it(
     https_registry: SchemaRegistryServer, pki: Pki
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlsplit
 
 from spate import ErrorPolicy, Secret
 from spate.config import Duration, tls_file_errors
@@ -43,7 +44,8 @@ class RegistryConfig:
     """``registry:`` — where a Confluent-compatible schema registry answers."""
 
     url: str = ""
-    """Base URL, e.g. ``http://localhost:8081``. Required in ``confluent`` mode."""
+    """Base URL, e.g. ``http://localhost:8081``. Required in ``confluent`` mode. Credentials
+    in it (``https://user:password@host``) are basic auth, as ``username``/``password``."""
     username: str | None = None
     """HTTP basic-auth user (an empty value means no authentication)."""
     password: Secret | None = None
@@ -70,6 +72,8 @@ class RegistryConfig:
             yield "url", "required key is missing"
         elif not self.url.startswith(("http://", "https://")):
             yield "url", f"must start with http:// or https://, got {self.url!r}"
+        elif "@" in urlsplit(self.url).netloc and (self.username or self.token):
+            yield "url", "has credentials (user:password@): give them there or in username/token"
         if self.password and not self.username:
             yield "password", "given without username"
         if self.token and self.username:

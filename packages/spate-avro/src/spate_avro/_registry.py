@@ -57,6 +57,16 @@ logger = logging.getLogger(__name__)
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
+def split_credentials(url: str) -> tuple[str, str, str]:
+    """``(url without userinfo, user, password)``: ``https://u:p@h`` is basic auth (B67)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, "", ""
+    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password)
+
+
 class RegistryError(SpateError):
     """A registry request failed; ``permanent`` is a schema that cannot be used.
 
@@ -114,15 +124,18 @@ class SchemaRegistryClient:
     ) -> None:
         self._parser = parser
         self._query = query
-        self._base = config.url.rstrip("/")
+        base, username, password = split_credentials(config.url)
+        self._base = base.rstrip("/")
         self._timeout = config.timeout
         self._backoff = config.retry_backoff
         self._backoff_max = config.retry_backoff_max
         self._negative_ttl = negative_cache_ttl
         self._clock = clock
         self._headers = {"Accept": _CONTENT_TYPE}
-        if config.username:
-            token = f"{config.username}:{config.password or ''}".encode()
+        if not username:
+            username, password = config.username or "", config.password or ""
+        if username:
+            token = f"{username}:{password}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
         elif config.token:
             self._headers["Authorization"] = f"Bearer {config.token}"

@@ -13,12 +13,19 @@ exception messages of :class:`~spate.errors.SpateError`, ``ExitReport.reason``, 
 admin endpoints and metric label values (:func:`display_url` drops the userinfo).
 Values shorter than :data:`MIN_SECRET_LENGTH` are not registered: scrubbing them would
 mangle ordinary text.
+
+Log records are scrubbed when they are created, whoever configured logging: the first
+registered secret wraps :func:`logging.getLogRecordFactory` (:func:`_scrub_record`), so an
+application that embeds spate and sets up its own handlers and formatters (or a client
+library logging request headers at DEBUG) never sees a secret either.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+from typing import Any
 
 REDACTED = "***"
 """What a secret is replaced with."""
@@ -37,6 +44,8 @@ _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]*@
 _lock = threading.Lock()
 _known: frozenset[str] = frozenset()
 _pattern: re.Pattern[str] | None = None
+_factory_installed = False
+_traceback_formatter = logging.Formatter()
 
 
 class Secret(str):
@@ -81,6 +90,51 @@ def register_secret(value: str) -> None:
         ordered = sorted(known, key=len, reverse=True)  # longest first: no partial leftovers
         _pattern = re.compile("|".join(re.escape(s) for s in ordered))
         _known = known
+        _install_record_factory()
+
+
+def _install_record_factory() -> None:
+    """Wrap the process's log record factory once, so every record is scrubbed (B67).
+
+    A filter on spate's loggers would miss records of client libraries (botocore logs
+    request headers at DEBUG) and records handled by the application's own handlers; the
+    factory sees every record of every logger before any handler or formatter does.
+    """
+    global _factory_installed
+    if _factory_installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        _scrub_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _factory_installed = True
+
+
+def _scrub_record(record: logging.LogRecord) -> None:
+    """Replace secrets in ``record``'s message, traceback and stack with ``***``.
+
+    A record without a secret is left as it was (its ``msg`` and ``args`` untouched); one
+    with a secret gets the scrubbed message as ``msg`` with no ``args``, and its traceback
+    pre-formatted, scrubbed, as ``exc_text`` (what :class:`logging.Formatter` prints).
+    """
+    try:
+        message = record.getMessage()
+    except Exception:
+        return  # a broken format: logging reports it when a handler formats the record
+    clean = redact(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+        text = _traceback_formatter.formatException(record.exc_info)
+        clean = redact(text)
+        if clean != text:
+            record.exc_text = clean
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
 
 
 def url_secrets(text: str) -> list[str]:

@@ -112,3 +112,31 @@ def test_b67_urls_lose_their_userinfo_in_labels_and_their_password_in_text() -> 
     assert display_url(url) == "http://ch-1:8123"
     assert redact(f"replica {url} refused") == "replica http://bob:***@ch-1:8123 refused"
     assert display_url("chdb://./data") == "chdb://./data"
+
+
+def test_b67_log_records_of_any_logger_are_scrubbed_without_the_cli_formatter() -> None:
+    """An application's own handler and formatter (and a client library's logger) see no
+    registered secret: the message, the traceback and the stack are scrubbed when the
+    record is made; a record without a secret keeps its ``msg`` and ``args``."""
+    parse_config(_yaml("{store: nats, token: " + SENTINEL + "-g}"), check_connectors=False)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    seen: list[logging.LogRecord] = []
+    handler.addFilter(lambda record: seen.append(record) or True)
+    library = logging.getLogger("some.client.library")
+    library.addHandler(handler)
+    library.setLevel(logging.DEBUG)
+    try:
+        library.debug("headers={'X-Token': %r}", SENTINEL + "-g")
+        try:
+            raise RuntimeError(f"refused {SENTINEL}-g")
+        except RuntimeError:
+            library.exception("request failed", stack_info=True)
+        library.debug("nothing secret in %s", "here")
+    finally:
+        library.removeHandler(handler)
+    text = stream.getvalue()
+    assert SENTINEL not in text
+    assert "X-Token': '***'" in text and "RuntimeError: refused ***" in text
+    assert (seen[-1].msg, seen[-1].args) == ("nothing secret in %s", ("here",))

@@ -275,11 +275,15 @@ class S3Store:
             connect_timeout=cfg.request_timeout,
             read_timeout=cfg.request_timeout,
             retries={"mode": "standard", "max_attempts": 3},
-            s3={"addressing_style": "path"} if path_style else {},
+            s3={"addressing_style": "path" if path_style else "virtual"}
+            if path_style or cfg.path_style is False
+            else {},
         )
         session = aioboto3.Session(
             aws_access_key_id=cfg.access_key_id or None,
-            aws_secret_access_key=cfg.secret_access_key or None,
+            aws_secret_access_key=cfg.secret_access_key.reveal() or None,
+            aws_session_token=cfg.session_token.reveal() or None,
+            profile_name=cfg.profile or None,
         )
         self._client_cm = session.client(
             "s3",

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spate import NO_SECRET, Secret
 from spate.config import ByteSize, Duration, tls_file_errors
 from spate.errors import ErrorPolicy
 from spate.sink.config import RetryConfig
@@ -42,18 +43,25 @@ Compression = Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class S3Config:
-    """``s3:`` — how to reach an ``s3://`` path; credentials come from the usual chain."""
+    """``s3:`` — how to reach an ``s3://`` path: explicit keys (with a session token), a
+    profile, or the usual AWS credential chain."""
 
     endpoint_url: str = ""
     """An S3-compatible endpoint (MinIO, moto, …); empty for AWS."""
     region: str = ""
     """The region; empty takes it from the environment or the shared config."""
     path_style: bool | None = None
-    """Path-style addressing; defaults to on when ``endpoint_url`` is set."""
+    """Path-style addressing (``true``) or virtual-hosted (``false``); by default on when
+    ``endpoint_url`` is set, else AWS's choice."""
     access_key_id: str = ""
-    """Static credentials; empty uses the default chain (environment, files, instance role)."""
-    secret_access_key: str = ""
-    """Goes with ``access_key_id``."""
+    """Static credentials; empty uses the default chain (environment, ``profile``, shared
+    files, instance or pod role)."""
+    secret_access_key: Secret = NO_SECRET
+    """Goes with ``access_key_id`` (``secret_access_key_file:`` reads it from a file)."""
+    session_token: Secret = NO_SECRET
+    """Session token of temporary credentials (with the two keys above)."""
+    profile: str = ""
+    """A named profile of the shared AWS config and credentials files."""
     request_timeout: Duration = 60.0
     """Connect and read timeout of one request."""
     ca: str = ""
@@ -66,6 +74,10 @@ class S3Config:
         yield from tls_file_errors(self.ca, "", "")
         if bool(self.access_key_id) != bool(self.secret_access_key):
             yield "access_key_id", "access_key_id and secret_access_key go together"
+        if self.session_token and not self.access_key_id:
+            yield "session_token", "needs access_key_id and secret_access_key"
+        if self.profile and self.access_key_id:
+            yield "profile", "give a profile or explicit keys, not both"
         if self.request_timeout <= 0:
             yield "request_timeout", f"must be positive, got {self.request_timeout}s"
 
