@@ -129,6 +129,49 @@ def test_b54_a_batch_the_terminal_failed_stays_for_the_next_run(tmp_path: Path) 
     assert files(tmp_path) == []
 
 
+def test_b66_ack_spooled_retries_a_failed_batch_within_the_run(tmp_path: Path) -> None:
+    """B66: with ``ack: spooled`` a batch the next tier failed is handed on again after a
+    backoff within the same run, from the rows kept in memory, until it is accepted."""
+    clock = ManualClock()
+    spool, _terminal, script, meter = make(tmp_path, clock=clock, ack="spooled")
+    script.then("fatal", times=2).always("ok")
+    spool.start()
+    acks = Acks()
+    ack = offer_batch(spool, acks, [{"i": i} for i in range(5)])
+    spool.tick()  # seal, fsync, release the source ack, hand on
+    assert ack.status is AckStatus.DELIVERED  # custody passed to the spool
+    for _ in range(200):
+        spool.tick()
+        if script.rows:
+            break
+        clock.advance(1.0)
+    assert script.rows == [{"i": i} for i in range(5)]  # exactly once
+    assert script.attempts == 3
+    assert metric(meter, "spate_spool_retried_batches_total") == 2
+    assert spool.flush(clock.monotonic() + 1e9)
+    assert files(tmp_path) == []  # the spool ends empty within the run
+    assert metric(meter, "spate_tier_held_records") == 0
+
+
+def test_b66_a_batch_waiting_for_its_retry_stays_for_the_next_start(tmp_path: Path) -> None:
+    """B66: drain does not wait out a retry's backoff; the batch is replayed next start."""
+    clock = ManualClock()
+    spool, _terminal, script, meter = make(tmp_path, clock=clock, ack="spooled")
+    script.then("fatal")
+    spool.start()
+    offer_batch(spool, Acks(), [{"i": 1}, {"i": 2}])
+    spool.tick()
+    assert spool.flush(clock.monotonic() + 5)
+    assert script.rows == [] and files(tmp_path)
+    spool.close()
+    assert metric(meter, "spate_spool_retried_batches_total") == 0
+    again, _, script2, _ = make(tmp_path)
+    again.start()
+    assert again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == [{"i": 1}, {"i": 2}]
+    assert files(tmp_path) == []
+
+
 def test_b54_rows_keys_lanes_and_bytes_survive_the_spool(tmp_path: Path) -> None:
     spool, _, script, _ = make(tmp_path, ack="spooled")
     script.always(STUCK)

@@ -13,8 +13,9 @@ released delivered only after the Hub answered the commit (B2).
 A failed commit is retried after a capped backoff when the failure can pass (transport
 errors, timeouts, 429 honouring ``Retry-After``, 5xx, conflicts); when the attempts run
 out — or the Hub refused the commit outright (401, 403, 404) — the window's acks are
-released failed, so its records stay upstream: in a spool tier, which keeps them for
-its next start, or in the source (B79). Files are content-addressed, so a commit that
+released failed, so its records stay upstream: in a spool tier, which hands them on
+again later in the run (``ack: spooled``, B66) or at its next start, or in the source
+(B79). Files are content-addressed, so a commit that
 is sent again (a retry after a timeout whose commit did land, a replay from the spool)
 writes the same files under the same paths instead of adding copies.
 """
@@ -325,7 +326,7 @@ class HuggingFaceSink:
         self.windows_failed += 1
         logger.error(
             "sink %s: commit of %d rows failed after %d attempt(s); they stay upstream "
-            "(a spool tier keeps them for its next start): %s",
+            "(a spool tier hands them on again): %s",
             self.name,
             window.rows,
             attempts,

@@ -142,6 +142,10 @@ SPOOL_SEGMENTS = _g("spate_spool_segments", "Segment files the spool holds on di
 SPOOL_REPLAYED = _c(
     "spate_spool_replayed_records_total", "Records replayed from the spool on start."
 )
+SPOOL_RETRIED = _c(
+    "spate_spool_retried_batches_total",
+    "Spooled batches handed to the next tier again after it failed them (ack: spooled).",
+)
 SPOOL_FSYNC_SECONDS = _h("spate_spool_fsync_duration_seconds", "Duration of one spool fsync.")
 SPOOL_WRITE_ERRORS = _c(
     "spate_spool_write_errors_total", "Spool appends or fsyncs that failed (a full disk)."

@@ -15,7 +15,11 @@ every tick) before anything else happens. Then:
 Every durable batch is offered to the next tier under an ack token of the spool's own
 (one per spooled batch); when that token resolves delivered the store releases the batch
 and deletes a segment once all of it is released (B54). A batch the next tier failed
-stays in the store and is replayed on the next start. A next tier with
+stays in the store: with ``ack: spooled`` it is handed on again within the run, from the
+rows kept in memory, after a backoff of 1 s doubling up to 60 s (checked on every tick,
+counted in ``spate_spool_retried_batches_total``, B66); with ``ack: terminal`` its
+source batch fails (B4). Either way a batch not yet accepted when the spool drains is
+replayed on the next start. A next tier with
 ``begin_identified`` (the sink pool) gets each batch's identity (writing run, segment,
 position), from which it derives dedup tokens that a replay repeats (B9, B56).
 
@@ -52,11 +56,16 @@ from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import Offer, Sink
+from spate.sink._retry import Backoff
 from spate.sink._store import BatchRef, SpoolStore
+from spate.sink.config import RetryConfig
 
 logger = logging.getLogger(__name__)
 
 _SPOOL_LANE = Lane("spool", 0)
+
+_RETRY = RetryConfig(initial=1.0, max=60.0, multiplier=2.0, jitter=0.2)
+"""Backoff between the attempts of a batch the next tier failed (``ack: spooled``, B66)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,6 +276,10 @@ class _Batch:
     handed: int = 0
     failed: bool = False
     replayed: bool = False
+    failures: int = 0
+    """Times the next tier failed this batch in this run (``ack: spooled``, B66)."""
+    due: float = 0.0
+    """When a failed batch is handed on again."""
     created: float = 0.0
     holder: object = field(default_factory=object)
     """This batch's identity as a holder of its source acks (B39)."""
@@ -282,6 +295,13 @@ class _Batch:
         """Release every source ack this batch holds (B4, B39)."""
         acks, self.acks, self.last = self.acks, [], None
         release_all(acks, ok, self.holder)
+
+
+def _store_order(batch: _Batch) -> tuple[int, int]:
+    """Where ``batch`` sits in the store: older batches sort first."""
+    ref = batch.ref
+    assert ref is not None
+    return ref.segment, ref.position
 
 
 class SpoolTier:
@@ -313,6 +333,9 @@ class SpoolTier:
         """Durable batches not yet fully offered to the next tier, oldest first."""
         self._inflight: set[_Batch] = set()
         """Durable batches whose token has not resolved yet (guarded by the lock)."""
+        self._retrying: list[_Batch] = []
+        """Batches the next tier failed, waiting for their retry (guarded by the lock)."""
+        self._backoff = Backoff(_RETRY)
         self._replaying = 0
         self._started = False
         self._closed = False
@@ -328,6 +351,7 @@ class SpoolTier:
         self._m_replayed = meter.counter(names.SPOOL_REPLAYED, **kw)
         self._m_fsync = meter.histogram(names.SPOOL_FSYNC_SECONDS, **kw)
         self._m_errors = meter.counter(names.SPOOL_WRITE_ERRORS, **kw)
+        self._m_retried = meter.counter(names.SPOOL_RETRIED, **kw)
         self._held_records = 0
         self._max_records = config.max_records
 
@@ -427,6 +451,7 @@ class SpoolTier:
         """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""
         self._seal(force_sync=True)
         if self._next_started or self._start_next(at_start=False):
+            self._retry_due()
             self._hand_on()
             self.next.tick()
         self._gauges()
@@ -468,7 +493,8 @@ class SpoolTier:
     def abandon(self) -> int:
         """Fail every source ack not yet durably passed on (B4); return how many rows.
 
-        Spooled records stay in the store and are replayed on the next start.
+        Spooled records stay in the store and are replayed on the next start, as do
+        batches waiting for their retry (B66).
         """
         rows = 0
         batch = self._open
@@ -484,6 +510,11 @@ class SpoolTier:
             b.rows = []
             assert b.token is not None
             b.token.release(False)
+        with self._lock:
+            waiting, self._retrying = self._retrying, []
+            self._held_records -= sum(len(b.rows) for b in waiting)
+        for b in waiting:
+            b.rows = []
         rows += self.next.abandon()
         if rows:
             logger.warning("spool %s abandoned %d rows not yet passed on", self.name, rows)
@@ -498,7 +529,7 @@ class SpoolTier:
         if self._closed:
             return
         self._closed = True
-        if self._open is not None or self._unwritten or self._handing:
+        if self._open is not None or self._unwritten or self._handing or self._retrying:
             self.abandon()
         self.next.close()
         self._store.close()
@@ -659,21 +690,64 @@ class SpoolTier:
             if end is not None and batch.ref.origin:
                 end()
             handing.popleft()
-            batch.rows = []
+            if self.config.ack != "spooled" or batch.failed:
+                batch.rows = []  # no retry within the run: nothing to re-read (B66)
             token.release(not batch.failed)
+
+    def _retry_due(self) -> None:
+        """Queue failed batches whose backoff passed ahead of newer ones, oldest first."""
+        with self._lock:
+            if not self._retrying:
+                return
+            now = self._clock.monotonic()
+            due = [b for b in self._retrying if b.due <= now]
+            if not due:
+                return
+            self._retrying = [b for b in self._retrying if b.due > now]
+        due.sort(key=_store_order)
+        for batch in due:
+            batch.handed = 0
+            batch.token = self._token(batch)
+            with self._lock:
+                self._inflight.add(batch)
+        handing = self._handing
+        # A batch partly offered keeps its place: its rows form one identified batch.
+        keep = [handing.popleft()] if handing and handing[0].handed else []
+        handing.extendleft(reversed([*keep, *due]))
+        self._m_retried.inc(len(due))
 
     def _resolved(self, batch: _Batch, token: AckToken, /) -> None:
         """The next tier settled a spooled batch (any thread)."""
         ok = token.status is AckStatus.DELIVERED
+        retry = not ok and self.config.ack == "spooled" and not batch.failed and not self._closed
         with self._lock:
             self._inflight.discard(batch)
-            self._held_records -= token.records
             if batch.replayed:
                 self._replaying -= 1
+                batch.replayed = False
+            if retry:
+                batch.failures += 1
+                delay = self._backoff.delay(batch.failures)
+                batch.due = self._clock.monotonic() + delay
+                self._retrying.append(batch)
+            else:
+                self._held_records -= token.records
         if ok:
             assert batch.ref is not None
+            batch.rows = []
             self._store.release(batch.ref)
+        elif retry:
+            logger.error(
+                "spool %s: the next tier failed batch %s (%d records, failure %d); it stays "
+                "in the spool and is handed on again in %.1fs",
+                self.name,
+                batch.ref,
+                token.records,
+                batch.failures,
+                delay,
+            )
         else:
+            batch.rows = []
             logger.error(
                 "spool %s: the next tier failed batch %s (%d records); it stays in the spool "
                 "and is replayed on the next start",
@@ -688,5 +762,5 @@ class SpoolTier:
         self._m_segments.set(self._store.segments())
         with self._lock:
             self._m_records.set(self._held_records)
-            oldest = min((b.created for b in self._inflight), default=None)
+            oldest = min((b.created for b in (*self._inflight, *self._retrying)), default=None)
         self._m_oldest.set(0.0 if oldest is None else self._clock.monotonic() - oldest)
