@@ -112,14 +112,18 @@ def test_b54_ack_terminal_waits_for_the_terminal_then_deletes_the_segment(
 
 
 def test_b54_a_batch_the_terminal_failed_stays_for_the_next_run(tmp_path: Path) -> None:
-    spool, _terminal, script, _ = make(tmp_path, ack="terminal")
-    script.always("fatal")
+    clock = ManualClock()
+    spool, _terminal, script, first = make(tmp_path, clock=clock, ack="terminal")
+    script.then("fatal")
     spool.start()
     acks = Acks()
     ack = offer_batch(spool, acks, [{"i": 1}, {"i": 2}])
     spool.tick()
-    spool.flush(ManualClock().monotonic() + 5)
+    spool.flush(clock.monotonic() + 5)
     assert ack.status is AckStatus.FAILED  # the worst status wins (B2)
+    clock.advance(600.0)
+    spool.tick()  # ack: terminal never retries within the run (B66): the source does
+    assert script.rows == [] and metric(first, "spate_spool_retried_batches_total") == 0
     spool.close()
     again, _, script2, meter = make(tmp_path)
     again.start()
@@ -595,6 +599,36 @@ def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
     replayed = run(second_dir, "run2", offer=False)
     assert first == replayed
     assert all("run1" in token and "run2" not in token for token in replayed)
+
+
+def test_b66_b9_a_retried_batch_reaches_the_pool_under_the_same_dedup_tokens(
+    tmp_path: Path,
+) -> None:
+    """B66: the retry within the run is written under the tokens of the failed attempt,
+    so a terminal that deduplicates by token drops an insert that did land."""
+    from spate.testing import scripted_pool
+
+    clock = ManualClock()
+    pool, endpoints = scripted_pool("t", shards=1, clock=clock, config=None, io_threads=0)
+    endpoints.script("s0", "fatal")
+    config = SpoolConfig(dir=str(tmp_path), ack="spooled", max_records=100)
+    meter = Meter("p", CollectorRegistry())
+    spool = SpoolTier("s", config, pool, JsonlStore(str(tmp_path)), meter=meter, clock=clock)
+    spool.start()
+    offer_batch(spool, Acks(), [{"i": i} for i in range(7)])
+    spool.tick()
+    for _ in range(200):
+        spool.tick()
+        if endpoints.rows():
+            break
+        clock.advance(1.0)
+    attempts = endpoints.attempts_on("s0")
+    assert [a.outcome for a in attempts] == ["fatal", "ok"]
+    assert attempts[0].token == attempts[1].token
+    assert sorted(r["i"] for r in endpoints.rows()) == list(range(7))  # type: ignore[index]
+    assert metric(meter, "spate_spool_retried_batches_total") == 1
+    assert spool.flush(clock.monotonic() + 60)
+    assert files(tmp_path) == []
 
 
 class _FailingSyncStore(JsonlStore):
