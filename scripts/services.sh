@@ -20,7 +20,8 @@
 #   SPATE_S3_PORT=15000     SPATE_CLICKHOUSE_PORT=18123
 #   Kafka's TLS/SASL listeners take the next ports (+2..+4); a listener for fault tests
 #   takes +5 (SPATE_KAFKA_FAULT_PORT) and is advertised at +6, the port a test's fault
-#   proxy listens on (SPATE_KAFKA_FAULT_PROXY_PORT).
+#   proxy listens on (SPATE_KAFKA_FAULT_PROXY_PORT); a one-way TLS listener (the broker
+#   shows a certificate, the client none) takes +7 (SPATE_KAFKA_SSL_SERVER_PORT).
 # Data, logs and pid files live under .services/; Kafka jars are cached under .cache/kafka/.
 # When a service does not come up, the tail of its log is printed and the exit code is 1.
 set -euo pipefail
@@ -48,6 +49,8 @@ KAFKA_SASL_PLAINTEXT_PORT=${SPATE_KAFKA_SASL_PLAINTEXT_PORT:-$((KAFKA_PORT + 4))
 # A plaintext listener advertised at a fault proxy's port (the proxy forwards to it).
 KAFKA_FAULT_PORT=${SPATE_KAFKA_FAULT_PORT:-$((KAFKA_PORT + 5))}
 KAFKA_FAULT_PROXY_PORT=${SPATE_KAFKA_FAULT_PROXY_PORT:-$((KAFKA_PORT + 6))}
+# One-way TLS: the client checks the broker's certificate and presents none.
+KAFKA_SSL_SERVER_PORT=${SPATE_KAFKA_SSL_SERVER_PORT:-$((KAFKA_PORT + 7))}
 KAFKA_SASL_USER=spate
 KAFKA_SASL_PASSWORD=spate-test-password
 KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
@@ -325,7 +328,7 @@ start_kafka() {
   props="$home/server.properties"
   mkdir -p "$home"
   # A KRaft log remembers its controller's address: new ports need a new data dir.
-  stamp="$(kafka_version) $KAFKA_PORT $KAFKA_CONTROLLER_PORT security-1"
+  stamp="$(kafka_version) $KAFKA_PORT $KAFKA_CONTROLLER_PORT security-2"
   if [ -f "$home/ports" ] && [ "$(cat "$home/ports")" != "$stamp" ]; then
     echo "kafka: version or ports changed, starting from an empty data dir"
     rm -rf "$data"
@@ -338,6 +341,7 @@ start_kafka() {
     -e "s|@SASL_PLAINTEXT_PORT@|$KAFKA_SASL_PLAINTEXT_PORT|g" \
     -e "s|@FAULT_PORT@|$KAFKA_FAULT_PORT|g" \
     -e "s|@FAULT_PROXY_PORT@|$KAFKA_FAULT_PROXY_PORT|g" \
+    -e "s|@SSL_SERVER_PORT@|$KAFKA_SSL_SERVER_PORT|g" \
     -e "s|@SASL_USER@|$KAFKA_SASL_USER|g" \
     -e "s|@SASL_PASSWORD@|$KAFKA_SASL_PASSWORD|g" \
     -e "s|@TLS_DIR@|$home/tls|g" \
@@ -392,6 +396,7 @@ write_env() {
   cat >"$ENV_FILE.tmp" <<EOF
 SPATE_KAFKA_BOOTSTRAP=$(service_address kafka)
 SPATE_KAFKA_SSL_BOOTSTRAP=localhost:$KAFKA_SSL_PORT
+SPATE_KAFKA_SSL_SERVER_BOOTSTRAP=localhost:$KAFKA_SSL_SERVER_PORT
 SPATE_KAFKA_SASL_SSL_BOOTSTRAP=localhost:$KAFKA_SASL_SSL_PORT
 SPATE_KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:$KAFKA_SASL_PLAINTEXT_PORT
 SPATE_KAFKA_FAULT_BOOTSTRAP=127.0.0.1:$KAFKA_FAULT_PROXY_PORT

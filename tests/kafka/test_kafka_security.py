@@ -1,12 +1,15 @@
 """Kafka over TLS and SASL on the real broker's extra listeners (B70, B29, B67).
 
 ``scripts/services.sh`` gives the broker an ``SSL`` listener that requires a client
-certificate (mutual TLS), a ``SASL_SSL`` listener with ``SCRAM-SHA-512`` (the user is
-created with Kafka's own ``kafka-storage format --add-scram``) and a ``SASL_PLAINTEXT``
-listener with ``PLAIN``; its certificates are made with openssl when the services start.
+certificate (mutual TLS), an ``SSL`` listener that asks for none (one-way TLS: the client
+verifies the broker with the CA only), a ``SASL_SSL`` listener with ``SCRAM-SHA-512``
+(the user is created with Kafka's own ``kafka-storage format --add-scram``) and a
+``SASL_PLAINTEXT`` listener with ``PLAIN``; its certificates are made with openssl when
+the services start.
 Each mode carries records sink -> topic -> source through the typed ``security:`` keys; a
 wrong password or an untrusted certificate fails start-up with one line naming the
-brokers, and never the password.
+brokers, and never the password; so does a one-way TLS client without ``ca`` (it trusts
+only the system's store).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def _modes() -> dict[str, tuple[str, dict[str, Any]]]:
                 "cert": _tls("client.pem"),
                 "key": _tls("client.key"),
             },
+        ),
+        "ssl-one-way": (
+            _env("SPATE_KAFKA_SSL_SERVER_BOOTSTRAP"),
+            {"protocol": "SSL", "ca": _tls("ca.pem")},
         ),
         "sasl-ssl-scram": (
             _env("SPATE_KAFKA_SASL_SSL_BOOTSTRAP"),
@@ -100,7 +107,9 @@ def _kafka_source(brokers: str, topic: str, security: dict[str, Any]) -> dict[st
     }
 
 
-@pytest.mark.parametrize("mode", ["ssl-mutual", "sasl-ssl-scram", "sasl-plaintext-plain"])
+@pytest.mark.parametrize(
+    "mode", ["ssl-mutual", "ssl-one-way", "sasl-ssl-scram", "sasl-plaintext-plain"]
+)
 def test_b70_records_travel_through_each_secure_listener(
     mode: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -139,6 +148,8 @@ def test_b70_records_travel_through_each_secure_listener(
         ("sasl-ssl-scram", {"sasl": "wrong"}),
         ("sasl-plaintext-plain", {"sasl": "wrong"}),
         ("ssl-mutual", {"ca": "other"}),
+        ("ssl-one-way", {"ca": "other"}),
+        ("ssl-one-way", {"ca": "none"}),
     ],
 )
 def test_b70_wrong_password_or_untrusted_certificate_fails_start_naming_the_brokers(
@@ -150,6 +161,9 @@ def test_b70_wrong_password_or_untrusted_certificate_fails_start_naming_the_brok
     wrong_password = "Wr0ng-b70-secret"
     if change.get("sasl") == "wrong":
         security = {**security, "sasl": {**security["sasl"], "password": wrong_password}}
+    elif change["ca"] == "none":
+        # Without ``ca`` the client trusts only the system's store, not the test CA.
+        security = {k: v for k, v in security.items() if k != "ca"}
     else:
         security = {**security, "ca": str(_untrusted_ca(tmp_path))}
     source = _kafka_source(brokers, topic, security)
