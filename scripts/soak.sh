@@ -17,7 +17,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-if ! scripts/services.sh status 2>/dev/null | awk '$1 == "kafka" && $2 == "running"' | grep -q .; then
+if ! scripts/services.sh status kafka >/dev/null 2>&1; then
   started=kafka
 fi
 scripts/services.sh up kafka
