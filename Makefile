@@ -1,11 +1,12 @@
 # Everyday entry points. Every target installs what it needs itself (idempotently).
-.PHONY: help venv lint format typecheck docs test test-full services-up services-down services-status demo demo-collector bench clean
+.PHONY: help venv lint format typecheck docs test test-full soak services-up services-down services-status demo demo-collector bench clean
 
 help:
 	@echo "make demo         run the flagship pipeline on embedded defaults"
 	@echo "make demo-collector  poll an API into a Hugging Face dataset (local test servers)"
 	@echo "make test         set up everything and run lint, types, docs and the test suite"
 	@echo "make test-full    the same with the full test volumes named in the issues"
+	@echo "make soak         the flagship for 30 min under injected faults (SOAK_MINUTES)"
 	@echo "make services-up  start Kafka, NATS, S3 (moto) and the ClickHouse HTTP front on 127.0.0.1"
 	@echo "make lint | format | typecheck | docs | bench | clean"
 
@@ -31,6 +32,9 @@ test:
 
 test-full:
 	SPATE_TEST_SCALE=1 scripts/test.sh
+
+soak: venv
+	scripts/soak.sh
 
 services-up: venv
 	scripts/services.sh up

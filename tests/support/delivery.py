@@ -140,19 +140,21 @@ class PacedProducer(threading.Thread):
 
         return on_delivery
 
+    def _produce(self, identity: bytes, key: bytes | None, value: bytes) -> None:
+        """Hand one record to the producer (waiting while its queue is full); count it."""
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, on_delivery=self._report(identity))
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self.produced += 1
+
     def run(self) -> None:
         chunk = max(1, self.count // 100)
         pause = self.seconds / 100
         for identity, key, value in self.records:
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topic, value, key, on_delivery=self._report(identity)
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            self.produced += 1
+            self._produce(identity, key, value)
             if self.produced % chunk == 0:
                 self._producer.flush(30)
                 time.sleep(pause)
