@@ -358,7 +358,8 @@ class ParquetSink:
             missing = pc.is_null(table.column(cfg.time_column))
             if pc.any(missing).as_py():
                 # Positions of ``bad`` are of the frame, before the filter above.
-                kept = [i for i in range(table.num_rows + len(bad)) if i not in dict(bad)]
+                refused = {position for position, _ in bad}
+                kept = [i for i in range(table.num_rows + len(bad)) if i not in refused]
                 reason = f"time column {cfg.time_column!r} is null"
                 bad = sorted(
                     [*bad, *((kept[i], reason) for i in pc.indices_nonzero(missing).to_pylist())]
