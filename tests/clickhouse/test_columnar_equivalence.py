@@ -618,3 +618,18 @@ def test_b87_an_avro_time_into_a_column_that_is_not_a_time_is_a_record_error_on_
     payloads = _encode(schema, [{"id": i, "c0": dt.time(1, 2, 3, 4000 * i)} for i in range(3)])
     tables = {"events": _table_spec(["t"], kinds)}
     _same(front, tables, payloads, AvroDeserializerFactory, config, exit_code=exit_code)
+
+
+def test_b87_an_avro_map_stores_the_same_map_on_both_paths(front: ChFront) -> None:
+    """An Avro map reads as a list of key/value structs; it reaches a ``Map`` column as
+    the row path's dict does (B87)."""
+    from spate_avro import AvroConfig, AvroDeserializerFactory
+
+    schema = _record_schema("R", ["counts"], AVRO_KINDS)
+    config = decode(
+        AvroConfig, {"mode": "raw", "schema": {"inline": json.dumps(schema)}}, "deserializer.avro"
+    )
+    values: list[dict[str, int]] = [{}, {"a": 1}, {"a": -(2**63), "b": 2**63 - 1, "": 0}]
+    payloads = _encode(schema, [{"id": i, "c0": v} for i, v in enumerate(values)])
+    tables = {"events": _table_spec(["counts"], AVRO_KINDS)}
+    _same(front, tables, payloads, AvroDeserializerFactory, config)
