@@ -209,6 +209,25 @@ def test_b86_a_blank_payload_beside_two_objects_on_one_line_never_shifts_rows(
     assert columnar(deser, payloads) == reference(deser, payloads)
 
 
+@pytest.mark.parametrize("framing", ["single", "ndjson"])
+def test_b86_views_that_are_slices_of_one_buffer_read_their_own_bytes(
+    build_json: Build, framing: str
+) -> None:
+    """Payload views cut from one larger buffer (as a source may hand them over) read
+    exactly their own bytes on the fast path (B86)."""
+    deser = build_json({"framing": framing})
+    records = [orjson.dumps({"id": i, "name": f"n{i}"}) for i in range(20)]
+    buffer = memoryview(b"\n".join(records))
+    views, start = [], 0
+    for record in records:
+        views.append(buffer[start : start + len(record)])
+        start += len(record) + 1
+    frames, errors, empty = deser.deserialize_batch(views)
+    assert (errors, empty, len(frames)) == ([], 0, 1)
+    assert frames[0][1].get_column("id").to_list() == list(range(20))
+    assert frames[0][1].get_column("__spate_row").to_list() == list(range(20))
+
+
 @dataclasses.dataclass
 class Order:
     id: int

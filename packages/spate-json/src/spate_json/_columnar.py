@@ -280,20 +280,23 @@ class ColumnarJsonDecoder:
         line reads as one row or more, or fails the read, so a row count equal to the
         line count maps row ``i`` to line ``i``.
         """
-        datums: list[Any] = list(map(_obj, payloads))
-        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(map(len, payloads)):
-            datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
         if self._ndjson:
+            datums: list[Any] = list(map(_obj, payloads))
+            if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
+                map(len, payloads)
+            ):
+                datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
             lines = [d.rstrip(b"\n") for d in datums]
-            counts = [d.count(b"\n") + 1 for d in lines]
-            records = sum(counts)
+            per_payload = [d.count(b"\n") + 1 for d in lines]
+            counts: list[int] | None = per_payload
+            records = sum(per_payload)
+            body = b"\n".join(lines)
         else:
-            lines = datums
             counts = None
-            records = len(datums)
-            if b"\n" in b"".join(lines):
+            records = len(payloads)
+            body = b"\n".join(payloads)  # joins the views' bytes, slices or not
+            if body.count(b"\n") != records - 1:
                 return None  # a multi-line object: the reference reads it
-        body = b"\n".join(lines)
         if not _one_object_a_line(body, records):
             return None
         frame = self._read_frame(body, records)
