@@ -24,15 +24,21 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
   batch, against the same fastavro loop (target: 10x).
 * JSON columnar (with ``spate[columnar]``): spate-json's ``framing: single``
   ``deserialize_batch`` (one polars DataFrame per batch, pyarrow's JSON reader) on each
-  10,000-record batch, against the same ``orjson.loads`` loop (target: 3x).
+  10,000-record batch, against the same bare ``orjson.loads`` loop (which stops at
+  dicts), and against the same loop ending in columns as a user would get them:
+  ``polars.from_dicts(decoded, infer_schema_length=None)`` per batch, the same frame the
+  framework returns (``pyarrow.Table.from_pylist`` would infer its columns from the first
+  record only and miss the other events' fields). Target: 3x orjson into columns.
 
 Both sides keep every decoded value of a 10,000-record batch in a list (then drop it,
 as a sink would after writing). Runs are interleaved, each side at least 3 times after a
 warm-up (``bench/_harness.py``); the script prints each side's median, ``ratio:``
 (framework throughput / baseline throughput; 1.0 = no overhead) and the peak RSS.
-Size with ``SPATE_BENCH_RECORDS`` (default 1,000,000) and ``SPATE_BENCH_RUNS``::
+Size with ``SPATE_BENCH_RECORDS`` (default 1,000,000) and ``SPATE_BENCH_RUNS``; name
+formats (``avro``, ``json``, ``protobuf``) to run only those::
 
     .venv/bin/python bench/deser.py
+    .venv/bin/python bench/deser.py json
 """
 
 from __future__ import annotations
@@ -183,7 +189,13 @@ def protobuf_side(events: list[Any], directory: Path) -> tuple[Path, Any, list[b
     return descriptor_set, cls, encoded
 
 
+FORMATS = ("avro", "json", "protobuf")
+
+
 def main() -> None:
+    chosen = set(sys.argv[1:]) or set(FORMATS)
+    if not chosen <= set(FORMATS):
+        raise SystemExit(f"usage: deser.py [{' | '.join(FORMATS)}]...")
     total = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     schema_text = storefront_schema_text()
     parsed = fastavro.parse_schema(json.loads(schema_text))
@@ -276,10 +288,13 @@ def main() -> None:
             del held
         return total
 
-    compare(
-        "avro: spate-avro raw union vs fastavro.schemaless_reader", avro_framework, avro_baseline
-    )
-    if getattr(avro_deser, "columnar", None) is not None:
+    if "avro" in chosen:
+        compare(
+            "avro: spate-avro raw union vs fastavro.schemaless_reader",
+            avro_framework,
+            avro_baseline,
+        )
+    if "avro" in chosen and getattr(avro_deser, "columnar", None) is not None:
         deserialize_batch = avro_deser.deserialize_batch  # type: ignore[attr-defined]
 
         def avro_columnar() -> int:
@@ -295,8 +310,9 @@ def main() -> None:
             avro_columnar,
             avro_baseline,
         )
-    compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)
-    if getattr(json_deser, "columnar", None) is not None:
+    if "json" in chosen:
+        compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)
+    if "json" in chosen and getattr(json_deser, "columnar", None) is not None:
         json_batch = json_deser.deserialize_batch  # type: ignore[attr-defined]
 
         def json_columnar() -> int:
@@ -312,11 +328,28 @@ def main() -> None:
             json_columnar,
             json_baseline,
         )
-    compare(
-        "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",
-        proto_framework,
-        proto_baseline,
-    )
+        import polars as pl
+
+        def json_into_columns() -> int:
+            loads = orjson.loads
+            for start, size in batches:
+                held = pl.from_dicts(
+                    [loads(p) for p in as_json[start : start + size]], infer_schema_length=None
+                )
+                del held
+            return total
+
+        compare(
+            "json columnar into columns: deserialize_batch vs orjson.loads + polars.from_dicts",
+            json_columnar,
+            json_into_columns,
+        )
+    if "protobuf" in chosen:
+        compare(
+            "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",
+            proto_framework,
+            proto_baseline,
+        )
 
 
 if __name__ == "__main__":

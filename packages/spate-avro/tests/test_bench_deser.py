@@ -22,7 +22,7 @@ def test_deser_bench_reports_a_ratio_for_avro_json_and_protobuf() -> None:
         "== avro",
         *(["== avro columnar"] if avro_columnar else []),
         "== json",
-        *(["== json columnar"] if json_columnar else []),
+        *(["== json columnar", "== json columnar into columns"] if json_columnar else []),
         "== protobuf",
     ]
     assert titles == expected

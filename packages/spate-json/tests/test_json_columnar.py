@@ -188,6 +188,46 @@ def test_b86_a_clean_batch_is_one_frame_with_row_indices(
     assert df.get_column("id").to_list() == list(range(50))
 
 
+@pytest.mark.parametrize(
+    "framing, odd",
+    [
+        ("single", [b"", b'{"f0": 1}{"f0": 2}']),
+        ("single", [b"  ", b'{"f0": 1} {"f0": 2}']),
+        ("single", [b'{"f0":\n 1}', b'{"f0": 3}']),
+        ("single", [b'{"f0": 1}\r{"f0": 2}', b"\r"]),
+        ("ndjson", [b'{"f0": 1}\n\n{"f0": 2}{"f0": 3}\n']),
+        ("ndjson", [b'{"f0": 1}\r\n{"f0": 2}\r\n']),
+    ],
+)
+def test_b86_a_blank_payload_beside_two_objects_on_one_line_never_shifts_rows(
+    build_json: Build, framing: str, odd: list[bytes]
+) -> None:
+    """The joined batch is read as lines: a payload the reader would skip (blank) and
+    one it would read as two rows must not cancel out in the row count (B86)."""
+    deser = build_json({"framing": framing})
+    payloads = [orjson.dumps({"f0": i}) for i in range(5)] + odd + [b'{"f0": 9}']
+    assert columnar(deser, payloads) == reference(deser, payloads)
+
+
+@pytest.mark.parametrize("framing", ["single", "ndjson"])
+def test_b86_views_that_are_slices_of_one_buffer_read_their_own_bytes(
+    build_json: Build, framing: str
+) -> None:
+    """Payload views cut from one larger buffer (as a source may hand them over) read
+    exactly their own bytes on the fast path (B86)."""
+    deser = build_json({"framing": framing})
+    records = [orjson.dumps({"id": i, "name": f"n{i}"}) for i in range(20)]
+    buffer = memoryview(b"\n".join(records))
+    views, start = [], 0
+    for record in records:
+        views.append(buffer[start : start + len(record)])
+        start += len(record) + 1
+    frames, errors, empty = deser.deserialize_batch(views)
+    assert (errors, empty, len(frames)) == ([], 0, 1)
+    assert frames[0][1].get_column("id").to_list() == list(range(20))
+    assert frames[0][1].get_column("__spate_row").to_list() == list(range(20))
+
+
 @dataclasses.dataclass
 class Order:
     id: int

@@ -22,6 +22,9 @@ from spate_clickhouse._coerce import DATETIME64_SECONDS, INT_RANGES
 from spate_clickhouse._encoder import Column
 from spate_clickhouse._types import ChType, EnumItem
 
+_NOT_TIMES = ("Float32", "Float64", "String", "FixedString")
+"""Columns besides the integers whose row coercion refuses dates and times."""
+
 
 def _enum_names(t: ChType) -> list[str]:
     return [a.name for a in t.args if isinstance(a, EnumItem)]
@@ -99,6 +102,12 @@ def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[i
             mask = series.is_not_null()
             if mask.any():  # the row path takes text or bytes only (a JSON number, say)
                 problems.append((f"a {series.dtype} is not text for {name} ({t})", mask))
+        elif series.dtype.is_temporal() and (
+            u.name in INT_RANGES or u.name in _NOT_TIMES
+        ):  # the row path refuses a date or time there (an Avro time-millis, say)
+            mask = series.is_not_null()
+            if mask.any():
+                problems.append((f"a {series.dtype} does not fit {name} ({t})", mask))
         elif u.name in ("Enum8", "Enum16") and series.dtype == pl.String:
             names = _enum_names(u)
             mask = (~series.is_in(names)).fill_null(False)
@@ -168,7 +177,9 @@ def _integer_times(df: Any, columns: Sequence[Column], present: set[str]) -> Any
 def _struct_entries(df: Any, columns: Sequence[Column], present: set[str]) -> tuple[Any, list[str]]:
     """Struct columns bound for ``Map`` columns (a JSON object read as columns) as lists
     of ``{key, value}`` entries, one per field that is not null in the row: the keys the
-    row path's dict would have (B87). Returns the frame and the names converted."""
+    row path's dict would have (B87). Returns the frame and the names of the columns
+    holding entries (these and lists of entries already, an Avro map, become Arrow
+    maps)."""
     import polars as pl
 
     exprs = []
@@ -178,6 +189,9 @@ def _struct_entries(df: Any, columns: Sequence[Column], present: set[str]) -> tu
         if name not in present or column.type.unwrapped().name != "Map":
             continue
         dtype = df.schema[name]
+        if _entries(dtype):
+            names.append(name)  # already entries (an Avro map read as columns)
+            continue
         if not isinstance(dtype, pl.Struct) or not dtype.fields:
             continue
         values = [pl.col(name).struct.field(f.name) for f in dtype.fields]
@@ -190,11 +204,22 @@ def _struct_entries(df: Any, columns: Sequence[Column], present: set[str]) -> tu
         exprs.append(entries.alias(name))
         names.append(name)
     if not exprs:
-        return df, []
+        return df, names
     try:
         return df.with_columns(exprs), names
     except pl.exceptions.PolarsError:  # fields of different types: ClickHouse decides
-        return df, []
+        return df, [n for n in names if _entries(df.schema[n])]
+
+
+def _entries(dtype: Any) -> bool:
+    """Whether a polars type is a list of ``{key, value}`` structs (a map's entries)."""
+    import polars as pl
+
+    return (
+        isinstance(dtype, pl.List)
+        and isinstance(dtype.inner, pl.Struct)
+        and [f.name for f in dtype.inner.fields] == ["key", "value"]
+    )
 
 
 def _map_array(column: Any) -> Any:

@@ -7,14 +7,16 @@ one polars DataFrame with a ``__spate_row`` column (each record's index in the b
 
 Exactness (B28, B86). Arrow's reader is more lenient than orjson, the row path's
 decoder: it reads two objects on one line as two rows, skips blank lines, takes ``NaN``
-and ``Infinity``, and may keep invalid UTF-8. So every record is read wrapped as
-``{"v": <record>}`` on a line of its own: a line holding anything but exactly one JSON
-value is a parse error, never a shifted row, and a value that is not an object shows as
-a ``v`` that is not a struct. The fast path is taken only when the batch is valid UTF-8
-and reads back one row per record (a record with a line break in it reads as an error or
-as several rows) with every ``v`` an object, no NaN or infinity in any number, and, with
-a ``target`` type, nothing the target would complete or refuse (see
-:func:`declared_schema`). Otherwise the batch is decoded
+and ``Infinity``, and may keep invalid UTF-8. The fast path joins the batch's records
+with newlines and reads them with one reader call; it is taken only when every record is
+one line of its own that opens with ``{`` and closes with ``}`` (no raw line break, which
+JSON text holds only escaped, so one means a multi-line object; no carriage return; no
+blank record), the batch is valid UTF-8 (one scan when it is not ASCII), the reader
+returns one row per record (so row ``i`` is record ``i``: such a line reads as one row or
+more, or fails), and no number is NaN or infinite; with a ``target`` type, its fields are
+the explicit schema and nothing the target would complete or refuse shows (see
+:func:`declared_schema`). These checks are a few C-speed scans of the joined batch.
+Otherwise the batch is decoded
 record by record with the row path's own deserializer (the reference): its errors are
 the row path's errors for the same records, its ``NO_RECORD`` (a blank payload) is no
 row, and the values it accepts are written back compactly by orjson and read as columns
@@ -45,8 +47,8 @@ from spate import NO_RECORD, DeserError, DeserErrorKind
 ROW_COLUMN = "__spate_row"
 """The column holding each row's index in its source batch."""
 _obj = attrgetter("obj")
-_OPEN = b'{"v":'
-_CLOSE_OPEN = b'}\n{"v":'
+_BLOCK = 1 << 24
+"""The reader's block size: a batch of up to 16 MiB is one block."""
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]], int]
 """``(frames, errors, empty)``: ``(None, polars DataFrame)`` per frame with a
@@ -200,6 +202,17 @@ def _non_finite(column: Any) -> bool:
     return False
 
 
+def _one_object_a_line(body: bytes, lines: int) -> bool:
+    """Whether each of the ``lines`` newline-separated lines of ``body`` opens with ``{``
+    and closes with ``}``, with no carriage return anywhere (C-speed scans only)."""
+    return (
+        body[:1] == b"{"
+        and body[-1:] == b"}"
+        and b"\r" not in body
+        and body.count(b"}\n{") == lines - 1
+    )
+
+
 def _malformed(exc: BaseException) -> DeserError:
     detail = f"{type(exc).__name__}: {exc}"[:200]
     return DeserError(f"JSON record cannot be read as columns ({detail})", DeserErrorKind.MALFORMED)
@@ -226,20 +239,22 @@ class ColumnarJsonDecoder:
         self._reference = reference
         self._ndjson = ndjson
         self._declared = declared
-        self._wrapped: Any = None
-        # Unknown fields are inferred, not ignored, even when the target ignores them: an
-        # "ignore" would also hide a second top-level key after the wrapped record (a
-        # payload with trailing text); the frame keeps the declared fields only.
-        behaviour = "infer"
-        if declared is not None:
-            self._wrapped = pa.schema([pa.field("v", pa.struct(declared.schema))])
-            if declared.unknown_fields_error:
-                behaviour = "error"
+        # With a target, its fields are the explicit schema; keys it does not declare
+        # fail the read (the batch goes to the reference) or are left out, as the target
+        # says. Without one, the types are inferred per batch.
         self._lines = pj.ParseOptions(
-            explicit_schema=self._wrapped,
+            explicit_schema=None if declared is None else declared.schema,
             newlines_in_values=False,
-            unexpected_field_behavior=behaviour,
+            unexpected_field_behavior=(
+                "infer"
+                if declared is None
+                else "error"
+                if declared.unknown_fields_error
+                else "ignore"
+            ),
         )
+        # One block for a whole batch (the reader's threads split larger ones).
+        self._read_options = pj.ReadOptions(block_size=_BLOCK)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -248,72 +263,92 @@ class ColumnarJsonDecoder:
 
     def decode(self, payloads: Sequence[memoryview]) -> DecodedFrames:
         """Frames and errors for ``payloads``; called on the pipeline thread, never blocks."""
-        datums: list[Any] = list(map(_obj, payloads))
-        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(map(len, payloads)):
-            datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
-        if not datums:
+        if not payloads:
             return [], [], 0
-        fast = self._fast(datums)
+        fast = self._fast(payloads)
         if fast is not None:
             return [(None, fast)], [], 0
         return self._by_record(payloads)
 
-    def _fast(self, datums: list[bytes]) -> Any:
-        """The batch's frame when every record is vouched for, else None."""
-        pa = self._pa
+    def _fast(self, payloads: Sequence[memoryview]) -> Any:
+        """The batch's frame when every record is vouched for, else None.
+
+        The payloads are joined by newlines and read at once. Each must be one line
+        ``{...}`` of its own: no raw line break (JSON text has them only escaped, so one
+        means a multi-line object) and no carriage return, every line opening with ``{``
+        and closing with ``}`` (no blank payload, which the reader would skip). Such a
+        line reads as one row or more, or fails the read, so a row count equal to the
+        line count maps row ``i`` to line ``i``.
+        """
         if self._ndjson:
-            lines = [d.rstrip(b"\r\n") for d in datums]
-            counts = [d.count(b"\n") + 1 for d in lines]
-            body = _CLOSE_OPEN.join(d.replace(b"\n", _CLOSE_OPEN) for d in lines)
-            records = sum(counts)
+            datums: list[Any] = list(map(_obj, payloads))
+            if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
+                map(len, payloads)
+            ):
+                datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
+            lines = [d.rstrip(b"\n") for d in datums]
+            per_payload = [d.count(b"\n") + 1 for d in lines]
+            counts: list[int] | None = per_payload
+            records = sum(per_payload)
+            body = b"\n".join(lines)
         else:
-            # A record with a line break in it reads as a parse error or as two rows or
-            # more (its first line opens the wrapper, its last closes it): both fail the
-            # row count check below, as every record gives at least one row or an error.
-            body = _CLOSE_OPEN.join(datums)
             counts = None
-            records = len(datums)
-        buffer = pa.py_buffer(b"".join((_OPEN, body, b"}")))
-        try:
-            pa.StringArray.from_buffers(
-                1, pa.py_buffer(b"\0\0\0\0" + len(buffer).to_bytes(4, "little")), buffer
-            ).validate(full=True)
-        except pa.ArrowInvalid:
-            return None  # not UTF-8: the reference names the records
-        table = self._read(buffer)
-        if table is None or table.num_rows != records:
+            records = len(payloads)
+            body = b"\n".join(payloads)  # joins the views' bytes, slices or not
+            if body.count(b"\n") != records - 1:
+                return None  # a multi-line object: the reference reads it
+        if not _one_object_a_line(body, records):
             return None
-        frame = self._frame(table)
+        frame = self._read_frame(body, records)
         if frame is None:
             return None
+        pl = self._pl
         if counts is None:
-            rows = self._pl.int_range(records, dtype=self._pl.UInt32, eager=True)
+            rows = pl.int_range(records, dtype=pl.UInt32, eager=True)
         else:
             rows = (
-                self._pl.int_range(len(counts), dtype=self._pl.UInt32, eager=True)
-                .repeat_by(self._pl.Series(counts, dtype=self._pl.UInt32))
+                pl.int_range(len(counts), dtype=pl.UInt32, eager=True)
+                .repeat_by(pl.Series(counts, dtype=pl.UInt32))
                 .explode()
             )
         frame.insert_column(frame.width, rows.alias(ROW_COLUMN))
         return frame
 
+    def _read_frame(self, body: bytes, records: int) -> Any:
+        """The DataFrame of ``records`` lines, or None when they are not vouched for."""
+        pa = self._pa
+        buffer = pa.py_buffer(body)
+        if not body.isascii():
+            try:
+                pa.StringArray.from_buffers(
+                    1, pa.py_buffer(b"\0\0\0\0" + len(buffer).to_bytes(4, "little")), buffer
+                ).validate(full=True)
+            except pa.ArrowInvalid:
+                return None  # not UTF-8 (Arrow's reader keeps it): the reference names it
+        table = self._read(buffer)
+        if table is None or table.num_rows != records:
+            return None
+        return self._frame(table)
+
     def _read(self, buffer: Any) -> Any:
-        """The Arrow table of wrapped lines, or None when the reader refuses them."""
+        """The Arrow table of the lines, or None when the reader refuses them."""
         pj = self._pj
         try:
             table = pj.read_json(
                 self._pa.BufferReader(buffer),
+                read_options=self._read_options,
                 parse_options=self._lines,
             )
-            if self._wrapped is None and _has_timestamps(table.schema.field(0).type):
+            if self._declared is None and _has_timestamps(self._pa.struct(table.schema)):
                 options = pj.ParseOptions(
                     explicit_schema=self._pa.schema(
-                        [self._pa.field("v", _no_timestamps(table.schema.field(0).type))]
+                        [self._pa.field(f.name, _no_timestamps(f.type)) for f in table.schema]
                     ),
                     newlines_in_values=False,
                 )
                 table = pj.read_json(
                     self._pa.BufferReader(buffer),
+                    read_options=self._read_options,
                     parse_options=options,
                 )
         except (self._pa.ArrowInvalid, UnicodeDecodeError, ValueError):
@@ -321,33 +356,20 @@ class ColumnarJsonDecoder:
         return table
 
     def _frame(self, table: Any) -> Any:
-        """The records' DataFrame from the wrapped table, or None when a record is not an
-        object or holds a null the declared schema cannot vouch for."""
+        """The records' DataFrame from the table, or None when a record holds a number
+        orjson refuses, is nested too deep or holds a null the declared schema cannot
+        vouch for."""
         pa = self._pa
-        if table.num_columns != 1 or not pa.types.is_struct(table.schema.field(0).type):
+        if _deep(pa.struct(table.schema)):
             return None
-        if _deep(table.schema.field(0).type):
-            return None
-        column = table.column(0)
-        if column.null_count:
-            return None  # a line whose value is null
-        chunks = column.chunks
-        if len(chunks) == 1:
-            flat = pa.Table.from_batches([pa.RecordBatch.from_struct_array(chunks[0])])
-        else:
-            flat = pa.Table.from_batches(
-                [pa.RecordBatch.from_struct_array(c) for c in chunks if len(c)]
-            )
-        if any(map(_non_finite, flat.columns)):
+        if any(map(_non_finite, table.columns)):
             return None  # NaN, Infinity or a number beyond a double: orjson refuses them
         declared = self._declared
         if declared is not None:
             for name in declared.strict:
-                if flat.column(name).null_count:
+                if table.column(name).null_count:
                     return None
-            if flat.num_columns != len(declared.schema):
-                flat = flat.select(declared.schema.names)
-        frame = self._pl.from_arrow(flat, rechunk=False)
+        frame = self._pl.from_arrow(table, rechunk=False)
         assert isinstance(frame, self._pl.DataFrame)
         return frame
 
@@ -394,25 +416,22 @@ class ColumnarJsonDecoder:
         (a part of one line that Arrow refuses is a record error, B86)."""
         if not lines:
             return
-        pa = self._pa
-        buffer = pa.py_buffer(b"".join((_OPEN, _CLOSE_OPEN.join(lines), b"}")))
-        table = self._read(buffer)
-        frame = None if table is None or table.num_rows != len(lines) else self._frame(table)
+        frame = self._read_frame(b"\n".join(lines), len(lines))
         if frame is not None:
             frame.insert_column(frame.width, self._pl.Series(ROW_COLUMN, rows, self._pl.UInt32))
             frames.append((None, frame))
             return
         if len(lines) == 1:
-            errors.append((rows[0], self._refusal(buffer)))
+            errors.append((rows[0], self._refusal(lines[0])))
             return
         half = len(lines) // 2
         self._read_runs(lines[:half], rows[:half], frames, errors)
         self._read_runs(lines[half:], rows[half:], frames, errors)
 
-    def _refusal(self, buffer: Any) -> DeserError:
+    def _refusal(self, line: bytes) -> DeserError:
         """Why Arrow refuses one record the reference accepts."""
         try:
-            self._pj.read_json(self._pa.BufferReader(buffer), parse_options=self._lines)
+            self._pj.read_json(self._pa.BufferReader(line), parse_options=self._lines)
         except Exception as exc:
             return _malformed(exc)
         return DeserError(
