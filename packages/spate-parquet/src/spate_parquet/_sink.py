@@ -23,10 +23,8 @@ so replays write the same bytes under the same names and every record lands once
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
@@ -45,6 +43,7 @@ from spate_parquet._frames import ROW_COLUMN, prepare_frame, runs, seconds
 from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, parse_schema
 from spate_parquet._store import Store, open_store
+from spate_parquet._writer import WindowedWriter
 from spate_parquet.config import ParquetSinkConfig
 
 logger = logging.getLogger(__name__)
@@ -75,15 +74,11 @@ class Window:
     settled: bool = False
     """Its acks were released (guarded by the sink's condition lock)."""
 
-
-@dataclass(slots=True)
-class _Job:
-    window: Window
-    attempts: int = 0
-    not_before: float = 0.0
+    def holds(self, lanes: Collection[Lane]) -> bool:
+        return self.lane in lanes
 
 
-class ParquetSink:
+class ParquetSink(WindowedWriter[Window]):
     """Implements ``Sink``; see the module docstring."""
 
     def __init__(
@@ -99,12 +94,11 @@ class ParquetSink:
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
         self._clock = clock
-        self._threaded = io_threads > 0
+        self._init_writer(io_threads > 0, Backoff(config.retry), join_timeout=30.0)
         self._store: Store = open_store(config)
         self._shaper = RowShaper(parse_schema(config.schema))
         self._encoder = Encoder(config, self._shaper.schema)
         self._auditor = Auditor(config.audits) if config.audits is not None else None
-        self._backoff = Backoff(config.retry)
         self._manifest: ManifestStore | None = None
         self._gate: CommitGate | None = None
         if config.publish == "manifest":
@@ -114,12 +108,6 @@ class ParquetSink:
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
-        self._jobs: collections.deque[_Job] = collections.deque()
-        self._busy = 0
-        self._writing: Window | None = None
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._ready = False
         self._token: AckToken | None = None
         self._index = 0
@@ -145,11 +133,7 @@ class ParquetSink:
         self._store.probe()
         self._load_covered()
         self._ready = True
-        if self._threaded:
-            self._thread = threading.Thread(
-                target=self._run, name=f"spate-parquet-{self.name}", daemon=True
-            )
-            self._thread.start()
+        self._start_writer(f"spate-parquet-{self.name}")
 
     def _load_covered(self) -> None:
         """The last durable position per lane and directory, from names or the manifest."""
@@ -184,13 +168,7 @@ class ParquetSink:
         return self._ready
 
     def close(self) -> None:
-        self.abandon()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30.0)
-            self._thread = None
+        self._stop_writer()
         self._store.close()
         if self._gate is not None:
             self._gate.close()
@@ -242,10 +220,10 @@ class ParquetSink:
 
     def _room(self) -> bool:
         """Whether another window may be sealed now (``max_pending``)."""
-        if len(self._jobs) + self._busy >= self._max_pending:
+        if self._pending() >= self._max_pending:
             if not self._threaded:
                 self._drain_inline(time.monotonic() + self.config.gate_timeout)
-            if len(self._jobs) + self._busy >= self._max_pending:
+            if self._pending() >= self._max_pending:
                 return False
         self._check_room = False
         return True
@@ -473,9 +451,7 @@ class ParquetSink:
         # file is on its way, so a row re-offered for it now would be a duplicate.
         self._covered[(window.lane, window.directory)] = window.last
         self._check_room = True
-        with self._cond:
-            self._jobs.append(_Job(window))
-            self._cond.notify_all()
+        self._queue(window)
 
     def tick(self) -> None:
         """Seal processing-time windows that have ended; never cuts a window early (B10)."""
@@ -487,57 +463,30 @@ class ParquetSink:
         if not self._threaded:
             self._drain_inline(time.monotonic())
 
-    def flush(self, deadline: float) -> bool:
+    # -- the write queue's hooks ---------------------------------------------------------
+
+    def _seal_all(self) -> None:
         for key in list(self._open):
             self._seal(key)
-        if not self._threaded:
-            return self._drain_inline(deadline)
-        return self._wait(lambda: bool(self._jobs or self._busy), deadline)
 
-    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
-        """Seal the windows of ``lanes`` and wait until they are written (B40, B15).
-
-        Windows of other lanes stay open, so their files are cut where the input says.
-        """
-        wanted = set(lanes)
-        for key in [k for k in self._open if k[0] in wanted]:
+    def _seal_lanes(self, lanes: Collection[Lane]) -> None:
+        # Windows of other lanes stay open, so their files are cut where the input says.
+        for key in [k for k in self._open if k[0] in lanes]:
             self._seal(key)
-        if not self._threaded:
-            return self._drain_inline(deadline)
 
-        def pending() -> bool:
-            writing = self._writing
-            if writing is not None and writing.lane in wanted:
-                return True
-            return any(job.window.lane in wanted for job in self._jobs)
-
-        return self._wait(pending, deadline)
-
-    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
-        """Wait (condition lock held while checking) until ``pending()`` is false."""
-        with self._cond:
-            while pending():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, 0.5))
-        return True
-
-    def abandon(self) -> int:
-        """Fail the acks of every window not yet written (B4)."""
+    def _take_open(self) -> list[Window]:
         windows = list(self._open.values())
         self._open.clear()
         self._last = None
-        with self._cond:
-            windows.extend(job.window for job in self._jobs)
-            self._jobs.clear()
-            if self._writing is not None:
-                windows.append(self._writing)  # its write may still land: failing is safe
-        for window in windows:
-            self._settle(window, ok=False)
-        return sum(w.count for w in windows)
+        return windows
 
-    def _forget(self, window: Window) -> None:
+    def _rows(self, window: Window) -> int:
+        return window.count
+
+    def _describe(self, window: Window) -> str:
+        return f"write of {window.lane} positions {window.first}-{window.last}"
+
+    def _unwritten(self, window: Window) -> None:
         """Let a replay of an unwritten window's rows in again."""
         at = (window.lane, window.directory)
         if self._covered.get(at, -1) >= window.first:
@@ -545,73 +494,11 @@ class ParquetSink:
 
     # -- writing (writer thread, or inline without io threads) -----------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                job = self._jobs.popleft()
-                self._busy += 1
-                self._writing = job.window
-            try:
-                self._attempt(job)
-            except Exception:
-                logger.exception("sink %s: writer failed", self.name)
-                self._settle(job.window, ok=False)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._writing = None
-                    self._cond.notify_all()
-
-    def _drain_inline(self, deadline: float) -> bool:
-        while self._jobs:
-            job = self._jobs.popleft()
-            if job.not_before > time.monotonic():
-                self._jobs.appendleft(job)
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(min(job.not_before, deadline) - time.monotonic())
-                continue
-            self._attempt(job)
-        return not self._jobs
-
-    def _attempt(self, job: _Job) -> None:
-        """Write one window; on a retryable error queue it again after a backoff."""
-        wait = job.not_before - time.monotonic()
-        if wait > 0 and self._threaded:
-            with self._cond:
-                self._cond.wait_for(lambda: self._stopping, timeout=wait)
-                if self._stopping:
-                    self._settle(job.window, ok=False)
-                    return
-        job.attempts += 1
+    def _write_window(self, window: Window) -> None:
         try:
-            self._write(job.window)
+            self._write(window)
         except AuditFailure as failure:
-            self._audit_failed(job.window, failure)
-            return
-        except SinkError as exc:
-            if exc.error_class is ErrorClass.RETRYABLE and not self._backoff.exhausted(
-                job.attempts
-            ):
-                logger.warning(
-                    "sink %s: write of %s failed (attempt %d), retrying: %s",
-                    self.name,
-                    job.window.lane,
-                    job.attempts,
-                    exc.reason,
-                )
-                job.not_before = time.monotonic() + self._backoff.delay(job.attempts)
-                with self._cond:
-                    self._jobs.appendleft(job)
-                return
-            logger.error("sink %s: write of %s failed: %s", self.name, job.window.lane, exc.reason)
-            self._settle(job.window, ok=False)
-            return
-        self._settle(job.window, ok=True)
+            self._audit_failed(window, failure)
 
     def _write(self, window: Window) -> None:
         tables = list(window.tables)
@@ -657,16 +544,6 @@ class ParquetSink:
             self._settle(window, ok=True)
         else:
             self._settle(window, ok=False)
-
-    def _settle(self, window: Window, ok: bool) -> None:
-        """Release the window's acks once, whoever gets there first (writer or abandon)."""
-        with self._cond:
-            if window.settled:
-                return
-            window.settled = True
-            if not ok:
-                self._forget(window)
-        release_all(window.acks, ok, window)
 
 
 def _schema_text(schema: pa.Schema) -> str:
