@@ -85,6 +85,23 @@ class Feeder:
         self.tokens.setdefault(lane, []).append(token)
         return token, bad
 
+    def rows_batch(
+        self, lane: Lane, start: int, rows: Sequence[object]
+    ) -> tuple[AckToken, list[tuple[int, str]]]:
+        """Offer ``rows`` as one source batch through the row chain's batch offer
+        (``prepare_rows`` then ``offer_rows``). Returns the token and the refused rows."""
+        self._seq += 1
+        token = AckToken(lane, 1, self._seq, start + len(rows), len(rows), _ignore)
+        prepared, bad = self.sink.prepare_rows(list(rows), [None] * len(rows), lane)
+        deadline = time.monotonic() + 60
+        while self.sink.offer_rows(prepared, lane, token) is Offer.REJECTED:
+            assert time.monotonic() < deadline, "the sink refused the rows for 60s"
+            self.sink.tick()
+            time.sleep(0.005)
+        token.release(True)
+        self.tokens.setdefault(lane, []).append(token)
+        return token, bad
+
     def feed(
         self,
         lane: Lane,
@@ -92,13 +109,16 @@ class Feeder:
         start: int,
         sizes: Sequence[int],
         frames: bool = False,
+        batched: bool = False,
     ) -> None:
-        """Offer ``rows[start:]`` in batches of the given sizes (cycled), as rows or as
-        frames (the columnar path)."""
+        """Offer ``rows[start:]`` in batches of the given sizes (cycled), as rows, as
+        frames (the columnar path) or as batches of rows (``prepare_rows``/``offer_rows``)."""
         i, k = start, 0
         while i < len(rows):
             size = sizes[k % len(sizes)]
-            if frames:
+            if batched:
+                self.rows_batch(lane, i, rows[i : i + size])
+            elif frames:
                 self.frame_batch(lane, i, rows[i : i + size])
             else:
                 self.batch(lane, i, rows[i : i + size])

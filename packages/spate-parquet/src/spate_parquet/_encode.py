@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from spate.records import Lane
 
+from spate_parquet._schema import to_array
 from spate_parquet.config import ParquetSinkConfig, settings_identity
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]")
@@ -128,7 +129,7 @@ def _column(rows: Sequence[Mapping[str, object]], name: str, kind: pa.DataType |
         values = list(map(operator.itemgetter(name), rows))
     except KeyError:
         values = [row.get(name) for row in rows]
-    return pa.array(values, type=kind)
+    return pa.array(values) if kind is None else to_array(values, kind)
 
 
 def parse_key(key: str) -> Covered | None:

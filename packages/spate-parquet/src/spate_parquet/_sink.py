@@ -78,6 +78,15 @@ class Window:
         return self.lane in lanes
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A source batch's rows, checked: their table and each one's index in the batch
+    (None: the table carries them in its ``__spate_row`` column)."""
+
+    table: pa.Table
+    index: Sequence[int] | None
+
+
 class ParquetSink(WindowedWriter[Window]):
     """Implements ``Sink``; see the module docstring."""
 
@@ -331,6 +340,13 @@ class ParquetSink(WindowedWriter[Window]):
         With record-time windows a row without a time is a bad row, as on the row path.
         """
         table, bad = prepare_frame(frame, self._shaper.schema)
+        return self._timeless(table, bad)
+
+    def _timeless(
+        self, table: pa.Table, bad: list[tuple[int, str]]
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """``table`` without the rows that have no time under record-time windows, which
+        join ``bad`` (positions of the input, before ``bad`` was filtered out)."""
         cfg = self.config
         if cfg.window and cfg.window_time == "record" and cfg.time_column in table.column_names:
             missing = pc.is_null(table.column(cfg.time_column))
@@ -344,6 +360,52 @@ class ParquetSink(WindowedWriter[Window]):
                 )
                 table = table.filter(pc.invert(missing))
         return table, bad
+
+    # -- a source batch's rows at once (pipeline thread; the row chain's batch offer) -
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether the chain may hand over a source batch's rows at once: with a declared
+        schema (checked per column) and one row per record (a row's index in the batch
+        is its record's)."""
+        return self._declared and self._per_row
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[object, list[tuple[int, str]]]:
+        """Check a source batch's rows per column; ``(table to offer, bad rows)`` (B28).
+
+        The bad rows are those :meth:`offer` would refuse one by one, with its reasons;
+        the good ones become one Arrow table whose row indexes stay their positions.
+        """
+        table, index, bad = self._shaper.table(rows)
+        if not self._placed:
+            return _Prepared(table, index), bad
+        # Windows and partitions are found per column, as for a frame.
+        table = table.append_column(ROW_COLUMN, pa.array(index, type=pa.int64()))
+        table, bad = self._timeless(table, bad)
+        return _Prepared(table, None), bad
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        """Take every prepared row or none (``REJECTED``), cut into windows as rows are:
+        the same files, names and bytes as one :meth:`offer` per row (B50, B103)."""
+        if not isinstance(prepared, _Prepared):
+            raise SinkError("offer_rows takes what prepare_rows returned", ErrorClass.FATAL)
+        index = prepared.index
+        if index is None:
+            return self.offer_frame(prepared.table, None, lane, ack)
+        if not index:
+            return Offer.ACCEPTED
+        if self._check_room and not self._room():
+            return Offer.REJECTED
+        self._token = None  # the row path's per-batch count does not see these rows
+        start = ack.next_offset - ack.records
+        if isinstance(index, range):
+            positions: Sequence[int] = range(start + index.start, start + index.stop)
+        else:
+            positions = [start + i for i in index]
+        self._add_run(prepared.table, positions, lane, "", 0, ack)
+        return Offer.ACCEPTED
 
     def offer_frame(
         self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
@@ -365,7 +427,7 @@ class ParquetSink(WindowedWriter[Window]):
         for first, stop, directory, bucket in self._runs(data):
             self._add_run(
                 data.slice(first, stop - first),
-                positions.slice(first, stop - first),
+                positions.slice(first, stop - first).to_pylist(),
                 lane,
                 directory,
                 bucket,
@@ -408,18 +470,20 @@ class ParquetSink(WindowedWriter[Window]):
     def _add_run(
         self,
         data: pa.Table,
-        positions: pa.Array,
+        positions: Sequence[int],
         lane: Lane,
         directory: str,
         bucket: int,
         ack: AckToken,
     ) -> None:
+        """Add rows (``data``) at source ``positions`` (a range or a list) to windows."""
         covered = self._covered.get((lane, directory), -1)
-        if covered >= 0 and pc.min(positions).as_py() <= covered:
-            keep = pc.greater(positions, covered)
-            skipped = data.num_rows - pc.sum(keep.cast(pa.int64())).as_py()
-            self.rows_replayed += skipped  # already in a durable file: acked with the batch
-            data, positions = data.filter(keep), positions.filter(keep)
+        lowest = positions[0] if isinstance(positions, range) else min(positions, default=0)
+        if covered >= 0 and lowest <= covered:
+            keep = [p > covered for p in positions]
+            positions = [p for p in positions if p > covered]
+            self.rows_replayed += len(keep) - len(positions)  # acked with the batch
+            data = data.filter(pa.array(keep, type=pa.bool_()))
         shape = self._shaper.shape_key(dict.fromkeys(data.column_names))
         row_bytes = max(data.nbytes // max(data.num_rows, 1), 1)
         while data.num_rows:
@@ -428,9 +492,9 @@ class ParquetSink(WindowedWriter[Window]):
             if row_bytes:
                 room = min(room, max((self._max_bytes - window.nbytes) // row_bytes, 1))
             part, data = data.slice(0, room), data.slice(room)
-            taken, positions = positions.slice(0, room), positions.slice(room)
+            taken, positions = positions[:room], positions[room:]
             if window.first < 0:
-                window.first = taken[0].as_py()
+                window.first = taken[0]
                 window.row_bytes = row_bytes
             if window.rows:
                 window.tables.append(self._encoder.table(window.rows))
@@ -438,7 +502,7 @@ class ParquetSink(WindowedWriter[Window]):
             window.tables.append(part)
             window.count += part.num_rows
             window.nbytes += part.num_rows * row_bytes
-            window.last = taken[-1].as_py()
+            window.last = taken[-1]
             self._last = None  # the row fast path must look the window up again
             if window.count >= self._max_records or window.nbytes >= self._max_bytes:
                 self._seal((lane, directory, bucket))
@@ -504,7 +568,9 @@ class ParquetSink(WindowedWriter[Window]):
         tables = list(window.tables)
         if window.rows or not tables:
             tables.append(self._encoder.table(window.rows))
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        # One contiguous table: Parquet encodes it faster than many small chunks, and
+        # the bytes are the same either way.
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
         if self._auditor is not None:
             self._auditor.audit(table)
         data = self._encoder.encode(table)
