@@ -113,7 +113,13 @@ class ParquetSink(WindowedWriter[Window]):
         if config.publish == "manifest":
             commit_gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
             self._gate = commit_gate
-            self._manifest = ManifestStore(self._store, config.table, commit_gate)
+            self._manifest = ManifestStore(
+                self._store,
+                config.table,
+                commit_gate,
+                keep=config.keep_manifests,
+                grace=config.manifest_grace,
+            )
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
