@@ -145,3 +145,29 @@ def test_b103_without_a_declared_schema_rows_come_one_by_one(tmp_path: Path) -> 
     sink = make_sink({"path": str(tmp_path), "schema": SCHEMA, "one_row_per_record": False})
     assert not sink.takes_rows
     sink.close()
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+@pytest.mark.parametrize("zone", [dt.UTC, None])
+def test_b103_datetimes_convert_to_the_array_pyarrow_builds(unit: str, zone: Any) -> None:
+    """The epoch-distance conversion floors like pyarrow, before 1970 too."""
+    import random
+
+    import pyarrow as pa
+    from spate_parquet._schema import to_array
+
+    rng = random.Random(7)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=zone)
+    span = 9 * 10**15 if unit == "ns" else 6 * 10**16  # ns: within 1678..2261
+    values: list[object] = [
+        epoch + dt.timedelta(microseconds=rng.randint(-span, span)) for _ in range(5000)
+    ]
+    values += [
+        dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=zone),
+        dt.datetime(1960, 1, 1, 0, 0, 0, 1_500, tzinfo=zone),
+        epoch,
+    ]
+    for kind in (pa.timestamp(unit, tz="UTC"), pa.timestamp(unit)):
+        expected = pa.array(values, type=kind)
+        got = to_array(values, kind)
+        assert got.type == expected.type and got.equals(expected)

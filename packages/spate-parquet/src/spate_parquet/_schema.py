@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from spate.errors import ErrorClass, SinkError
 
 
@@ -249,31 +248,26 @@ def _each(
 
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH = dt.datetime(1970, 1, 1)
-_PER_MICROSECOND = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000)}
-"""Timestamp unit -> (microseconds per unit, units per microsecond)."""
 
 
-def to_array(values: list[object], kind: pa.DataType) -> pa.Array:
+def to_array(
+    values: list[object], kind: pa.DataType, types: frozenset[type] | set[type] | None = None
+) -> pa.Array:
     """``pa.array(values, type=kind)``: the same array, faster for timestamps.
 
     pyarrow asks every aware datetime for its UTC offset through Python; a column of
     datetimes that all share ``datetime.UTC`` (or are all naive) is converted instead as
     their distances from the epoch (one C-level subtraction each, no offset lookup),
-    floored to the unit as pyarrow floors.
+    which pyarrow floors to the unit exactly as it floors datetimes. ``types``: the
+    values' types when the caller already knows them.
     """
-    if pa.types.is_timestamp(kind) and values and set(map(type, values)) == {dt.datetime}:
-        zones = set(map(operator.attrgetter("tzinfo"), values))
-        epoch = _EPOCH_UTC if zones == {dt.UTC} else _EPOCH if zones == {None} else None
-        if epoch is not None:
-            micros = pa.array(
-                list(map(operator.sub, values, itertools.repeat(epoch))), type=pa.duration("us")
-            )
-            raw = micros.cast(pa.int64())
-            per_unit, scale = _PER_MICROSECOND[kind.unit]
-            if per_unit > 1:  # floor division (pyarrow's, for times before 1970 too)
-                negative = pc.less(raw, 0)
-                raw = pc.divide(pc.subtract(raw, pc.if_else(negative, per_unit - 1, 0)), per_unit)
-            elif scale > 1:
-                raw = pc.multiply_checked(raw, scale)
-            return raw.cast(pa.int64()).view(kind)
+    if pa.types.is_timestamp(kind) and values:
+        if types is None:
+            types = set(map(type, values))
+        if types == {dt.datetime}:
+            zones = set(map(operator.attrgetter("tzinfo"), values))
+            epoch = _EPOCH_UTC if zones == {dt.UTC} else _EPOCH if zones == {None} else None
+            if epoch is not None:
+                deltas = list(map(operator.sub, values, itertools.repeat(epoch)))
+                return pa.array(deltas, type=pa.duration(kind.unit)).view(kind)
     return pa.array(values, type=kind)
