@@ -17,7 +17,6 @@ share a name.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import operator
 import re
@@ -94,7 +93,9 @@ class Encoder:
     def encode(self, table: pa.Table) -> bytes:
         """The table as Parquet bytes, with every byte-affecting setting pinned."""
         cfg = self._config
-        out = io.BytesIO()
+        # An Arrow buffer, not a Python file: the encoder then writes without taking the
+        # GIL for every page, so the pipeline thread keeps running meanwhile.
+        out = pa.BufferOutputStream()
         pq.write_table(
             table,
             out,
@@ -110,7 +111,8 @@ class Encoder:
             write_page_checksum=False,
             use_content_defined_chunking=False,
         )
-        return out.getvalue()
+        data: bytes = out.getvalue().to_pybytes()
+        return data
 
     def digest(self, data: bytes) -> str:
         """16 hex digits of SHA-256 over the bytes and the encoder settings."""
