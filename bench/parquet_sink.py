@@ -51,7 +51,6 @@ import pyarrow.parquet as pq
 from spate.checkpoint._ack import AckToken
 from spate.config import decode
 from spate.records import Lane
-from spate.sink import Offer
 from spate.sink._contract import REJECTED
 from spate.testing.conformance import conformance_context
 from spate_parquet import ParquetSinkConfig, ParquetSinkFactory
@@ -174,47 +173,39 @@ def main() -> None:
         root = fresh("framework")
         sink = _sink(root)
         lane = Lane("bench", 0)
-        if columnar:
-            decode_batch = deser.deserialize_batch  # type: ignore[attr-defined]
-            for first in range(0, len(views), SOURCE_BATCH):
-                chunk = views[first : first + SOURCE_BATCH]
-                ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
-                frames, errors = decode_batch(chunk)
-                if errors:
-                    raise RuntimeError(f"{len(errors)} records did not decode")
-                for _, df in frames:
-                    table, bad = sink.prepare_frame(df)
-                    if bad:
-                        raise RuntimeError(f"{len(bad)} rows refused")
-                    while sink.offer_frame(table, None, lane, ack) is Offer.REJECTED:
-                        time.sleep(0.0005)
-                ack.release(True)
-            if not sink.flush(time.monotonic() + 600):
-                raise RuntimeError("the sink did not write everything")
-            sink.close()
-            return _checked(root)
-        if not per_row:
-            prepare, offer_rows = sink.prepare_rows, sink.offer_rows
-            for first in range(0, len(rows), SOURCE_BATCH):
-                chunk = rows[first : first + SOURCE_BATCH]
-                ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
-                prepared, bad = prepare(chunk, [None] * len(chunk), lane)
-                if bad:
-                    raise RuntimeError(f"{len(bad)} rows refused")
-                while offer_rows(prepared, lane, ack) is REJECTED:
+
+        def refused(count: int) -> None:
+            if count:
+                raise RuntimeError(f"{count} rows refused")
+
+        def by_frames(views: list[memoryview], ack: AckToken) -> None:
+            frames, errors = deser.deserialize_batch(views)  # type: ignore[attr-defined]
+            if errors:
+                raise RuntimeError(f"{len(errors)} records did not decode")
+            for _, df in frames:
+                table, bad = sink.prepare_frame(df)
+                refused(len(bad))
+                while sink.offer_frame(table, None, lane, ack) is REJECTED:
                     time.sleep(0.0005)
-                ack.release(True)
-            if not sink.flush(time.monotonic() + 600):
-                raise RuntimeError("the sink did not write everything")
-            sink.close()
-            return _checked(root)
-        offer = sink.offer
-        for first in range(0, len(rows), SOURCE_BATCH):
-            chunk = rows[first : first + SOURCE_BATCH]
-            ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
+
+        def by_batch(chunk: list[dict[str, Any]], ack: AckToken) -> None:
+            prepared, bad = sink.prepare_rows(chunk, [None] * len(chunk), lane)
+            refused(len(bad))
+            while sink.offer_rows(prepared, lane, ack) is REJECTED:
+                time.sleep(0.0005)
+
+        def by_row(chunk: list[dict[str, Any]], ack: AckToken) -> None:
+            offer = sink.offer
             for row in chunk:
                 while offer(row, None, lane, ack) is REJECTED:
                     time.sleep(0.0005)
+
+        feed: Any = by_frames if columnar else by_row if per_row else by_batch
+        source: list[Any] = views if columnar else rows
+        for first in range(0, len(source), SOURCE_BATCH):
+            chunk = source[first : first + SOURCE_BATCH]
+            ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
+            feed(chunk, ack)
             ack.release(True)
         if not sink.flush(time.monotonic() + 600):
             raise RuntimeError("the sink did not write everything")

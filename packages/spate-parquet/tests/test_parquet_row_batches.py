@@ -10,64 +10,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from spate.errors import SinkError
 from spate.records import Lane
 
-from .harness import Feeder, make_sink
+from .harness import (
+    BASE,
+    LAYOUT_SCHEMA,
+    LAYOUTS,
+    Feeder,
+    any_batching,
+    layout_rows,
+    make_sink,
+    write_fed,
+)
 from .readback import local_files, parquet_rows
 
 LANE = Lane("orders", 3)
-BASE = dt.datetime(2026, 12, 1, 4, 50, tzinfo=dt.UTC)
-SCHEMA = {"id": "int64", "country": "string", "amount": "float64", "ts": "timestamp[ms, tz=UTC]"}
-LAYOUTS = [
-    {"schema": SCHEMA, "max_records": 37},
-    {"schema": SCHEMA, "max_records": 50, "partition_by": ["country"]},
-    {
-        "schema": SCHEMA,
-        "max_records": 1000,
-        "window": "1h",
-        "time_column": "ts",
-        "time_partitions": "dt=%Y-%m-%d/hour=%H",
-        "partition_by": ["country"],
-    },
-]
-
-
-def _rows(count: int, minutes: int = 1) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": i,
-            "country": ("DE", "FR", "PL")[(i // 4) % 3],
-            "amount": i * 0.5,
-            "ts": BASE + dt.timedelta(minutes=i * minutes),
-        }
-        for i in range(count)
-    ]
+SCHEMA = LAYOUT_SCHEMA
 
 
 def _write(
     root: Path, body: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int], batched: bool
 ) -> dict[str, bytes]:
-    sink = make_sink({"path": str(root), **body})
-    assert sink.takes_rows
-    Feeder(sink).feed(LANE, rows, 0, sizes, batched=batched)
-    assert sink.flush(float("inf"))
-    sink.close()
-    return local_files(root)
+    return write_fed(root, body, rows, sizes, batched=batched)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    count=st.integers(1, 200),
-    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=4),
-    max_records=st.integers(1, 90),
-    minutes=st.integers(0, 7),
-    layout=st.sampled_from(range(len(LAYOUTS))),
-)
+@any_batching
 def test_b103_row_batches_and_single_rows_cut_identical_files(
     tmp_path_factory: pytest.TempPathFactory,
     count: int,
@@ -77,7 +45,7 @@ def test_b103_row_batches_and_single_rows_cut_identical_files(
     layout: int,
 ) -> None:
     body = dict(LAYOUTS[layout], max_records=max_records, max_bytes="1GiB")
-    rows = _rows(count, minutes)
+    rows = layout_rows(count, minutes)
     root = tmp_path_factory.mktemp("eq")
     one_by_one = _write(root / "rows", body, rows, sizes, batched=False)
     batched = _write(root / "batches", body, rows, sizes, batched=True)
@@ -109,6 +77,7 @@ def test_b103_a_batch_refuses_exactly_the_rows_offer_refuses(tmp_path: Path) -> 
             refused_by_offer.append(i)
     single.close()
     sink = make_sink({"path": str(tmp_path / "batch"), **body})
+    assert sink.takes_rows
     _, bad = Feeder(sink).rows_batch(LANE, 0, rows)
     assert [position for position, _ in bad] == [*refused_by_offer, 7]
     assert "does not fit int32" in bad[-1][1]
@@ -122,7 +91,7 @@ def test_b103_a_batch_refuses_exactly_the_rows_offer_refuses(tmp_path: Path) -> 
 
 def test_b103_batches_skip_what_a_durable_file_holds_after_a_restart(tmp_path: Path) -> None:
     body = {"schema": SCHEMA, "max_records": 40}
-    rows = _rows(200)
+    rows = layout_rows(200)
     clean = _write(tmp_path / "clean", body, rows, [30], batched=True)
     root = tmp_path / "crashed"
     first = make_sink({"path": str(root), **body})
