@@ -116,7 +116,9 @@ class Encoder:
 
     def digest(self, data: bytes) -> str:
         """16 hex digits of SHA-256 over the bytes and the encoder settings."""
-        return hashlib.sha256(self._identity + b"\0" + data).hexdigest()[:16]
+        digest = hashlib.sha256(self._identity + b"\0")
+        digest.update(data)  # no copy of the file's bytes (and the GIL released meanwhile)
+        return digest.hexdigest()[:16]
 
     def file_key(self, prefix: str, lane: Lane, first: int, last: int, data: bytes) -> str:
         """``{prefix}{stream}-{partition}-{first}-{last}-{hash}.parquet``."""
