@@ -4,10 +4,12 @@ Both sides write the same rows (dicts of id, kind, region, amount, time) to loca
 zstd Parquet files of ``SPATE_BENCH_BATCH`` rows with row groups of
 ``SPATE_BENCH_ROW_GROUP`` rows:
 
-* framework: the ``parquet`` sink as a pipeline builds it (declared schema checked per
-  row, one writer thread, content-addressed names, fsync of file and directory and a
-  rename before the acks resolve), fed one row at a time by ``offer`` with one ack per
-  source batch of 1,000 rows, then flushed;
+* framework: the ``parquet`` sink as a pipeline builds it (declared schema, one writer
+  thread, content-addressed names, fsync of file and directory and a rename before the
+  acks resolve), fed as the row chain feeds a sink that takes a source batch's rows at
+  once: ``prepare_rows`` (the schema check, per column) and ``offer_rows`` per source
+  batch of 1,000 rows with its ack, then flushed; with ``--per-row``, one ``offer`` per
+  row instead (the path every row goes through when the chain offers rows one by one);
 * baseline: the loop a user writes by hand — rows arrive one at a time into a list, and
   every ``BATCH`` rows ``pa.Table.from_pylist(rows, schema)`` and ``pq.write_table(...)``
   with the same codec and row-group size run (no checks, no fsync, no rename).
@@ -19,6 +21,7 @@ fresh directory and reads the row count back. Prints each side's median, ``ratio
 ``SPATE_BENCH_ROW_GROUP`` (default 65,536) and ``SPATE_BENCH_RUNS`` (default 3)::
 
     .venv/bin/python bench/parquet_sink.py
+    .venv/bin/python bench/parquet_sink.py --per-row
 
 With ``--columnar`` (``spate[columnar]``) both sides start from the same raw Avro
 payloads instead, as a Kafka → Parquet pipeline gets them:
@@ -48,7 +51,7 @@ import pyarrow.parquet as pq
 from spate.checkpoint._ack import AckToken
 from spate.config import decode
 from spate.records import Lane
-from spate.sink import Offer
+from spate.sink._contract import REJECTED
 from spate.testing.conformance import conformance_context
 from spate_parquet import ParquetSinkConfig, ParquetSinkFactory
 
@@ -123,6 +126,7 @@ def main() -> None:
         return path
 
     columnar = "--columnar" in sys.argv[1:]
+    per_row = "--per-row" in sys.argv[1:]
     payloads: list[bytes] = []
     if columnar:
         import io
@@ -143,6 +147,10 @@ def main() -> None:
             raise SystemExit("--columnar needs spate[columnar] (polars and jetliner)")
         views = [memoryview(p) for p in payloads]
         print("columnar: raw Avro payloads on both sides")
+    elif per_row:
+        print("per row: one offer per row")
+    else:
+        print("row batches: prepare_rows and offer_rows per source batch")
 
     def _sink(root: Path) -> Any:
         config = decode(
@@ -165,32 +173,39 @@ def main() -> None:
         root = fresh("framework")
         sink = _sink(root)
         lane = Lane("bench", 0)
-        if columnar:
-            decode_batch = deser.deserialize_batch  # type: ignore[attr-defined]
-            for first in range(0, len(views), SOURCE_BATCH):
-                chunk = views[first : first + SOURCE_BATCH]
-                ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
-                frames, errors = decode_batch(chunk)
-                if errors:
-                    raise RuntimeError(f"{len(errors)} records did not decode")
-                for _, df in frames:
-                    table, bad = sink.prepare_frame(df)
-                    if bad:
-                        raise RuntimeError(f"{len(bad)} rows refused")
-                    while sink.offer_frame(table, None, lane, ack) is Offer.REJECTED:
-                        time.sleep(0.0005)
-                ack.release(True)
-            if not sink.flush(time.monotonic() + 600):
-                raise RuntimeError("the sink did not write everything")
-            sink.close()
-            return _checked(root)
-        offer = sink.offer
-        for first in range(0, len(rows), SOURCE_BATCH):
-            chunk = rows[first : first + SOURCE_BATCH]
-            ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
-            for row in chunk:
-                while offer(row, None, lane, ack) is Offer.REJECTED:
+
+        def refused(count: int) -> None:
+            if count:
+                raise RuntimeError(f"{count} rows refused")
+
+        def by_frames(views: list[memoryview], ack: AckToken) -> None:
+            frames, errors = deser.deserialize_batch(views)  # type: ignore[attr-defined]
+            if errors:
+                raise RuntimeError(f"{len(errors)} records did not decode")
+            for _, df in frames:
+                table, bad = sink.prepare_frame(df)
+                refused(len(bad))
+                while sink.offer_frame(table, None, lane, ack) is REJECTED:
                     time.sleep(0.0005)
+
+        def by_batch(chunk: list[dict[str, Any]], ack: AckToken) -> None:
+            prepared, bad = sink.prepare_rows(chunk, [None] * len(chunk), lane)
+            refused(len(bad))
+            while sink.offer_rows(prepared, lane, ack) is REJECTED:
+                time.sleep(0.0005)
+
+        def by_row(chunk: list[dict[str, Any]], ack: AckToken) -> None:
+            offer = sink.offer
+            for row in chunk:
+                while offer(row, None, lane, ack) is REJECTED:
+                    time.sleep(0.0005)
+
+        feed: Any = by_frames if columnar else by_row if per_row else by_batch
+        source: list[Any] = views if columnar else rows
+        for first in range(0, len(source), SOURCE_BATCH):
+            chunk = source[first : first + SOURCE_BATCH]
+            ack = AckToken(lane, 0, first, first + len(chunk), len(chunk), lambda token: None)
+            feed(chunk, ack)
             ack.release(True)
         if not sink.flush(time.monotonic() + 600):
             raise RuntimeError("the sink did not write everything")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from spate._clock import Clock
 from spate.checkpoint._ack import AckStatus, AckToken
 from spate.config import decode
@@ -76,13 +80,28 @@ class Feeder:
         positions = list(range(len(rows))) if indexes is None else list(indexes)
         frame = frame.with_columns(pl.Series("__spate_row", positions, dtype=pl.Int64))
         table, bad = self.sink.prepare_frame(frame)
+        self._offer_whole(lambda: self.sink.offer_frame(table, None, lane, token), lane, token)
+        return token, bad
+
+    def _offer_whole(self, offer: Callable[[], Offer], lane: Lane, token: AckToken) -> None:
+        """Offer a batch whole until the sink takes it (ticking meanwhile), then settle."""
         deadline = time.monotonic() + 60
-        while self.sink.offer_frame(table, None, lane, token) is Offer.REJECTED:
-            assert time.monotonic() < deadline, "the sink refused the frame for 60s"
+        while offer() is Offer.REJECTED:
+            assert time.monotonic() < deadline, "the sink refused the batch for 60s"
             self.sink.tick()
             time.sleep(0.005)
         token.release(True)
         self.tokens.setdefault(lane, []).append(token)
+
+    def rows_batch(
+        self, lane: Lane, start: int, rows: Sequence[object]
+    ) -> tuple[AckToken, list[tuple[int, str]]]:
+        """Offer ``rows`` as one source batch through the row chain's batch offer
+        (``prepare_rows`` then ``offer_rows``). Returns the token and the refused rows."""
+        self._seq += 1
+        token = AckToken(lane, 1, self._seq, start + len(rows), len(rows), _ignore)
+        prepared, bad = self.sink.prepare_rows(list(rows), [None] * len(rows), lane)
+        self._offer_whole(lambda: self.sink.offer_rows(prepared, lane, token), lane, token)
         return token, bad
 
     def feed(
@@ -92,13 +111,16 @@ class Feeder:
         start: int,
         sizes: Sequence[int],
         frames: bool = False,
+        batched: bool = False,
     ) -> None:
-        """Offer ``rows[start:]`` in batches of the given sizes (cycled), as rows or as
-        frames (the columnar path)."""
+        """Offer ``rows[start:]`` in batches of the given sizes (cycled), as rows, as
+        frames (the columnar path) or as batches of rows (``prepare_rows``/``offer_rows``)."""
         i, k = start, 0
         while i < len(rows):
             size = sizes[k % len(sizes)]
-            if frames:
+            if batched:
+                self.rows_batch(lane, i, rows[i : i + size])
+            elif frames:
                 self.frame_batch(lane, i, rows[i : i + size])
             else:
                 self.batch(lane, i, rows[i : i + size])
@@ -113,3 +135,72 @@ class Feeder:
                 break
             position = token.next_offset
         return position
+
+
+BASE = dt.datetime(2026, 12, 1, 4, 50, tzinfo=dt.UTC)
+LAYOUT_SCHEMA = {
+    "id": "int64",
+    "country": "string",
+    "amount": "float64",
+    "ts": "timestamp[ms, tz=UTC]",
+}
+LAYOUTS: list[dict[str, Any]] = [
+    {"schema": LAYOUT_SCHEMA, "max_records": 37},
+    {"schema": LAYOUT_SCHEMA, "max_records": 50, "partition_by": ["country"]},
+    {
+        "schema": LAYOUT_SCHEMA,
+        "max_records": 1000,
+        "window": "1h",
+        "time_column": "ts",
+        "time_partitions": "dt=%Y-%m-%d/hour=%H",
+        "partition_by": ["country"],
+    },
+]
+"""Layouts the path-equivalence properties run over: size cuts, partitions, windows."""
+
+
+def layout_rows(count: int, minutes: int = 1) -> list[dict[str, Any]]:
+    """Rows of :data:`LAYOUT_SCHEMA`, ``minutes`` apart, in three countries."""
+    return [
+        {
+            "id": i,
+            "country": ("DE", "FR", "PL")[(i // 4) % 3],
+            "amount": i * 0.5,
+            "ts": BASE + dt.timedelta(minutes=i * minutes),
+        }
+        for i in range(count)
+    ]
+
+
+def any_batching(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test(count, sizes, max_records, minutes, layout)`` over random batchings."""
+    strategies = given(
+        count=st.integers(1, 200),
+        sizes=st.lists(st.integers(1, 60), min_size=1, max_size=4),
+        max_records=st.integers(1, 90),
+        minutes=st.integers(0, 7),
+        layout=st.sampled_from(range(len(LAYOUTS))),
+    )
+    runs = settings(
+        max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    return runs(strategies(test))  # type: ignore[no-any-return]
+
+
+def write_fed(
+    root: Path,
+    body: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    sizes: list[int],
+    *,
+    frames: bool = False,
+    batched: bool = False,
+) -> dict[str, bytes]:
+    """Feed ``rows`` to a fresh sink under ``root`` in batches of ``sizes``; the files."""
+    from .readback import local_files
+
+    sink = make_sink({"path": str(root), **body})
+    Feeder(sink).feed(Lane("orders", 3), rows, 0, sizes, frames=frames, batched=batched)
+    assert sink.flush(float("inf"))
+    sink.close()
+    return local_files(root)

@@ -11,9 +11,9 @@ import pytest
 from tests.support.bench import run_bench
 
 
-@pytest.mark.parametrize("args", [(), ("--columnar",)])
+@pytest.mark.parametrize("args", [(), ("--per-row",), ("--columnar",)])
 def test_parquet_sink_bench_reports_medians_ratio_and_rss(args: tuple[str, ...]) -> None:
-    if args:
+    if args == ("--columnar",):
         pytest.importorskip("polars")
     lines = run_bench("parquet_sink.py", 3000, 3, *args)
     assert lines[0].startswith("3,000 rows, files of ")

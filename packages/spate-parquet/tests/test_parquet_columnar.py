@@ -8,61 +8,37 @@ hands them over; the sink checks them per column (``prepare_frame``) and takes t
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from spate.records import Lane
 
-from .harness import Feeder, make_sink
+from .harness import (
+    BASE,
+    LAYOUT_SCHEMA,
+    LAYOUTS,
+    Feeder,
+    any_batching,
+    layout_rows,
+    make_sink,
+    write_fed,
+)
 from .readback import local_files, parquet_rows
 
 pytest.importorskip("polars")
 
 LANE = Lane("orders", 3)
-BASE = dt.datetime(2026, 12, 1, 4, 50, tzinfo=dt.UTC)
-SCHEMA = {"id": "int64", "country": "string", "amount": "float64", "ts": "timestamp[ms, tz=UTC]"}
-
-
-def _rows(count: int, minutes: int = 1) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": i,
-            "country": ("DE", "FR", "PL")[(i // 4) % 3],
-            "amount": i * 0.5,
-            "ts": BASE + dt.timedelta(minutes=i * minutes),
-        }
-        for i in range(count)
-    ]
+SCHEMA = LAYOUT_SCHEMA
+_rows = layout_rows
 
 
 def _write(
     root: Path, body: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int], frames: bool
 ) -> dict[str, bytes]:
-    sink = make_sink({"path": str(root), **body})
-    Feeder(sink).feed(LANE, rows, 0, sizes, frames=frames)
-    assert sink.flush(float("inf"))
-    sink.close()
-    return local_files(root)
-
-
-LAYOUTS = [
-    {"schema": SCHEMA, "max_records": 37},
-    {"schema": SCHEMA, "max_records": 50, "partition_by": ["country"]},
-    {
-        "schema": SCHEMA,
-        "max_records": 1000,
-        "window": "1h",
-        "time_column": "ts",
-        "time_partitions": "dt=%Y-%m-%d/hour=%H",
-        "partition_by": ["country"],
-    },
-]
+    return write_fed(root, body, rows, sizes, frames=frames)
 
 
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)))
@@ -77,16 +53,7 @@ def test_b53_frames_write_the_same_files_as_rows(tmp_path: Path, layout: int) ->
     assert sorted(r["id"] for r in parquet_rows(by_frames)) == list(range(240))
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    count=st.integers(1, 200),
-    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=4),
-    max_records=st.integers(1, 90),
-    minutes=st.integers(0, 7),
-    layout=st.sampled_from(range(len(LAYOUTS))),
-)
+@any_batching
 def test_b53_frames_and_rows_cut_identical_files_for_any_batching(
     tmp_path_factory: pytest.TempPathFactory,
     count: int,

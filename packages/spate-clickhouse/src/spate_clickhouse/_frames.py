@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from spate.errors import ErrorClass, SinkError
+from spate.ops._arrow import plain_table as _plain
 
 from spate_clickhouse._coerce import DATETIME64_SECONDS, INT_RANGES
 from spate_clickhouse._encoder import Column
@@ -28,35 +29,6 @@ _NOT_TIMES = ("Float32", "Float64", "String", "FixedString")
 
 def _enum_names(t: ChType) -> list[str]:
     return [a.name for a in t.args if isinstance(a, EnumItem)]
-
-
-def _plain(table: Any) -> Any:
-    """``table`` with string/binary views cast to large (offset) types."""
-    import pyarrow as pa
-
-    fields = []
-    changed = False
-    for field in table.schema:
-        t = _unview(field.type)
-        changed = changed or t != field.type
-        fields.append(pa.field(field.name, t, field.nullable))
-    return table.cast(pa.schema(fields)) if changed else table
-
-
-def _unview(t: Any) -> Any:
-    import pyarrow as pa
-
-    if pa.types.is_string_view(t):
-        return pa.large_string()
-    if pa.types.is_binary_view(t):
-        return pa.large_binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        return pa.large_list(pa.field(t.value_field.name, _unview(t.value_type)))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _unview(f.type), f.nullable) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(_unview(t.key_type), _unview(t.item_type))
-    return t
 
 
 def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[int, str]]]:

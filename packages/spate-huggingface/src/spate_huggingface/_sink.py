@@ -22,20 +22,18 @@ writes the same files under the same paths instead of adding copies.
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer
-from spate_parquet import RowShaper, parse_schema, safe
+from spate_parquet import RowShaper, WindowedWriter, parse_schema, safe
 
 from spate_huggingface._encode import FileEncoder, build_encoder
 from spate_huggingface._hub import CommitFile, CommitGate, HubClient, HubError, commit_payload
@@ -61,17 +59,14 @@ class Window:
     lanes: set[Lane] = field(default_factory=set)
     settled: bool = False
     """Its acks were released (guarded by the sink's condition lock)."""
-
-
-@dataclass(slots=True)
-class _Job:
-    window: Window
     files: list[CommitFile] | None = None
-    attempts: int = 0
-    not_before: float = 0.0
+    """The encoded files, once built (a retried commit sends the same)."""
+
+    def holds(self, lanes: Collection[Lane]) -> bool:
+        return not self.lanes.isdisjoint(lanes)
 
 
-class HuggingFaceSink:
+class HuggingFaceSink(WindowedWriter[Window]):
     """Implements ``Sink``; see the module docstring."""
 
     def __init__(
@@ -90,7 +85,9 @@ class HuggingFaceSink:
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
         self._clock = clock
-        self._threaded = io_threads > 0
+        self._init_writer(
+            io_threads > 0, Backoff(config.retry.as_retry()), config.request_timeout + 5.0
+        )
         self._shaper = RowShaper(parse_schema(config.schema))
         self._encoder = (
             encoder if encoder is not None else build_encoder(config.encoder, self._shaper.schema)
@@ -100,20 +97,10 @@ class HuggingFaceSink:
             config.endpoint, config.repo, config.branch, token, config.request_timeout
         )
         self._gate = CommitGate(config.endpoint, config.repo, config.branch)
-        self._backoff = Backoff(config.retry.as_retry())
         self._open: dict[int, Window] = {}
-        self._jobs: collections.deque[_Job] = collections.deque()
-        self._writing: Window | None = None
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._ready = False
         self.commits = 0
         """Commits the Hub accepted."""
-        self.commit_retries = 0
-        """Commit attempts that failed and were tried again."""
-        self.windows_failed = 0
-        """Windows whose commit failed for good (their acks were released failed)."""
         self.last_commit = ""
         """The id of the last commit the Hub accepted."""
 
@@ -123,22 +110,18 @@ class HuggingFaceSink:
         """Probe the repository and branch (B29); start the writer thread."""
         self._hub.probe()
         self._ready = True
-        if self._threaded and self._thread is None:
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name=f"hf-{self.name}", daemon=True)
-            self._thread.start()
+        self._start_writer(f"hf-{self.name}")
 
     def ready(self) -> bool:
         return self._ready
 
+    @property
+    def commit_retries(self) -> int:
+        """Commit attempts that failed and were tried again."""
+        return self.write_retries
+
     def close(self) -> None:
-        self.abandon()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=self.config.request_timeout + 5.0)
-            self._thread = None
+        self._stop_writer()
         self._hub.close()
         self._ready = False
 
@@ -181,14 +164,8 @@ class HuggingFaceSink:
             ErrorClass.RECORD,
         )
 
-    def _pending(self) -> int:
-        return len(self._jobs) + (self._writing is not None)
-
     def _seal(self, bucket: int) -> None:
-        window = self._open.pop(bucket)
-        with self._cond:
-            self._jobs.append(_Job(window))
-            self._cond.notify_all()
+        self._queue(self._open.pop(bucket))
 
     def tick(self) -> None:
         """Seal the windows the clock has passed the end of (B10)."""
@@ -198,141 +175,40 @@ class HuggingFaceSink:
         if not self._threaded:
             self._drain_inline(time.monotonic())
 
-    def flush(self, deadline: float) -> bool:
-        """Seal every window and wait until each is committed or failed, or ``deadline``."""
+    # -- the write queue's hooks ---------------------------------------------------------
+
+    def _seal_all(self) -> None:
         for bucket in sorted(self._open):
             self._seal(bucket)
-        return self._wait(lambda: bool(self._jobs) or self._writing is not None, deadline)
 
-    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
-        """Commit the windows holding rows of ``lanes`` (B40); other windows stay open.
-
-        A window holds rows of every lane that arrived in its time, so the rows of other
-        lanes sharing it are committed along.
-        """
-        wanted = set(lanes)
-        for bucket in sorted(b for b, w in self._open.items() if w.lanes & wanted):
+    def _seal_lanes(self, lanes: Collection[Lane]) -> None:
+        # A window holds rows of every lane that arrived in its time, so the rows of
+        # other lanes sharing it are committed along.
+        for bucket in sorted(b for b, w in self._open.items() if w.holds(lanes)):
             self._seal(bucket)
 
-        def pending() -> bool:
-            writing = self._writing
-            if writing is not None and writing.lanes & wanted:
-                return True
-            return any(job.window.lanes & wanted for job in self._jobs)
-
-        return self._wait(pending, deadline)
-
-    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
-        """Wait until ``pending()`` is false (checked under the lock), or ``deadline``."""
-        if not self._threaded:
-            return self._drain_inline(deadline)
-        with self._cond:
-            while pending():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, 0.5))
-        return True
-
-    def abandon(self) -> int:
-        """Fail the acks of every window not yet committed (B4)."""
+    def _take_open(self) -> list[Window]:
         windows = list(self._open.values())
         self._open.clear()
-        with self._cond:
-            windows.extend(job.window for job in self._jobs)
-            self._jobs.clear()
-            if self._writing is not None:
-                windows.append(self._writing)  # its commit may still land: failing is safe
-            self._cond.notify_all()
-        for window in windows:
-            self._settle(window, ok=False)
-        return sum(w.rows for w in windows)
+        return windows
+
+    def _rows(self, window: Window) -> int:
+        return window.rows
+
+    def _describe(self, window: Window) -> str:
+        return f"commit of {window.rows} rows"
+
+    def _retry_delay(self, exc: SinkError, attempts: int) -> float:
+        after = exc.retry_after if isinstance(exc, HubError) else None
+        return max(self._backoff.delay(attempts), after or 0.0)
 
     # -- commits (writer thread, or inline without io threads) -----------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopping and (
-                    not self._jobs or self._jobs[0].not_before > time.monotonic()
-                ):
-                    wait = self._jobs[0].not_before - time.monotonic() if self._jobs else None
-                    self._cond.wait(wait)
-                if self._stopping:
-                    return
-                job = self._jobs.popleft()
-                self._writing = job.window
-            try:
-                self._attempt(job)
-            finally:
-                with self._cond:
-                    self._writing = None
-                    self._cond.notify_all()
-
-    def _drain_inline(self, deadline: float) -> bool:
-        while self._jobs:
-            job = self._jobs[0]
-            wait = job.not_before - time.monotonic()
-            if wait > 0:
-                if time.monotonic() + wait > deadline:
-                    return False
-                time.sleep(wait)
-            self._jobs.popleft()
-            self._writing = job.window
-            try:
-                self._attempt(job)
-            finally:
-                self._writing = None
-        return True
-
-    def _attempt(self, job: _Job) -> None:
-        """Commit one window; on a failure that can pass, queue it again after a backoff."""
-        window = job.window
-        if window.settled:
-            return  # abandoned while queued
-        job.attempts += 1
-        try:
-            if job.files is None:
-                job.files = self._files(window)
-            self.last_commit = self._commit(window, job.files)
-        except HubError as exc:
-            if exc.error_class is ErrorClass.RETRYABLE and not self._backoff.exhausted(
-                job.attempts
-            ):
-                delay = max(self._backoff.delay(job.attempts), exc.retry_after or 0.0)
-                self.commit_retries += 1
-                logger.warning(
-                    "sink %s: commit of %d rows (attempt %d) failed, retrying in %.1fs: %s",
-                    self.name,
-                    window.rows,
-                    job.attempts,
-                    delay,
-                    exc.reason,
-                )
-                job.not_before = time.monotonic() + delay
-                with self._cond:
-                    self._jobs.appendleft(job)
-                return
-            self._failed(window, job.attempts, exc.reason)
-            return
-        except Exception as exc:
-            logger.exception("sink %s: commit of %d rows failed", self.name, window.rows)
-            self._failed(window, job.attempts, f"{type(exc).__name__}: {exc}")
-            return
+    def _write_window(self, window: Window) -> None:
+        if window.files is None:
+            window.files = self._files(window)
+        self.last_commit = self._commit(window, window.files)
         self.commits += 1
-        self._settle(window, ok=True)
-
-    def _failed(self, window: Window, attempts: int, reason: str) -> None:
-        self.windows_failed += 1
-        logger.error(
-            "sink %s: commit of %d rows failed after %d attempt(s); they stay upstream "
-            "(a spool tier hands them on again): %s",
-            self.name,
-            window.rows,
-            attempts,
-            reason,
-        )
-        self._settle(window, ok=False)
 
     def _bounds(self, window: Window) -> tuple[dt.datetime, dt.datetime]:
         start = window.bucket * self.config.window
@@ -377,14 +253,6 @@ class HuggingFaceSink:
             return self._hub.commit(body)
         finally:
             self._gate.release()
-
-    def _settle(self, window: Window, ok: bool) -> None:
-        """Release the window's acks once, whoever gets there first (writer or abandon)."""
-        with self._cond:
-            if window.settled:
-                return
-            window.settled = True
-        release_all(window.acks, ok, window)
 
 
 def _partition(value: object) -> str:

@@ -15,6 +15,7 @@ from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, SchemaError, parse_schema
 from spate_parquet._sink import ParquetSink
 from spate_parquet._store import LocalStore, S3Store, Store, open_store
+from spate_parquet._writer import WindowedWriter
 from spate_parquet.config import AuditConfig, ParquetSinkConfig, S3Config
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "SchemaError",
     "Store",
     "StoreGate",
+    "WindowedWriter",
     "build_sink",
     "open_store",
     "parse_schema",

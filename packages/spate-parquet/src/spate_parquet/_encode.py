@@ -17,7 +17,6 @@ share a name.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import operator
 import re
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from spate.records import Lane
 
+from spate_parquet._schema import to_array
 from spate_parquet.config import ParquetSinkConfig, settings_identity
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]")
@@ -93,7 +93,9 @@ class Encoder:
     def encode(self, table: pa.Table) -> bytes:
         """The table as Parquet bytes, with every byte-affecting setting pinned."""
         cfg = self._config
-        out = io.BytesIO()
+        # An Arrow buffer, not a Python file: the encoder then writes without taking the
+        # GIL for every page, so the pipeline thread keeps running meanwhile.
+        out = pa.BufferOutputStream()
         pq.write_table(
             table,
             out,
@@ -109,11 +111,14 @@ class Encoder:
             write_page_checksum=False,
             use_content_defined_chunking=False,
         )
-        return out.getvalue()
+        data: bytes = out.getvalue().to_pybytes()
+        return data
 
     def digest(self, data: bytes) -> str:
         """16 hex digits of SHA-256 over the bytes and the encoder settings."""
-        return hashlib.sha256(self._identity + b"\0" + data).hexdigest()[:16]
+        digest = hashlib.sha256(self._identity + b"\0")
+        digest.update(data)  # no copy of the file's bytes (and the GIL released meanwhile)
+        return digest.hexdigest()[:16]
 
     def file_key(self, prefix: str, lane: Lane, first: int, last: int, data: bytes) -> str:
         """``{prefix}{stream}-{partition}-{first}-{last}-{hash}.parquet``."""
@@ -128,7 +133,7 @@ def _column(rows: Sequence[Mapping[str, object]], name: str, kind: pa.DataType |
         values = list(map(operator.itemgetter(name), rows))
     except KeyError:
         values = [row.get(name) for row in rows]
-    return pa.array(values, type=kind)
+    return pa.array(values) if kind is None else to_array(values, kind)
 
 
 def parse_key(key: str) -> Covered | None:

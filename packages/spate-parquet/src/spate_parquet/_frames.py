@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from spate.errors import ErrorClass, SinkError
+from spate.ops._arrow import plain_column
 
 ROW_COLUMN = "__spate_row"
 
@@ -32,7 +33,7 @@ def prepare_frame(frame: Any, schema: pa.Schema | None) -> tuple[pa.Table, list[
     rows = table.column(ROW_COLUMN)
     if schema is None:
         names = [n for n in table.column_names if n != ROW_COLUMN]
-        arrays = [_unview(table.column(n)) for n in names]
+        arrays = [plain_column(table.column(n)) for n in names]
         return pa.Table.from_arrays([*arrays, rows], names=[*names, ROW_COLUMN]), []
     arrays = []
     bad: dict[int, str] = {}
@@ -72,15 +73,6 @@ def _cast_each(column: pa.ChunkedArray, field: pa.Field, bad: dict[int, str]) ->
             value = None
         values.append(value)
     return pa.array(values).cast(field.type, safe=False)
-
-
-def _unview(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """String and binary views as plain large types (what every Parquet reader takes)."""
-    if pa.types.is_string_view(column.type):
-        return column.cast(pa.large_string())
-    if pa.types.is_binary_view(column.type):
-        return column.cast(pa.large_binary())
-    return column
 
 
 def seconds(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:

@@ -20,6 +20,16 @@ version is older than the pointer's leaves it.
 
 A part written but not yet in a version is invisible to readers; a restart either
 rewrites it byte-identically (and publishes it) or, with ``orphans: delete``, deletes it.
+
+Retention (``keep_manifests``, B104): after a successful publish the writer deletes the
+versions older than the newest ``keep`` — never the one the pointer names nor any newer
+one (a writer rolls forward from the pointer), and never one written within ``grace``
+seconds (a reader may still be reading it). A writer that stops between publishing and
+the clean-up leaves only extra versions, which the next publish deletes. Deleting frees
+version numbers below the pointer; a writer stalled long enough to have missed them
+could create one again, so after creating a version the writer checks the pointer: one
+already at or past that number without its part means the version was stale, so it is
+deleted and the part published on top of the latest version.
 """
 
 from __future__ import annotations
@@ -197,13 +207,25 @@ class ManifestStore:
     """Reads and publishes the manifest of one table under a :class:`Store`."""
 
     def __init__(
-        self, store: Store, table: str, gate: CommitGate, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        table: str,
+        gate: CommitGate,
+        clock: Callable[[], float] = time.time,
+        *,
+        keep: int = 0,
+        grace: float = 300.0,
     ) -> None:
+        """``keep``: versions kept by the clean-up after each publish (0: every version);
+        ``grace``: seconds a version is kept at least, whatever ``keep`` says."""
         self._store = store
         self.table = table
         self.prefix = f"{table}.parts/"
         self._gate = gate
         self._clock = clock
+        self._keep = keep
+        self._grace = grace
+        self.versions_deleted = 0
 
     def _read(self, key: str) -> Manifest | None:
         data = self._store.get(self.prefix + key)
@@ -228,7 +250,16 @@ class ManifestStore:
 
     def publish(self, part: Part, schema: str) -> Manifest:
         """Add ``part`` in a new version (through the gate) and return that version."""
-        return self._gate.run(lambda: self._publish(part, schema))
+        return self._gate.run(lambda: self._publish_and_clean(part, schema))
+
+    def _publish_and_clean(self, part: Part, schema: str) -> Manifest:
+        published = self._publish(part, schema)
+        if self._keep > 0:
+            try:
+                self.clean()
+            except SinkError as exc:  # the part is published; the next clean-up retries
+                logger.warning("manifest %s%s: clean-up failed: %s", self.prefix, VERSIONS, exc)
+        return published
 
     def _publish(self, part: Part, schema: str) -> Manifest:
         current = self.latest()
@@ -237,12 +268,59 @@ class ManifestStore:
                 return current  # a retry after a lost answer: already published
             candidate = current.with_part(part, schema, self._clock())
             key = self.prefix + _version_key(candidate.version)
-            if self._store.create(key, candidate.to_bytes()):
-                break
-            # Another writer took this version: build on theirs.
-            current = self._read(_version_key(candidate.version)) or current
+            if not self._store.create(key, candidate.to_bytes()):
+                # Another writer took this version: build on theirs.
+                current = self._read(_version_key(candidate.version)) or current
+                continue
+            if self._stale(candidate, part):
+                self._store.delete(key)
+                current = self.latest()
+                continue
+            break
         self._advance_pointer(candidate)
         return candidate
+
+    def _stale(self, candidate: Manifest, part: Part) -> bool:
+        """Whether ``candidate`` reused a number the clean-up had freed: the pointer is
+        already at or past it and (so not built on it) does not list ``part``."""
+        pointer = self._read(POINTER)
+        if pointer is None or pointer.version < candidate.version or part.path in pointer.paths:
+            return False
+        logger.warning(
+            "manifest %s: version %d was deleted by a clean-up while this writer built it; "
+            "publishing on the latest version instead",
+            self.prefix,
+            candidate.version,
+        )
+        return True
+
+    def clean(self) -> list[int]:
+        """Delete the versions the retention lets go; return their numbers.
+
+        Kept: the newest ``keep`` versions, the pointer's and every newer one, and every
+        version written less than ``grace`` seconds ago.
+        """
+        pointer = self._read(POINTER)
+        if pointer is None or self._keep <= 0:
+            return []
+        versions: list[tuple[int, str, float]] = []
+        for key, written in self._store.list_dated(self.prefix + VERSIONS):
+            name = key.rsplit("/", 1)[-1].removesuffix(".json")
+            if name.isdigit():
+                versions.append((int(name), key, written))
+        versions.sort()
+        newest = versions[-1][0] if versions else 0
+        cutoff = self._clock() - self._grace
+        deleted = []
+        for version, key, written in versions:
+            if version >= pointer.version or version > newest - self._keep or written > cutoff:
+                continue
+            self._store.delete(key)
+            deleted.append(version)
+        self.versions_deleted += len(deleted)
+        if deleted:
+            logger.debug("manifest %s: deleted versions %s", self.prefix, deleted)
+        return deleted
 
     def _advance_pointer(self, manifest: Manifest) -> None:
         """Point ``_manifest.json`` at ``manifest`` unless it already shows a newer version.

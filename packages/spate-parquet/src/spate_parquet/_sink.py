@@ -23,10 +23,8 @@ so replays write the same bytes under the same names and every record lands once
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
@@ -45,6 +43,7 @@ from spate_parquet._frames import ROW_COLUMN, prepare_frame, runs, seconds
 from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, parse_schema
 from spate_parquet._store import Store, open_store
+from spate_parquet._writer import WindowedWriter
 from spate_parquet.config import ParquetSinkConfig
 
 logger = logging.getLogger(__name__)
@@ -75,15 +74,20 @@ class Window:
     settled: bool = False
     """Its acks were released (guarded by the sink's condition lock)."""
 
-
-@dataclass(slots=True)
-class _Job:
-    window: Window
-    attempts: int = 0
-    not_before: float = 0.0
+    def holds(self, lanes: Collection[Lane]) -> bool:
+        return self.lane in lanes
 
 
-class ParquetSink:
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A source batch's rows, checked: their table and each one's index in the batch
+    (None: the table carries them in its ``__spate_row`` column)."""
+
+    table: pa.Table
+    index: Sequence[int] | None
+
+
+class ParquetSink(WindowedWriter[Window]):
     """Implements ``Sink``; see the module docstring."""
 
     def __init__(
@@ -99,27 +103,26 @@ class ParquetSink:
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
         self._clock = clock
-        self._threaded = io_threads > 0
+        self._init_writer(io_threads > 0, Backoff(config.retry), join_timeout=30.0)
         self._store: Store = open_store(config)
         self._shaper = RowShaper(parse_schema(config.schema))
         self._encoder = Encoder(config, self._shaper.schema)
         self._auditor = Auditor(config.audits) if config.audits is not None else None
-        self._backoff = Backoff(config.retry)
         self._manifest: ManifestStore | None = None
         self._gate: CommitGate | None = None
         if config.publish == "manifest":
             commit_gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
             self._gate = commit_gate
-            self._manifest = ManifestStore(self._store, config.table, commit_gate)
+            self._manifest = ManifestStore(
+                self._store,
+                config.table,
+                commit_gate,
+                keep=config.keep_manifests,
+                grace=config.manifest_grace,
+            )
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
-        self._jobs: collections.deque[_Job] = collections.deque()
-        self._busy = 0
-        self._writing: Window | None = None
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._ready = False
         self._token: AckToken | None = None
         self._index = 0
@@ -145,11 +148,7 @@ class ParquetSink:
         self._store.probe()
         self._load_covered()
         self._ready = True
-        if self._threaded:
-            self._thread = threading.Thread(
-                target=self._run, name=f"spate-parquet-{self.name}", daemon=True
-            )
-            self._thread.start()
+        self._start_writer(f"spate-parquet-{self.name}")
 
     def _load_covered(self) -> None:
         """The last durable position per lane and directory, from names or the manifest."""
@@ -184,13 +183,7 @@ class ParquetSink:
         return self._ready
 
     def close(self) -> None:
-        self.abandon()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30.0)
-            self._thread = None
+        self._stop_writer()
         self._store.close()
         if self._gate is not None:
             self._gate.close()
@@ -242,10 +235,10 @@ class ParquetSink:
 
     def _room(self) -> bool:
         """Whether another window may be sealed now (``max_pending``)."""
-        if len(self._jobs) + self._busy >= self._max_pending:
+        if self._pending() >= self._max_pending:
             if not self._threaded:
                 self._drain_inline(time.monotonic() + self.config.gate_timeout)
-            if len(self._jobs) + self._busy >= self._max_pending:
+            if self._pending() >= self._max_pending:
                 return False
         self._check_room = False
         return True
@@ -353,6 +346,13 @@ class ParquetSink:
         With record-time windows a row without a time is a bad row, as on the row path.
         """
         table, bad = prepare_frame(frame, self._shaper.schema)
+        return self._timeless(table, bad)
+
+    def _timeless(
+        self, table: pa.Table, bad: list[tuple[int, str]]
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """``table`` without the rows that have no time under record-time windows, which
+        join ``bad`` (positions of the input, before ``bad`` was filtered out)."""
         cfg = self.config
         if cfg.window and cfg.window_time == "record" and cfg.time_column in table.column_names:
             missing = pc.is_null(table.column(cfg.time_column))
@@ -366,6 +366,52 @@ class ParquetSink:
                 )
                 table = table.filter(pc.invert(missing))
         return table, bad
+
+    # -- a source batch's rows at once (pipeline thread; the row chain's batch offer) -
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether the chain may hand over a source batch's rows at once: with a declared
+        schema (checked per column) and one row per record (a row's index in the batch
+        is its record's)."""
+        return self._declared and self._per_row
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[object, list[tuple[int, str]]]:
+        """Check a source batch's rows per column; ``(table to offer, bad rows)`` (B28).
+
+        The bad rows are those :meth:`offer` would refuse one by one, with its reasons;
+        the good ones become one Arrow table whose row indexes stay their positions.
+        """
+        table, index, bad = self._shaper.table(rows)
+        if not self._placed:
+            return _Prepared(table, index), bad
+        # Windows and partitions are found per column, as for a frame.
+        table = table.append_column(ROW_COLUMN, pa.array(index, type=pa.int64()))
+        table, bad = self._timeless(table, bad)
+        return _Prepared(table, None), bad
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        """Take every prepared row or none (``REJECTED``), cut into windows as rows are:
+        the same files, names and bytes as one :meth:`offer` per row (B50, B103)."""
+        if not isinstance(prepared, _Prepared):
+            raise SinkError("offer_rows takes what prepare_rows returned", ErrorClass.FATAL)
+        index = prepared.index
+        if index is None:
+            return self.offer_frame(prepared.table, None, lane, ack)
+        if not index:
+            return Offer.ACCEPTED
+        if self._check_room and not self._room():
+            return Offer.REJECTED
+        self._token = None  # the row path's per-batch count does not see these rows
+        start = ack.next_offset - ack.records
+        if isinstance(index, range):
+            positions: Sequence[int] = range(start + index.start, start + index.stop)
+        else:
+            positions = [start + i for i in index]
+        self._add_run(prepared.table, positions, lane, "", 0, ack)
+        return Offer.ACCEPTED
 
     def offer_frame(
         self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
@@ -387,7 +433,7 @@ class ParquetSink:
         for first, stop, directory, bucket in self._runs(data):
             self._add_run(
                 data.slice(first, stop - first),
-                positions.slice(first, stop - first),
+                positions.slice(first, stop - first).to_pylist(),
                 lane,
                 directory,
                 bucket,
@@ -430,18 +476,20 @@ class ParquetSink:
     def _add_run(
         self,
         data: pa.Table,
-        positions: pa.Array,
+        positions: Sequence[int],
         lane: Lane,
         directory: str,
         bucket: int,
         ack: AckToken,
     ) -> None:
+        """Add rows (``data``) at source ``positions`` (a range or a list) to windows."""
         covered = self._covered.get((lane, directory), -1)
-        if covered >= 0 and pc.min(positions).as_py() <= covered:
-            keep = pc.greater(positions, covered)
-            skipped = data.num_rows - pc.sum(keep.cast(pa.int64())).as_py()
-            self.rows_replayed += skipped  # already in a durable file: acked with the batch
-            data, positions = data.filter(keep), positions.filter(keep)
+        lowest = positions[0] if isinstance(positions, range) else min(positions, default=0)
+        if covered >= 0 and lowest <= covered:
+            keep = [p > covered for p in positions]
+            positions = [p for p in positions if p > covered]
+            self.rows_replayed += len(keep) - len(positions)  # acked with the batch
+            data = data.filter(pa.array(keep, type=pa.bool_()))
         shape = self._shaper.shape_key(dict.fromkeys(data.column_names))
         row_bytes = max(data.nbytes // max(data.num_rows, 1), 1)
         while data.num_rows:
@@ -450,9 +498,9 @@ class ParquetSink:
             if row_bytes:
                 room = min(room, max((self._max_bytes - window.nbytes) // row_bytes, 1))
             part, data = data.slice(0, room), data.slice(room)
-            taken, positions = positions.slice(0, room), positions.slice(room)
+            taken, positions = positions[:room], positions[room:]
             if window.first < 0:
-                window.first = taken[0].as_py()
+                window.first = taken[0]
                 window.row_bytes = row_bytes
             if window.rows:
                 window.tables.append(self._encoder.table(window.rows))
@@ -460,7 +508,7 @@ class ParquetSink:
             window.tables.append(part)
             window.count += part.num_rows
             window.nbytes += part.num_rows * row_bytes
-            window.last = taken[-1].as_py()
+            window.last = taken[-1]
             self._last = None  # the row fast path must look the window up again
             if window.count >= self._max_records or window.nbytes >= self._max_bytes:
                 self._seal((lane, directory, bucket))
@@ -473,9 +521,7 @@ class ParquetSink:
         # file is on its way, so a row re-offered for it now would be a duplicate.
         self._covered[(window.lane, window.directory)] = window.last
         self._check_room = True
-        with self._cond:
-            self._jobs.append(_Job(window))
-            self._cond.notify_all()
+        self._queue(window)
 
     def tick(self) -> None:
         """Seal processing-time windows that have ended; never cuts a window early (B10)."""
@@ -487,57 +533,30 @@ class ParquetSink:
         if not self._threaded:
             self._drain_inline(time.monotonic())
 
-    def flush(self, deadline: float) -> bool:
+    # -- the write queue's hooks ---------------------------------------------------------
+
+    def _seal_all(self) -> None:
         for key in list(self._open):
             self._seal(key)
-        if not self._threaded:
-            return self._drain_inline(deadline)
-        return self._wait(lambda: bool(self._jobs or self._busy), deadline)
 
-    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
-        """Seal the windows of ``lanes`` and wait until they are written (B40, B15).
-
-        Windows of other lanes stay open, so their files are cut where the input says.
-        """
-        wanted = set(lanes)
-        for key in [k for k in self._open if k[0] in wanted]:
+    def _seal_lanes(self, lanes: Collection[Lane]) -> None:
+        # Windows of other lanes stay open, so their files are cut where the input says.
+        for key in [k for k in self._open if k[0] in lanes]:
             self._seal(key)
-        if not self._threaded:
-            return self._drain_inline(deadline)
 
-        def pending() -> bool:
-            writing = self._writing
-            if writing is not None and writing.lane in wanted:
-                return True
-            return any(job.window.lane in wanted for job in self._jobs)
-
-        return self._wait(pending, deadline)
-
-    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
-        """Wait (condition lock held while checking) until ``pending()`` is false."""
-        with self._cond:
-            while pending():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, 0.5))
-        return True
-
-    def abandon(self) -> int:
-        """Fail the acks of every window not yet written (B4)."""
+    def _take_open(self) -> list[Window]:
         windows = list(self._open.values())
         self._open.clear()
         self._last = None
-        with self._cond:
-            windows.extend(job.window for job in self._jobs)
-            self._jobs.clear()
-            if self._writing is not None:
-                windows.append(self._writing)  # its write may still land: failing is safe
-        for window in windows:
-            self._settle(window, ok=False)
-        return sum(w.count for w in windows)
+        return windows
 
-    def _forget(self, window: Window) -> None:
+    def _rows(self, window: Window) -> int:
+        return window.count
+
+    def _describe(self, window: Window) -> str:
+        return f"write of {window.lane} positions {window.first}-{window.last}"
+
+    def _unwritten(self, window: Window) -> None:
         """Let a replay of an unwritten window's rows in again."""
         at = (window.lane, window.directory)
         if self._covered.get(at, -1) >= window.first:
@@ -545,79 +564,19 @@ class ParquetSink:
 
     # -- writing (writer thread, or inline without io threads) -----------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                job = self._jobs.popleft()
-                self._busy += 1
-                self._writing = job.window
-            try:
-                self._attempt(job)
-            except Exception:
-                logger.exception("sink %s: writer failed", self.name)
-                self._settle(job.window, ok=False)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._writing = None
-                    self._cond.notify_all()
-
-    def _drain_inline(self, deadline: float) -> bool:
-        while self._jobs:
-            job = self._jobs.popleft()
-            if job.not_before > time.monotonic():
-                self._jobs.appendleft(job)
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(min(job.not_before, deadline) - time.monotonic())
-                continue
-            self._attempt(job)
-        return not self._jobs
-
-    def _attempt(self, job: _Job) -> None:
-        """Write one window; on a retryable error queue it again after a backoff."""
-        wait = job.not_before - time.monotonic()
-        if wait > 0 and self._threaded:
-            with self._cond:
-                self._cond.wait_for(lambda: self._stopping, timeout=wait)
-                if self._stopping:
-                    self._settle(job.window, ok=False)
-                    return
-        job.attempts += 1
+    def _write_window(self, window: Window) -> None:
         try:
-            self._write(job.window)
+            self._write(window)
         except AuditFailure as failure:
-            self._audit_failed(job.window, failure)
-            return
-        except SinkError as exc:
-            if exc.error_class is ErrorClass.RETRYABLE and not self._backoff.exhausted(
-                job.attempts
-            ):
-                logger.warning(
-                    "sink %s: write of %s failed (attempt %d), retrying: %s",
-                    self.name,
-                    job.window.lane,
-                    job.attempts,
-                    exc.reason,
-                )
-                job.not_before = time.monotonic() + self._backoff.delay(job.attempts)
-                with self._cond:
-                    self._jobs.appendleft(job)
-                return
-            logger.error("sink %s: write of %s failed: %s", self.name, job.window.lane, exc.reason)
-            self._settle(job.window, ok=False)
-            return
-        self._settle(job.window, ok=True)
+            self._audit_failed(window, failure)
 
     def _write(self, window: Window) -> None:
         tables = list(window.tables)
         if window.rows or not tables:
             tables.append(self._encoder.table(window.rows))
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        # One contiguous table: Parquet encodes it faster than many small chunks, and
+        # the bytes are the same either way.
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
         if self._auditor is not None:
             self._auditor.audit(table)
         data = self._encoder.encode(table)
@@ -657,16 +616,6 @@ class ParquetSink:
             self._settle(window, ok=True)
         else:
             self._settle(window, ok=False)
-
-    def _settle(self, window: Window, ok: bool) -> None:
-        """Release the window's acks once, whoever gets there first (writer or abandon)."""
-        with self._cond:
-            if window.settled:
-                return
-            window.settled = True
-            if not ok:
-                self._forget(window)
-        release_all(window.acks, ok, window)
 
 
 def _schema_text(schema: pa.Schema) -> str:

@@ -15,6 +15,7 @@ RETRYABLE, a missing bucket or denied access FATAL and named with the endpoint (
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
@@ -71,6 +72,10 @@ class Store(Protocol):
 
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a directory-like prefix ending in ``/`` or empty)."""
+        ...
+
+    def list_dated(self, prefix: str) -> builtins.list[tuple[str, float]]:
+        """Every key under ``prefix`` with the time it was last written (epoch seconds)."""
         ...
 
     def delete(self, key: str) -> None:
@@ -175,6 +180,13 @@ class LocalStore:
                     continue  # temporaries of writes in progress
                 found.append(Path(dirpath, name).relative_to(self._root).as_posix())
         return sorted(found)
+
+    def list_dated(self, prefix: str) -> builtins.list[tuple[str, float]]:
+        found: builtins.list[tuple[str, float]] = []
+        for key in self.list(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                found.append((key, (self._root / key).stat().st_mtime))
+        return found
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -390,13 +402,19 @@ class S3Store:
         return True
 
     def list(self, prefix: str) -> list[str]:
-        async def go() -> list[str]:
+        return [key for key, _ in self.list_dated(prefix)]
+
+    def list_dated(self, prefix: str) -> builtins.list[tuple[str, float]]:
+        async def go() -> builtins.list[tuple[str, float]]:
             await self._open()
-            keys: list[str] = []
+            found: builtins.list[tuple[str, float]] = []
             paginator = self._client.get_paginator("list_objects_v2")
             async for page in paginator.paginate(Bucket=self._bucket, Prefix=self._prefix + prefix):
-                keys.extend(item["Key"][len(self._prefix) :] for item in page.get("Contents", ()))
-            return keys
+                found.extend(
+                    (item["Key"][len(self._prefix) :], item["LastModified"].timestamp())
+                    for item in page.get("Contents", ())
+                )
+            return found
 
         try:
             return sorted(self._run(go()))

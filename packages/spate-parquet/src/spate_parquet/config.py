@@ -19,6 +19,7 @@ Example::
       row_group_size: 65536
       audits: {not_empty: true, not_null: [id], unique: [id], check: "pkg.mod:fn", on_failure: fail}
       gate_timeout: 30s
+      keep_manifests: 10                # manifest versions kept after each publish
       s3: {endpoint_url: "http://127.0.0.1:9000", region: us-east-1, path_style: true}
 
 Owns the keys, their defaults and cross-field rules (B17); not the writing
@@ -150,6 +151,13 @@ class ParquetSinkConfig:
     manifest's compare-and-set keeps that correct)."""
     max_pending: int = 4
     """Sealed files waiting for the writer before the sink refuses rows (B7)."""
+    keep_manifests: int = 10
+    """Manifest mode: after each publish, versions under ``{table}.parts/_manifests/``
+    older than the newest this many are deleted (never the one ``_manifest.json`` names,
+    nor one younger than ``manifest_grace``); 0 keeps every version."""
+    manifest_grace: Duration = 300.0
+    """Manifest mode: a version written less than this long ago is never deleted (a
+    reader may still be reading it)."""
     orphans: Literal["keep", "delete"] = "keep"
     """Manifest mode, at start: parts written but never published are kept (a replay
     rewrites and adopts them) or deleted."""
@@ -192,6 +200,10 @@ class ParquetSinkConfig:
             yield "row_group_size", f"must be at least 1, got {self.row_group_size}"
         if self.gate_timeout <= 0:
             yield "gate_timeout", f"must be positive, got {self.gate_timeout}s"
+        if self.keep_manifests < 0:
+            yield "keep_manifests", f"must be 0 (keep all) or positive, got {self.keep_manifests}"
+        if self.manifest_grace < 0:
+            yield "manifest_grace", f"must be 0 or positive, got {self.manifest_grace}s"
         if self.max_pending < 1:
             yield "max_pending", f"must be at least 1, got {self.max_pending}"
         declared = set(self.schema)
