@@ -70,13 +70,13 @@ def load_example(name: str = "kafka_avro_to_clickhouse") -> Any:
     return module
 
 
-def ensure_data(brokers: str, topic: str, count: int) -> None:
+def ensure_data(brokers: str, topic: str, count: int, partitions: int = PARTITIONS) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": brokers})
     if topic in admin.list_topics(timeout=30).topics:
         return
-    ensure_topic(brokers, topic, PARTITIONS)
+    ensure_topic(brokers, topic, partitions)
     produce_events(brokers, topic, count, seed=11)
 
 

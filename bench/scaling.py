@@ -1,23 +1,41 @@
 """One against two worker processes: the flagship job, ``spate run --processes N``.
 
-Data: ``SPATE_BENCH_RECORDS`` (default 400,000) storefront events (raw Avro) in a
-4-partition topic of the real broker (``make services-up``), produced once and reused.
-Destination: the ClickHouse HTTP front of ``scripts/services.sh`` (chDB allows one data
-directory per process, so several workers need a server), each run into fresh tables.
+Data: ``SPATE_BENCH_RECORDS`` (default 2,000,000) storefront events (raw Avro) in a topic
+of ``SPATE_BENCH_PARTITIONS`` (default 8) partitions on the real broker (``make
+services-up``), produced once and reused. Destination: the ClickHouse HTTP front of
+``scripts/services.sh`` (chDB allows one data directory per process, so several workers
+need a server), each run into fresh tables.
 
 Each run is ``spate run examples/kafka_avro_to_clickhouse.yaml --chain
 kafka_avro_to_clickhouse:chains --processes N`` in bounded mode with a fresh consumer
-group, timed from start to exit (process start-up included). The two sides run
-interleaved, ``SPATE_BENCH_RUNS`` (default 5) times each after a warm-up. The report
-gives each side's median and spread (fastest and slowest run), records/s, the speed-up
-``ratio:`` (2 workers over 1, of the medians), the spread of the per-pair ratios, and the
-CPU seconds each process used (parent and workers, sampled from ``/proc``), plus the
-ClickHouse front's, because on a small machine the broker and the front share the
-cores with the workers.
+group. The two sides (1 and 2 workers) run interleaved, ``SPATE_BENCH_RUNS`` (default 5)
+times each after a warm-up of each. Per side the report gives, as medians with the
+spread (fastest and slowest run):
+
+* ``whole run``: seconds from start to exit — interpreter start-up, imports, the
+  consumer group's join and the final drain included;
+* ``steady rate``: records per second between the first rows and the last rows
+  arriving in ClickHouse (the bench polls the row count every 0.5 s), which leaves out
+  start-up and exit: the throughput a long-running pipeline keeps;
+* CPU seconds of every process (the parent of ``--processes 2`` and each worker, read
+  from ``/proc``) and ``cpu per record``: the workers' CPU over the records for the
+  whole run, and for the steady part alone (what one more record costs): what the work
+  costs, independent of how long the run waited for a core;
+* the CPU seconds of the broker and the ClickHouse front, which share the cores with
+  the workers on a small machine; the front's figure is given without the bench's own
+  polling (its cost per poll is measured after the runs on an empty database).
+
+Then ``ratio:`` — the speed-up of 2 workers over 1 (of the medians, steady rate and
+whole run, with the spread of the per-pair ratios; the target is 1.6) — and ``cpu
+ratio:``, the workers' CPU per record with 2 workers over 1 (1.0 = a second worker costs
+nothing extra per record). The load average before and after the runs says how much
+else wanted the cores: the ratio means something only when the machine had a core per
+worker, plus room for the broker and the front.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -29,12 +47,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import env_int
-from e2e import PARTITIONS, ensure_data, load_example
+from e2e import ensure_data, load_example
 from kafka_source import bootstrap
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+TABLES = ("orders", "payments", "refunds")
 _TICKS = os.sysconf("SC_CLK_TCK")
+_POLL = 0.5
 
 
 def clickhouse_url() -> str:
@@ -64,7 +84,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _listener_pid(port: int) -> int | None:
-    """The pid of the process listening on ``port`` (the ClickHouse front), if visible."""
+    """The pid of the process listening on ``port`` (the front, the broker), if visible."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -88,18 +108,50 @@ def _listener_pid(port: int) -> int | None:
     return None
 
 
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1].split("/")[0].split(",")[0])
+
+
+@dataclasses.dataclass
+class Measured:
+    """One run of one side."""
+
+    seconds: float
+    """Start to exit."""
+    steady: float
+    """Records per second between the first and the last rows arriving."""
+    writing: float
+    """Seconds between the first and the last rows arriving."""
+    cpu: dict[str, float]
+    """CPU seconds per process: ``parent`` (two workers only), ``worker 0``, ``worker 1``."""
+    steady_cpu: float
+    """The workers' CPU microseconds per record between the first and the last rows."""
+    front: float
+    broker: float
+    polls: int
+    """Row-count queries the bench sent to the front during the run."""
+
+    @property
+    def workers_cpu(self) -> float:
+        return sum(v for k, v in self.cpu.items() if k.startswith("worker"))
+
+
 class Run:
-    def __init__(self, brokers: str, topic: str, url: str) -> None:
+    def __init__(self, brokers: str, topic: str, url: str, records: int) -> None:
         self.brokers = brokers
         self.topic = topic
         self.url = url
+        self.records = records
         self.example = load_example()
         self.client = self.example.clickhouse_client(url)
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        self.front_pid = _listener_pid(port)
+        self.front_pid = _listener_pid(_port(url))
+        self.broker_pid = _listener_pid(_port(brokers))
 
-    def __call__(self, processes: int) -> tuple[float, dict[str, float], float]:
-        """One run: seconds, CPU seconds per process, and the front's CPU seconds."""
+    def _rows(self, database: str) -> int:
+        total = " + ".join(f"(SELECT count() FROM {database}.{t})" for t in TABLES)
+        return int(self.client.command(f"SELECT {total}"))
+
+    def __call__(self, processes: int) -> Measured:
         database = f"scaling_{uuid.uuid4().hex[:8]}"
         self.example.create_tables(self.client, database)
         env = {
@@ -117,18 +169,27 @@ class Run:
         argv = [sys.executable, "-m", "spate.cli", "--log-level", "warning", "run"]
         argv += ["kafka_avro_to_clickhouse.yaml", "--chain", "kafka_avro_to_clickhouse:chains"]
         argv += ["--processes", str(processes)]
-        front_before = _cpu_seconds(self.front_pid) if self.front_pid else None
+        services = {"front": self.front_pid, "broker": self.broker_pid}
+        before = {name: _cpu_seconds(pid) if pid else None for name, pid in services.items()}
         cpu: dict[int, float] = {}
+        # (seconds since start, rows, the workers' CPU seconds) whenever the rows change
+        arrivals: list[tuple[float, int, float]] = []
+        polls = [0]
         start = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=EXAMPLES, env=env)
         done = threading.Event()
 
         def sample() -> None:
-            while not done.wait(0.2):
+            while not done.wait(_POLL):
                 for pid in [proc.pid, *_children(proc.pid)]:
                     seconds = _cpu_seconds(pid)
                     if seconds is not None:
                         cpu[pid] = seconds
+                rows = self._rows(database)
+                polls[0] += 1
+                if not arrivals or rows != arrivals[-1][1]:
+                    workers = sum(v for p, v in cpu.items() if p != proc.pid or processes == 1)
+                    arrivals.append((time.perf_counter() - start, rows, workers))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -138,63 +199,125 @@ class Run:
         sampler.join()
         if code != 0:
             raise SystemExit(f"spate run --processes {processes} exited {code}")
-        rows = sum(
-            int(self.client.command(f"SELECT count() FROM {database}.{table}"))
-            for table in ("orders", "payments", "refunds")
-        )
+        rows = self._rows(database)
         self.client.command(f"DROP DATABASE {database}")
-        per_process = {
-            ("parent" if pid == proc.pid and processes > 1 else f"pid {pid}"): seconds
-            for pid, seconds in sorted(cpu.items())
+        if rows != self.records:
+            raise SystemExit(f"--processes {processes}: {rows} rows for {self.records} records")
+        # Steady state: from the first rows seen to the moment the last rows were seen.
+        first = next(a for a in arrivals if a[1] > 0)
+        last = next(a for a in arrivals if a[1] == rows)
+        writing = last[0] - first[0]
+        if writing < 4 * _POLL:  # too few records for the polling to see them arrive
+            steady = steady_cpu = float("nan")
+        else:
+            steady = (rows - first[1]) / writing
+            steady_cpu = (last[2] - first[2]) / (rows - first[1]) * 1e6
+        parent_pids = [proc.pid] if processes > 1 else []
+        names = {pid: "parent" for pid in parent_pids}
+        workers = sorted(pid for pid in cpu if pid not in names)
+        names.update({pid: f"worker {i}" for i, pid in enumerate(workers)})
+        spent = {
+            name: (_cpu_seconds(pid) or was) - was if pid and was is not None else 0.0
+            for (name, pid), was in zip(services.items(), before.values(), strict=True)
         }
-        front = 0.0
-        if front_before is not None and self.front_pid is not None:
-            front = (_cpu_seconds(self.front_pid) or front_before) - front_before
-        self.rows = rows
-        return elapsed, per_process, front
+        return Measured(
+            seconds=elapsed,
+            steady=steady,
+            writing=writing,
+            cpu={names[pid]: cpu[pid] for pid in sorted(cpu, key=lambda p: names[p])},
+            steady_cpu=steady_cpu,
+            front=spent["front"],
+            broker=spent["broker"],
+            polls=polls[0],
+        )
+
+    def poll_cost(self, polls: int = 40) -> float:
+        """The front's CPU seconds per row-count poll, measured on an empty database."""
+        if self.front_pid is None:
+            return 0.0
+        database = f"scaling_{uuid.uuid4().hex[:8]}"
+        self.example.create_tables(self.client, database)
+        before = _cpu_seconds(self.front_pid) or 0.0
+        for _ in range(polls):
+            self._rows(database)
+        spent = (_cpu_seconds(self.front_pid) or before) - before
+        self.client.command(f"DROP DATABASE {database}")
+        return spent / polls
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    low, mid, high = (fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+    return f"median {mid} (spread {low}-{high})"
 
 
 def main() -> int:
-    records = env_int("SPATE_BENCH_RECORDS", 400_000)
+    records = env_int("SPATE_BENCH_RECORDS", 2_000_000)
+    partitions = env_int("SPATE_BENCH_PARTITIONS", 8)
     runs = max(1, env_int("SPATE_BENCH_RUNS", 5))
     brokers = bootstrap()
-    topic = f"spate-bench-scaling-{records}"
-    ensure_data(brokers, topic, records)
-    bench = Run(brokers, topic, clickhouse_url())
+    topic = f"spate-bench-scaling-{records}-p{partitions}"
+    ensure_data(brokers, topic, records, partitions)
+    bench = Run(brokers, topic, clickhouse_url(), records)
     sides = (1, 2)
-    for processes in sides:  # warm-up: caches, imports, the front's first parts
+    load_before = os.getloadavg()
+    for processes in sides:  # warm-up: page cache, imports, the front's first parts
         bench(processes)
-    times: dict[int, list[float]] = {n: [] for n in sides}
-    cpu: dict[int, list[dict[str, float]]] = {n: [] for n in sides}
-    front: dict[int, list[float]] = {n: [] for n in sides}
+    measured: dict[int, list[Measured]] = {n: [] for n in sides}
     for _ in range(runs):
         for processes in sides:
-            elapsed, per_process, front_cpu = bench(processes)
-            times[processes].append(elapsed)
-            cpu[processes].append(per_process)
-            front[processes].append(front_cpu)
-    load = os.getloadavg()[0]
+            measured[processes].append(bench(processes))
+    load_after = os.getloadavg()
+    per_poll = bench.poll_cost()
     print(
-        f"== scaling: {records} records, {PARTITIONS} partitions, {os.cpu_count()} cores, "
-        f"{runs} interleaved runs per side, load average {load:.1f} at the end"
+        f"== scaling: {records:,} records, {partitions} partitions, {os.cpu_count()} cores, "
+        f"{runs} interleaved runs per side after a warm-up of each; load average "
+        f"(1/5/15 min) {' '.join(f'{v:.1f}' for v in load_before)} before, "
+        f"{' '.join(f'{v:.1f}' for v in load_after)} after"
     )
     for processes in sides:
-        median = statistics.median(times[processes])
-        listed = ", ".join(f"{t:.2f}" for t in times[processes])
-        spread = f"{min(times[processes]):.2f}-{max(times[processes]):.2f}s"
+        side = measured[processes]
+        per_record = [m.workers_cpu / records * 1e6 for m in side]
+        steady_cpu = statistics.median([m.steady_cpu for m in side])
+        print(f"{processes} worker(s):")
+        print(f"  whole run     {_spread([m.seconds for m in side], '{:.2f}s')}")
         print(
-            f"{processes} worker(s): median {median:.2f}s ({records / median:,.0f} rec/s), "
-            f"spread {spread}, runs [{listed}]"
+            f"  steady rate   {_spread([m.steady for m in side], '{:,.0f}/s')} "
+            f"over the {statistics.median([m.writing for m in side]):.1f}s the rows arrived"
         )
-        last = cpu[processes][-1]
-        shown = ", ".join(f"{name}={seconds:.1f}s" for name, seconds in last.items())
-        print(f"  cpu per process (last run): {shown}")
-        print(f"  clickhouse front cpu (median): {statistics.median(front[processes]):.1f}s")
-    ratio = statistics.median(times[1]) / statistics.median(times[2])
-    pairs = sorted(one / two for one, two in zip(times[1], times[2], strict=True))
+        roles = sorted({name for m in side for name in m.cpu})
+        shown = ", ".join(
+            f"{name} {statistics.median([m.cpu.get(name, 0.0) for m in side]):.1f}s"
+            for name in roles
+        )
+        print(f"  cpu (median)  {shown}")
+        print(
+            f"  cpu per record {statistics.median(per_record):.1f} us over the whole run, "
+            f"{steady_cpu:.1f} us while the rows arrived (the workers' CPU, start-up excluded)"
+        )
+        front = statistics.median([m.front - m.polls * per_poll for m in side])
+        print(
+            f"  services cpu  broker {statistics.median([m.broker for m in side]):.1f}s, "
+            f"clickhouse front {front:.1f}s (median; without the bench's polling, "
+            f"{per_poll * 1000:.1f} ms a poll)"
+        )
+    one, two = measured[1], measured[2]
+    steady = statistics.median([m.steady for m in two]) / statistics.median([m.steady for m in one])
+    whole = statistics.median([m.seconds for m in one]) / statistics.median(
+        [m.seconds for m in two]
+    )
+    steady_pairs = sorted(b.steady / a.steady for a, b in zip(one, two, strict=True))
+    whole_pairs = sorted(a.seconds / b.seconds for a, b in zip(one, two, strict=True))
+    cpu_ratio = statistics.median([m.workers_cpu for m in two]) / statistics.median(
+        [m.workers_cpu for m in one]
+    )
     print(
-        f"ratio: {ratio:.2f} (2 workers over 1, medians; per interleaved pair "
-        f"{pairs[0]:.2f}-{pairs[-1]:.2f}; rows per run {bench.rows})"
+        f"ratio: {steady:.2f} steady rate, 2 workers over 1 (per interleaved pair "
+        f"{steady_pairs[0]:.2f}-{steady_pairs[-1]:.2f}); whole run {whole:.2f} (per pair "
+        f"{whole_pairs[0]:.2f}-{whole_pairs[-1]:.2f}); target 1.6"
+    )
+    print(
+        f"cpu ratio: {cpu_ratio:.2f} (workers' CPU for the same records, 2 workers over 1; "
+        "1.0 = the second worker adds no cost per record)"
     )
     return 0
 

@@ -18,7 +18,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.flagship.test_flagship_no_loss import TABLES, storefront_records
 from tests.support.chfront_fixtures import FrontFactory
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.delivery import wait_until
+from tests.support.no_loss import TABLES, NoLossRun, flagship_env, launch
 from tests.support.scale import current_scale, scaled
-from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
+from tests.support.services import create_topic, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -75,13 +74,7 @@ def create_tables(client: Any, database: str, tables: list[str]) -> None:
 
 
 def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, str(RUNNER), str(config), mode],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    return launch([str(RUNNER), str(config), mode], env, log)
 
 
 @pytest.mark.parametrize("mode", ["split", "single"])
@@ -99,21 +92,8 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     tables = list(TABLES.values()) if mode == "split" else ["events"]
     create_tables(client, database, tables)
     config = write_config(tmp_path / "pipeline.yaml", mode)
-    env = {
-        **os.environ,
-        "KAFKA_BROKERS": kafka_bootstrap,
-        "KAFKA_TOPIC": topic,
-        "KAFKA_GROUP": group,
-        "KAFKA_SESSION_TIMEOUT_MS": "6000",
-        "STOP_AT": "never",
-        "CLICKHOUSE_URL": front.url,
-        "CLICKHOUSE_DATABASE": database,
-        "SPATE_ADMIN_LISTEN": "none",
-        "PIPELINE_NAME": f"eo-{mode}",
-    }
+    env = flagship_env(kafka_bootstrap, topic, group, front.url, database, f"eo-{mode}")
     log = tmp_path / "pipeline.log"
-    proc = start(config, mode, env, log)
-    second: subprocess.Popen[bytes] | None = None
 
     def held() -> set[bytes]:
         reader = front.client()
@@ -126,43 +106,43 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
             found.update(f"{kind}:{row[0]}".encode() for row in result.result_rows)
         return found
 
+    run = NoLossRun(
+        kafka_bootstrap,
+        topic,
+        group,
+        count=count,
+        seconds=90 * max(current_scale(), 0.5),
+        start=lambda: start(config, mode, env, log),
+        log=log,
+        durable=held,
+    )
+
     def rows_written() -> int:
         return sum(int(client.command(f"SELECT count() FROM {database}.{t}")) for t in tables)
 
     def wait_for_a_write() -> None:
         """While events are still produced, wait until the pipeline has written since."""
         before = rows_written()
-        try:
-            wait_until(
-                lambda: rows_written() > before or not producer.is_alive(),
-                120,
-                "a write by the pipeline",
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; log: {log.read_text()[-3000:]}") from None
+        run.wait(
+            lambda: rows_written() > before or not run.producer.is_alive(),
+            120,
+            "a write by the pipeline",
+        )
 
     def member_assigned(path: Path) -> bool:
         return path.exists() and "partitions assigned" in path.read_text(errors="replace")
 
-    producer = PacedProducer(
-        kafka_bootstrap,
-        topic,
-        storefront_records(count),
-        count,
-        seconds=90 * max(current_scale(), 0.5),
-    )
-    sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, held)
-    producer.start()
-    sampler.start(every=0.5)
     outage = 12.0 * min(1.0, max(current_scale() * 2, 0.4))
     shares = sorted(rng.uniform(0.1, 0.9) for _ in range(5))
     second_log = tmp_path / "second.log"
-    try:
+
+    def faults() -> None:
         for crash, share in enumerate(shares):
-            wait_until(lambda s=share: producer.produced >= count * s, 300, f"{share:.0%} produced")
+            run.wait_produced(share)
             wait_for_a_write()
             if crash == 0:  # a second member joins (a rebalance), takes part, and leaves
                 second = start(config, mode, env, second_log)
+                run.members.append(second)
                 wait_until(lambda: member_assigned(second_log), 120, "the second member's turn")
                 time.sleep(3.0)
                 second.send_signal(signal.SIGTERM)
@@ -171,32 +151,14 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
             if crash == 2:  # a ClickHouse outage while the pipeline runs
                 front.stop()
                 time.sleep(outage)
-                assert proc.poll() is None, log.read_text()[-3000:]
+                assert run.proc.poll() is None, run.tail()
                 front.start()
                 wait_for_a_write()
             time.sleep(rng.uniform(0.0, 1.5))
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            proc = start(config, mode, env, log)
-        producer.finish(600)
-        wait_until(lambda: held() >= set(producer.positions), 600, "every event in ClickHouse")
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 120, "final commit"
-        )
-    finally:
-        for member in (proc, second):
-            if member is not None and member.poll() is None:
-                member.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
-        sampler.stop()
-    assert code == 0, log.read_text()[-3000:]
-    sampler.sample()
-    assert len(sampler.samples) > 10
-    assert not sampler.violations(), sampler.violations()[:3]
-    by_kind = dict.fromkeys(TABLES, 0)
-    for identity in producer.positions:
-        by_kind[identity.decode().split(":")[0]] += 1
+            run.kill_and_restart()
+
+    run.run(faults)
+    by_kind = run.produced_by_kind()
     if mode == "single":
         counts = dict(
             client.query(f"SELECT kind, count() FROM {database}.events GROUP BY kind").result_rows

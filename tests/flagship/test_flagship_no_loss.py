@@ -10,64 +10,29 @@ pass the rows in ClickHouse. At the end every event is in its table, exactly onc
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from spate_datagen import encode_avro, storefront_events
 
 from tests.support.chfront_fixtures import FrontFactory
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.no_loss import (
+    FLAGSHIP,
+    ROOT,
+    TABLES,
+    NoLossRun,
+    assert_final_counts,
+    flagship_env,
+    held_identities,
+    load_example,
+    start_flagship,
+)
 from tests.support.scale import current_scale, scaled
-from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
+from tests.support.services import create_topic, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "kafka_avro_to_clickhouse.py"
 COLUMNAR = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
-TABLES = {"OrderPlaced": "orders", "PaymentCaptured": "payments", "RefundIssued": "refunds"}
-
-
-def storefront_records(count: int) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """``(b"<kind>:<order_id>", key, raw Avro)`` for each storefront event."""
-    for event in storefront_events(count, seed=3):
-        yield f"{event.kind}:{event.order_id}".encode(), event.key, encode_avro(event)
-
-
-def held_identities(client: Any, database: str) -> set[bytes]:
-    held: set[bytes] = set()
-    for kind, table in TABLES.items():
-        result = client.query(f"SELECT order_id FROM {database}.{table}")
-        held.update(f"{kind}:{row[0]}".encode() for row in result.result_rows)
-    return held
-
-
-def start_flagship(
-    env: dict[str, str], log: Path, example: Path = EXAMPLE
-) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, str(example), "--no-create-tables"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-
-def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("flagship", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("path", ["row", "columnar"])
@@ -75,7 +40,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, path: str
 ) -> None:
     """The row flagship and the columnar one (same YAML, frame chain) alike (B1, B14)."""
-    example = EXAMPLE
+    example = FLAGSHIP
     if path == "columnar":
         pytest.importorskip("polars")
         pytest.importorskip("jetliner")
@@ -87,24 +52,18 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
     client = front.client()
     database = "flagship_no_loss"
     load_example().create_tables(client, database)
-
-    env = {
-        **os.environ,
-        "KAFKA_BROKERS": kafka_bootstrap,
-        "KAFKA_TOPIC": topic,
-        "KAFKA_GROUP": group,
-        "KAFKA_SESSION_TIMEOUT_MS": "6000",
-        "STOP_AT": "never",
-        "CLICKHOUSE_URL": front.url,
-        "CLICKHOUSE_DATABASE": database,
-        "SPATE_ADMIN_LISTEN": "none",
-        "PIPELINE_NAME": "flagship-no-loss",
-    }
+    env = flagship_env(kafka_bootstrap, topic, group, front.url, database, "flagship-no-loss")
     log = tmp_path / "flagship.log"
-    proc = start_flagship(env, log, example)
-
-    def held() -> set[bytes]:
-        return held_identities(front.client(), database)
+    run = NoLossRun(
+        kafka_bootstrap,
+        topic,
+        group,
+        count=count,
+        seconds=60 * max(current_scale(), 0.5),
+        start=lambda: start_flagship(env, log, example),
+        log=log,
+        durable=lambda: held_identities(front.client(), database),
+    )
 
     def rows_written() -> int:
         """Every row inserted so far, replays included (grows with every insert)."""
@@ -116,55 +75,21 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
     def wait_for_a_write() -> None:
         """Wait until the (re)started process has written, i.e. is past its start-up."""
         before = rows_written()
-        try:
-            wait_until(lambda: rows_written() > before, 120, "a write by the new process")
-        except AssertionError as exc:
-            tail = log.read_text()[-3000:]
-            raise AssertionError(f"{exc}; exit code {proc.poll()}; log: {tail}") from None
+        run.wait(lambda: rows_written() > before, 120, "a write by the new process")
 
-    producer = PacedProducer(
-        kafka_bootstrap,
-        topic,
-        storefront_records(count),
-        count,
-        seconds=60 * max(current_scale(), 0.5),
-    )
-    sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, held)
-    producer.start()
-    sampler.start(every=0.5)
     outage = 15.0 * min(1.0, max(current_scale() * 2, 0.4))
-    try:
+
+    def faults() -> None:
         for crash, share in enumerate((0.2, 0.45, 0.7)):
-            wait_until(lambda s=share: producer.produced >= count * s, 300, f"{share:.0%} produced")
+            run.wait_produced(share)
             wait_for_a_write()
             if crash == 1:
                 front.stop()
                 time.sleep(outage)
-                assert proc.poll() is None, log.read_text()[-3000:]
+                assert run.proc.poll() is None, run.tail()
                 front.start()
                 wait_for_a_write()
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            proc = start_flagship(env, log, example)
-        producer.finish(600)
-        wait_until(lambda: held() >= set(producer.positions), 600, "every event in ClickHouse")
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 120, "final commit"
-        )
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
-        sampler.stop()
-    assert code == 0, log.read_text()[-3000:]
-    sampler.sample()
-    assert len(sampler.samples) > 10
-    assert not sampler.violations(), sampler.violations()[:3]
-    by_kind = dict.fromkeys(TABLES, 0)
-    for identity in producer.positions:
-        by_kind[identity.decode().split(":")[0]] += 1
-    for kind, table in TABLES.items():
-        final = int(client.command(f"SELECT count() FROM {database}.{table} FINAL"))
-        distinct = int(client.command(f"SELECT uniqExact(order_id) FROM {database}.{table}"))
-        assert final == distinct == by_kind[kind], (table, final, distinct, by_kind[kind])
+            run.kill_and_restart()
+
+    run.run(faults)
+    assert_final_counts(client, database, run.produced_by_kind())

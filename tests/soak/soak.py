@@ -36,16 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.test_clickhouse_network_faults import inserts
-from tests.flagship.test_flagship_no_loss import (
+from tests.support.chfront_fixtures import ChFront
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.netfault import KAFKA_FAULT, KAFKA_FAULT_UPSTREAM, FaultProxy, kafka_request
+from tests.support.no_loss import (
     TABLES,
     held_identities,
     load_example,
     start_flagship,
     storefront_records,
 )
-from tests.support.chfront_fixtures import ChFront
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
-from tests.support.netfault import KAFKA_FAULT, KAFKA_FAULT_UPSTREAM, FaultProxy, kafka_request
 from tests.support.services import (
     KAFKA,
     committed_offsets,

@@ -85,6 +85,15 @@ def test_eager_assignor_and_tls_pass_through() -> None:
     assert settings["auto.offset.reset"] == "latest"
 
 
+def test_b108_heartbeat_every_second_or_a_third_of_the_session() -> None:
+    """A member learns of a rebalance (another member joining) from a heartbeat's answer."""
+    assert load().consumer_settings()["heartbeat.interval.ms"] == 1000
+    short = load(rdkafka={"session.timeout.ms": 1500}).consumer_settings()
+    assert short["heartbeat.interval.ms"] == 500
+    chosen = load(rdkafka={"heartbeat.interval.ms": 3000}).consumer_settings()
+    assert str(chosen["heartbeat.interval.ms"]) == "3000"
+
+
 def test_units_and_bounded_mode_parse() -> None:
     cfg = load(commit_interval="250ms", assignment_timeout="2m", stop_at="end")
     assert cfg.commit_interval == 0.25

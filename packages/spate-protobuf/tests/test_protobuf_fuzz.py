@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spate import DeserError, DeserErrorKind
-from spate_protobuf import ProtobufDeserializer
 
-from tests.support.deser_stage import through_stage
-from tests.support.scale import scaled
+from tests.support.deser_fuzz import (
+    EXAMPLES,
+    closing_all,
+    decode_or_record_error,
+    random_batches_test,
+    random_bytes_test,
+)
 from tests.support.schema_registry import SchemaRegistryServer
-
-EXAMPLES = scaled(2000, minimum=200)
 
 
 @pytest.fixture(scope="module")
-def decoders(
-    kit: Any, order_set: Path, order_classes: Any
-) -> Iterator[dict[str, ProtobufDeserializer]]:
+def decoders(kit: Any, order_set: Path, order_classes: Any) -> Iterator[Mapping[str, Any]]:
     with SchemaRegistryServer() as registry:
         schema_id = registry.register(
             "orders-value", order_classes.serialized("shop/v1/order.proto"), "PROTOBUF"
@@ -49,9 +48,8 @@ def decoders(
                 }
             ),
         }
-        yield built
-        for deser in built.values():
-            deser.close()
+        with closing_all(built) as decoders:
+            yield decoders
 
 
 # Known id with the first, second and a nested type; an id the registry lacks.
@@ -66,30 +64,8 @@ prefixes = st.sampled_from(
 )
 
 
-def _check(name: str, deser: ProtobufDeserializer, view: memoryview) -> None:
-    try:
-        deser.deserialize(view)
-    except DeserError as exc:
-        assert exc.reason
-        # Only an id the registry has not answered for yet may be "not ready".
-        if exc.kind is DeserErrorKind.NOT_READY:
-            assert name == "confluent"
-
-
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(prefix=prefixes, body=st.binary(max_size=64), sliced=st.booleans())
-def test_random_bytes_give_only_counted_record_errors_b28(
-    decoders: dict[str, ProtobufDeserializer], prefix: bytes, body: bytes, sliced: bool
-) -> None:
-    data = prefix + body
-    buf = b"\xff" + data + b"\xff"
-    view = memoryview(buf)[1 : 1 + len(data)] if sliced else memoryview(data)
-    for name, deser in decoders.items():
-        _check(name, deser, view)
+test_random_bytes_give_only_counted_record_errors_b28 = random_bytes_test(prefixes)
+test_random_batches_through_the_stage_are_all_counted_b28 = random_batches_test("raw-order")
 
 
 @settings(
@@ -99,7 +75,7 @@ def test_random_bytes_give_only_counted_record_errors_b28(
 )
 @given(data=st.data())
 def test_mutated_valid_messages_give_only_record_errors_b28(
-    decoders: dict[str, ProtobufDeserializer], order_classes: Any, data: st.DataObject
+    decoders: Mapping[str, Any], order_classes: Any, data: st.DataObject
 ) -> None:
     """Flip, cut and splice bytes of a real message: deeper paths than random bytes reach."""
     Order = order_classes["shop.v1.Order"]
@@ -115,15 +91,4 @@ def test_mutated_valid_messages_give_only_record_errors_b28(
     wire = wire[: data.draw(st.integers(0, len(wire)))]
     for name in ("raw-order", "confluent"):
         prefix = b"\x00\x00\x00\x00\x01\x02\x02" if name == "confluent" else b""
-        _check(name, decoders[name], memoryview(prefix + bytes(wire)))
-
-
-@settings(max_examples=max(20, EXAMPLES // 20), deadline=None)
-@given(payloads=st.lists(st.binary(max_size=40), min_size=1, max_size=30))
-def test_random_batches_through_the_stage_are_all_counted_b28(
-    decoders: dict[str, ProtobufDeserializer], payloads: list[bytes]
-) -> None:
-    """Every random payload ends as ``ok`` or ``skipped`` in the stage's counters."""
-    counts = through_stage(decoders["raw-order"], payloads)
-    assert counts.ok == len(counts.rows)
-    assert counts.ok + counts.skipped == len(payloads)
+        decode_or_record_error(name, decoders[name], memoryview(prefix + bytes(wire)))

@@ -12,31 +12,18 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from spate import ErrorPolicy, Secret
+from spate import ErrorPolicy, Secret, config
 from spate.config import Duration, tls_file_errors
 
 AvroMode = Literal["confluent", "raw", "single_object"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SchemaSource:
+class SchemaSource(config.SchemaSource):
     """An Avro schema given ``inline:`` (JSON text) or by ``path:`` to a ``.avsc`` file.
 
     A relative ``path`` is resolved against the working directory of the process.
     """
-
-    inline: str | None = None
-    """The schema as JSON text."""
-    path: str | None = None
-    """A file holding the schema as JSON."""
-
-    def config_errors(self) -> Iterator[tuple[str, str]]:
-        if (self.inline is None) == (self.path is None):
-            yield "", "give exactly one of inline or path"
-        elif self.inline is not None and not self.inline.strip():
-            yield "inline", "must not be empty"
-        elif self.path is not None and not self.path.strip():
-            yield "path", "must not be empty"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 def _load(source: SchemaSource, key: str) -> Any:
-    key = f"{key}.path" if source.path is not None else f"{key}.inline"
+    key = f"{key}.{source.key}"
     try:
         return parse_schema_text(load_schema_text(source))
     except ValueError as exc:

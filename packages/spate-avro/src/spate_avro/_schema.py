@@ -24,7 +24,6 @@ import json
 import logging
 import struct
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import fastavro
@@ -73,13 +72,7 @@ class NamedRecord(NamedTuple):
 
 def load_schema_text(source: SchemaSource) -> str:
     """The JSON text of ``source``; raises ``ValueError`` if the file cannot be read."""
-    if source.inline is not None:
-        return source.inline
-    path = source.path or ""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read {path!r}: {exc.strerror}") from None
+    return source.read_text()
 
 
 def parse_schema_text(text: str) -> Any:

@@ -8,6 +8,7 @@ stalls the chain at the record, and the limits fail the pipeline with one line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -51,9 +52,37 @@ PAYLOADS = [
 ]
 
 
-def _setup(
-    kind: str, *, kafka: bool, dlq_config: PoolConfig | None = None, **limits: Any
-) -> tuple[Any, ...]:
+@dataclasses.dataclass
+class Rig:
+    """A sink pool (refusing the row 99) and a dead-letter pool on one manual clock."""
+
+    clock: ManualClock
+    meter: Meter
+    pool: Any
+    ends: Any
+    dlq_pool: Any
+    dlq_ends: Any
+    dead_letter: DeadLetter
+
+    def dead_letters(self, stage: str, reason: str) -> float:
+        """``spate_dead_letter_records_total`` of one stage and reason."""
+        return dl_metric(self.meter, "spate_dead_letter_records_total", stage=stage, reason=reason)
+
+    def processor(self, chain: Any, *, interpreted: bool = False) -> Any:
+        """``chain`` (None: records straight to the sink) compiled with dead letters."""
+        return compile_chain(
+            chain,
+            deserializer=JsonDeser(),
+            sinks={"sink": self.pool},
+            meter=self.meter,
+            pipeline="p",
+            deser_policy=ErrorPolicy.DEAD_LETTER,
+            dead_letter=self.dead_letter,
+            interpreted=interpreted,
+        )
+
+
+def _setup(*, kafka: bool, dlq_config: PoolConfig | None = None, **limits: Any) -> Rig:
     clock = ManualClock()
     meter = Meter("p", CollectorRegistry())
     pool, ends = scripted_pool(
@@ -65,7 +94,7 @@ def _setup(
         p.start()
     settings = DeadLetterSettings(format="kafka" if kafka else "row", **limits)
     dead_letter = DeadLetter(dlq_pool, settings, meter=meter, pipeline="p", kafka_format=kafka)
-    return clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter
+    return Rig(clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter)
 
 
 @pytest.mark.parametrize("interpreted", [False, True])
@@ -73,31 +102,22 @@ def _setup(
 def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
     kind: str, interpreted: bool
 ) -> None:
-    clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter = _setup(kind, kafka=True)
-    processor = compile_chain(
-        _chain(kind),
-        deserializer=JsonDeser(),
-        sinks={"sink": pool},
-        meter=meter,
-        pipeline="p",
-        deser_policy=ErrorPolicy.DEAD_LETTER,
-        dead_letter=dead_letter,
-        interpreted=interpreted,
-    )
+    rig = _setup(kafka=True)
+    processor = rig.processor(_chain(kind), interpreted=interpreted)
     acks = Acks()
     ack = acks.new(len(PAYLOADS))
     batch = make_batch(PAYLOADS)
     assert processor.process(batch, ack) is None
     ack.release()
-    assert pool.flush(clock.monotonic() + 5)
-    assert ends.rows() == [1, 3, 4]
+    assert rig.pool.flush(rig.clock.monotonic() + 5)
+    assert rig.ends.rows() == [1, 3, 4]
     # The good rows are written, but the batch waits for its dead letters (B71).
     assert acks.status == []
     assert ack.holders == 1
-    assert dlq_pool.flush(clock.monotonic() + 5)
+    assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
     assert acks.status == [AckStatus.DELIVERED]
 
-    letters = dlq_ends.rows()
+    letters = rig.dlq_ends.rows()
     assert [(key, value) for key, value, _ in letters] == [
         (b"k1", b"{not json"),
         (b"k2", b'{"n": 2, "boom": true}'),
@@ -121,24 +141,16 @@ def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
         ("operator", "RuntimeError"),
         ("sink", "record_error"),
     ):
-        assert dl_metric(meter, "spate_dead_letter_records_total", stage=stage, reason=reason) == 1
+        assert rig.dead_letters(stage, reason) == 1
 
 
 def test_b71_row_format_carries_payload_and_error_columns() -> None:
-    clock, meter, pool, _, dlq_pool, dlq_ends, dead_letter = _setup("chain", kafka=False)
-    processor = compile_chain(
-        _chain("chain"),
-        deserializer=JsonDeser(),
-        sinks={"sink": pool},
-        meter=meter,
-        pipeline="p",
-        deser_policy=ErrorPolicy.DEAD_LETTER,
-        dead_letter=dead_letter,
-    )
+    rig = _setup(kafka=False)
+    processor = rig.processor(_chain("chain"))
     ack = Acks().new(len(PAYLOADS))
     assert processor.process(make_batch(PAYLOADS), ack) is None
-    assert dlq_pool.flush(clock.monotonic() + 5)
-    rows = dlq_ends.rows()
+    assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
+    rows = rig.dlq_ends.rows()
     assert [r["payload"] for r in rows] == ["{not json", '{"n": 2, "boom": true}', '{"n": 99}']
     assert rows[1]["error_stage"] == "operator"
     assert rows[1]["source_offset"] == 102
@@ -149,52 +161,30 @@ def test_b71_row_format_carries_payload_and_error_columns() -> None:
 @pytest.mark.parametrize("interpreted", [False, True])
 def test_b71_a_full_dead_letter_sink_stalls_the_chain_at_the_record(interpreted: bool) -> None:
     cfg = PoolConfig(batch=BatchConfig(max_rows=1), inflight=InflightConfig(max_per_shard=1))
-    clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter = _setup(
-        "chain", kafka=True, dlq_config=cfg
-    )
-    dlq_ends.script("s0", "retryable", "retryable")
-    processor = compile_chain(
-        _chain("chain"),
-        deserializer=JsonDeser(),
-        sinks={"sink": pool},
-        meter=meter,
-        pipeline="p",
-        deser_policy=ErrorPolicy.DEAD_LETTER,
-        dead_letter=dead_letter,
-        interpreted=interpreted,
-    )
+    rig = _setup(kafka=True, dlq_config=cfg)
+    rig.dlq_ends.script("s0", "retryable", "retryable")
+    processor = rig.processor(_chain("chain"), interpreted=interpreted)
     acks = Acks()
     ack = acks.new(len(PAYLOADS))
 
     def pump() -> None:
-        clock.advance(60)
-        dlq_pool.pump()
+        rig.clock.advance(60)
+        rig.dlq_pool.pump()
 
     stalls = run_to_end(processor, make_batch(PAYLOADS), ack, pump)
     ack.release()
     assert stalls and all(s.sink == "dead_letter" for s in stalls)
-    assert pool.flush(clock.monotonic() + 5)
-    assert dlq_pool.flush(clock.monotonic() + 60)
-    assert ends.rows() == [1, 3, 4]
-    assert [k for k, _, _ in dlq_ends.rows()] == [b"k1", b"k2", b"k4"]
+    assert rig.pool.flush(rig.clock.monotonic() + 5)
+    assert rig.dlq_pool.flush(rig.clock.monotonic() + 60)
+    assert rig.ends.rows() == [1, 3, 4]
+    assert [k for k, _, _ in rig.dlq_ends.rows()] == [b"k1", b"k2", b"k4"]
     assert acks.status == [AckStatus.DELIVERED]
-    assert (
-        dl_metric(meter, "spate_dead_letter_records_total", stage="operator", reason="RuntimeError")
-        == 1
-    )
+    assert rig.dead_letters("operator", "RuntimeError") == 1
 
 
 def test_b72_max_consecutive_fails_the_pipeline_with_one_line() -> None:
-    _, meter, pool, _, _, _, dead_letter = _setup("chain", kafka=True, max_consecutive=2)
-    processor = compile_chain(
-        None,
-        deserializer=JsonDeser(),
-        sinks={"sink": pool},
-        meter=meter,
-        pipeline="p",
-        deser_policy=ErrorPolicy.DEAD_LETTER,
-        dead_letter=dead_letter,
-    )
+    rig = _setup(kafka=True, max_consecutive=2)
+    meter, processor = rig.meter, rig.processor(None)
     batch = make_batch([b"1", b"{x", b"{y", b"2", b"{a", b"{b", b"{c"])
     with pytest.raises(
         FatalError, match=r"3 records in a row of orders\[3\].*max_consecutive"
@@ -202,27 +192,12 @@ def test_b72_max_consecutive_fails_the_pipeline_with_one_line() -> None:
         processor.process(batch, Acks().new(7))
     assert "\n" not in str(info.value)
     assert dl_metric(meter, "spate_dead_letter_limit_breaches_total", limit="max_consecutive") == 1
-    assert (
-        dl_metric(
-            meter, "spate_dead_letter_records_total", stage="deserializer", reason="malformed"
-        )
-        == 4
-    )
+    assert rig.dead_letters("deserializer", "malformed") == 4
 
 
 def test_b72_max_ratio_over_the_window_fails_the_pipeline() -> None:
-    _, meter, pool, _, _, _, dead_letter = _setup(
-        "chain", kafka=True, max_ratio=0.25, window=8, max_consecutive=0
-    )
-    processor = compile_chain(
-        None,
-        deserializer=JsonDeser(),
-        sinks={"sink": pool},
-        meter=meter,
-        pipeline="p",
-        deser_policy=ErrorPolicy.DEAD_LETTER,
-        dead_letter=dead_letter,
-    )
+    rig = _setup(kafka=True, max_ratio=0.25, window=8, max_consecutive=0)
+    meter, processor = rig.meter, rig.processor(None)
     ok_batch = make_batch([b"1", b"{x", b"2", b"3", b"4", b"5", b"6", b"7"])  # 1 of 8
     assert processor.process(ok_batch, Acks().new(8)) is None
     bad = make_batch([b"{1", b"{x", b"2", b"{y", b"3", b"{z", b"4", b"{w"])

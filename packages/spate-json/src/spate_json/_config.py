@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spate import ErrorPolicy
+from spate.config import SchemaSource
 
 JsonFraming = Literal["single", "ndjson", "array"]
 
@@ -19,20 +20,11 @@ _TARGET = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JsonSchemaSource:
+class JsonSchemaSource(SchemaSource):
     """A JSON Schema given ``inline:`` (JSON text) or by ``path:`` to a file.
 
     A relative ``path`` is resolved against the working directory of the process.
     """
-
-    inline: str | None = None
-    """The JSON Schema as JSON text."""
-    path: str | None = None
-    """A file holding the JSON Schema."""
-
-    def config_errors(self) -> Iterator[tuple[str, str]]:
-        if (self.inline is None) == (self.path is None):
-            yield "", "give exactly one of inline or path"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,6 @@ fails start-up naming the key (B29).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, ClassVar
 
 from spate import BuildContext, ConfigError
@@ -72,14 +71,11 @@ class JsonDeserializerFactory:
 
 def _described(source: JsonSchemaSource, key: str) -> tuple[Field, ...]:
     """The record fields of the configured JSON Schema; a bad one fails naming ``key``."""
-    if source.inline is not None:
-        text, at = source.inline, f"{key}.inline"
-    else:
-        at = f"{key}.path"
-        try:
-            text = Path(str(source.path)).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(at, f"cannot read {source.path}: {exc}") from None
+    at = f"{key}.{source.key}"
+    try:
+        text = source.read_text()
+    except ValueError as exc:
+        raise ConfigError(at, str(exc)) from None
     try:
         schema = json.loads(text)
     except ValueError as exc:

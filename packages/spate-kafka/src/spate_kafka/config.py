@@ -28,6 +28,12 @@ CONSUMER_DEFAULTS: Mapping[str, str] = {
 }
 """Consumer settings applied before the passthrough (which overrides them)."""
 
+HEARTBEAT_MS = 1000
+"""Heartbeat interval unless ``rdkafka:`` sets one (a third of the session timeout when
+that is shorter). A member learns of a rebalance from a heartbeat's answer: at
+librdkafka's 3 s a member that started first reads every partition for up to 3 s more
+after another joined (B108)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaSourceConfig:
@@ -104,4 +110,7 @@ class KafkaSourceConfig:
                 "statistics.interval.ms": int(self.statistics_interval * 1000),
             }
         )
+        session = str(settings["session.timeout.ms"])
+        if "heartbeat.interval.ms" not in self.rdkafka and session.isdigit():
+            settings["heartbeat.interval.ms"] = max(min(HEARTBEAT_MS, int(session) // 3), 1)
         return settings

@@ -196,6 +196,8 @@ class _Cli:
                 slot.watch_parent()
             chains = load_chain(args.chain) if args.chain is not None else None
             runner = self._runner(cfg, chains, slot)
+            if slot is not None:
+                slot.gather()  # join the group with the sibling workers (B107)
         except ValueError as exc:
             self.error(exc)
             return EXIT_USAGE

@@ -19,6 +19,10 @@ S3 backfill workers register with the coordination store. The parent:
   worker exceeds ``max_restarts`` within ``window``, it drains the others and exits 1
   with one line naming the worker and its last error.
 
+Workers start at once and join the consumer group together: each builds its pipeline,
+then waits until every sibling has built its own before it starts (B107), so the group's
+first assignment spreads the partitions instead of handing them all to the quickest.
+
 A worker that exits 0 completed (a bounded source drained) and is not restarted.
 Workers run their pipeline without an in-process supervisor: the parent is theirs.
 
@@ -66,6 +70,11 @@ ENV_PIPELINE = "SPATE_WORKER_PIPELINE"
 """Which pipeline of a ``pipelines:`` file the worker runs (unset for a file of one)."""
 ENV_START = "SPATE_WORKER_START"
 """How many times the parent started this worker slot before (0 for the first start)."""
+ENV_COUNT = "SPATE_WORKER_COUNT"
+"""How many workers the parent starts (the siblings a first start waits for, B107)."""
+GATHER_TIMEOUT = 30.0
+"""Longest wait of a worker's first start for its siblings to finish building (B107)."""
+_GATHER_POLL = 0.05
 DRAIN_MARGIN = 10.0
 """Seconds the parent waits beyond ``checkpoint.drain_timeout`` for workers to exit."""
 _SCRAPE_TIMEOUT = 2.0
@@ -115,6 +124,8 @@ class WorkerSlot:
     """The pipeline of a ``pipelines:`` file this worker runs; None for a file of one."""
     start: int = 0
     """How many times this slot was started before (a restart counts up)."""
+    count: int = 1
+    """How many workers the parent runs (this one included)."""
 
     @classmethod
     def from_env(cls) -> WorkerSlot | None:
@@ -123,12 +134,14 @@ class WorkerSlot:
             return None
         parent = os.environ.get(ENV_PARENT, "")
         start = os.environ.get(ENV_START, "")
+        count = os.environ.get(ENV_COUNT, "")
         return cls(
             int(index),
             Path(directory),
             int(parent) if parent.isdigit() else None,
             os.environ.get(ENV_PIPELINE) or None,
             int(start) if start.isdigit() else 0,
+            int(count) if count.isdigit() else 1,
         )
 
     def config(self, cfg: PipelineConfig) -> PipelineConfig:
@@ -156,6 +169,36 @@ class WorkerSlot:
             return section
         suffix = f"-w{self.index}" + (f"r{self.start}" if self.start else "")
         return {**section, "instance_id": f"{section['instance_id']}{suffix}"}
+
+    def gather(self, timeout: float = GATHER_TIMEOUT) -> bool:
+        """Wait until every sibling has built its pipeline too; True when all have (B107).
+
+        Called once the pipeline is built (imports, configuration, connectors) and before
+        it starts (sinks, then the source joining the consumer group). Start-up takes
+        seconds and differs between workers; a worker that joined the group alone would
+        be given every partition and read them all until the next rebalance reached it.
+        Gathered first, the workers join within moments of each other. Only a slot's
+        first start waits: a restarted worker joins a group already running. Bounded by
+        ``timeout``, so a sibling that fails to build delays the others, never stops them.
+        """
+        _write_atomically(self.directory / f"worker-{self.index}.built", "")
+        if self.start > 0 or self.count < 2:
+            return True
+        siblings = [self.directory / f"worker-{i}.built" for i in range(self.count)]
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = [path for path in siblings if not path.exists()]
+            if not missing:
+                return True
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "worker %d: %d sibling(s) not built after %gs; starting without them",
+                    self.index,
+                    len(missing),
+                    timeout,
+                )
+                return False
+            time.sleep(_GATHER_POLL)
 
     def announce(self, url: str | None) -> None:
         """Tell the parent where this worker's admin server listens."""
@@ -366,6 +409,7 @@ class ProcessParent:
                 ENV_DIR: str(self._dir),
                 ENV_PARENT: str(os.getpid()),
                 ENV_START: str(worker.starts),
+                ENV_COUNT: str(self.processes),
             },
         )
         if self.cfg.index is not None:
@@ -399,6 +443,8 @@ class ProcessParent:
 
     def _exited(self, worker: _Worker, code: int) -> None:
         worker.exit_code = code
+        # Siblings still gathering (B107) wait for a built pipeline; this one will not come.
+        _write_atomically(self._dir / f"worker-{worker.index}.built", "")
         if code == 0:
             worker.done = True
             logger.info("pipeline %s: worker %d completed", self.name, worker.index)

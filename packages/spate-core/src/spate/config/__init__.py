@@ -13,6 +13,7 @@ from spate.config._loader import (
     parse_config,
     parse_configs,
 )
+from spate.config._schema_source import SchemaSource
 from spate.config._units import format_duration, format_size, parse_duration, parse_size
 from spate.config.models import (
     AdminConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "MetricsConfig",
     "PipelineConfig",
     "PipelineSection",
+    "SchemaSource",
     "SupervisorConfig",
     "decode",
     "decode_connector",
