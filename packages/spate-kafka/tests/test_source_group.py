@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spate.config import decode
 from spate.records import Lane
-from spate_kafka import KafkaSource, KafkaSourceConfig
+from spate_kafka import KafkaSource, KafkaSourceConfig, _source
 
 TOPIC = "t"
 
@@ -150,6 +151,10 @@ def test_group_matches_the_message_by_message_split_b1_b15_b33(
         assert got == expected
         for batch in batches:
             assert all(type(p) is memoryview for p in batch.payloads)
+            # B97: the values are the bytes the views span (a tombstone: b"").
+            assert batch.values is not None
+            assert [bytes(p) for p in batch.payloads] == batch.values
+            assert all(p.obj is v for p, v in zip(batch.payloads, batch.values, strict=True))
 
 
 def test_payload_views_borrow_the_message_values() -> None:
@@ -162,3 +167,40 @@ def test_payload_views_borrow_the_message_values() -> None:
     (batch,) = source._group(messages)
     for message, view in zip(messages, batch.payloads, strict=True):
         assert view.obj is message.value()
+
+
+def test_batches_hold_the_message_bytes_and_read_timestamps_only_when_asked_b97(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values are the very ``bytes`` of the messages; a message's timestamp and its view
+    are made only when something reads them, and then give what the message holds."""
+    reads: list[Message] = []
+    timestamp = _source._message_timestamp
+
+    def counted(message: Message) -> tuple[int, int]:
+        reads.append(message)
+        return timestamp(message)
+
+    monkeypatch.setattr(_source, "_message_timestamp", counted)
+    messages = [
+        Message(topic=TOPIC, partition=p, offset=i, value=b"v%d" % i, timestamp=(1, 100 + i))
+        for p, i in [(0, 0), (0, 1), (1, 5), (0, 2)]
+    ]
+    source = make_source({0, 1}, set(), None)
+    for split in (source._group, source._group_each):
+        reads.clear()
+        first, second = split(messages)
+        assert first.values is not None and second.values is not None
+        assert [first.lane.partition, second.lane.partition] == [0, 1]
+        assert all(
+            v is m.value() for v, m in zip(first.values, messages[:2] + messages[3:], strict=True)
+        )
+        assert second.values[0] is messages[2].value()
+        assert (len(first), first.first_offset, first.next_offset) == (3, 0, 3)
+        assert first.payload_bytes() == 6
+        assert not reads  # nothing asked for a timestamp yet
+        assert first._payloads is None  # nor for a view
+        assert first.timestamps == [100, 101, 102]
+        assert second.timestamps == [105]
+        assert len(reads) == 4
+        assert [view.obj for view in first.payloads] == first.values

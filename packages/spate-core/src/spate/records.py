@@ -5,10 +5,17 @@ A *lane* is the unit of ordering and commit (a Kafka topic-partition, an S3 spli
 objects over buffers the source owns. They are *borrowed*: no operator may keep one
 after its batch is processed; keep ``bytes(view)`` instead. Where a view spans a whole
 object, ``view.obj`` returns that object without a copy (docs/concepts/architecture.md).
+
+A source that holds every payload as a whole ``bytes`` object (Kafka) may hand those over
+as :attr:`PayloadBatch.values` and leave the views, offsets and timestamps to be built
+only when something reads them (:meth:`PayloadBatch.lazy`): the row path then passes the
+``bytes`` to a deserializer that takes them (``takes_bytes``) without a view per record,
+and per-record fields nobody asks for are never read from the client's messages.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -27,32 +34,173 @@ class Lane(NamedTuple):
         return f"{self.stream}[{self.partition}]"
 
 
-@dataclass(slots=True)
 class PayloadBatch:
     """Records polled from one lane in one call, in offset order.
 
     ``next_offset`` is the position to commit once the whole batch is delivered
     (normally ``offsets[-1] + 1``). ``timestamps`` are milliseconds since the epoch
     (0 when unknown). All per-record lists have the same length.
+
+    Built eagerly with every list (``PayloadBatch(lane=..., offsets=..., ...)``), or by
+    :meth:`lazy` from whole ``bytes`` values and functions that read the other fields on
+    first access; either way every attribute reads the same and each list is built at
+    most once.
     """
 
-    lane: Lane
-    offsets: list[int]
-    payloads: list[memoryview]
-    keys: list[bytes | None]
-    timestamps: list[int]
-    next_offset: int
+    __slots__ = (
+        "_count",
+        "_first_offset",
+        "_keys",
+        "_nbytes",
+        "_offsets",
+        "_payloads",
+        "_read_keys",
+        "_read_offsets",
+        "_read_timestamps",
+        "_timestamps",
+        "_values",
+        "lane",
+        "next_offset",
+    )
+
+    def __init__(
+        self,
+        lane: Lane,
+        offsets: list[int],
+        payloads: list[memoryview],
+        keys: list[bytes | None],
+        timestamps: list[int],
+        next_offset: int,
+    ) -> None:
+        self.lane = lane
+        self.next_offset = next_offset
+        self._offsets: list[int] | None = offsets
+        self._payloads: list[memoryview] | None = payloads
+        self._keys: list[bytes | None] | None = keys
+        self._timestamps: list[int] | None = timestamps
+        self._values: list[bytes] | None = None
+        self._nbytes: int | None = None
+        # An eager batch's lists may still grow after construction (a source filling
+        # it): its length and first offset are read from them.
+        self._count: int | None = None
+        self._first_offset: int | None = None
+        self._read_offsets: Callable[[], list[int]] | None = None
+        self._read_keys: Callable[[], list[bytes | None]] | None = None
+        self._read_timestamps: Callable[[], list[int]] | None = None
+
+    @classmethod
+    def lazy(
+        cls,
+        lane: Lane,
+        values: list[bytes],
+        *,
+        first_offset: int,
+        next_offset: int,
+        offsets: Callable[[], list[int]] | list[int],
+        keys: Callable[[], list[bytes | None]] | list[bytes | None],
+        timestamps: Callable[[], list[int]] | list[int],
+        nbytes: int | None = None,
+    ) -> PayloadBatch:
+        """A batch over whole ``bytes`` payloads; other fields built when first read.
+
+        ``offsets``, ``keys`` and ``timestamps`` are each a list or a function returning
+        it (called at most once, on the thread that first reads the field: the pipeline
+        thread). ``first_offset`` and ``next_offset`` must agree with what ``offsets()``
+        returns. The views of :attr:`payloads` are made from ``values`` when first read.
+        ``nbytes``, when given, is the values' total size (:meth:`payload_bytes`).
+        """
+        batch = cls.__new__(cls)
+        batch.lane = lane
+        batch.next_offset = next_offset
+        batch._values = values
+        batch._nbytes = nbytes
+        batch._payloads = None
+        batch._count = len(values)
+        batch._first_offset = first_offset if values else next_offset
+        batch._offsets, batch._read_offsets = (
+            (offsets, None) if isinstance(offsets, list) else (None, offsets)
+        )
+        batch._keys, batch._read_keys = (keys, None) if isinstance(keys, list) else (None, keys)
+        batch._timestamps, batch._read_timestamps = (
+            (timestamps, None) if isinstance(timestamps, list) else (None, timestamps)
+        )
+        return batch
+
+    @property
+    def values(self) -> list[bytes] | None:
+        """The payloads as whole ``bytes`` objects when the source holds them so, else None.
+
+        ``values[i]`` is ``payloads[i].obj``: the same object, never a copy. Unlike the
+        views, these may be kept past the batch (``bytes`` cannot change).
+        """
+        return self._values
+
+    @property
+    def payloads(self) -> list[memoryview]:
+        payloads = self._payloads
+        if payloads is None:
+            values = self._values or []
+            payloads = self._payloads = list(map(memoryview, values))  # type: ignore[arg-type]
+        return payloads
+
+    @property
+    def offsets(self) -> list[int]:
+        offsets = self._offsets
+        if offsets is None:
+            read = self._read_offsets
+            offsets = self._offsets = read() if read is not None else []
+            self._read_offsets = None
+        return offsets
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        keys = self._keys
+        if keys is None:
+            read = self._read_keys
+            keys = self._keys = read() if read is not None else []
+            self._read_keys = None
+        return keys
+
+    @property
+    def timestamps(self) -> list[int]:
+        timestamps = self._timestamps
+        if timestamps is None:
+            read = self._read_timestamps
+            timestamps = self._timestamps = read() if read is not None else []
+            self._read_timestamps = None
+        return timestamps
 
     def __len__(self) -> int:
-        return len(self.payloads)
+        count = self._count
+        if count is None:
+            return len(self.payloads)
+        return count
+
+    def __repr__(self) -> str:
+        return (
+            f"PayloadBatch(lane={self.lane!r}, records={len(self)}, "
+            f"first_offset={self.first_offset}, next_offset={self.next_offset})"
+        )
 
     @property
     def first_offset(self) -> int:
-        return self.offsets[0] if self.offsets else self.next_offset
+        first = self._first_offset
+        if first is not None:
+            return first
+        offsets = self.offsets
+        return offsets[0] if offsets else self.next_offset
 
     @property
     def last_offset(self) -> int:
-        return self.offsets[-1] if self.offsets else self.next_offset - 1
+        offsets = self.offsets
+        return offsets[-1] if offsets else self.next_offset - 1
+
+    def payload_bytes(self) -> int:
+        """The payloads' total size in bytes (without building views)."""
+        if self._nbytes is not None:
+            return self._nbytes
+        values = self._values
+        return sum(map(len, values if values is not None else self.payloads))
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,9 +78,11 @@ class IntDeser:
 
     many = False
 
-    def __init__(self, not_ready_tries: int) -> None:
+    def __init__(self, not_ready_tries: int, takes_bytes: bool = False) -> None:
         self.tries: dict[bytes, int] = {}
         self.not_ready_tries = not_ready_tries
+        self.takes_bytes = takes_bytes
+        self.inputs: set[type] = set()
 
     def decode(self, raw: bytes) -> object:
         if raw == b"":
@@ -95,7 +97,8 @@ class IntDeser:
             return int(raw[1:])
         return int(raw)
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: memoryview | bytes) -> object:
+        self.inputs.add(type(payload))
         return self.decode(bytes(payload))
 
 
@@ -104,7 +107,8 @@ class ManyIntDeser(IntDeser):
 
     many = True
 
-    def deserialize_many(self, payload: memoryview) -> list[object]:
+    def deserialize_many(self, payload: memoryview | bytes) -> list[object]:
+        self.inputs.add(type(payload))
         raw = bytes(payload)
         if raw.startswith(b"!"):
             raise DeserError("whole payload bad")
@@ -232,7 +236,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
 
 
-def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
+def run(sc: Scenario, interpreted: bool, lazy: bool = False) -> dict[str, object]:
+    """Run ``sc`` on one executor; ``lazy``: a batch of ``bytes`` values read lazily,
+    to a deserializer that takes them (B97)."""
     log: list[tuple[str, object]] = []
     chains = build(sc.ops, log, sc.meta, sc.on_error)
     sinks = {
@@ -264,7 +270,7 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         pipeline="p",
         kafka_format=False,
     )
-    deser = ManyIntDeser(sc.not_ready_tries) if sc.many else IntDeser(sc.not_ready_tries)
+    deser = (ManyIntDeser if sc.many else IntDeser)(sc.not_ready_tries, takes_bytes=lazy)
     processor = compile_chain(
         spec,
         deserializer=deser,
@@ -280,14 +286,22 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         LANE, 0, 0, len(sc.payloads), len(sc.payloads), lambda t: resolved.append(t.status)
     )
     buffers = [memoryview(p) for p in sc.payloads]
-    batch = PayloadBatch(
-        LANE,
-        list(range(len(buffers))),
-        buffers,
-        [str(i).encode() for i in range(len(buffers))],
-        [0] * len(buffers),
-        len(buffers),
-    )
+    keys = [str(i).encode() for i in range(len(buffers))]
+    if lazy:
+        count = len(sc.payloads)
+        batch = PayloadBatch.lazy(
+            LANE,
+            [bytes(p) for p in sc.payloads],
+            first_offset=0,
+            next_offset=count,
+            offsets=lambda: list(range(count)),
+            keys=lambda: keys,
+            timestamps=lambda: [0] * count,
+        )
+    else:
+        batch = PayloadBatch(
+            LANE, list(range(len(buffers))), buffers, keys, [0] * len(buffers), len(buffers)
+        )
     stalls: list[tuple[str, str | None]] = []
     error: str | None = None
     resume: object | None = None
@@ -320,6 +334,7 @@ def run(sc: Scenario, interpreted: bool) -> dict[str, object]:
         "error": error,
         "metrics": metrics,
         "resolved": resolved,
+        "inputs": deser.inputs,
     }
 
 
@@ -331,6 +346,20 @@ def test_generated_loop_matches_interpreter_b3_b8_b28(sc: Scenario) -> None:
     assert fused == reference
     # Whatever happened, the ack resolved exactly once: dropped records never hold it (B3).
     assert len(fused["resolved"]) == 1  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_lazy_bytes_batch_runs_like_a_batch_of_views_b97(sc: Scenario) -> None:
+    """A batch of ``bytes`` values with lazily read fields, to a deserializer that takes
+    ``bytes``, gives exactly what the views give, on both executors; the deserializer is
+    handed the ``bytes`` themselves, never a view."""
+    views = run(sc, interpreted=False)
+    assert views.pop("inputs") <= {memoryview}
+    for interpreted in (False, True):
+        got = run(sc, interpreted=interpreted, lazy=True)
+        assert got.pop("inputs") <= {bytes}
+        assert got == views
 
 
 def test_equivalence_harness_sees_differences() -> None:

@@ -117,3 +117,99 @@ def test_a_record_kept_past_its_batch_must_be_copied() -> None:
     assert report.exit_code == 0
     assert chain.kept_copies == [b"first-1", b"first-2", b"later-1", b"later-2"]
     assert [bytes(v) for v in chain.kept_views[:2]] == [b"later-1", b"later-2"]  # clobbered
+
+
+class _BytesSource:
+    """A source holding whole ``bytes`` payloads, handed over lazily as Kafka's are."""
+
+    def __init__(self, values: list[bytes]) -> None:
+        self.values = values
+        self.timestamp_reads = 0
+        self._done = False
+        self._events: SourceEvents | None = None
+        self.lane = Lane("bytes", 0)
+
+    def start(self, events: SourceEvents) -> None:
+        self._events = events
+        events.assigned([self.lane])
+
+    def _timestamps(self) -> list[int]:
+        self.timestamp_reads += 1
+        return [0] * len(self.values)
+
+    def poll(self, timeout: float) -> Sequence[PayloadBatch]:
+        assert self._events is not None
+        if self._done:
+            self._events.drained()
+            return []
+        self._done = True
+        count = len(self.values)
+        return [
+            PayloadBatch.lazy(
+                self.lane,
+                list(self.values),
+                first_offset=0,
+                next_offset=count,
+                offsets=list(range(count)),
+                keys=[None] * count,
+                timestamps=self._timestamps,
+            )
+        ]
+
+    def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
+        pass
+
+    def pause(self, lanes: Collection[Lane]) -> None:
+        pass
+
+    def resume(self, lanes: Collection[Lane]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Collect:
+    """A deserializer that keeps what it is handed."""
+
+    many = False
+
+    def __init__(self, takes_bytes: bool) -> None:
+        self.takes_bytes = takes_bytes
+        self.seen: list[object] = []
+
+    def deserialize(self, payload: memoryview | bytes) -> object:
+        self.seen.append(payload)
+        return bytes(payload)
+
+
+def test_whole_bytes_values_reach_the_chain_without_views_or_copies_b97() -> None:
+    """A batch of ``bytes`` values: without a deserializer the sink gets the very
+    objects; a deserializer with ``takes_bytes`` gets them too; one without it gets views
+    over them. Nobody asked for timestamps, so the source never read them."""
+    values = [b"alpha", b"beta", b"gamma"]
+    for deserializer in (None, _Collect(True), _Collect(False)):
+        clock = ManualClock()
+        source = _BytesSource(values)
+        sink, script = capture_sink(clock=clock)
+        report = Pipeline(
+            "bytes",
+            source,
+            {"sink": sink},
+            deserializer=deserializer,
+            clock=clock,
+            handle_signals=False,
+        ).run()
+        assert report.exit_code == 0
+        assert script.rows == values
+        assert source.timestamp_reads == 0
+        if deserializer is None:
+            assert all(row is value for row, value in zip(script.rows, values, strict=True))
+        elif deserializer.takes_bytes:
+            assert all(seen is value for seen, value in zip(deserializer.seen, values, strict=True))
+        else:
+            assert all(type(seen) is memoryview for seen in deserializer.seen)
+            assert all(
+                seen.obj is value  # type: ignore[union-attr]
+                for seen, value in zip(deserializer.seen, values, strict=True)
+            )

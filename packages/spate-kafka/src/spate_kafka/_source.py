@@ -21,8 +21,10 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
   member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
   so the revocation completes and the member rejoins instead of failing.
 
-Payloads are ``memoryview(message.value())``: a view over the ``bytes`` librdkafka
-returned, so ``view.obj`` gives the original object back without a copy.
+Each batch holds the ``bytes`` librdkafka returned as its values (a tombstone as
+``b""``); its payload views (``memoryview(message.value())``, so ``view.obj`` gives the
+original object back without a copy) and its timestamps are built from the messages only
+when something reads them.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from itertools import groupby, repeat
-from operator import is_not, itemgetter
+from functools import partial
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, cast
 
 from confluent_kafka import (
@@ -55,8 +58,6 @@ from spate_kafka.config import KafkaSourceConfig
 
 logger = logging.getLogger(__name__)
 
-_EMPTY = memoryview(b"")
-
 # The message fields as plain functions, for ``map`` over a whole ``consume()`` result.
 _message_error = Message.error
 _message_offset = Message.offset
@@ -65,6 +66,17 @@ _message_value = Message.value
 _message_key = Message.key
 _message_timestamp = Message.timestamp
 _second = itemgetter(1)
+
+# One partition's columns while a ``consume()`` result is split: offsets, values
+# (``None`` for a tombstone until the batch is built), keys and the messages themselves
+# (read again only for what a batch builds lazily).
+_Columns = tuple[list[int], list[bytes | None], list[bytes | None], list[Message]]
+
+
+def _timestamps_of(messages: list[Message]) -> list[int]:
+    """The timestamps (milliseconds) of ``messages``, for a batch that is asked for them."""
+    return list(map(_second, map(_message_timestamp, messages)))
+
 
 _EMPTY_ASSIGNMENT_SETTLE = 3.0
 """Bounded mode: seconds an empty assignment must hold before the member counts as drained
@@ -303,31 +315,27 @@ class KafkaSource:
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
         """Split one ``consume()`` result into a batch per partition (hot path).
 
-        Each field is read for the whole result at once (``map`` over the message
-        methods runs without a Python loop turn per message); librdkafka hands out
-        messages in runs of one partition, so each run becomes slices of those columns.
-        A result with an error, or a message without an offset, goes through
-        :meth:`_group_each`, the message-by-message form of the same split.
+        Each field the batch needs at once (offset, partition, value, key) is read for
+        the whole result (``map`` over the message methods runs without a Python loop
+        turn per message); librdkafka hands out messages in runs of one partition, so
+        each run becomes slices of those columns. Values stay the ``bytes`` librdkafka
+        returned; their views and the timestamps are read from the messages only when
+        something asks (:meth:`PayloadBatch.lazy`). A result with an error, or a message
+        without an offset, goes through :meth:`_group_each`, the message-by-message form
+        of the same split.
         """
-        # (``is not``: a KafkaError raises when compared with None by ``==``)
-        if any(map(is_not, map(_message_error, messages), repeat(None))):
+        if any(map(_message_error, messages)):  # a KafkaError is always true
             return self._group_each(messages)
         read = list(map(_message_offset, messages))
         if None in read:
             return self._group_each(messages)
         offsets = cast("list[int]", read)
         partitions = cast("list[int]", list(map(_message_partition, messages)))
-        values = list(map(_message_value, messages))
-        payloads: list[memoryview]
-        try:
-            payloads = list(map(memoryview, values))  # type: ignore[arg-type]
-        except TypeError:  # a message without a value (a tombstone): an empty payload
-            payloads = [memoryview(v) if v is not None else _EMPTY for v in values]
+        values = cast("list[bytes | None]", list(map(_message_value, messages)))
         keys = list(map(_message_key, messages))
-        timestamps = list(map(_second, map(_message_timestamp, messages)))
         owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
-        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
+        lists: dict[int, _Columns] = {}
         stop = 0
         for partition, run in groupby(partitions):
             start = stop
@@ -341,20 +349,20 @@ class KafkaSource:
                 # offsets rise within a run, so its last offset is its largest).
                 limit = end_offsets.get(partition, 0)
                 kept = [i for i in range(start, stop) if offsets[i] < limit]
-                part: tuple[list[int], list[memoryview], list[bytes | None], list[int]] = (
+                part: _Columns = (
                     [offsets[i] for i in kept],
-                    [payloads[i] for i in kept],
+                    [values[i] for i in kept],
                     [keys[i] for i in kept],
-                    [timestamps[i] for i in kept],
+                    [messages[i] for i in kept],
                 )
             elif start == 0 and stop == len(messages):
-                part = (offsets, payloads, keys, timestamps)
+                part = (offsets, values, keys, messages)
             else:
                 part = (
                     offsets[start:stop],
-                    payloads[start:stop],
+                    values[start:stop],
                     keys[start:stop],
-                    timestamps[start:stop],
+                    messages[start:stop],
                 )
             columns = lists.get(partition)
             if columns is None:
@@ -368,21 +376,14 @@ class KafkaSource:
         """:meth:`_group` message by message: handles errors and messages without an offset."""
         owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
-        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]] = {}
-        empty = _EMPTY
-        view = memoryview
+        lists: dict[int, _Columns] = {}
         current = -1
         skip = False
         limit: int | None = None
         # Bound to the current partition's columns at the start of each run.
-        scratch: tuple[list[int], list[memoryview], list[bytes | None], list[int]] = (
-            [],
-            [],
-            [],
-            [],
-        )
-        add_offset, add_payload = scratch[0].append, scratch[1].append
-        add_key, add_timestamp = scratch[2].append, scratch[3].append
+        scratch: _Columns = ([], [], [], [])
+        add_offset, add_value = scratch[0].append, scratch[1].append
+        add_key, add_message = scratch[2].append, scratch[3].append
         for message in messages:
             error = message.error()
             if error is not None:
@@ -399,38 +400,45 @@ class KafkaSource:
                 columns = lists.get(current)
                 if columns is None:
                     columns = lists[current] = ([], [], [], [])
-                add_offset, add_payload = columns[0].append, columns[1].append
-                add_key, add_timestamp = columns[2].append, columns[3].append
+                add_offset, add_value = columns[0].append, columns[1].append
+                add_key, add_message = columns[2].append, columns[3].append
                 limit = end_offsets.get(current, 0) if end_offsets is not None else None
             elif skip:
                 continue
             offset = message.offset()
             if offset is None or (limit is not None and offset >= limit):
                 continue
-            value = message.value()
             add_offset(offset)
-            add_payload(view(value) if value is not None else empty)
+            add_value(message.value())
             add_key(message.key())
-            add_timestamp(message.timestamp()[1])
+            add_message(message)
         return self._batches(lists)
 
-    def _batches(
-        self,
-        lists: dict[int, tuple[list[int], list[memoryview], list[bytes | None], list[int]]],
-    ) -> list[PayloadBatch]:
+    def _batches(self, lists: dict[int, _Columns]) -> list[PayloadBatch]:
+        """One lazy batch per partition: timestamps and views are read when asked."""
         topic = self._topic
-        return [
-            PayloadBatch(
-                lane=Lane(topic, partition),
-                offsets=offsets,
-                payloads=payloads,
-                keys=keys,
-                timestamps=timestamps,
-                next_offset=offsets[-1] + 1,
+        batches = []
+        for partition, (offsets, values, keys, messages) in lists.items():
+            if not offsets:
+                continue
+            try:
+                nbytes = sum(map(len, values))  # type: ignore[arg-type]
+            except TypeError:  # a message without a value (a tombstone): an empty payload
+                values[:] = [v if v is not None else b"" for v in values]
+                nbytes = sum(map(len, values))  # type: ignore[arg-type]
+            batches.append(
+                PayloadBatch.lazy(
+                    Lane(topic, partition),
+                    cast("list[bytes]", values),
+                    first_offset=offsets[0],
+                    next_offset=offsets[-1] + 1,
+                    offsets=offsets,
+                    keys=keys,
+                    timestamps=partial(_timestamps_of, messages),
+                    nbytes=nbytes,
+                )
             )
-            for partition, (offsets, payloads, keys, timestamps) in lists.items()
-            if offsets
-        ]
+        return batches
 
     def _handle_message_error(self, error: KafkaError | None) -> None:
         if error is None:

@@ -134,7 +134,13 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(b, "route = _route")
         w.line(b, "out = _RouteOut(_handle_index)")
         w.line(b, "buf = out.buf")
-    w.line(b, "payloads = batch.payloads")
+    if rt.takes_bytes:
+        # Whole ``bytes`` values where the batch has them: no view per record.
+        w.line(b, "payloads = batch.values")
+        w.line(b, "if payloads is None:")
+        w.line(b + 1, "payloads = batch.payloads")
+    else:
+        w.line(b, "payloads = batch.payloads")
     w.line(b, "keys = batch.keys")
     w.line(b, "lane = batch.lane")
     if rt.position is not None:

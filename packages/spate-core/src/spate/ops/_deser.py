@@ -6,6 +6,13 @@ build clients per call. When the view spans a whole object (a Kafka message's
 ``bytes``), ``payload.obj`` returns that object without a copy; decoders that accept
 ``bytes`` should use it. A slice (an S3 line) must be decoded from the view itself.
 
+A deserializer that accepts ``bytes`` as well as a ``memoryview`` may set
+``takes_bytes = True``: for a batch whose source holds every payload as a whole
+``bytes`` object (Kafka, :attr:`~spate.records.PayloadBatch.values`) it is then called
+with those objects, and no view is made per record. It must still accept views (the
+payloads of other sources). A pipeline without a deserializer passes such values on as
+they are (``bytes`` of a ``bytes`` object is the object itself, no copy).
+
 Outcomes:
 
 * a value — one record;

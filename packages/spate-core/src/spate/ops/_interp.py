@@ -40,9 +40,10 @@ class Interpreter:
                 return stalled
             start = cursor.next_index
         if self.rt.dead_letter is not None and resume is None:
-            self.rt.dead_letter.seen(len(batch.payloads))
-        for index in range(start, len(batch.payloads)):
-            stalled = self._record(batch, ack, index)
+            self.rt.dead_letter.seen(len(batch))
+        inputs = self.rt.inputs(batch)
+        for index in range(start, len(inputs)):
+            stalled = self._record(batch, ack, index, inputs[index])
             if stalled is not None:
                 return stalled
         return None
@@ -64,9 +65,10 @@ class Interpreter:
                 return stalled
         return None
 
-    def _record(self, batch: PayloadBatch, ack: AckToken, index: int) -> Stalled | None:
+    def _record(
+        self, batch: PayloadBatch, ack: AckToken, index: int, payload: memoryview | bytes
+    ) -> Stalled | None:
         rt = self.rt
-        payload = batch.payloads[index]
         if rt.position is not None:
             rt.position.offset = batch.offsets[index]
         try:

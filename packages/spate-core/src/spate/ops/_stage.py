@@ -26,7 +26,7 @@ the resume offers it again before going on (B71, B8).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,10 +141,15 @@ class ChainRuntime:
             self.unrouted = terminal.unrouted
 
         # Deserializer stage.
+        # The deserializer may be handed a batch's whole ``bytes`` values instead of
+        # views (``takes_bytes``); ``bytes`` itself returns such a value unchanged.
+        self.takes_bytes = (
+            deserializer is None or getattr(deserializer, "takes_bytes", False) is True
+        )
         if deserializer is None:
             self.many = False
-            self.deser: Callable[[memoryview], Any] = bytes
-            self.deser_many: Callable[[memoryview], list[Any]] = _no_many
+            self.deser: Callable[[memoryview | bytes], Any] = bytes
+            self.deser_many: Callable[[memoryview | bytes], list[Any]] = _no_many
         else:
             self.many = bool(getattr(deserializer, "many", False))
             if self.many:
@@ -213,6 +218,18 @@ class ChainRuntime:
             OPS_ERRORS, component=oc, component_type="operators", policy="dead_letter"
         )
         self.m_deser_dead_letter = deser_outcome("dead_letter")
+
+    def inputs(self, batch: PayloadBatch) -> Sequence[memoryview] | Sequence[bytes]:
+        """What the deserializer is given for each record of ``batch``, by index.
+
+        The batch's ``bytes`` values when it has them and the deserializer takes them
+        (no view per record), else its payload views. Read once per batch.
+        """
+        if self.takes_bytes:
+            values = batch.values
+            if values is not None:
+                return values
+        return batch.payloads
 
     # -- hot counters (the generated loop keeps these in locals and adds them per batch) --
 
@@ -447,5 +464,5 @@ def _where(batch: PayloadBatch, index: int) -> str:
     return f"{batch.lane} offset {offset}"
 
 
-def _no_many(payload: memoryview) -> list[Any]:
+def _no_many(payload: memoryview | bytes) -> list[Any]:
     raise RuntimeError("not a many-record deserializer")

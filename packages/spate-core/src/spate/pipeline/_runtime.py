@@ -393,16 +393,16 @@ class PipelineRuntime:
             self._clock.sleep(seconds)
 
     def _take(self, batch: PayloadBatch) -> None:
-        if not batch.payloads:
+        count = len(batch)
+        if not count:
             return
         ack = self.tracker.register(batch)
         self._fetched_at[batch.lane] = self._clock.monotonic()
-        count = len(batch.payloads)
         self.records_in += count
         self.batches_in += 1
         metrics = self._metrics_for(batch.lane)
         metrics.records.inc(count)
-        metrics.bytes.inc(sum(map(len, batch.payloads)))
+        metrics.bytes.inc(batch.payload_bytes())
         self._backlog.append(_Taken(batch, ack))
 
     def _metrics_for(self, lane: Lane) -> _LaneMetrics:
