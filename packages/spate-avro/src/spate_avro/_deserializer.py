@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
+from spate.ops import whole_payload
 from spate.schema import Field, SchemaChanges
 
 from spate_avro._config import RegistrySettings
@@ -63,6 +64,8 @@ class AvroDeserializer:
     """Base of the three modes: the policy attribute and ``close``."""
 
     many: ClassVar[bool] = False
+    takes_bytes: ClassVar[bool] = True
+    """Whole ``bytes`` payloads are decoded as they are (fastavro reads them fastest)."""
 
     def __init__(self, on_error: ErrorPolicy, described: Any | None = None) -> None:
         self.on_error = on_error
@@ -74,7 +77,7 @@ class AvroDeserializer:
         there is one), for table DDL; None for a union of records or an unknown schema."""
         return record_fields(self._described) if self._described is not None else None
 
-    def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
+    def deserialize(self, payload: bytes | memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def close(self) -> None:
@@ -96,11 +99,9 @@ class RawAvroDeserializer(AvroDeserializer):
         self.columnar = columnar
         """A :class:`~spate_avro._columnar.ColumnarAvroDecoder` (``spate[columnar]``) or None."""
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = payload
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
         try:
             return self._decode(data, 0)
         except SchemaResolutionError as exc:
@@ -126,11 +127,9 @@ class SingleObjectAvroDeserializer(AvroDeserializer):
         super().__init__(on_error)
         self._decoders = decoders
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = payload
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
         if len(data) < 10 or data[0] != 0xC3 or data[1] != 0x01:
             raise DeserError(
                 "not a single-object Avro payload (expected marker C3 01 and a fingerprint, "
@@ -184,14 +183,12 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
         schema); the columnar decoder of each schema id is built on first use."""
         self._columnar: dict[int, Any] = {}
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread.
 
         Blocks for at most ``fetch_wait`` on the first record of a schema id not yet cached.
         """
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = payload
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
         if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
             if not len(data):
                 reason = "empty payload"

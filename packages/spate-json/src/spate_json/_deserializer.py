@@ -97,6 +97,8 @@ class SingleJsonDeserializer(JsonDeserializer):
     """
 
     many: ClassVar[bool] = False
+    takes_bytes: ClassVar[bool] = True
+    """orjson reads whole ``bytes`` payloads as they are, without a view per record."""
 
     @staticmethod
     def create(
@@ -117,7 +119,7 @@ class SingleJsonDeserializer(JsonDeserializer):
         except DeserError as exc:
             return [exc]
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
         try:
             value = _loads(payload)
@@ -139,7 +141,7 @@ class SingleJsonDeserializer(JsonDeserializer):
 class _SingleObject(SingleJsonDeserializer):
     """``single`` with ``top_level: object`` and no target type: the common case."""
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         try:
             value = _loads(payload)
         except _DecodeError as exc:
@@ -154,7 +156,7 @@ class _SingleObject(SingleJsonDeserializer):
 class _SingleAny(SingleJsonDeserializer):
     """``single`` with ``top_level: any`` and no target type."""
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         try:
             return _loads(payload)
         except _DecodeError as exc:

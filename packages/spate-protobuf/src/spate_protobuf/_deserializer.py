@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
 from spate import DeserError, DeserErrorKind, ErrorPolicy
+from spate.ops import whole_payload
 from spate.schema import Field, SchemaChanges
 from spate_avro import ConfluentDeserializer, RegistrySettings, SchemaRegistryClient
 
@@ -87,6 +88,8 @@ class ProtobufDeserializer:
     """Base of both modes: the policy attribute and ``close``."""
 
     many: ClassVar[bool] = False
+    takes_bytes: ClassVar[bool] = True
+    """Whole ``bytes`` payloads are parsed as they are, without a view per record."""
 
     def __init__(self, on_error: ErrorPolicy, described: tuple[Field, ...] | None = None) -> None:
         self.on_error = on_error
@@ -97,7 +100,7 @@ class ProtobufDeserializer:
         """The fields of the records, for table DDL (None when not known at start-up)."""
         return self._described
 
-    def deserialize(self, payload: memoryview) -> object:  # pragma: no cover - abstract
+    def deserialize(self, payload: bytes | memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def close(self) -> None:
@@ -118,11 +121,11 @@ class RawProtobufDeserializer(ProtobufDeserializer):
         self._convert = message_type.convert
         self.message_type = message_type
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = payload.tobytes()
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
+        if type(data) is not bytes:
+            data = data.tobytes()  # a slice: the parser needs bytes
         try:
             return self._convert(self._parse(data))
         except DECODE_ERRORS as exc:
@@ -153,14 +156,14 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         self._enums_as_names = enums_as_names
         self._types: dict[bytes, MessageType] = {}
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread.
 
         Blocks for at most ``fetch_wait`` on the first record of a schema id not yet cached.
         """
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = payload.tobytes()
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
+        if type(data) is not bytes:
+            data = data.tobytes()  # a slice: the parser needs bytes
         if len(data) < 6 or data[0] != CONFLUENT_MAGIC:
             if not len(data):
                 reason = "empty payload"

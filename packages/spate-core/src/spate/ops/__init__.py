@@ -15,7 +15,7 @@ from spate.ops._builder import (
 )
 from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor, Stalled
-from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer
+from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer, whole_payload
 from spate.ops._stage import Cursor
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "Stalled",
     "build_chain",
     "compile_chain",
+    "whole_payload",
 ]

@@ -11,7 +11,10 @@ Borrowed payloads are described in docs/concepts/architecture.md.
   a ``many`` deserializer, yields ``DeserError`` items — and never any other exception,
   so the pipeline counts and skips or fails by policy instead of crashing (B28);
 * every truncation of a sample decodes or raises ``DeserError``, nothing else (B28);
-* ``many`` says which method the runtime calls, and that method exists.
+* ``many`` says which method the runtime calls, and that method exists;
+* a deserializer with ``takes_bytes = True`` decodes whole ``bytes`` payloads (what a
+  Kafka batch hands it) to the same values as views, and refuses malformed ones with
+  ``DeserError`` alike (B97).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ DESER_MALFORMED = Promise(
     "B28", "a malformed payload raises DeserError (a record error), never another exception"
 )
 DESER_SHAPE = Promise("§3", "`many` names the method the runtime calls, and it exists")
+DESER_BYTES = Promise(
+    "B97", "a deserializer with takes_bytes decodes whole bytes payloads as it does views"
+)
 
 _RECORD_ERRORS = (
     DeserErrorKind.MALFORMED,
@@ -75,7 +81,7 @@ class DeserializerConformance(ConfigConformance):
 
     # -- helpers --------------------------------------------------------------------
 
-    def decode(self, deserializer: Any, view: memoryview) -> list[object]:
+    def decode(self, deserializer: Any, view: bytes | memoryview) -> list[object]:
         """Decode one payload as the runtime does; ``DeserError`` items stay in the list."""
         if deserializer.many:
             return list(deserializer.deserialize_many(view))
@@ -83,7 +89,7 @@ class DeserializerConformance(ConfigConformance):
         return [] if value is NO_RECORD else [value]
 
     def _expect(
-        self, deserializer: Any, view: memoryview, expected: list[object], what: str
+        self, deserializer: Any, view: bytes | memoryview, expected: list[object], what: str
     ) -> list[object]:
         """Decode ``view`` and check it gives ``expected``; any exception is a failure."""
         try:
@@ -155,6 +161,32 @@ class DeserializerConformance(ConfigConformance):
                 "itself; view.obj is the whole buffer)"
             )
             self._expect(deserializer, view, expected, what)
+
+    def test_b97_takes_bytes_decodes_whole_bytes_as_views(self) -> None:
+        deserializer = self.make_deserializer()
+        if getattr(deserializer, "takes_bytes", False) is not True:
+            raise skip(f"{type(deserializer).__name__} takes views only (no takes_bytes)")
+        for payload, expected in self.samples():
+            self._expect(
+                deserializer, bytes(payload), expected, f"the bytes object {payload[:40]!r}"
+            )
+        for payload in self.malformed():
+            try:
+                values = self.decode(deserializer, bytes(payload))
+            except DeserError as exc:
+                self._check_record_error(exc, payload)
+                continue
+            except Exception as exc:
+                raise ConformanceFailure(
+                    DESER_BYTES,
+                    f"the malformed bytes object {payload[:40]!r} raised "
+                    f"{type(exc).__name__} ({exc}); raise DeserError instead",
+                ) from exc
+            check(
+                any(isinstance(v, DeserError) for v in values),
+                DESER_BYTES,
+                f"the malformed bytes object {payload[:40]!r} decoded to {values!r}",
+            )
 
     def test_values_do_not_borrow_the_payload(self) -> None:
         deserializer = self.make_deserializer()
