@@ -110,6 +110,10 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
         "CLICKHOUSE_DATABASE": database,
         "SPATE_ADMIN_LISTEN": "none",
         "PIPELINE_NAME": f"eo-{mode}",
+        # The cadence this scenario was written for (the flagship's default is 5 s): a
+        # restarted process must still have rows to write after the outage.
+        "CHECKPOINT_INTERVAL": "1s",
+        "SINK_LINGER": "1s",
     }
     log = tmp_path / "pipeline.log"
     proc = start(config, mode, env, log)

@@ -99,6 +99,10 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
         "CLICKHOUSE_DATABASE": database,
         "SPATE_ADMIN_LISTEN": "none",
         "PIPELINE_NAME": "flagship-no-loss",
+        # Commits and inserts every second, not every 5 s: a restarted process must still
+        # have rows to write after the outage, which a 50,000-row batch would take at once.
+        "CHECKPOINT_INTERVAL": "1s",
+        "SINK_LINGER": "1s",
     }
     log = tmp_path / "flagship.log"
     proc = start_flagship(env, log, example)
