@@ -40,6 +40,7 @@ def compare(
     *,
     runs: int | None = None,
     warmup: bool = True,
+    label: str = "ratio",
 ) -> float:
     """Run both sides interleaved and print the report; return the ratio of medians."""
     runs = runs if runs is not None else max(3, env_int("SPATE_BENCH_RUNS", 3))
@@ -67,8 +68,8 @@ def compare(
         cpu_listed = ", ".join(f"{t:.2f}" for t in cpu[name])
         print(f"{name} cpu: median {statistics.median(cpu[name]):.2f}s; runs {cpu_listed}")
     ratio = statistics.median(times["baseline"]) / statistics.median(times["framework"])
-    print(f"ratio: {ratio:.2f}")
+    print(f"{label}: {ratio:.2f}")
     cpu_ratio = statistics.median(cpu["baseline"]) / statistics.median(cpu["framework"])
-    print(f"cpu ratio: {cpu_ratio:.2f}")
+    print(f"cpu {label}: {cpu_ratio:.2f}")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")
     return ratio

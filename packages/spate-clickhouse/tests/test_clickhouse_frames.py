@@ -97,3 +97,52 @@ def test_b87_an_object_read_as_a_struct_goes_into_a_map_column_as_its_keys() -> 
         [("a", 3)],
     ]
     assert [position for position, _ in bad] == [2]
+
+
+def test_b100_arrow_buffers_of_an_open_batch_count_against_the_inflight_budget() -> None:
+    """B100: the Arrow table a ClickHouse batch holds on the columnar path counts its
+    buffers' bytes against ``backpressure.max_inflight_bytes`` while the batch is held,
+    and returns them once it is written: the budget bounds the memory columns take."""
+    from spate._clock import ManualClock
+    from spate.checkpoint._ack import AckToken
+    from spate.flow._budget import InflightBudget
+    from spate.metrics._meter import Meter
+    from spate.records import Lane
+    from spate.sink import Offer, ShardConfig, SinkPool
+    from spate.testing import ScriptedEndpoints
+    from spate_clickhouse._encoder import ColumnBuffer
+
+    class ArrowEndpoints(ScriptedEndpoints):
+        def new_buffer(self, shard: int) -> Any:
+            return ColumnBuffer()  # the connector's own buffer: what it counts is under test
+
+    clock = ManualClock()
+    budget = InflightBudget(1 << 20)
+    pool = SinkPool(
+        "orders",
+        ArrowEndpoints(clock),
+        shards=[ShardConfig(replicas=("a",))],
+        pipeline="test",
+        run_nonce="run1",
+        meter=Meter("test-arrow-budget"),
+        clock=clock,
+        budget=budget,
+        io_threads=0,
+    )
+    pool.start()
+    rows = 20_000
+    regions = [f"region-{i % 97:04d}-{'x' * 40}" for i in range(rows)]
+    frame = pl.DataFrame({"order_id": range(rows), "region": regions})
+    columns = [Column("order_id", parse_type("Int64")), Column("region", parse_type("String"))]
+    table, bad = prepare_frame(frame, columns)
+    assert bad == []
+    lane = Lane("t", 0)
+    ack = AckToken(lane, 0, 1, 1, 1, lambda token: None)
+    assert pool.offer_frame(table, None, lane, ack) is Offer.ACCEPTED
+    # 20,000 rows of ~55 bytes: about a megabyte of Arrow buffers, all of it counted.
+    assert table.nbytes > 1_000_000
+    assert budget.used >= table.nbytes
+    assert budget.ratio > 1  # over the limit: flow control pauses the source
+    assert pool.flush(deadline=1e9)
+    assert budget.used == 0
+    pool.close()

@@ -103,25 +103,37 @@ def scan(groups: Iterable[str], path: Sequence[str] | None = None) -> list[Entry
     found: list[EntryPointInfo] = []
     dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
     for dist in dists:
-        dist_name = dist.metadata["Name"]
-        if not dist_name:
+        # The name from the metadata directory when there is one: reading the metadata
+        # itself (an email-format parse) for each of hundreds of installed distributions
+        # costs a pipeline's start a second on a busy machine; only the few that declare
+        # a wanted entry point are read.
+        folder: str | None = getattr(dist, "_normalized_name", None)
+        dist_name: str | None = None if folder else dist.metadata["Name"]
+        named = folder or dist_name
+        if not named:
             continue
-        key = normalize(dist_name)
+        key = normalize(named)
         if key in seen_dists:
             continue
         seen_dists.add(key)
-        for ep in dist.entry_points:
-            if ep.group in wanted:
-                found.append(
-                    EntryPointInfo(
-                        group=ep.group,
-                        name=ep.name,
-                        value=ep.value,
-                        distribution=dist_name,
-                        version=dist.version,
-                        entry_point=ep,
-                    )
+        eps = [ep for ep in dist.entry_points if ep.group in wanted]
+        if not eps:
+            continue
+        dist_name = dist_name or dist.metadata["Name"]
+        if not dist_name:
+            continue
+        version = dist.version
+        for ep in eps:
+            found.append(
+                EntryPointInfo(
+                    group=ep.group,
+                    name=ep.name,
+                    value=ep.value,
+                    distribution=dist_name,
+                    version=version,
+                    entry_point=ep,
                 )
+            )
     return found
 
 
