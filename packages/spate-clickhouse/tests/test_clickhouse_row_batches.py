@@ -421,3 +421,54 @@ def test_b95_sinks_without_the_batch_methods_keep_per_row_offers() -> None:
     assert not takes_rows(eo_less)
     batching, _ = _pool(True)
     assert takes_rows(batching)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_batches())
+def test_b95_a_split_hands_each_sink_its_rows_as_row_by_row_sinks_get_them(
+    rows: list[object],
+) -> None:
+    """B95: a split to two batching sinks (and one row-by-row sink beside them) stores
+    in each what a split to row-by-row sinks stores, with the same drops."""
+
+    def chains(ctx: Any) -> Any:
+        even, odd, every = ctx.sink("even"), ctx.sink("odd"), ctx.sink("every")
+
+        def route(n: int, out: Any) -> None:
+            out.emit(even if n % 2 == 0 else odd, rows[n])
+            if n % 3 == 0:
+                out.emit(every, rows[n])
+
+        return ctx.chain().map(int).split().route(route)
+
+    outcomes = []
+    for batches in (False, True):
+        meter = Meter("p", CollectorRegistry())
+        pools = {
+            "even": _pool(batches, meter=meter),
+            "odd": _pool(batches, meter=meter),
+            "every": _pool(False, meter=meter),
+        }
+        processor = compile_chain(
+            chains,
+            deserializer=None,
+            sinks={name: pool for name, (pool, _) in pools.items()},
+            meter=meter,
+            pipeline="p",
+        )
+        assert processor.rt.batched == (batches, batches, False)
+        status: list[AckStatus] = []
+        ack = _ack(len(rows), status)
+        assert processor.process(_chain_batch(len(rows)), ack) is None
+        ack.release()
+        for pool, _ in pools.values():
+            assert pool.flush(1e9)
+        outcomes.append(
+            (
+                {name: connector.written for name, (_, connector) in pools.items()},
+                _ops(meter, "spate_operator_dropped_total", reason="record_error"),
+                [_ops(meter, "spate_operator_records_out_total", sink=name) for name in pools],
+                status,
+            )
+        )
+    assert outcomes[0] == outcomes[1]

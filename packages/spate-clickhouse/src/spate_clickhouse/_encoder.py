@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -157,11 +158,12 @@ class RowBlock:
         columns: list[list[object]],
         count: int,
         sizer: Callable[[list[list[object]], int], int],
+        nbytes: int | None = None,
     ) -> None:
         self.columns = columns
         self.count = count
         self.sizer = sizer
-        self.nbytes = sizer(columns, count)
+        self.nbytes = sizer(columns, count) if nbytes is None else nbytes
 
     def __len__(self) -> int:
         return self.count
@@ -206,6 +208,7 @@ class RowEncoder:
             for column, convert in zip(self.columns, converters, strict=True)
         ]
         self._sizer = _block_sizer(self.columns)
+        self._base = _row_base(self.columns)
         self.encode: Callable[[object], tuple[tuple[object, ...], int]] = encode
         self._buffer_type: type[ColumnBuffer] = type(
             "ClickHouseColumnBuffer",
@@ -253,10 +256,12 @@ class RowEncoder:
                 pivot = [list(map(itemgetter(c.name), rows)) for c in self.columns]
             else:
                 raise _Unfit
-            columns = [check(values) for check, values in zip(self._checks, pivot, strict=True)]
+            checked = [check(values) for check, values in zip(self._checks, pivot, strict=True)]
         except Exception:  # _Unfit, a missing key, a value a coercer refuses
             return self._prepare_each(rows)
-        return RowBlock(columns, n, self._sizer), []
+        columns = [values for values, _ in checked]
+        nbytes = self._base * n + sum(size for _, size in checked)
+        return RowBlock(columns, n, self._sizer, nbytes), []
 
     def _prepare_each(self, rows: list[object]) -> tuple[RowBlock, list[tuple[int, Exception]]]:
         """Row by row through the generated function (a column check failed)."""
@@ -389,7 +394,7 @@ def _compile(
         "_date": dt.date,
         "_datetime": dt.datetime,
     }
-    base = 56 + 8 * count
+    base = _row_base(columns)
     lines = [
         "",
         "    cls = row.__class__",
@@ -410,7 +415,6 @@ def _compile(
             seen = binary.setdefault(i, [False])
             sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
         env[f"c{i}"] = _named(coercer_for(t, seen), column)
-        base += _base_size(t)
         ok = _fast_condition(v, u, i, env)
         if ok is None:
             oks.append(None)
@@ -461,54 +465,131 @@ _SEQUENCES = frozenset((tuple, list))
 _DICT = {dict}
 
 
-def _column_check(
-    column: Column, convert: Callable[[list[object]], list[object]]
-) -> Callable[[list[object]], list[object]]:
-    """A function checking one column's values at once: the values when all are in written
-    form already (C-level passes), else ``convert`` (the coercer value by value, raising
-    ``SinkError`` for a value it refuses)."""
+_ARRAY_CODES = {
+    name: code
+    for name, code, width in (
+        ("Int8", "b", 1),
+        ("UInt8", "B", 1),
+        ("Int16", "h", 2),
+        ("UInt16", "H", 2),
+        ("Int32", "i", 4),
+        ("UInt32", "I", 4),
+        ("Int64", "q", 8),
+        ("UInt64", "Q", 8),
+    )
+    if array(code).itemsize == width
+}
+"""Integer columns whose range is exactly a C type's: ``array(code, values)`` checks the
+types and the range in one C-level pass (it takes what ``operator.index`` takes)."""
+
+ColumnCheck = Callable[[list[Any]], tuple[list[Any], int]]
+"""Checks one column's values at once: ``(values in written form, characters of text)``."""
+
+
+def _column_check(column: Column, convert: Callable[[list[Any]], list[Any]]) -> ColumnCheck:
+    """The check of one column (see :meth:`RowEncoder.prepare_rows`).
+
+    When every value already fits, the values are kept as they are, C-level passes
+    only: ``array(code, …)`` for integers (type and range at once), ``"".join`` for text
+    (which also gives the characters the size estimate counts), the first value's type
+    and time zone then ``min``/``max`` for dates and times (a naive time among aware
+    ones, or a date among times, makes the comparison raise), the set of value types
+    otherwise. Else ``convert`` runs the column's coercer value by value, as ``append``
+    does, and raises ``SinkError`` at a value that does not fit.
+    """
     t = column.type
     u = t.unwrapped()
     nullable = t.nullable
     name = u.name
-    types: frozenset[type]
-    lo: Any = None
-    hi: Any = None
-    aware = False
-    if name in INT_RANGES:
-        types, (lo, hi) = frozenset((int,)), INT_RANGES[name]
-    elif name == "Float64":
-        types = frozenset((float,))
-    elif name == "String":
-        types = frozenset((str,))
-    elif name == "Bool":
-        types = frozenset((bool,))
-    elif name in ("Date", "Date32"):
-        types, (lo, hi) = frozenset((dt.date,)), date_bounds(name)
-    elif name == "DateTime" or (name == "DateTime64" and _precision(u) <= 6):
-        types, (lo, hi) = frozenset((dt.datetime,)), datetime_bounds(name)
-        aware = True
-    else:
-        return convert
+    text = name == "String"
 
-    def check(values: list[Any]) -> list[Any]:
+    def converted(values: list[Any]) -> tuple[list[Any], int]:
+        out = convert(values)
+        if not text:
+            return out, 0
+        return out, sum(map(len, filter(_not_none, out) if nullable else out))
+
+    fits: Callable[[list[Any]], int | None]
+    if name in _ARRAY_CODES:
+        code = _ARRAY_CODES[name]
+
+        def fits(present: list[Any]) -> int | None:
+            try:
+                array(code, present)
+            except (TypeError, OverflowError):
+                return None
+            return 0
+
+    elif text:
+
+        def fits(present: list[Any]) -> int | None:
+            try:
+                return len("".join(present))
+            except TypeError:
+                return None
+
+    elif (
+        name in ("Date", "Date32")
+        or name == "DateTime"
+        or (name == "DateTime64" and _precision(u) <= 6)
+    ):
+        moment = name.startswith("DateTime")
+        first_type: type = dt.datetime if moment else dt.date
+        bounds: tuple[Any, Any] = datetime_bounds(name) if moment else date_bounds(name)
+        lo, hi = bounds
+
+        def fits(present: list[Any]) -> int | None:
+            first: Any = present[0]
+            if first.__class__ is not first_type or (moment and _tzinfo(first) is None):
+                return None
+            try:
+                return 0 if lo <= min(present) and max(present) <= hi else None
+            except TypeError:
+                return None
+
+    else:
+        types: frozenset[type]
+        lo_hi: tuple[Any, Any] | None = INT_RANGES.get(name)
+        if lo_hi is not None:
+            types = frozenset((int,))
+        elif name == "Float64":
+            types = frozenset((float,))
+        elif name == "Bool":
+            types = frozenset((bool,))
+        else:
+            return lambda values: (convert(values), 0)
+
+        def fits(present: list[Any]) -> int | None:
+            if not set(map(type, present)) <= types:
+                return None
+            if lo_hi is not None and not (lo_hi[0] <= min(present) and max(present) <= lo_hi[1]):
+                return None
+            return 0
+
+    def check(values: list[Any]) -> tuple[list[Any], int]:
         present = values
         if nullable and None in values:
             present = list(filter(_not_none, values))
-        if not set(map(type, present)) <= types:
-            return convert(values)
-        if aware and None in map(_tzinfo, present):
-            return convert(values)
-        if lo is not None and present and not (lo <= min(present) and max(present) <= hi):
-            return convert(values)
-        return values
+            if not present:
+                return values, 0
+        elif not values:
+            return values, 0
+        size = fits(present)
+        if size is None:
+            return converted(values)
+        return values, size
 
     return check
 
 
+def _row_base(columns: Sequence[Column]) -> int:
+    """The size estimate of a row without its text (as ``append`` counts)."""
+    return 56 + 8 * len(columns) + sum(_base_size(c.type) for c in columns)
+
+
 def _block_sizer(columns: Sequence[Column]) -> Callable[[list[list[object]], int], int]:
     """The sum of the per-row size estimates of a block's rows (as ``append`` counts)."""
-    base = 56 + 8 * len(columns) + sum(_base_size(c.type) for c in columns)
+    base = _row_base(columns)
     strings = [
         (i, c.type.nullable) for i, c in enumerate(columns) if c.type.unwrapped().name == "String"
     ]

@@ -35,8 +35,8 @@ interpreter, and resuming a half-done record is delegated to
 :meth:`~spate.ops._interp.Interpreter.resume_pending` (B8). Equivalence with the
 interpreter is checked by a property test (B3).
 
-A sink that takes a source batch's rows at once (B95) is not called in the loop: its rows,
-keys and record indexes are appended to lists the loop binds as locals (``add0(v)``), and
+A sink that takes a source batch's rows at once (B95) is not called in the loop: its rows
+and record indexes are appended to lists the loop binds as locals (``add0(v)``), and
 :meth:`FusedChain.process` hands them over after the loop
 (:meth:`~spate.ops._stage.ChainRuntime.offer_collected`).
 """
@@ -142,7 +142,9 @@ def generate_source(rt: ChainRuntime) -> str:
     for s in range(nsinks):
         if rt.batched[s]:
             # This sink takes the batch's rows at once (B95): collect them for the end.
-            w.line(b, f"add{s}, key{s}, rec{s} = (c.append for c in coll[{s}])")
+            w.line(b, f"add{s}, rec{s} = coll[{s}][0].append, coll[{s}][1].append")
+    if rt.route is not None and any(rt.batched):
+        w.line(b, "apps = [None if c is None else (c[0].append, c[1].append) for c in coll]")
     w.line(b, "payloads = batch.payloads")
     w.line(b, "keys = batch.keys")
     w.line(b, "lane = batch.lane")
@@ -274,7 +276,6 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
     if rt.sink_index is not None and rt.batched[rt.sink_index]:
         s = rt.sink_index
         w.line(ind, f"add{s}(v)")
-        w.line(ind, f"key{s}(key)")
         w.line(ind, f"rec{s}(i)")
         return
     if rt.sink_index is not None:
@@ -305,11 +306,10 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
     E = ind + 1
     w.line(E, "s, row = buf[e]")
     if any(rt.batched):
-        w.line(E, "c = coll[s]")
-        w.line(E, "if c is not None:")
-        w.line(E + 1, "c[0].append(row)")
-        w.line(E + 1, "c[1].append(key)")
-        w.line(E + 1, "c[2].append(i)")
+        w.line(E, "a = apps[s]")
+        w.line(E, "if a is not None:")
+        w.line(E + 1, "a[0](row)")
+        w.line(E + 1, "a[1](i)")
         w.line(E + 1, "continue")
     w.line(E, "try:")
     w.line(E + 1, "r = offers[s](row, key, lane, ack)")
@@ -382,6 +382,6 @@ class FusedChain:
             return rt.offer_held(resume, batch, ack)
         if not self._batched:
             return self._process(batch, ack, resume, None)
-        collected: Collected = [([], [], []) if b else None for b in rt.batched]
+        collected: Collected = [([], []) if b else None for b in rt.batched]
         stalled = self._process(batch, ack, resume, collected)
         return rt.offer_collected(collected, batch, ack, stalled)

@@ -18,8 +18,8 @@ plus the pending work of the record before it — the flat_map children not yet 
 Drops are counted with their reason (B3).
 
 A sink that takes a source batch's rows at once (:func:`~spate.sink._contract.takes_rows`,
-B95) is not offered row by row: the loop collects its rows with their keys and record
-indexes, and after the loop :meth:`ChainRuntime.offer_collected` has the sink check them
+B95) is not offered row by row: the loop collects its rows with their record indexes,
+and after the loop :meth:`ChainRuntime.offer_collected` has the sink check them
 (``prepare_rows``; the rows it cannot take are record errors for their records alone, under
 the sink's policy) and offers the rest in one call. A refusal stalls the batch with the
 prepared rows as its cursor (:class:`HeldRows`); the resume offers them again, then goes
@@ -95,8 +95,8 @@ class HeldRows:
     next: int = 0
 
 
-Collected = list[tuple[list[object], list[bytes | None], list[int]] | None]
-"""Per sink: the rows the loop collected for it, their keys and record indexes (None for a
+Collected = list[tuple[list[object], list[int]] | None]
+"""Per sink: the rows the loop collected for it and their record indexes (None for a
 sink offered row by row)."""
 
 
@@ -449,7 +449,8 @@ class ChainRuntime:
         for index, rows in enumerate(collected):
             if rows is None or not rows[0]:
                 continue
-            values, keys, records = rows
+            values, records = rows
+            keys = list(map(batch.keys.__getitem__, records))
             try:
                 prepared, bad = self.sinks[index].prepare_rows(values, keys, batch.lane)  # type: ignore[attr-defined]
             except SinkError as exc:  # a whole-batch problem (B20): never one record's
