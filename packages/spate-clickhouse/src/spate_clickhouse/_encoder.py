@@ -95,8 +95,8 @@ class ColumnBuffer:
         self._count = 0
         self.frames: list[object] | None = None
         """Arrow tables appended by the columnar path (``append_frame``), else None."""
-        self.blocks: list[RowBlock] | None = None
-        """Checked blocks of rows (``append_rows``), else None."""
+        self.blocks: list[list[object]] | None = None
+        """The columns of the checked blocks appended so far (``append_rows``), else None."""
         self._block_rows = 0
 
     def append(self, row: object) -> int:  # replaced by the generated function
@@ -111,11 +111,19 @@ class ColumnBuffer:
         return int(table.nbytes)  # type: ignore[attr-defined]
 
     def append_rows(self, block: RowBlock) -> int:
-        """Add a checked block of rows (:meth:`RowEncoder.prepare_rows`); return its size."""
-        if self.blocks is None:
-            self.blocks = []
-        self.blocks.append(block)
-        self._block_rows += len(block)
+        """Add a checked block of rows (:meth:`RowEncoder.prepare_rows`); return its size.
+
+        The block's values are added to the buffer's columns at once, while they are still
+        in the processor's caches (the block is not used again); the first block's
+        columns become the buffer's.
+        """
+        columns = self.blocks
+        if columns is None:
+            self.blocks = block.columns
+        else:
+            for column, values in zip(columns, block.columns, strict=True):
+                column += values
+        self._block_rows += block.count
         return block.nbytes
 
     def __len__(self) -> int:
@@ -133,10 +141,14 @@ class ColumnBuffer:
         if cached is not None:
             return cached
         rows = self.rows
-        # one C-level pass per column (zip(*rows) is ~3x slower on wide batches)
-        pivoted: list[list[object]] = [list(map(itemgetter(i), rows)) for i in range(count)]
-        for block in self.blocks or ():
-            for column, values in zip(pivoted, block.columns, strict=True):
+        blocks = self.blocks
+        pivoted: list[list[object]]
+        if blocks is not None and not rows:
+            pivoted = blocks
+        else:
+            # one C-level pass per column (zip(*rows) is ~3x slower on wide batches)
+            pivoted = [list(map(itemgetter(i), rows)) for i in range(count)]
+            for column, values in zip(pivoted, blocks or (), strict=False):
                 column += values
         total = len(rows) + self._block_rows
         self.blocks = None
