@@ -37,7 +37,7 @@ from spate.sink import WriteBatch
 from spate.sink._intents import Intent
 
 from spate_clickhouse._client import Endpoint, connect, parse_endpoint
-from spate_clickhouse._encoder import Column, ColumnBuffer, RowEncoder
+from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
@@ -85,6 +85,9 @@ class ClickHouseConnector:
         self._lock = threading.Lock()
         self.takes_frames = config.evolve == "off"
         """A sink that evolves its table stays on the row path (columns may change)."""
+        self.takes_rows = config.evolve == "off"
+        """A sink that evolves its table takes rows one at a time: a row is encoded with
+        the columns of the moment it is offered (B60), not of the end of its batch."""
         self.seal_open: Callable[[], None] = lambda: None
         """Seals the pool's open batches (set by the factory); called before new columns."""
         self._seen: set[str] = set()
@@ -225,6 +228,10 @@ class ClickHouseConnector:
             except TypeSyntaxError:
                 types[name] = ChType(type_name)
         return types
+
+    def prepare_rows(self, rows: list[object]) -> tuple[RowBlock, list[tuple[int, Exception]]]:
+        """Check a source batch's rows at once (B95); see :meth:`RowEncoder.prepare_rows`."""
+        return self.encoder().prepare_rows(rows)
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """Check a polars frame per column; ``(arrow table, bad rows)`` (columnar path)."""

@@ -34,6 +34,11 @@ path calls into :class:`~spate.ops._stage.ChainRuntime`, shared with the referen
 interpreter, and resuming a half-done record is delegated to
 :meth:`~spate.ops._interp.Interpreter.resume_pending` (B8). Equivalence with the
 interpreter is checked by a property test (B3).
+
+A sink that takes a source batch's rows at once (B95) is not called in the loop: its rows
+and record indexes are appended to lists the loop binds as locals (``add0(v)``), and
+:meth:`FusedChain.process` hands them over after the loop
+(:meth:`~spate.ops._stage.ChainRuntime.offer_collected`).
 """
 
 from __future__ import annotations
@@ -51,13 +56,13 @@ from spate.ops._contract import Stalled
 from spate.ops._deser import NO_RECORD
 from spate.ops._interp import Interpreter, as_cursor, has_not_ready
 from spate.ops._split import RouteOut
-from spate.ops._stage import DESER_FRAME, ChainRuntime, Cursor
+from spate.ops._stage import DESER_FRAME, ChainRuntime, Collected, Cursor, HeldRows
 from spate.records import PayloadBatch, RecordMeta
 from spate.sink._contract import Offer
 
 logger = logging.getLogger(__name__)
 
-ProcessFn = Callable[[PayloadBatch, AckToken, object | None], Stalled | None]
+ProcessFn = Callable[[PayloadBatch, AckToken, object | None, Collected | None], Stalled | None]
 
 
 class _Writer:
@@ -107,7 +112,7 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(1, "_handle_index = env['handle_index']")
     w.line(1, "_position = env['position']")
     w.line(0, "")
-    w.line(1, "def process(batch, ack, resume=None):")
+    w.line(1, "def process(batch, ack, resume=None, coll=None):")
     b = 2
     # Locals for the hot loop.
     for name in (
@@ -134,6 +139,12 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(b, "route = _route")
         w.line(b, "out = _RouteOut(_handle_index)")
         w.line(b, "buf = out.buf")
+    for s in range(nsinks):
+        if rt.batched[s]:
+            # This sink takes the batch's rows at once (B95): collect them for the end.
+            w.line(b, f"add{s}, rec{s} = coll[{s}][0].append, coll[{s}][1].append")
+    if rt.route is not None and any(rt.batched):
+        w.line(b, "apps = [None if c is None else (c[0].append, c[1].append) for c in coll]")
     if rt.takes_bytes:
         # Whole ``bytes`` values where the batch has them: no view per record.
         w.line(b, "payloads = batch.values")
@@ -268,6 +279,11 @@ def _gen_steps(w: _Writer, rt: ChainRuntime, start: int, ind: int, frames: list[
 
 
 def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
+    if rt.sink_index is not None and rt.batched[rt.sink_index]:
+        s = rt.sink_index
+        w.line(ind, f"add{s}(v)")
+        w.line(ind, f"rec{s}(i)")
+        return
     if rt.sink_index is not None:
         s = rt.sink_index
         w.line(ind, "try:")
@@ -295,6 +311,12 @@ def _gen_terminal(w: _Writer, rt: ChainRuntime, ind: int, frames: str) -> None:
     w.line(ind, "for e in range(len(buf)):")
     E = ind + 1
     w.line(E, "s, row = buf[e]")
+    if any(rt.batched):
+        w.line(E, "a = apps[s]")
+        w.line(E, "if a is not None:")
+        w.line(E + 1, "a[0](row)")
+        w.line(E + 1, "a[1](i)")
+        w.line(E + 1, "continue")
     w.line(E, "try:")
     w.line(E + 1, "r = offers[s](row, key, lane, ack)")
     w.line(E, "except SinkError as exc:")
@@ -349,10 +371,23 @@ class FusedChain:
         namespace: dict[str, Any] = {}
         exec(_compile_shape(self.source), namespace)
         self._process: ProcessFn = namespace["_make"](env)
+        self._batched = any(rt.batched)
         logger.debug("compiled chain %s: %s", rt.component, rt.describe())
 
     def process(
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:
-        """Process ``batch`` from the start or from ``resume``. Runs on the pipeline thread."""
-        return self._process(batch, ack, resume)
+        """Process ``batch`` from the start or from ``resume``. Runs on the pipeline thread.
+
+        The rows of sinks that take a batch's rows at once are collected by the loop and
+        offered after it (B95); a refusal stalls with them held, offered first on resume
+        (B96).
+        """
+        rt = self.rt
+        if resume.__class__ is HeldRows:
+            return rt.offer_held(resume, batch, ack)
+        if not self._batched:
+            return self._process(batch, ack, resume, None)
+        collected: Collected = [([], []) if b else None for b in rt.batched]
+        stalled = self._process(batch, ack, resume, collected)
+        return rt.offer_collected(collected, batch, ack, stalled)

@@ -17,6 +17,15 @@ plus the pending work of the record before it — the flat_map children not yet 
 (``frames``, innermost first) and the final rows not yet accepted by a sink (``emits``).
 Drops are counted with their reason (B3).
 
+A sink that takes a source batch's rows at once (:func:`~spate.sink._contract.takes_rows`,
+B95) is not offered row by row: the loop collects its rows with their record indexes,
+and after the loop :meth:`ChainRuntime.offer_collected` has the sink check them
+(``prepare_rows``; the rows it cannot take are record errors for their records alone, under
+the sink's policy) and offers the rest in one call. A refusal stalls the batch with the
+prepared rows as its cursor (:class:`HeldRows`); the resume offers them again, then goes
+on with whatever stalled the loop itself (B96). A sink whose record policy is
+``dead_letter`` is offered row by row (a dead letter is offered where its record stands).
+
 Under the ``dead_letter`` policy a failed record is offered to the pipeline's dead-letter
 sink (:mod:`spate.ops._deadletter`) with the batch's ack; a refusal stalls the chain
 with the dead letter as the pending emit of sink index :data:`DEAD_LETTER_SINK`, so
@@ -46,7 +55,7 @@ from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import Offer, Sink, takes_rows
 from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
@@ -74,6 +83,21 @@ class Cursor:
     @property
     def pending(self) -> bool:
         return bool(self.frames or self.emits)
+
+
+@dataclass(slots=True)
+class HeldRows:
+    """A batch's prepared rows not yet taken by their sinks: ``(sink index, prepared,
+    rows)`` from ``next`` on, then ``after`` — the loop's own stall, or None (B96)."""
+
+    items: list[tuple[int, object, int]]
+    after: Stalled | None
+    next: int = 0
+
+
+Collected = list[tuple[list[object], list[int]] | None]
+"""Per sink: the rows the loop collected for it and their record indexes (None for a
+sink offered row by row)."""
 
 
 class ChainRuntime:
@@ -112,6 +136,12 @@ class ChainRuntime:
         self.record_policies: tuple[ErrorPolicy, ...] = tuple(
             _record_policy(s, record_policy) for s in sink_objs
         )
+        self.sinks = sink_objs
+        self.batched: tuple[bool, ...] = tuple(
+            position is None and takes_rows(s) and policy is not ErrorPolicy.DEAD_LETTER
+            for s, policy in zip(sink_objs, self.record_policies, strict=True)
+        )
+        """Per sink: whether the loop collects its rows for one call per batch (B95)."""
 
         # Terminal.
         self.sink_index: int | None = None
@@ -372,10 +402,13 @@ class ChainRuntime:
                 f"cannot write a row from the record at {_where(batch, index)}: {exc.reason} "
                 "(on_record_error is fail)",
             ) from exc
-        raise FatalError(
+        raise self._offer_failed(sink_index, exc) from exc
+
+    def _offer_failed(self, sink_index: int, exc: SinkError) -> FatalError:
+        return FatalError(
             f"sink {self.sink_labels[sink_index]}",
             f"offer failed: {exc.reason} ({exc.error_class.value})",
-        ) from exc
+        )
 
     def to_dead_letter(
         self,
@@ -422,6 +455,47 @@ class ChainRuntime:
                 f"{exc.reason}",
             ) from exc
         return result is not Offer.REJECTED
+
+    def offer_collected(
+        self, collected: Collected, batch: PayloadBatch, ack: AckToken, after: Stalled | None
+    ) -> Stalled | None:
+        """Hand each batched sink the rows the loop collected for it (B95): record errors
+        for the rows it cannot take, then one offer of the rest; ``after`` (the loop's own
+        stall) is returned once every sink took its rows."""
+        items: list[tuple[int, object, int]] = []
+        for index, rows in enumerate(collected):
+            if rows is None or not rows[0]:
+                continue
+            values, records = rows
+            keys = list(map(batch.keys.__getitem__, records))
+            try:
+                prepared, bad = self.sinks[index].prepare_rows(values, keys, batch.lane)  # type: ignore[attr-defined]
+            except SinkError as exc:  # a whole-batch problem (B20): never one record's
+                raise self._offer_failed(index, exc) from exc
+            for position, reason in bad:
+                error = SinkError(reason, ErrorClass.RECORD)
+                self.sink_error(index, error, batch, records[position], ack)
+            if len(values) > len(bad):
+                items.append((index, prepared, len(values) - len(bad)))
+        if not items:
+            return after
+        return self.offer_held(HeldRows(items, after), batch, ack)
+
+    def offer_held(self, held: HeldRows, batch: PayloadBatch, ack: AckToken) -> Stalled | None:
+        """Offer the prepared rows still held; stall again at a refusal (B96)."""
+        items = held.items
+        lane = batch.lane
+        while held.next < len(items):
+            index, prepared, count = items[held.next]
+            try:
+                result = self.sinks[index].offer_rows(prepared, lane, ack)  # type: ignore[attr-defined]
+            except SinkError as exc:
+                raise self._offer_failed(index, exc) from exc
+            if result is Offer.REJECTED:
+                return Stalled(held, "sink_full", self.sink_names[index])
+            self.m_out[index].inc(count)
+            held.next += 1
+        return held.after
 
     def describe(self) -> str:
         return self.spec.describe()

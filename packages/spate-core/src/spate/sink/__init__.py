@@ -7,7 +7,14 @@ batching, retries, breakers, acks and metrics. Their config models embed
 """
 
 from spate.sink._breaker import Breaker, BreakerState
-from spate.sink._contract import LaneFlushingSink, Offer, Sink, flush_lanes
+from spate.sink._contract import (
+    LaneFlushingSink,
+    Offer,
+    RowBatchSink,
+    Sink,
+    flush_lanes,
+    takes_rows,
+)
 from spate.sink._intents import Intent, IntentWriter, RecordPosition
 from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._pool import SinkPool
@@ -18,6 +25,7 @@ from spate.sink._store import BatchRef, JsonlStore, SpoolCorruptError, SpoolStor
 from spate.sink._tee import TeeSink
 from spate.sink._writer import (
     ListRowBuffer,
+    RowBlock,
     RowBuffer,
     ShardWriter,
     SinkConnector,
@@ -55,6 +63,8 @@ __all__ = [
     "RecordPosition",
     "RetryConfig",
     "Router",
+    "RowBatchSink",
+    "RowBlock",
     "RowBuffer",
     "ShardConfig",
     "ShardWriter",
@@ -72,4 +82,5 @@ __all__ = [
     "estimate_row_bytes",
     "flush_lanes",
     "fnv1a_64",
+    "takes_rows",
 ]

@@ -16,12 +16,19 @@ On revocation the runtime needs only the revoked lanes' rows written (B15). A si
 can tell which buffers hold them implements :class:`LaneFlushingSink`
 (``flush_lanes``); the runtime calls it through :func:`flush_lanes`, which falls back to
 a full :meth:`Sink.flush` for a sink that does not (B40).
+
+A sink may also take the rows of one source batch at once (:class:`RowBatchSink`, B95):
+the chain then collects that sink's rows of the batch and, after the loop, hands them
+over in two calls — ``prepare_rows`` checks them (per column where it can) and names the
+rows it cannot take, which become record errors for those records alone; ``offer_rows``
+takes the rest all or nothing. The chain asks :func:`takes_rows`; every other sink (a
+third-party sink, a spool tier, a tee) keeps getting one :meth:`Sink.offer` per row.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Final, Protocol
 
 from spate.checkpoint._ack import AckToken
@@ -94,6 +101,39 @@ class LaneFlushingSink(Sink, Protocol):
         sharing a buffer with them are written along). Called on revocation; blocks.
         """
         ...
+
+
+class RowBatchSink(Sink, Protocol):
+    """A sink that takes a source batch's rows in one call (B95).
+
+    ``takes_rows`` says whether it does so now (a sink may not, e.g. under
+    ``pipeline.delivery: effectively_once``, which places each row by its own offset).
+    """
+
+    takes_rows: bool
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[object, list[tuple[int, str]]]:
+        """Check ``rows`` (with their keys) for writing; hold nothing. Never blocks.
+
+        Returns the prepared rows to hand to :meth:`offer_rows` and the rows that cannot
+        be written as ``(position, reason)``: record errors for those rows alone, with the
+        reason a per-row :meth:`Sink.offer` would have raised. A whole-batch problem
+        (``validate_schema: full`` refusing the first row) raises ``SinkError``.
+        """
+        ...
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        """Take every prepared row, or none of them for now (``REJECTED``; the chain
+        offers the same prepared rows again later, B7, B8). Never blocks."""
+        ...
+
+
+def takes_rows(sink: Sink) -> bool:
+    """Whether the chain hands ``sink`` a source batch's rows at once (B95); a sink that
+    does not implement :class:`RowBatchSink` gets one :meth:`Sink.offer` per row."""
+    return getattr(sink, "takes_rows", False) is True and hasattr(sink, "offer_rows")
 
 
 def flush_lanes(sink: Sink, lanes: Collection[Lane], deadline: float) -> bool:

@@ -64,7 +64,7 @@ from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
-from spate.sink._writer import SinkConnector, WriteBatch
+from spate.sink._writer import RowBlock, SinkConnector, WriteBatch
 from spate.sink.config import PoolConfig, ShardConfig
 
 if TYPE_CHECKING:
@@ -94,6 +94,16 @@ class _LaneBlocks:
         self.open: PoolBatch | None = None
         self.last: Position | None = None
         self.plans: deque[Intent] = deque(plans)
+
+
+class _PreparedRows:
+    """Rows :meth:`SinkPool.prepare_rows` checked and placed: ``(shard, rows)`` parts,
+    each a connector's :class:`~spate.sink.RowBlock`."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[tuple[int, RowBlock]]) -> None:
+        self.parts = parts
 
 
 class SinkPool:
@@ -320,6 +330,126 @@ class SinkPool:
             lock.release()
         return ACCEPTED
 
+    # -- a source batch's rows at once (RowBatchSink, B95) -----------------------------
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether the chain may hand this pool a source batch's rows at once: the
+        connector checks rows per column (``prepare_rows``), and each row is not placed by
+        its own offset (effectively once stays per row)."""
+        connector = self._connector
+        return (
+            not self.effectively_once
+            and hasattr(connector, "prepare_rows")
+            and getattr(connector, "takes_rows", True) is True
+        )
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[_PreparedRows, list[tuple[int, str]]]:
+        """Place and check a source batch's rows (B95); hold nothing.
+
+        Returns the rows to hand to :meth:`offer_rows` and the bad ones as ``(position,
+        reason)``, with the reasons and counters :meth:`offer` has for them: a row the
+        router cannot place, then a value the connector cannot encode (counted as a
+        record error of the row's shard).
+        """
+        count = len(rows)
+        bad: list[tuple[int, str]] = []
+        shards: list[int] | None = None
+        router = self._router
+        if router is not None:
+            shards = []
+            route = router.route
+            placed: list[int] = []
+            for position in range(count):
+                try:
+                    shards.append(route(rows[position], keys[position], lane))
+                except SinkError as exc:
+                    bad.append((position, f"sink {self.name}: {exc.reason}"))
+                    continue
+                placed.append(position)
+            if bad:
+                rows = [rows[p] for p in placed]
+        else:
+            placed = []
+        unplaced = bool(bad)
+        block, refused = self._connector.prepare_rows(rows)  # type: ignore[attr-defined]
+        if refused:
+            shard_errors = [s.m_errors["record"] for s in self._shards]
+            for position, error in refused:
+                shard_errors[shards[position] if shards is not None else 0].inc()
+                original = placed[position] if unplaced else position
+                if isinstance(error, SinkError):
+                    bad.append((original, error.reason))
+                else:
+                    bad.append((original, f"sink {self.name}: cannot encode row: {error!r}"))
+            if shards is not None:
+                dropped = {position for position, _ in refused}
+                shards = [s for i, s in enumerate(shards) if i not in dropped]
+            bad.sort()
+        parts: list[tuple[int, RowBlock]]
+        if shards is None or len(self._shards) == 1:
+            parts = [(0, block)]
+        else:
+            by_shard: dict[int, list[int]] = {}
+            for position, shard_index in enumerate(shards):
+                by_shard.setdefault(shard_index, []).append(position)
+            parts = [
+                (i, block if len(positions) == len(block) else block.take(positions))
+                for i, positions in sorted(by_shard.items())
+            ]
+        return _PreparedRows(parts), bad
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        """Append prepared rows to their shards' open batches, all or nothing (B95).
+
+        A batch still seals at ``batch.max_rows`` (the rows are cut there) and on
+        ``batch.max_bytes`` after the rows that reach it. Refuses the whole while a target
+        shard has no room for its rows (B7): room is what its open batch and the sealed
+        batches its queue may still take, as for rows offered one at a time; a shard with
+        nothing queued always takes its rows, even more than that.
+        """
+        assert isinstance(prepared, _PreparedRows)
+        max_rows = self._max_rows
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"sink {self.name} is closed")
+            for index, block in prepared.parts:
+                shard = self._shards[index]
+                if shard.queue and self._room(shard) < len(block):
+                    return Offer.REJECTED
+            for index, block in prepared.parts:
+                shard = self._shards[index]
+                count = len(block)
+                start = 0
+                while start < count:
+                    batch = shard.open
+                    if batch is None:
+                        batch = self._open_batch(shard, force=True)
+                        assert batch is not None
+                    take = min(count - start, max_rows - batch.rows)
+                    part = block if take == count else block.slice(start, start + take)
+                    batch.nbytes += batch.buffer.append_rows(part)  # type: ignore[attr-defined]
+                    batch.rows += take
+                    start += take
+                    if ack is not batch.last_ack:
+                        batch.hold(ack)
+                    self._acquire(batch)
+                    if batch.rows >= max_rows:
+                        self._seal(shard, "max_rows")
+                    elif batch.nbytes >= self._max_bytes:
+                        self._seal(shard, "max_bytes")
+        return ACCEPTED
+
+    def _room(self, shard: Shard) -> int:
+        """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held)."""
+        free = self._queue_limit - len(shard.queue)
+        batch = shard.open
+        if batch is None:
+            return max(free, 0) * self._max_rows
+        return self._max_rows - batch.rows + max(free - 1, 0) * self._max_rows
+
     # -- columnar path (frames from spate.ops._columnar) -------------------------------
 
     @property
@@ -427,11 +557,12 @@ class SinkPool:
         except SinkError as exc:  # a value the router cannot place: a record error
             raise SinkError(f"sink {self.name}: {exc.reason}", exc.error_class) from None
 
-    def _open_batch(self, shard: Shard) -> PoolBatch | None:
-        """A new open batch for ``shard``, or None while its queue is full (lock held)."""
+    def _open_batch(self, shard: Shard, force: bool = False) -> PoolBatch | None:
+        """A new open batch for ``shard``, or None while its queue is full (lock held);
+        ``force`` opens one anyway (rows :meth:`offer_rows` has already taken)."""
         if self._closed:
             raise RuntimeError(f"sink {self.name} is closed")
-        if len(shard.queue) >= self._queue_limit:
+        if not force and len(shard.queue) >= self._queue_limit:
             return None
         batch = shard.open = PoolBatch(
             shard.index, self._connector.new_buffer(shard.index), self._clock.monotonic()

@@ -24,7 +24,7 @@ found it so that a retry sends the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +44,28 @@ class RowBuffer(Protocol):
 
     def __len__(self) -> int:
         """Rows held."""
+        ...
+
+
+class RowBlock(Protocol):
+    """Rows a connector checked at once (``prepare_rows``, B95), ready for its buffers.
+
+    A connector whose buffers take blocks has ``prepare_rows(rows)`` returning ``(block,
+    refused)`` — ``refused`` lists ``(position, exception)`` for the rows it cannot write,
+    the exception a per-row ``append`` would raise — and buffers with
+    ``append_rows(block) -> size in bytes``.
+    """
+
+    def __len__(self) -> int:
+        """Rows held."""
+        ...
+
+    def take(self, positions: Sequence[int]) -> RowBlock:
+        """The rows at ``positions``, in that order."""
+        ...
+
+    def slice(self, start: int, stop: int) -> RowBlock:
+        """Rows ``start`` to ``stop`` (excluded)."""
         ...
 
 
