@@ -7,11 +7,13 @@ URL. The run goes through phases; each registers a schema the client has never f
 switches a fault on and produces records under that new id, so they arrive while the
 registry misbehaves:
 
-1. a latency spike of 1 s ± 0.5 s on every chunk, around the 2 s request timeout;
+1. a latency spike of 1 s ± 0.5 s on every chunk, around the 2 s request timeout (20 s
+   at scale 1; at reduced scale until a fetch of the new id has crossed it);
 2. the connections carrying the next three schema fetches reset after the registry
    answered, before the client read the answer;
-3. a full partition, longer than the request timeout;
-4. a blackhole (connections accepted, never answered), longer than the request timeout.
+3. a full partition, and
+4. a blackhole (connections accepted, never answered), each until three fetches of the
+   new id were cut off (two request timeouts) and at least 20 s at scale 1.
 
 While the registry is cut off, the new id's records stall: none is written, skipped or
 committed past (B21, B30), and the pipeline keeps running. After the heal every record is
@@ -73,7 +75,7 @@ def test_b21_b30_registry_faults_stall_unknown_ids_and_lose_nothing(
     reset, partitioned or blackholed wait (never skipped, never committed past) and are
     all delivered once it is back; the errors name the endpoint without credentials."""
     per_phase = scaled(5_000, minimum=300)
-    outage = max(5.0, 20.0 * current_scale())
+    full_outage = 20.0 * current_scale()  # the faults last at least this long
     topic, group = unique_name("registry-faults"), unique_name("g")
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     positions: dict[bytes, tuple[int, int]] = {}
@@ -127,10 +129,17 @@ def test_b21_b30_registry_faults_stall_unknown_ids_and_lose_nothing(
             wait_until(delivered, 300, "the first phase delivered")
             sampler.start(every=0.3)
 
-            # 1. latency around the request timeout: fetches are slow or time out.
+            # 1. latency around the request timeout: fetches are slow or time out. At
+            # reduced scale the spike ends once a fetch of the new id has crossed it.
             proxy.latency(1.0, jitter=0.5)
-            produce(1)
-            time.sleep(outage)
+            spiked = time.monotonic()
+            schema_id, _ = produce(1)
+            wait_until(
+                lambda: registry.requests[f"GET /schemas/ids/{schema_id}"] > 0,
+                120,
+                "a schema fetch through the slow link",
+            )
+            time.sleep(max(0.0, full_outage - (time.monotonic() - spiked)))
             proxy.heal()
             wait_until(delivered, 300, "the latency phase delivered")
 
@@ -144,10 +153,13 @@ def test_b21_b30_registry_faults_stall_unknown_ids_and_lose_nothing(
             # 3. and 4. a partition, then a blackhole, each past the request timeout.
             for phase, fault in ((3, proxy.partition), (4, proxy.blackhole)):
                 fault()
+                accepted = proxy.stats.accepted
                 schema_id, first = produce(phase)
                 stalled(
                     proc,
-                    outage,
+                    # three fetches cut off: the first two waited out the request timeout
+                    lambda since=accepted: proxy.stats.accepted >= since + 3,
+                    full_outage,
                     lambda: committed_offsets(kafka_bootstrap, group, topic, timeout=10),
                     first,
                     lambda: written_since(out, phase * per_phase),  # noqa: B023 (called now)
@@ -190,16 +202,20 @@ def written_since(out: Path, first_id: int) -> set[bytes]:
 
 def stalled(
     proc: subprocess.Popen[bytes],
+    enough: Callable[[], bool],
     seconds: float,
     committed: Callable[[], dict[int, int]],
     first: dict[int, int],
     written: Callable[[], set[bytes]],
     log: Path,
 ) -> None:
-    """For ``seconds``: the pipeline runs, nothing of the new phase is written and no
-    committed offset passes the phase's first record in its partition."""
+    """Until ``enough()`` holds and ``seconds`` have passed: the pipeline runs, nothing of
+    the new phase is written and no committed offset passes the phase's first record in
+    its partition."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    give_up = time.monotonic() + 120
+    while time.monotonic() < deadline or not enough():
+        assert time.monotonic() < give_up, "the registry was never asked through the fault"
         assert proc.poll() is None, log.read_text()[-3000:]
         for partition, offset in committed().items():
             assert offset <= first.get(partition, offset), (partition, offset, first)
