@@ -2,8 +2,8 @@
 
 A replica answering 503, a replica hanging past the timeout, a shard with both replicas
 down, a connection dropped after the insert landed, and a fatal server error under a
-whole pipeline. Fault durations scale with ``SPATE_TEST_SCALE`` (30 s / 20 s at scale 1,
-at least 3 s / 2 s), the behaviour shown is the same.
+whole pipeline. Fault durations scale with ``SPATE_TEST_SCALE`` (60 s of 503s, 30 s / 20 s
+for the others at scale 1, at least 3 s / 2 s), the behaviour shown is the same.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def _paced(driver: Driver, rows: list[Any], keys: list[bytes], seconds: float) -
 def test_b11_a_replica_answering_503_fails_over_within_its_shard_and_loses_nothing(
     fronts: list[ChFront],
 ) -> None:
-    outage = max(3.0, 30.0 * current_scale())
+    """B11, B12: 60 s of 503s at scale 1 (6 s at 0.1)."""
+    outage = max(3.0, 60.0 * current_scale())
     clients = _table(fronts, "f503")
     built = _sink(fronts, "f503")
     built.sink.start()

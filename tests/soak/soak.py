@@ -82,22 +82,26 @@ class Point:
 
     t: float
     rss_mib: float
+    anon_mib: float
     fds: int
     threads: int
     lag: int | None
     fault: str
 
 
-def process_stats(pid: int) -> tuple[float, int, int]:
-    """Resident memory (MiB), open file descriptors and threads of a Linux process."""
-    rss_kib, threads = 0, 0
+def process_stats(pid: int) -> tuple[float, float, int, int]:
+    """Resident memory and its anonymous part (the heap, not mapped files; MiB), open
+    file descriptors and threads of a Linux process."""
+    rss_kib, anon_kib, threads = 0, 0, 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             rss_kib = int(line.split()[1])
+        elif line.startswith("RssAnon:"):
+            anon_kib = int(line.split()[1])
         elif line.startswith("Threads:"):
             threads = int(line.split()[1])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return rss_kib / 1024, fds, threads
+    return rss_kib / 1024, anon_kib / 1024, fds, threads
 
 
 def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
@@ -284,10 +288,11 @@ def run_soak(
 
         def take_point() -> None:
             assert proc is not None
-            rss, fds, threads = process_stats(proc.pid)
+            rss, anon, fds, threads = process_stats(proc.pid)
             point = Point(
                 round(time.monotonic() - started, 1),
                 round(rss, 1),
+                round(anon, 1),
                 fds,
                 threads,
                 group_lag(bootstrap, group, topic),
@@ -376,11 +381,10 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "series.csv").open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["seconds", "rss_mib", "open_fds", "threads", "lag", "fault"])
+        writer.writerow(["seconds", "rss_mib", "anon_mib", "open_fds", "threads", "lag", "fault"])
         for p in result.points:
-            writer.writerow(
-                [p.t, p.rss_mib, p.fds, p.threads, "" if p.lag is None else p.lag, p.fault]
-            )
+            lag = "" if p.lag is None else p.lag
+            writer.writerow([p.t, p.rss_mib, p.anon_mib, p.fds, p.threads, lag, p.fault])
     points = result.points
     flat = flatness(points)
     problems = result.problems()
@@ -393,6 +397,7 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
         "| series | start | min | max | end |",
         "|---|---|---|---|---|",
         summary_row("RSS", [p.rss_mib for p in points], " (MiB)"),
+        summary_row("RSS, anonymous", [p.anon_mib for p in points], " (MiB)"),
         summary_row("open file descriptors", [p.fds for p in points]),
         summary_row("threads", [p.threads for p in points]),
         summary_row("consumer lag", [p.lag for p in points], " (records)"),

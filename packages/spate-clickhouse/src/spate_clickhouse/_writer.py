@@ -52,6 +52,7 @@ from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
+    from clickhouse_connect.driver.insert import InsertContext
 
     from spate_clickhouse.config import ClickHouseSinkConfig
 
@@ -263,7 +264,11 @@ class ClickHouseShardWriter:
         self._shard = shard
         self._client: Client | None = None
         self._lock = threading.Lock()
-        self._type_names: tuple[RowEncoder, list[str]] | None = None
+        # One insert context per worker thread, reused batch after batch (B105): a
+        # clickhouse-connect InsertContext refers to itself (a bound method among its
+        # attributes) and keeps the batch's columns, so one per batch is cyclic garbage
+        # that holds the rows until a full collection of the cyclic collector.
+        self._contexts = threading.local()
 
     def _get_client(self) -> Client:
         with self._lock:
@@ -427,21 +432,13 @@ class ClickHouseShardWriter:
             self._write_frames(batch, buffer)
             return
         encoder = buffer.encoder or connector.encoder()
-        names = [c.name for c in encoder.columns]
-        if self._type_names is None or self._type_names[0] is not encoder:
-            self._type_names = (encoder, [str(c.type) for c in encoder.columns])
-        data = buffer.columns(len(names), encoder.binary_columns())
+        data = buffer.columns(len(encoder.columns), encoder.binary_columns())
         try:
             client = self._get_client()
-            client.insert(
-                connector.table,
-                data,
-                column_names=names,
-                database=connector.database or None,
-                column_type_names=self._type_names[1],
-                column_oriented=True,
-                settings=connector.insert_settings(batch.token),
-            )
+            context = self._insert_context(client, encoder)
+            context.settings = connector.insert_settings(batch.token)
+            context.insert_exception = None
+            client.insert(data=data, context=context)
         except SinkError:
             raise
         except Exception as exc:
@@ -451,6 +448,21 @@ class ClickHouseShardWriter:
                 # sockets, so connect afresh next time. A server error leaves it usable.
                 self._drop_client()
             raise error from exc
+
+    def _insert_context(self, client: Client, encoder: RowEncoder) -> InsertContext:
+        """This thread's insert context for ``encoder``'s columns (made at its first use)."""
+        held: tuple[RowEncoder, InsertContext] | None = getattr(self._contexts, "held", None)
+        if held is None or held[0] is not encoder:
+            connector = self.connector
+            context = client.create_insert_context(
+                connector.table,
+                column_names=[c.name for c in encoder.columns],
+                database=connector.database or None,
+                column_type_names=[str(c.type) for c in encoder.columns],
+                column_oriented=True,
+            )
+            held = self._contexts.held = (encoder, context)
+        return held[1]
 
     def _write_frames(self, batch: WriteBatch, buffer: ColumnBuffer) -> None:
         """One ``INSERT … FORMAT ArrowStream`` of the batch's tables with its dedup token."""
