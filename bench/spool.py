@@ -6,24 +6,29 @@ consumer group, copy each payload to ``bytes`` and end in a sink that acknowledg
 every tick. The spool side puts a ``SpoolTier`` (``ack: spooled``, ``fsync: batch``,
 ``max_records`` 5,000) in front of that sink, in a fresh directory per run, so every
 record is encoded, appended in its batch's frame, fsynced, handed on and its segment
-deleted. Runs are
-interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per second of the
-spool runs. Run::
+deleted. The spool hands each batch on in one ``offer_rows`` call when the next tier has
+that method, as the sink pool will: the spool side's null sink has it (taking a batch
+costs it what one ``offer`` costs); with ``SPATE_BENCH_ROW_TERMINAL=1`` it has not, and
+the spool offers row by row. The chain still offers rows to the spool one by one. Runs
+are interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per second of
+the spool runs. Run::
 
     make services-up && .venv/bin/python bench/spool.py
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from spate import Pipeline
+from spate import AckToken, Lane, Offer, Pipeline
 from spate._clock import SystemClock
 from spate.config import decode
 from spate.config.models import CheckpointConfig
@@ -49,6 +54,17 @@ class BytesDeserializer:
         return bytes(payload)
 
 
+class BulkNullSink(NullSink):
+    """The null sink with the batch offer: one source batch's rows in one call."""
+
+    def offer_rows(
+        self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane, ack: AckToken
+    ) -> Offer:
+        accepted = self.offer(None, None, lane, ack)
+        self.rows += len(rows) - 1
+        return accepted
+
+
 def run(brokers: str, topic: str, spooled: bool) -> int:
     config = decode(
         KafkaSourceConfig,
@@ -63,7 +79,8 @@ def run(brokers: str, topic: str, spooled: bool) -> int:
         },
         "source.kafka",
     )
-    null = NullSink()
+    bulk = spooled and os.environ.get("SPATE_BENCH_ROW_TERMINAL") != "1"
+    null = BulkNullSink() if bulk else NullSink()
     meter = Meter("bench-spool", CollectorRegistry())
     sink: Sink = null
     with tempfile.TemporaryDirectory() as directory:
@@ -99,8 +116,10 @@ def main() -> int:
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     topic = f"bench-kafka-source-{count}"
     ensure_data(brokers, topic, count)
+    terminal = "per row" if os.environ.get("SPATE_BENCH_ROW_TERMINAL") == "1" else "per batch"
     compare(
-        f"Spool (fsync per batch of {BATCH}): {count:,} messages of {len(VALUE)} bytes",
+        f"Spool (fsync per batch of {BATCH}, handed on {terminal}): "
+        f"{count:,} messages of {len(VALUE)} bytes",
         lambda: run(brokers, topic, True),
         lambda: run(brokers, topic, False),
         runs=env_int("SPATE_BENCH_RUNS", 5),

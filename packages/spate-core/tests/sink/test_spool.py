@@ -726,3 +726,146 @@ def test_b55_a_segment_without_the_format_header_fails_start_up(tmp_path: Path) 
     assert (tmp_path / name).read_bytes() == data
     with pytest.raises(SpoolCorruptError):
         read_records(str(tmp_path / name))
+
+
+# -- per batch: the batch intake and the bulk hand-on (B54, B57, B7) -----------------------
+
+
+def test_b54_unkeyed_bytes_rows_encoded_per_run_are_the_bytes_of_one_by_one_encoding(
+    tmp_path: Path,
+) -> None:
+    """Raw ``bytes`` rows without keys (one orjson call per lane run) are spooled as
+    :func:`encode_record` encodes each, whatever bytes they hold — quotes, the ``","``
+    that separates the run's texts, backslashes, newlines, nothing — and replay as they
+    were (B54, B56)."""
+    from spate.sink._spool import decode_record, encode_record
+
+    other = Lane("u", 7)
+    tricky = [b'","', b'\\","\\', b'"', b"\\", b"", b"a\nb", bytes(range(256)), b'x"],["y']
+    rows = [(row, None, lane) for lane in (LANE, other, LANE) for row in tricky]
+    spool, _, script, _ = make(tmp_path, ack="spooled")
+    script.always(STUCK)
+    spool.start()
+    ack = Acks().new()
+    for row, key, lane in rows:
+        assert spool.offer(row, key, lane, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    spool.close()
+    (segment,) = [n for n in files(tmp_path) if n.endswith(".jsonl")]
+    records = read_records(str(tmp_path / segment))
+    assert records == [encode_record(*r) for r in rows]
+    assert [decode_record(r) for r in records] == rows
+
+
+def test_b57_offer_rows_takes_a_source_batch_whole_or_not_at_all(tmp_path: Path) -> None:
+    """``offer_rows`` spools one source batch's rows at once, split over batches of
+    ``max_records``; while the spool is full it takes none of them (B57, B7), and a row
+    that cannot be spooled refuses the call before any row is taken (B3)."""
+    from spate.errors import SinkError
+    from spate.sink._spool import encode_record
+
+    spool, _, script, _ = make(
+        tmp_path, ack="spooled", max_records=4, segment_bytes=400, max_bytes=800
+    )
+    script.always(STUCK)
+    spool.start()
+    acks = Acks()
+    first = acks.new()
+    rows: list[object] = [b"a", {"d": 1}, b"b", b"c", ("t", 2), b"e", b"f"]
+    keys: list[bytes | None] = [None, b"k", None, None, None, b"k2", None]
+    assert spool.offer_rows(rows, keys, LANE, first) is Offer.ACCEPTED
+    first.release()
+    with pytest.raises(SinkError):
+        spool.offer_rows([b"ok", object()], [None, None], LANE, acks.new())
+    spool.tick()  # the last 3 rows; the refused call took nothing
+    assert first.status is AckStatus.DELIVERED
+    taken = 0
+    while spool.held_bytes() < 800:
+        ack = acks.new()
+        assert spool.offer_rows([b"x" * 40] * 4, [None] * 4, LANE, ack) is Offer.ACCEPTED
+        ack.release()
+        spool.tick()
+        taken += 4
+    refused = acks.new()
+    assert spool.offer_rows([b"y"] * 3, [None] * 3, LANE, refused) is Offer.REJECTED
+    refused.release()
+    assert refused.status is AckStatus.DELIVERED  # no row of it is held by the spool
+    spool.close()
+    segments = sorted(n for n in files(tmp_path) if n.endswith(".jsonl"))
+    on_disk = [r for n in segments for r in read_records(str(tmp_path / n))]
+    assert on_disk == [
+        *(encode_record(row, key, LANE) for row, key in zip(rows, keys, strict=True)),
+        *[encode_record(b"x" * 40, None, LANE)] * taken,
+    ]
+
+
+class BulkNext:
+    """A next tier with ``offer_rows`` over a capture sink; records each call's size and
+    refuses the first ``refuse`` calls."""
+
+    def __init__(self, inner: CaptureSink, refuse: int = 0) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls: list[int] = []
+        self.refuse = refuse
+
+    def offer_rows(
+        self, rows: list[object], keys: list[bytes | None], lane: Lane, ack: AckToken
+    ) -> Offer:
+        if self.refuse:
+            self.refuse -= 1
+            return Offer.REJECTED
+        self.calls.append(len(rows))
+        for row, key in zip(rows, keys, strict=True):
+            assert self.inner.offer(row, key, lane, ack) is Offer.ACCEPTED
+        return Offer.ACCEPTED
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        raise AssertionError("rows go in bulk to a next tier with offer_rows")
+
+    def start(self) -> None:
+        self.inner.start()
+
+    def tick(self) -> None:
+        self.inner.tick()
+
+    def flush(self, deadline: float) -> bool:
+        return self.inner.flush(deadline)
+
+    def abandon(self) -> int:
+        return self.inner.abandon()
+
+    def ready(self) -> bool:
+        return self.inner.ready()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_b54_a_spooled_batch_goes_to_a_next_tier_with_offer_rows_one_call_per_lane_run(
+    tmp_path: Path,
+) -> None:
+    """The spool hands each durable batch on with one ``offer_rows`` call per run of one
+    lane's rows; a refused call is repeated later with the same rows, none doubled (B54)."""
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    bulk = BulkNext(terminal, refuse=2)
+    config = SpoolConfig(dir=str(tmp_path), ack="terminal")
+    store = JsonlStore(str(tmp_path), segment_bytes=config.segment_bytes)
+    spool = SpoolTier("s", config, bulk, store, meter=meter, clock=clock)
+    spool.start()
+    other = Lane("u", 1)
+    ack = Acks().new()
+    rows = [(b"%d" % i, None, LANE if i < 5 or i >= 8 else other) for i in range(10)]
+    for row, key, lane in rows:
+        assert spool.offer(row, key, lane, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()  # durable; both hand-ons of the tick are refused
+    assert bulk.calls == [] and ack.status is AckStatus.PENDING
+    assert spool.flush(clock.monotonic() + 1e9)
+    assert bulk.calls == [5, 3, 2]
+    assert [(r.row, r.lane) for r in script.records] == [(r, ln) for r, _, ln in rows]
+    assert ack.status is AckStatus.DELIVERED
+    assert files(tmp_path) == []

@@ -1,7 +1,8 @@
 """The spool tier: a sink that fsyncs batches to a store, then hands them to the next tier.
 
 Custody (ADR 0005): a row offered to the spool joins the open batch, which holds the
-source batch's ack (B2). The batch seals on ``max_records``, on a checkpoint tick and on
+source batch's ack (B2); :meth:`SpoolTier.offer_rows` takes a whole source batch's rows
+in one call, all or none. The batch seals on ``max_records``, on a checkpoint tick and on
 drain; it is encoded (``bytes`` rows all at once then, other rows one by one as they are
 offered, so a row that cannot be spooled is refused at once), appended to the store and
 made durable (``fsync: batch`` — each batch; ``fsync: segment`` — on segment rotation and
@@ -13,8 +14,10 @@ every tick) before anything else happens. Then:
   accepted every record of the batch.
 
 Every durable batch is offered to the next tier under an ack token of the spool's own
-(one per spooled batch); when that token resolves delivered the store releases the batch
-and deletes a segment once all of it is released (B54). A batch the next tier failed
+(one per spooled batch), each run of one lane's rows in one ``offer_rows`` call when the
+next tier has that method, else row by row in a tight loop; when that token resolves
+delivered the store releases the batch and deletes a segment once all of it is released
+(B54). A batch the next tier failed
 stays in the store: with ``ack: spooled`` it is handed on again within the run, from the
 rows kept in memory, after a backoff of 1 s doubling up to 60 s (checked on every tick,
 counted in ``spate_spool_retried_batches_total``, B66); with ``ack: terminal`` its
@@ -37,7 +40,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import functools
-import itertools
 import json
 import logging
 import threading
@@ -55,7 +57,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
 from spate.sink._retry import Backoff
 from spate.sink._store import BatchRef, SpoolStore
 from spate.sink.config import RetryConfig
@@ -197,36 +199,50 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
 
 
-_Row = tuple[object, bytes | None, Lane, bytes | None]
-"""A spooled row: ``(row, key, lane, record)``; ``record`` is its encoded form, or
-``None`` until the batch is encoded (a ``bytes`` row, whose encoding cannot fail)."""
+def encode_batch(
+    rows: Sequence[object],
+    keys: Sequence[bytes | None],
+    runs: Sequence[tuple[int, Lane]],
+    encoded: dict[int, bytes],
+) -> list[bytes]:
+    """The records of a batch: ``rows[i]`` with ``keys[i]`` in the lane of the run it
+    falls in (``runs``: the first index and lane of each run of one lane's rows), or
+    ``encoded[i]`` for a row encoded when it was offered.
 
-
-def encode_batch(rows: Sequence[_Row]) -> list[bytes]:
-    """The records of ``rows``: each one's ``record``, or :func:`encode_record` of it.
-
-    One loop over the whole batch: the lane's part is looked up once per run of rows of
-    one lane, and no call is made per ``bytes`` row but orjson's (the same bytes as
-    :func:`encode_record`)."""
+    A batch of ``bytes`` rows without keys (what a pipeline without a deserializer
+    spools) is encoded by one comprehension per lane run, with the lane's part looked up
+    once per run; other rows go through a loop that also takes the rows encoded on
+    offer. The bytes are those of :func:`encode_record` either way.
+    """
     encoders = _orjson_encoders()
+    n = len(rows)
+    bounds = [*(start for start, _ in runs[1:]), n]
     if encoders is None:
-        return [encode_record(r, k, ln) if p is None else p for r, k, ln, p in rows]
+        return [
+            encoded[i] if i in encoded else _encode_with_json(rows[i], keys[i], lane)
+            for (start, lane), end in zip(runs, bounds, strict=True)
+            for i in range(start, end)
+        ]
     dumps, dumps_str = encoders
     records: list[bytes] = []
-    append = records.append
-    last: Lane | None = None
-    prefix = head = b""
-    for row, key, lane, record in rows:
-        if record is None:
-            if lane is not last:
-                prefix = _PREFIXES.get(lane) or _lane_prefix(lane, dumps)
-                head, last = prefix + b'"b":', lane
-            value = dumps_str(row.decode("latin-1"))  # type: ignore[attr-defined]
-            if key is None:
-                record = head + value + b"}"
-            else:
-                record = b'%s"k":%s,"b":%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
-        append(record)
+    plain = not encoded and keys.count(None) == n
+    for (start, lane), end in zip(runs, bounds, strict=True):
+        prefix = _PREFIXES.get(lane) or _lane_prefix(lane, dumps)
+        head = prefix + b'"b":'
+        if plain:
+            part = rows if start == 0 and end == n else rows[start:end]
+            records += [head + dumps_str(r.decode("latin-1")) + b"}" for r in part]  # type: ignore[attr-defined]
+            continue
+        for i in range(start, end):
+            record = encoded.get(i)
+            if record is None:
+                value = dumps_str(rows[i].decode("latin-1"))  # type: ignore[attr-defined]
+                key = keys[i]
+                if key is None:
+                    record = head + value + b"}"
+                else:
+                    record = b'%s"k":%s,"b":%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
+            records.append(record)
     return records
 
 
@@ -263,9 +279,19 @@ def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
 
 @dataclass(slots=True, eq=False)
 class _Batch:
-    """One spooled batch: its rows (until handed on), source acks and own token."""
+    """One spooled batch: its rows (until handed on), source acks and own token.
 
-    rows: list[_Row]
+    The rows are kept as parallel lists with the lanes as runs, so taking a row is two
+    appends and handing a batch on needs no per-row unpacking."""
+
+    rows: list[object] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    runs: list[tuple[int, Lane]] = field(default_factory=list)
+    """``(first row, lane)`` of each run of rows of one lane, in order."""
+    lane: Lane | None = None
+    """The lane of the last run."""
+    encoded: dict[int, bytes] = field(default_factory=dict)
+    """Rows that are not ``bytes``, encoded as they were offered (by index)."""
     records: list[bytes] = field(default_factory=list)
     """The encoded rows, from sealing until they are durable."""
     acks: list[AckToken] = field(default_factory=list)
@@ -274,6 +300,7 @@ class _Batch:
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
+    """Rows already offered to the next tier (a prefix of ``rows``)."""
     failed: bool = False
     replayed: bool = False
     failures: int = 0
@@ -283,6 +310,18 @@ class _Batch:
     created: float = 0.0
     holder: object = field(default_factory=object)
     """This batch's identity as a holder of its source acks (B39)."""
+
+    def add(self, row: object, key: bytes | None, lane: Lane) -> None:
+        """Append one row (its ``bytes`` encoding, if any, is already in ``encoded``)."""
+        if lane is not self.lane and lane != self.lane:
+            self.runs.append((len(self.rows), lane))
+            self.lane = lane
+        self.rows.append(row)
+        self.keys.append(key)
+
+    def drop_rows(self) -> None:
+        """Forget the rows (handed on for good, or left to the next run's replay)."""
+        self.rows, self.keys, self.runs, self.lane = [], [], [], None
 
     def hold(self, ack: AckToken) -> None:
         """Retain ``ack`` once for this batch, however its rows interleave with others'."""
@@ -372,15 +411,16 @@ class SpoolTier:
         found = self._store.recover()
         replayed = 0
         for stored in found:
-            rows: list[_Row] = [(*decode_record(p), p) for p in stored.records]
-            batch = _Batch(rows, ref=stored.ref, replayed=True)
+            batch = _Batch(ref=stored.ref, replayed=True)
+            for payload in stored.records:
+                batch.add(*decode_record(payload))
             batch.created = self._clock.monotonic()
             batch.token = self._token(batch)
             self._handing.append(batch)
             with self._lock:
                 self._inflight.add(batch)
-                self._held_records += len(rows)
-            replayed += len(rows)
+                self._held_records += len(batch.rows)
+            replayed += len(batch.rows)
         self._replaying = len(found)
         self._started = True
         self._gauges()
@@ -421,14 +461,66 @@ class SpoolTier:
         if batch is None or self._handing or self._unwritten:
             batch = self._opened()
             if batch is None:
-                return Offer.REJECTED
+                return REJECTED
         rows = batch.rows
-        rows.append((row, key, lane, None if type(row) is bytes else encode_record(row, key, lane)))
+        if type(row) is not bytes:
+            batch.encoded[len(rows)] = encode_record(row, key, lane)
+        if lane is not batch.lane:
+            batch.add(row, key, lane)
+        else:
+            rows.append(row)
+            batch.keys.append(key)
         if batch.last is not ack:
             batch.hold(ack)
         if len(rows) >= self._max_records:
             self._seal()
-        return Offer.ACCEPTED
+        return ACCEPTED
+
+    def offer_rows(
+        self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane, ack: AckToken
+    ) -> Offer:
+        """Take the rows of one source batch (one lane) at once, or none of them.
+
+        The batch form of :meth:`offer` (same thread, never blocks): ``REJECTED`` means
+        no row was taken and the caller offers the same rows again later (B7, B57). A row
+        that cannot be spooled raises ``SinkError(RECORD)`` before any row is taken, so
+        the caller can offer them one by one to apply the record error policy. The rows
+        may pass ``max_records`` of the open batch: they are split over batches, and a
+        batch opened for the rest does not check ``max_bytes`` again.
+        """
+        if not rows:
+            return ACCEPTED
+        batch = self._open
+        if batch is None or self._handing or self._unwritten:
+            batch = self._opened()
+            if batch is None:
+                return REJECTED
+        encoded: list[tuple[int, bytes]] = [
+            (i, encode_record(row, keys[i], lane))
+            for i, row in enumerate(rows)
+            if type(row) is not bytes
+        ]
+        done = 0
+        total = len(rows)
+        while True:
+            room = self._max_records - len(batch.rows)
+            take = min(room, total - done)
+            start = len(batch.rows)
+            if lane is not batch.lane and lane != batch.lane:
+                batch.runs.append((start, lane))
+                batch.lane = lane
+            batch.rows.extend(rows[done : done + take])
+            batch.keys.extend(keys[done : done + take])
+            for i, record in encoded:
+                if done <= i < done + take:
+                    batch.encoded[start + i - done] = record
+            batch.hold(ack)
+            done += take
+            if len(batch.rows) >= self._max_records:
+                self._seal()
+            if done >= total:
+                return ACCEPTED
+            batch = self._open = _Batch(created=self._clock.monotonic())
 
     def _opened(self) -> _Batch | None:
         """The open batch after handing on what waits; None while the spool is full."""
@@ -444,7 +536,7 @@ class SpoolTier:
                 self._store.collect()
                 if self._store.held_bytes() >= self.config.max_bytes:
                     return None
-            batch = self._open = _Batch([], created=self._clock.monotonic())
+            batch = self._open = _Batch(created=self._clock.monotonic())
         return batch
 
     def tick(self) -> None:
@@ -507,14 +599,14 @@ class SpoolTier:
             b.release_acks(False)
         while self._handing:
             b = self._handing.popleft()
-            b.rows = []
+            b.drop_rows()
             assert b.token is not None
             b.token.release(False)
         with self._lock:
             waiting, self._retrying = self._retrying, []
             self._held_records -= sum(len(b.rows) for b in waiting)
         for b in waiting:
-            b.rows = []
+            b.drop_rows()
         rows += self.next.abandon()
         if rows:
             logger.warning("spool %s abandoned %d rows not yet passed on", self.name, rows)
@@ -546,7 +638,8 @@ class SpoolTier:
         batch = self._open
         if batch is not None and batch.rows:
             self._open = None
-            batch.records = encode_batch(batch.rows)
+            batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
+            batch.encoded = {}
             self._unwritten.append(batch)
             self._m_flushes.inc()
         if self._unwritten or (force_sync and self._unsynced):
@@ -655,7 +748,10 @@ class SpoolTier:
         return True
 
     def _hand_on(self) -> None:
-        """Offer durable rows to the next tier, oldest batch first, until it refuses."""
+        """Offer durable rows to the next tier, oldest batch first, until it refuses.
+
+        Each run of one lane's rows goes in one call to the next tier's ``offer_rows``
+        when it has one (all or nothing), else in a tight loop over its ``offer``."""
         if not self._next_started:
             return
         handing = self._handing
@@ -664,16 +760,47 @@ class SpoolTier:
         # identity, so its dedup tokens are the same when the batch is replayed (B56).
         begin = getattr(nxt, "begin_identified", None)
         end = getattr(nxt, "end_identified", None)
+        offer_rows = getattr(nxt, "offer_rows", None)
         while handing:
             batch = handing[0]
             token = batch.token
             assert token is not None and batch.ref is not None
-            rows = batch.rows
-            i = batch.handed
-            if i == 0 and begin is not None and batch.ref.origin:
+            if batch.handed == 0 and begin is not None and batch.ref.origin:
                 begin(batch.ref.identity)
-            offer = nxt.offer
-            for row, key, lane, _ in itertools.islice(rows, i, None):
+            if not self._offer_runs(batch, token, offer_rows):
+                return
+            if end is not None and batch.ref.origin:
+                end()
+            handing.popleft()
+            if self.config.ack != "spooled" or batch.failed:
+                batch.drop_rows()  # no retry within the run: nothing to re-read (B66)
+            token.release(not batch.failed)
+
+    def _offer_runs(
+        self,
+        batch: _Batch,
+        token: AckToken,
+        offer_rows: Callable[[Sequence[object], Sequence[bytes | None], Lane, AckToken], Offer]
+        | None,
+    ) -> bool:
+        """Offer ``batch``'s rows from ``batch.handed`` on; False once the next tier refuses."""
+        rows, keys, runs = batch.rows, batch.keys, batch.runs
+        n = len(rows)
+        for r, (start, lane) in enumerate(runs):
+            stop = runs[r + 1][0] if r + 1 < len(runs) else n
+            i = max(start, batch.handed)
+            if i >= stop:
+                continue
+            if offer_rows is not None:
+                try:
+                    if offer_rows(rows[i:stop], keys[i:stop], lane, token) is REJECTED:
+                        return False
+                    batch.handed = stop
+                    continue
+                except SinkError:
+                    pass  # none taken: row by row, so only the rows it refuses fail
+            offer = self.next.offer
+            for row, key in zip(rows[i:stop], keys[i:stop], strict=True):
                 try:
                     offered = offer(row, key, lane, token)
                 except SinkError as exc:
@@ -681,18 +808,13 @@ class SpoolTier:
                         "spool %s: the next tier refused a spooled row: %s", self.name, exc.reason
                     )
                     batch.failed = True
-                    offered = Offer.ACCEPTED
-                if offered is Offer.REJECTED:
+                    offered = ACCEPTED
+                if offered is REJECTED:
                     batch.handed = i
-                    return
+                    return False
                 i += 1
-            batch.handed = i
-            if end is not None and batch.ref.origin:
-                end()
-            handing.popleft()
-            if self.config.ack != "spooled" or batch.failed:
-                batch.rows = []  # no retry within the run: nothing to re-read (B66)
-            token.release(not batch.failed)
+            batch.handed = stop
+        return True
 
     def _retry_due(self) -> None:
         """Queue failed batches whose backoff passed ahead of newer ones, oldest first."""
@@ -734,7 +856,7 @@ class SpoolTier:
                 self._held_records -= token.records
         if ok:
             assert batch.ref is not None
-            batch.rows = []
+            batch.drop_rows()
             self._store.release(batch.ref)
         elif retry:
             logger.error(
@@ -747,7 +869,7 @@ class SpoolTier:
                 delay,
             )
         else:
-            batch.rows = []
+            batch.drop_rows()
             logger.error(
                 "spool %s: the next tier failed batch %s (%d records); it stays in the spool "
                 "and is replayed on the next start",
