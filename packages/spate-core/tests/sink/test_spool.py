@@ -758,11 +758,19 @@ def test_b54_unkeyed_bytes_rows_encoded_per_run_are_the_bytes_of_one_by_one_enco
     assert [decode_record(r) for r in records] == rows
 
 
+def offer_rows_at_once(
+    spool: SpoolTier, rows: list[object], keys: list[bytes | None], ack: AckToken
+) -> Offer:
+    """A source batch's rows into ``spool`` the way the chain hands them (B95)."""
+    prepared, bad = spool.prepare_rows(rows, keys, LANE)
+    assert not bad
+    return spool.offer_rows(prepared, LANE, ack)
+
+
 def test_b57_offer_rows_takes_a_source_batch_whole_or_not_at_all(tmp_path: Path) -> None:
     """``offer_rows`` spools one source batch's rows at once, split over batches of
     ``max_records``; while the spool is full it takes none of them (B57, B7), and a row
-    that cannot be spooled refuses the call before any row is taken (B3)."""
-    from spate.errors import SinkError
+    that cannot be spooled is a record error of its own at preparation (B3, B95)."""
     from spate.sink._spool import encode_record
 
     spool, _, script, _ = make(
@@ -774,21 +782,22 @@ def test_b57_offer_rows_takes_a_source_batch_whole_or_not_at_all(tmp_path: Path)
     first = acks.new()
     rows: list[object] = [b"a", {"d": 1}, b"b", b"c", ("t", 2), b"e", b"f"]
     keys: list[bytes | None] = [None, b"k", None, None, None, b"k2", None]
-    assert spool.offer_rows(rows, keys, LANE, first) is Offer.ACCEPTED
+    assert offer_rows_at_once(spool, rows, keys, first) is Offer.ACCEPTED
     first.release()
-    with pytest.raises(SinkError):
-        spool.offer_rows([b"ok", object()], [None, None], LANE, acks.new())
-    spool.tick()  # the last 3 rows; the refused call took nothing
+    _, bad = spool.prepare_rows([b"ok", object(), b"ok"], [None, None, None], LANE)
+    assert [position for position, _ in bad] == [1]
+    assert "cannot be spooled" in bad[0][1]
+    spool.tick()  # the last 3 rows; preparing took nothing
     assert first.status is AckStatus.DELIVERED
     taken = 0
     while spool.held_bytes() < 800:
         ack = acks.new()
-        assert spool.offer_rows([b"x" * 40] * 4, [None] * 4, LANE, ack) is Offer.ACCEPTED
+        assert offer_rows_at_once(spool, [b"x" * 40] * 4, [None] * 4, ack) is Offer.ACCEPTED
         ack.release()
         spool.tick()
         taken += 4
     refused = acks.new()
-    assert spool.offer_rows([b"y"] * 3, [None] * 3, LANE, refused) is Offer.REJECTED
+    assert offer_rows_at_once(spool, [b"y"] * 3, [None] * 3, refused) is Offer.REJECTED
     refused.release()
     assert refused.status is AckStatus.DELIVERED  # no row of it is held by the spool
     spool.close()
@@ -810,9 +819,17 @@ class BulkNext:
         self.calls: list[int] = []
         self.refuse = refuse
 
+    takes_rows = True
+
+    def prepare_rows(
+        self, rows: list[object], keys: list[bytes | None], lane: Lane
+    ) -> tuple[tuple[list[object], list[bytes | None]], list[tuple[int, str]]]:
+        return (rows, keys), []
+
     def offer_rows(
-        self, rows: list[object], keys: list[bytes | None], lane: Lane, ack: AckToken
+        self, prepared: tuple[list[object], list[bytes | None]], lane: Lane, ack: AckToken
     ) -> Offer:
+        rows, keys = prepared
         if self.refuse:
             self.refuse -= 1
             return Offer.REJECTED

@@ -57,7 +57,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
+from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
 from spate.sink._store import BatchRef, SpoolStore
 from spate.sink.config import RetryConfig
@@ -343,6 +343,16 @@ def _store_order(batch: _Batch) -> tuple[int, int]:
     return ref.segment, ref.position
 
 
+@dataclass(slots=True)
+class SpoolRows:
+    """A source batch's rows prepared for :meth:`SpoolTier.offer_rows`: the rows, their
+    keys, and the encoded payload of each row that is not ``bytes`` (by position)."""
+
+    rows: list[object]
+    keys: list[bytes | None]
+    encoded: dict[int, bytes]
+
+
 class SpoolTier:
     """A :class:`~spate.sink.Sink` that spools batches durably in front of ``next``."""
 
@@ -476,18 +486,49 @@ class SpoolTier:
             self._seal()
         return ACCEPTED
 
-    def offer_rows(
-        self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane, ack: AckToken
-    ) -> Offer:
-        """Take the rows of one source batch (one lane) at once, or none of them.
+    takes_rows = True
+    """The chain hands the spool a source batch's rows in one call (B95, B57)."""
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[SpoolRows, list[tuple[int, str]]]:
+        """Encode the rows that are not ``bytes``; hold nothing (B95).
+
+        Returns the rows to hand to :meth:`offer_rows` and the ones that cannot be
+        spooled as ``(position, reason)``, each a record error for that row alone, with
+        the reason :meth:`offer` raises for it.
+        """
+        bad: list[tuple[int, str]] = []
+        encoded: dict[int, bytes] = {}
+        for i, row in enumerate(rows):
+            if type(row) is not bytes:
+                try:
+                    encoded[i] = encode_record(row, keys[i], lane)
+                except SinkError as exc:
+                    bad.append((i, exc.reason))
+        if not bad:
+            return SpoolRows(rows, list(keys), encoded), bad
+        refused = {i for i, _ in bad}
+        kept = [i for i in range(len(rows)) if i not in refused]
+        return (
+            SpoolRows(
+                [rows[i] for i in kept],
+                [keys[i] for i in kept],
+                {n: encoded[i] for n, i in enumerate(kept) if i in encoded},
+            ),
+            bad,
+        )
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        """Take the prepared rows of one source batch (one lane) at once, or none of them.
 
         The batch form of :meth:`offer` (same thread, never blocks): ``REJECTED`` means
-        no row was taken and the caller offers the same rows again later (B7, B57). A row
-        that cannot be spooled raises ``SinkError(RECORD)`` before any row is taken, so
-        the caller can offer them one by one to apply the record error policy. The rows
-        may pass ``max_records`` of the open batch: they are split over batches, and a
-        batch opened for the rest does not check ``max_bytes`` again.
+        no row was taken and the caller offers the same rows again later (B7, B57). The
+        rows may pass ``max_records`` of the open batch: they are split over batches, and
+        a batch opened for the rest does not check ``max_bytes`` again.
         """
+        assert isinstance(prepared, SpoolRows)
+        rows, keys = prepared.rows, prepared.keys
         if not rows:
             return ACCEPTED
         batch = self._open
@@ -495,11 +536,7 @@ class SpoolTier:
             batch = self._opened()
             if batch is None:
                 return REJECTED
-        encoded: list[tuple[int, bytes]] = [
-            (i, encode_record(row, keys[i], lane))
-            for i, row in enumerate(rows)
-            if type(row) is not bytes
-        ]
+        encoded = prepared.encoded
         done = 0
         total = len(rows)
         while True:
@@ -511,7 +548,7 @@ class SpoolTier:
                 batch.lane = lane
             batch.rows.extend(rows[done : done + take])
             batch.keys.extend(keys[done : done + take])
-            for i, record in encoded:
+            for i, record in encoded.items():
                 if done <= i < done + take:
                     batch.encoded[start + i - done] = record
             batch.hold(ack)
@@ -760,14 +797,14 @@ class SpoolTier:
         # identity, so its dedup tokens are the same when the batch is replayed (B56).
         begin = getattr(nxt, "begin_identified", None)
         end = getattr(nxt, "end_identified", None)
-        offer_rows = getattr(nxt, "offer_rows", None)
+        batched = takes_rows(nxt)
         while handing:
             batch = handing[0]
             token = batch.token
             assert token is not None and batch.ref is not None
             if batch.handed == 0 and begin is not None and batch.ref.origin:
                 begin(batch.ref.identity)
-            if not self._offer_runs(batch, token, offer_rows):
+            if not self._offer_runs(batch, token, batched):
                 return
             if end is not None and batch.ref.origin:
                 end()
@@ -780,8 +817,7 @@ class SpoolTier:
         self,
         batch: _Batch,
         token: AckToken,
-        offer_rows: Callable[[Sequence[object], Sequence[bytes | None], Lane, AckToken], Offer]
-        | None,
+        batched: bool,
     ) -> bool:
         """Offer ``batch``'s rows from ``batch.handed`` on; False once the next tier refuses."""
         rows, keys, runs = batch.rows, batch.keys, batch.runs
@@ -791,14 +827,18 @@ class SpoolTier:
             i = max(start, batch.handed)
             if i >= stop:
                 continue
-            if offer_rows is not None:
+            if batched:
+                nxt: RowBatchSink = self.next  # type: ignore[assignment]
                 try:
-                    if offer_rows(rows[i:stop], keys[i:stop], lane, token) is REJECTED:
+                    prepared, bad = nxt.prepare_rows(rows[i:stop], keys[i:stop], lane)
+                except SinkError:
+                    bad = [(-1, "")]  # a whole-run refusal: row by row below
+                if not bad:
+                    if nxt.offer_rows(prepared, lane, token) is REJECTED:
                         return False
                     batch.handed = stop
                     continue
-                except SinkError:
-                    pass  # none taken: row by row, so only the rows it refuses fail
+                # Some rows are refused: row by row, so only those fail the batch.
             offer = self.next.offer
             for row, key in zip(rows[i:stop], keys[i:stop], strict=True):
                 try:
