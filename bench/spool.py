@@ -6,10 +6,11 @@ consumer group, copy each payload to ``bytes`` and end in a sink that acknowledg
 every tick. The spool side puts a ``SpoolTier`` (``ack: spooled``, ``fsync: batch``,
 ``max_records`` 5,000) in front of that sink, in a fresh directory per run, so every
 record is encoded, appended in its batch's frame, fsynced, handed on and its segment
-deleted. The spool hands each batch on in one ``offer_rows`` call when the next tier has
-that method, as the sink pool will: the spool side's null sink has it (taking a batch
-costs it what one ``offer`` costs); with ``SPATE_BENCH_ROW_TERMINAL=1`` it has not, and
-the spool offers row by row. The chain still offers rows to the spool one by one. Runs
+deleted. The null sinks of both sides take a source batch's rows in one call
+(``prepare_rows``/``offer_rows``, as the sink pool does; taking a batch costs them what
+one ``offer`` costs), so the chain hands each source batch to the spool, or to the null
+sink, in one call, and the spool hands each durable batch on in one call; with
+``SPATE_BENCH_ROW_TERMINAL=1`` the null sinks take rows one by one. Runs
 are interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per second of
 the spool runs. Run::
 
@@ -49,19 +50,26 @@ class BytesDeserializer:
     """Copies each payload to ``bytes`` (what a pipeline without a deserializer does)."""
 
     many = False
+    takes_bytes = True
 
-    def deserialize(self, payload: memoryview) -> object:
+    def deserialize(self, payload: bytes | memoryview) -> object:
         return bytes(payload)
 
 
 class BulkNullSink(NullSink):
     """The null sink with the batch offer: one source batch's rows in one call."""
 
-    def offer_rows(
-        self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane, ack: AckToken
-    ) -> Offer:
+    takes_rows = True
+
+    def prepare_rows(
+        self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
+    ) -> tuple[int, list[tuple[int, str]]]:
+        return len(rows), []
+
+    def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
+        assert isinstance(prepared, int)
         accepted = self.offer(None, None, lane, ack)
-        self.rows += len(rows) - 1
+        self.rows += prepared - 1
         return accepted
 
 
@@ -79,7 +87,7 @@ def run(brokers: str, topic: str, spooled: bool) -> int:
         },
         "source.kafka",
     )
-    bulk = spooled and os.environ.get("SPATE_BENCH_ROW_TERMINAL") != "1"
+    bulk = os.environ.get("SPATE_BENCH_ROW_TERMINAL") != "1"
     null = BulkNullSink() if bulk else NullSink()
     meter = Meter("bench-spool", CollectorRegistry())
     sink: Sink = null
