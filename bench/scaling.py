@@ -200,6 +200,10 @@ class Run:
         if code != 0:
             raise SystemExit(f"spate run --processes {processes} exited {code}")
         rows = self._rows(database)
+        if not arrivals or arrivals[-1][1] != rows:
+            # The last rows landed after the sampler's last poll: count them at the exit.
+            workers = sum(v for p, v in cpu.items() if p != proc.pid or processes == 1)
+            arrivals.append((elapsed, rows, workers))
         self.client.command(f"DROP DATABASE {database}")
         if rows != self.records:
             raise SystemExit(f"--processes {processes}: {rows} rows for {self.records} records")
