@@ -490,24 +490,13 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     assert b"\n" not in encode_record(row, None, LANE)
 
 
-def test_b54_rows_encoded_with_their_batch_are_the_bytes_of_one_by_one_encoding(
-    tmp_path: Path,
+def assert_spooled_one_by_one(
+    tmp_path: Path, rows: list[tuple[object, bytes | None, Lane]]
 ) -> None:
-    """``bytes`` rows are encoded when their batch seals (keys or none, several lanes,
-    any byte, mixed with dict rows): each record is what :func:`encode_record` gives it,
-    and a replay hands back the same rows (B54, B56)."""
+    """Spool ``rows`` (row, key, lane) in one batch: each record on disk is what
+    :func:`encode_record` gives it alone, and decoding hands back the rows (B54, B56)."""
     from spate.sink._spool import decode_record, encode_record
 
-    other = Lane("u", 7)
-    rows: list[tuple[object, bytes | None, Lane]] = [
-        (b"plain", None, LANE),
-        (bytes(range(256)), b'k\x00\xff"\n', LANE),
-        ({"dict": 1}, b"k", LANE),
-        (b'quote " backslash \\ newline \n', None, other),
-        (b"", b"", other),
-        (("t", 1), None, other),
-        (b"last", b"key", LANE),
-    ]
     spool, _, script, _ = make(tmp_path, ack="spooled")
     script.always(STUCK)
     spool.start()
@@ -521,6 +510,25 @@ def test_b54_rows_encoded_with_their_batch_are_the_bytes_of_one_by_one_encoding(
     records = read_records(str(tmp_path / segment))
     assert records == [encode_record(*r) for r in rows]
     assert [decode_record(r) for r in records] == rows
+
+
+def test_b54_rows_encoded_with_their_batch_are_the_bytes_of_one_by_one_encoding(
+    tmp_path: Path,
+) -> None:
+    """``bytes`` rows are encoded when their batch seals (keys or none, several lanes,
+    any byte, mixed with dict rows): each record is what :func:`encode_record` gives it,
+    and a replay hands back the same rows (B54, B56)."""
+    other = Lane("u", 7)
+    rows: list[tuple[object, bytes | None, Lane]] = [
+        (b"plain", None, LANE),
+        (bytes(range(256)), b'k\x00\xff"\n', LANE),
+        ({"dict": 1}, b"k", LANE),
+        (b'quote " backslash \\ newline \n', None, other),
+        (b"", b"", other),
+        (("t", 1), None, other),
+        (b"last", b"key", LANE),
+    ]
+    assert_spooled_one_by_one(tmp_path, rows)
 
 
 class TestJsonlStoreConformance(StoreConformance):
@@ -738,24 +746,10 @@ def test_b54_unkeyed_bytes_rows_encoded_per_run_are_the_bytes_of_one_by_one_enco
     :func:`encode_record` encodes each, whatever bytes they hold — quotes, the ``","``
     that separates the run's texts, backslashes, newlines, nothing — and replay as they
     were (B54, B56)."""
-    from spate.sink._spool import decode_record, encode_record
-
     other = Lane("u", 7)
     tricky = [b'","', b'\\","\\', b'"', b"\\", b"", b"a\nb", bytes(range(256)), b'x"],["y']
     rows = [(row, None, lane) for lane in (LANE, other, LANE) for row in tricky]
-    spool, _, script, _ = make(tmp_path, ack="spooled")
-    script.always(STUCK)
-    spool.start()
-    ack = Acks().new()
-    for row, key, lane in rows:
-        assert spool.offer(row, key, lane, ack) is Offer.ACCEPTED
-    ack.release()
-    spool.tick()
-    spool.close()
-    (segment,) = [n for n in files(tmp_path) if n.endswith(".jsonl")]
-    records = read_records(str(tmp_path / segment))
-    assert records == [encode_record(*r) for r in rows]
-    assert [decode_record(r) for r in records] == rows
+    assert_spooled_one_by_one(tmp_path, rows)
 
 
 def offer_rows_at_once(
