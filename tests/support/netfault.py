@@ -84,7 +84,8 @@ class ProxyStats:
 
     accepted: int = 0
     upstream_refused: int = 0
-    resets: int = 0
+    resets: int = 0  # connections a fault of the proxy reset
+    peer_resets: int = 0  # connections the client or the server broke (an error on a socket)
     cuts: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
@@ -276,11 +277,13 @@ class FaultProxy:
             if conn.damaged and not conn.closed:
                 self._close(conn, reset=True)
 
-    def _close(self, conn: _Conn, *, reset: bool) -> None:
+    def _close(self, conn: _Conn, *, reset: bool, by_peer: bool = False) -> None:
         if conn.closed:
             return
         conn.closed = True
-        if reset:
+        if reset and by_peer:
+            self.stats.peer_resets += 1
+        elif reset:
             self.stats.resets += 1
         _abort(conn.client_writer, reset=reset)
         _abort(conn.up_writer, reset=reset)
@@ -333,7 +336,7 @@ class FaultProxy:
                     await queue.put(item)
         except (OSError, asyncio.IncompleteReadError):
             if not conn.half_open or d == "up":
-                self._close(conn, reset=True)
+                self._close(conn, reset=True, by_peer=True)
 
     async def _swallow_all(self, conn: _Conn, source: asyncio.StreamReader) -> None:
         try:
@@ -427,7 +430,7 @@ class FaultProxy:
                         self.stats.bytes_down += len(data)
                 await self._send(target, data)
         except (OSError, RuntimeError):
-            self._close(conn, reset=True)
+            self._close(conn, reset=True, by_peer=True)
 
     async def _send(self, target: asyncio.StreamWriter, data: bytes) -> None:
         with self._lock:
