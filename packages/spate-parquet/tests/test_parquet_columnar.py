@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -35,18 +34,12 @@ SCHEMA = LAYOUT_SCHEMA
 _rows = layout_rows
 
 
-def _write(
-    root: Path, body: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int], frames: bool
-) -> dict[str, bytes]:
-    return write_fed(root, body, rows, sizes, frames=frames)
-
-
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)))
 def test_b53_frames_write_the_same_files_as_rows(tmp_path: Path, layout: int) -> None:
     body = dict(LAYOUTS[layout], max_bytes="1GiB")
     rows = _rows(240)
-    by_rows = _write(tmp_path / "rows", body, rows, [40, 7], frames=False)
-    by_frames = _write(tmp_path / "frames", body, rows, [40, 7], frames=True)
+    by_rows = write_fed(tmp_path / "rows", body, rows, [40, 7], frames=False)
+    by_frames = write_fed(tmp_path / "frames", body, rows, [40, 7], frames=True)
     assert by_rows, "nothing written"
     assert sorted(by_rows) == sorted(by_frames)
     assert all(by_rows[k] == by_frames[k] for k in by_rows), "same names, different bytes"
@@ -65,8 +58,8 @@ def test_b53_frames_and_rows_cut_identical_files_for_any_batching(
     body = dict(LAYOUTS[layout], max_records=max_records, max_bytes="1GiB")
     rows = _rows(count, minutes)
     root = tmp_path_factory.mktemp("eq")
-    by_rows = _write(root / "rows", body, rows, sizes, frames=False)
-    by_frames = _write(root / "frames", body, rows, sizes, frames=True)
+    by_rows = write_fed(root / "rows", body, rows, sizes, frames=False)
+    by_frames = write_fed(root / "frames", body, rows, sizes, frames=True)
     assert sorted(by_rows) == sorted(by_frames)
     assert all(by_rows[k] == by_frames[k] for k in by_rows)
 
@@ -74,7 +67,7 @@ def test_b53_frames_and_rows_cut_identical_files_for_any_batching(
 def test_b53_a_frame_replay_after_a_crash_writes_the_clean_runs_files(tmp_path: Path) -> None:
     body = {"schema": SCHEMA, "max_records": 45, "partition_by": ["country"], "max_bytes": "1GiB"}
     rows = _rows(300)
-    clean = _write(tmp_path / "clean", body, rows, [25], frames=True)
+    clean = write_fed(tmp_path / "clean", body, rows, [25], frames=True)
     root = tmp_path / "crashed"
     sink = make_sink({"path": str(root), **body})
     feeder = Feeder(sink)

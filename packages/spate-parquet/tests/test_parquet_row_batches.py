@@ -29,12 +29,6 @@ LANE = Lane("orders", 3)
 SCHEMA = LAYOUT_SCHEMA
 
 
-def _write(
-    root: Path, body: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int], batched: bool
-) -> dict[str, bytes]:
-    return write_fed(root, body, rows, sizes, batched=batched)
-
-
 @any_batching
 def test_b103_row_batches_and_single_rows_cut_identical_files(
     tmp_path_factory: pytest.TempPathFactory,
@@ -47,8 +41,8 @@ def test_b103_row_batches_and_single_rows_cut_identical_files(
     body = dict(LAYOUTS[layout], max_records=max_records, max_bytes="1GiB")
     rows = layout_rows(count, minutes)
     root = tmp_path_factory.mktemp("eq")
-    one_by_one = _write(root / "rows", body, rows, sizes, batched=False)
-    batched = _write(root / "batches", body, rows, sizes, batched=True)
+    one_by_one = write_fed(root / "rows", body, rows, sizes, batched=False)
+    batched = write_fed(root / "batches", body, rows, sizes, batched=True)
     assert one_by_one and sorted(one_by_one) == sorted(batched)
     assert all(one_by_one[k] == batched[k] for k in one_by_one), "same names, different bytes"
 
@@ -92,7 +86,7 @@ def test_b103_a_batch_refuses_exactly_the_rows_offer_refuses(tmp_path: Path) -> 
 def test_b103_batches_skip_what_a_durable_file_holds_after_a_restart(tmp_path: Path) -> None:
     body = {"schema": SCHEMA, "max_records": 40}
     rows = layout_rows(200)
-    clean = _write(tmp_path / "clean", body, rows, [30], batched=True)
+    clean = write_fed(tmp_path / "clean", body, rows, [30], batched=True)
     root = tmp_path / "crashed"
     first = make_sink({"path": str(root), **body})
     Feeder(first).feed(LANE, rows[:130], 0, [30], batched=True)
