@@ -880,3 +880,68 @@ def test_b54_a_spooled_batch_goes_to_a_next_tier_with_offer_rows_one_call_per_la
     assert [(r.row, r.lane) for r in script.records] == [(r, ln) for r, _, ln in rows]
     assert ack.status is AckStatus.DELIVERED
     assert files(tmp_path) == []
+
+
+def test_b102_a_row_the_terminal_refuses_is_one_record_error_not_two(tmp_path: Path) -> None:
+    """A spooled row the terminal refuses when it checks a batch's rows at once
+    (``prepare_rows``, B95) is one record error, not one there and one more for a
+    row-by-row re-offer; the other rows are written once and the batch counts as failed,
+    so it stays in the spool (B102, B54)."""
+    from spate.testing import scripted_pool
+
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, ends = scripted_pool("t", clock=clock, meter=meter, takes_rows=True)
+    ends.reject(lambda row: row == b"bad")
+    config = SpoolConfig(dir=str(tmp_path), ack="terminal")
+    spool = SpoolTier("s", config, pool, JsonlStore(str(tmp_path)), meter=meter, clock=clock)
+    spool.start()
+    ack = Acks().new()
+    rows: list[object] = [b"a", b"bad", b"b", b"bad"]
+    assert offer_rows_at_once(spool, rows, [None] * 4, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    assert spool.flush(clock.monotonic() + 5)  # the next tier holds nothing more
+    labels = {"pipeline": "p", "component": "t", "component_type": "scripted", "shard": "0"}
+    errors = meter.registry.get_sample_value(
+        "spate_sink_errors_total", {**labels, "error_class": "record"}
+    )
+    assert errors == 2  # two bad rows, each counted once
+    assert ends.rows() == [b"a", b"b"]
+    assert ack.status is AckStatus.FAILED
+    assert [n for n in files(tmp_path) if n.endswith(".jsonl")]  # replayed on the next start
+
+
+class _RefusingBulkNext(BulkNext):
+    """Refuses ``b"bad"`` rows when it prepares a run; counts how often it prepares."""
+
+    preparations = 0
+
+    def prepare_rows(
+        self, rows: list[object], keys: list[bytes | None], lane: Lane
+    ) -> tuple[tuple[list[object], list[bytes | None]], list[tuple[int, str]]]:
+        self.preparations += 1
+        bad = [(i, "bad row") for i, row in enumerate(rows) if row == b"bad"]
+        kept = [i for i, row in enumerate(rows) if row != b"bad"]
+        return ([rows[i] for i in kept], [keys[i] for i in kept]), bad
+
+
+def test_b102_a_run_refused_for_now_is_offered_again_not_prepared_again(tmp_path: Path) -> None:
+    """The next tier refuses the prepared rows for now (full): the spool offers the same
+    prepared rows later instead of preparing (and counting the bad rows) again (B102)."""
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    bulk = _RefusingBulkNext(terminal, refuse=2)
+    config = SpoolConfig(dir=str(tmp_path), ack="terminal")
+    store = JsonlStore(str(tmp_path))
+    spool = SpoolTier("s", config, bulk, store, meter=Meter("p", CollectorRegistry()), clock=clock)
+    spool.start()
+    ack = Acks().new()
+    rows: list[object] = [b"a", b"bad", b"b"]
+    assert offer_rows_at_once(spool, rows, [None] * 3, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    spool.flush(clock.monotonic() + 5)
+    assert bulk.preparations == 1 and bulk.calls == [2]
+    assert script.rows == [b"a", b"b"]
+    assert ack.status is AckStatus.FAILED

@@ -301,6 +301,8 @@ class _Batch:
     token: AckToken | None = None
     handed: int = 0
     """Rows already offered to the next tier (a prefix of ``rows``)."""
+    prepared: tuple[int, object] | None = None
+    """The next tier's prepared rows from ``handed`` on, which it refused for now."""
     failed: bool = False
     replayed: bool = False
     failures: int = 0
@@ -322,6 +324,7 @@ class _Batch:
     def drop_rows(self) -> None:
         """Forget the rows (handed on for good, or left to the next run's replay)."""
         self.rows, self.keys, self.runs, self.lane = [], [], [], None
+        self.prepared = None
 
     def hold(self, ack: AckToken) -> None:
         """Retain ``ack`` once for this batch, however its rows interleave with others'."""
@@ -829,16 +832,32 @@ class SpoolTier:
                 continue
             if batched:
                 nxt: RowBatchSink = self.next  # type: ignore[assignment]
-                try:
-                    prepared, bad = nxt.prepare_rows(rows[i:stop], keys[i:stop], lane)
-                except SinkError:
-                    bad = [(-1, "")]  # a whole-run refusal: row by row below
-                if not bad:
+                pending = batch.prepared
+                prepared = pending[1] if pending is not None and pending[0] == i else None
+                if prepared is None:
+                    try:
+                        prepared, bad = nxt.prepare_rows(rows[i:stop], keys[i:stop], lane)
+                    except SinkError:
+                        prepared = None  # a whole-run refusal: row by row below
+                    else:
+                        if bad:
+                            # The next tier counted these record errors: they fail the
+                            # batch; its other rows go on (B102).
+                            logger.error(
+                                "spool %s: the next tier refused %d spooled rows of batch %s: %s",
+                                self.name,
+                                len(bad),
+                                batch.ref,
+                                bad[0][1],
+                            )
+                            batch.failed = True
+                if prepared is not None:
                     if nxt.offer_rows(prepared, lane, token) is REJECTED:
+                        batch.prepared = (i, prepared)  # offered again, not prepared again
                         return False
+                    batch.prepared = None
                     batch.handed = stop
                     continue
-                # Some rows are refused: row by row, so only those fail the batch.
             offer = self.next.offer
             for row, key in zip(rows[i:stop], keys[i:stop], strict=True):
                 try:
@@ -869,6 +888,7 @@ class SpoolTier:
         due.sort(key=_store_order)
         for batch in due:
             batch.handed = 0
+            batch.prepared = None
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)
