@@ -220,21 +220,22 @@ def pack_run(rows: Sequence[bytes], keys: Sequence[bytes | None], lane: Lane) ->
     The header, the lane's stream name, the rows' lengths (one ``u32`` each), the keys'
     lengths when any row has a key (``0xFFFFFFFF`` for none), then the rows and the keys
     back to back: one join, no per-row Python work unless some rows have keys and some
-    have none. Raises
-    ``OverflowError``, ``struct.error`` or ``UnicodeEncodeError`` for what it cannot
-    hold (the caller encodes such a run as JSON)."""
+    have none. Raises ``struct.error`` or ``UnicodeEncodeError`` for what it cannot hold
+    (the caller encodes such a run as JSON)."""
     stream = lane.stream.encode()
+    count = len(rows)
     unkeyed = keys.count(None)
-    head = _RUN.pack(_PACKED, unkeyed != len(keys), len(rows), lane.partition, len(stream))
-    if unkeyed == len(keys):
-        return b"".join([head, stream, pack_lengths(map(len, rows)), *rows])
+    head = _RUN.pack(_PACKED, unkeyed != count, count, lane.partition, len(stream))
+    lengths = pack_lengths(map(len, rows), count)
+    if unkeyed == count:
+        return b"".join([head, stream, lengths, *rows])
     if not unkeyed:  # every row has a key (a keyed Kafka topic): no per-row Python work
-        key_lengths = pack_lengths(map(len, keys))  # type: ignore[arg-type]
+        key_lengths = pack_lengths(map(len, keys), count)  # type: ignore[arg-type]
         present: Sequence[bytes | None] = keys
     else:
-        key_lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys])
+        key_lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], count)
         present = [k for k in keys if k is not None]
-    return b"".join([head, stream, pack_lengths(map(len, rows)), key_lengths, *rows, *present])  # type: ignore[list-item]
+    return b"".join([head, stream, lengths, key_lengths, *rows, *present])  # type: ignore[list-item]
 
 
 def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
@@ -296,7 +297,7 @@ def encode_batch(
                     )
                 )
                 continue
-            except (OverflowError, struct.error, UnicodeEncodeError, TypeError):
+            except (struct.error, UnicodeEncodeError, TypeError):
                 pass  # a lane or row a packed run cannot hold: JSON below
         records += [
             encoded[i] if i in encoded else encode_record(rows[i], keys[i], lane)

@@ -156,17 +156,16 @@ _SIZES = struct.Struct("<IQ")
 _CRC = struct.Struct("<I")
 
 _U32 = next(code for code in "ILH" if array(code).itemsize == 4)
+"""The ``array`` type code of an unsigned 32-bit integer (reading lengths back)."""
 """The ``array`` type code of an unsigned 32-bit integer."""
 
 _SWAP = sys.byteorder != "little"
 
 
-def pack_lengths(items: Iterable[int]) -> bytes:
-    """``items`` as little-endian ``u32`` values, one C loop (``OverflowError`` past 4 GiB)."""
-    lengths = array(_U32, items)
-    if _SWAP:  # pragma: no cover - big-endian machines
-        lengths.byteswap()
-    return lengths.tobytes()
+def pack_lengths(lengths: Iterable[int], count: int) -> bytes:
+    """The ``count`` ``lengths`` as little-endian ``u32`` values in one allocation of the
+    exact size (``struct.error`` for a length past 4 GiB)."""
+    return struct.pack(f"<{count}I", *lengths)
 
 
 def unpack_lengths(data: bytes | memoryview) -> array[int]:
@@ -190,8 +189,8 @@ def frame_batch(records: Sequence[bytes]) -> list[bytes]:
     One CRC32 over the batch and no copy of a record, whatever its size, for a batch of
     a few records (a packed run)."""
     try:
-        lengths = pack_lengths(map(len, records))
-    except OverflowError as exc:
+        lengths = pack_lengths(map(len, records), len(records))
+    except struct.error as exc:
         raise SinkError("spool: a record over 4 GiB cannot be spooled", ErrorClass.FATAL) from exc
     body = list(records) if len(records) <= _GATHER else [b"".join(records)]
     sizes = _SIZES.pack(len(records), len(lengths) + sum(map(len, body)))
