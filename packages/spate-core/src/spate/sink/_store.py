@@ -1,4 +1,4 @@
-"""Spool stores: where a spool tier keeps batches durably (ADR 0005; B54, B55).
+"""Spool stores: where a spool tier keeps batches durably (ADR 0005; B54, B55, B101).
 
 A :class:`SpoolStore` holds encoded records in batches. The spool tier appends a batch,
 makes it durable with :meth:`SpoolStore.sync`, hands the records on, and releases the
@@ -266,7 +266,8 @@ class _Segment:
 
 
 class JsonlStore:
-    """The built-in store: JSON-lines segment files, one CRC32-framed batch after another."""
+    """The built-in store: segment files, one length-framed, CRC32-checked batch after
+    another (format 3; format-2 segments are still read)."""
 
     def __init__(
         self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024, nonce: str | None = None
