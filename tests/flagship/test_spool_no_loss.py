@@ -18,12 +18,12 @@ exactly once after ``FINAL`` and every spool directory is empty after the final 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import pytest
+from spate.sink._spool import decode_records
 from spate.sink._store import read_records
 
 from tests.support.chfront_fixtures import FrontFactory
@@ -58,9 +58,9 @@ def spooled_identities(spool: Path) -> set[bytes]:
                 records = read_records(str(directory / name))
             except FileNotFoundError:  # deleted after ClickHouse took it
                 continue
-            for payload in records:
-                order_id = json.loads(payload)["t"][0]
-                held.add(f"{kind}:{order_id}".encode())
+            for rows, _, _ in decode_records(records):
+                for row in rows:
+                    held.add(f"{kind}:{row[0]}".encode())  # type: ignore[index]
     return held
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import zlib
@@ -253,34 +256,49 @@ def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: P
     offset = data.index(b'"i":1')
     data[offset + 4] = ord("9")
     path.write_bytes(bytes(data))
-    # The batch holding the record starts at the line before it (its header).
-    record_line = data.rindex(b"\n", 0, offset) + 1
-    batch_start = data.rindex(b"\n", 0, record_line - 1) + 1
     again, _, _, _ = make(tmp_path)
     with pytest.raises(SpoolCorruptError) as err:
         again.start()
     assert segment in str(err.value)
-    assert f"at byte {batch_start}" in str(err.value)
+    # The record is in the first batch, which starts right after the segment header.
+    assert f"at byte {len(b'spate-spool 3 ')}" in str(err.value)
+
+
+_ROWS = st.tuples(
+    st.one_of(st.binary(max_size=24), st.integers(0, 10**6).map(lambda v: {"v": v})),
+    st.one_of(st.none(), st.binary(max_size=6)),
+    st.sampled_from([LANE, Lane("u", 7)]),
+)
+
+
+def encoded_batch(batch: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
+    """The records the spool writes for ``batch`` (as :meth:`SpoolTier.offer` and the
+    seal encode them)."""
+    from spate.sink._spool import encode_batch, encode_record
+
+    runs = [(i, r[2]) for i, r in enumerate(batch) if i == 0 or r[2] != batch[i - 1][2]]
+    encoded = {i: encode_record(*r) for i, r in enumerate(batch) if type(r[0]) is not bytes}
+    return encode_batch([r[0] for r in batch], [r[1] for r in batch], runs, encoded)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    batches=st.lists(
-        st.lists(st.integers(0, 10**6), min_size=1, max_size=5), min_size=1, max_size=6
-    ),
+    batches=st.lists(st.lists(_ROWS, min_size=1, max_size=6), min_size=1, max_size=6),
     cut=st.floats(0, 1),
 )
-def test_b55_property_replay_yields_exactly_the_accepted_batches(
-    batches: list[list[int]], cut: float
+def test_b55_b101_property_replay_yields_exactly_the_accepted_batches(
+    batches: list[list[tuple[object, bytes | None, Lane]]], cut: float
 ) -> None:
-    """Random batches, a crash at a random byte: replay yields exactly the batches whose
-    append completed before that byte (each was fsynced before it was accepted)."""
+    """Random batches (raw ``bytes`` rows in packed runs, dict rows as JSON, keys or
+    none, two lanes), a crash at a random byte: replay yields exactly the rows of the
+    batches whose append completed before that byte (each was fsynced before it was
+    accepted)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = JsonlStore(tmp)
         assert store.recover() == []
         ends: list[int] = []
         for batch in batches:
-            store.append([b'{"v":%d}' % v for v in batch])
+            store.append(encoded_batch(batch))
             store.sync()
             ends.append(store.held_bytes())
         store.close()
@@ -291,7 +309,7 @@ def test_b55_property_replay_yields_exactly_the_accepted_batches(
         os.truncate(path, at)
         found = JsonlStore(tmp).recover()
         expected = [b for b, end in zip(batches, ends, strict=True) if end <= at]
-        assert [[int(r[5:-1]) for r in s.records] for s in found] == expected
+        assert [decoded(s.records) for s in found] == expected
 
 
 # -- replay on start (B56) -----------------------------------------------------------------
@@ -490,12 +508,38 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     assert b"\n" not in encode_record(row, None, LANE)
 
 
+def expected_records(rows: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
+    """The records of one spooled batch of ``rows``: a run of one lane's rows that are
+    all ``bytes`` is one packed record, any other run one JSON record per row (B101)."""
+    from spate.sink._spool import encode_record, pack_run
+
+    records: list[bytes] = []
+    for lane, group in itertools.groupby(rows, key=lambda r: r[2]):
+        run = list(group)
+        if all(type(row) is bytes for row, _, _ in run):
+            records.append(pack_run([r for r, _, _ in run], [k for _, k, _ in run], lane))  # type: ignore[misc]
+        else:
+            records += [encode_record(*r) for r in run]
+    return records
+
+
+def decoded(records: list[bytes]) -> list[tuple[object, bytes | None, Lane]]:
+    """``(row, key, lane)`` of each row the records hold, in order."""
+    from spate.sink._spool import decode_records
+
+    return [
+        (row, key, lane)
+        for rows, keys, lane in decode_records(records)
+        for row, key in zip(rows, keys, strict=True)
+    ]
+
+
 def assert_spooled_one_by_one(
     tmp_path: Path, rows: list[tuple[object, bytes | None, Lane]]
 ) -> None:
-    """Spool ``rows`` (row, key, lane) in one batch: each record on disk is what
-    :func:`encode_record` gives it alone, and decoding hands back the rows (B54, B56)."""
-    from spate.sink._spool import decode_record, encode_record
+    """Spool ``rows`` (row, key, lane) in one batch: on disk, each lane run of ``bytes``
+    rows is one packed record and each other row what :func:`encode_record` gives it
+    alone; decoding hands back the rows (B54, B56, B101)."""
 
     spool, _, script, _ = make(tmp_path, ack="spooled")
     script.always(STUCK)
@@ -508,8 +552,8 @@ def assert_spooled_one_by_one(
     spool.close()
     (segment,) = [n for n in files(tmp_path) if n.endswith(".jsonl")]
     records = read_records(str(tmp_path / segment))
-    assert records == [encode_record(*r) for r in rows]
-    assert [decode_record(r) for r in records] == rows
+    assert records == expected_records(rows)
+    assert decoded(records) == rows
 
 
 def test_b54_rows_encoded_with_their_batch_are_the_bytes_of_one_by_one_encoding(
@@ -680,27 +724,79 @@ def test_b57_a_failed_fsync_never_acknowledges_its_batch(tmp_path: Path) -> None
 # -- the segment format: one CRC per batch, version 2 (B55) --------------------------------
 
 
-def test_b55_a_segment_is_versioned_and_checksums_each_batch_once(tmp_path: Path) -> None:
-    """Format 2: the segment header, then per batch one ``<crc32> <count> <length>`` line
-    and its records as JSON lines — no per-record framing."""
+def test_b55_b101_a_segment_is_versioned_and_checksums_each_batch_once(tmp_path: Path) -> None:
+    """Format 3: the segment header, then per batch a 20-byte frame (CRC32 of the rest,
+    record count, length, CRC32 of the frame), the records' lengths as one packed array
+    and the records back to back — no per-record framing, any byte in a record."""
     store = JsonlStore(str(tmp_path))
     store.recover()
-    first = store.append([b'{"a":1}', b'{"a":2}'])
+    first = store.append([b'{"a":1}', b"\x01raw\nbytes\x00"])
     second = store.append([b'{"a":3}'])
     store.sync()
     store.close()
     (segment,) = files(tmp_path)
     data = (tmp_path / segment).read_bytes()
-    body = b'{"a":1}\n{"a":2}\n'
-    header = b"2 %d\n" % len(body)
-    assert data.startswith(b"spate-spool 2\n%08x " % zlib.crc32(header + body) + header + body)
-    assert first.position == len(b"spate-spool 2\n") and data[second.position :].endswith(
-        b' 1 8\n{"a":3}\n'
-    )
+    lengths = struct.pack("<II", 7, 11)
+    payload = b'{"a":1}\x01raw\nbytes\x00'
+    sizes = struct.pack("<IQ", 2, len(lengths) + len(payload))
+    frame = struct.pack("<I", zlib.crc32(sizes + lengths + payload)) + sizes
+    batch = frame + struct.pack("<I", zlib.crc32(frame)) + lengths + payload
+    assert data.startswith(b"spate-spool 3\n" + batch)
+    assert first.position == len(b"spate-spool 3\n")
+    assert second.position == first.position + len(batch)
+    assert data[second.position + 20 :] == struct.pack("<I", 7) + b'{"a":3}'
     assert [s.records for s in JsonlStore(str(tmp_path)).recover()] == [
-        [b'{"a":1}', b'{"a":2}'],
+        [b'{"a":1}', b"\x01raw\nbytes\x00"],
         [b'{"a":3}'],
     ]
+
+
+V2_SEGMENT = Path(__file__).parent / "data" / "seg-000000000001-v2run.jsonl"
+"""A format-2 segment written by the spool before format 3 (two batches: raw ``bytes``
+rows with and without keys, a dict row, a tuple row, two lanes)."""
+
+V2_ROWS: list[tuple[object, bytes | None, Lane]] = [
+    (b"raw \x00\xff\n row", None, Lane("orders", 3)),
+    (b"", b"k\n\x00", Lane("orders", 3)),
+    ({"n": 1, "when": datetime.date(2024, 1, 2)}, b"key", Lane("orders", 3)),
+    (b"other lane", None, Lane("événements", 0)),
+    (("t", 2, None), None, Lane("événements", 0)),
+    (b"last", b"", Lane("orders", 3)),
+]
+
+
+def test_b101_a_format_2_segment_left_by_an_upgrade_replays_under_its_identities(
+    tmp_path: Path,
+) -> None:
+    """A spool directory written before format 3 still replays: every row, key and lane
+    as written, under the identities the old run gave its batches (origin, segment and
+    the batches' byte positions in that file), so a deduplicating terminal drops what it
+    already holds; the segment is deleted once delivered (B101, B56)."""
+    shutil.copy(V2_SEGMENT, tmp_path / V2_SEGMENT.name)
+    refs = [b.ref for b in JsonlStore(str(tmp_path)).recover()]
+    assert [r.identity for r in refs] == ["v2run-1-14", "v2run-1-236"]
+    spool, _, script, meter = make(tmp_path)
+    spool.start()
+    assert spool.flush(ManualClock().monotonic() + 1e9)
+    assert [(r.row, r.key, r.lane) for r in script.records] == V2_ROWS
+    assert metric(meter, "spate_spool_replayed_records_total") == len(V2_ROWS)
+    assert files(tmp_path) == []
+
+
+def test_b101_a_torn_format_2_tail_is_cut_and_a_corrupt_one_named(tmp_path: Path) -> None:
+    """Format-2 segments keep their rules: a torn tail is cut at the last complete batch,
+    a bad batch in an older segment fails start-up naming segment and offset (B55)."""
+    data = V2_SEGMENT.read_bytes()
+    (tmp_path / V2_SEGMENT.name).write_bytes(data[:-5])
+    found = JsonlStore(str(tmp_path)).recover()
+    assert [len(b.records) for b in found] == [4]
+    assert (tmp_path / V2_SEGMENT.name).stat().st_size == 236
+    (tmp_path / V2_SEGMENT.name).write_bytes(data[:100] + b"X" + data[101:])
+    # A newer (empty) segment: the old one is no longer the last, nothing of it is torn.
+    (tmp_path / "seg-000000000002-newrun.jsonl").write_bytes(b"spate-spool 3\n")
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert V2_SEGMENT.name in str(err.value) and "at byte 14" in str(err.value)
 
 
 def test_b55_a_bad_batch_in_an_older_segment_is_corruption_not_a_torn_tail(
@@ -765,8 +861,6 @@ def test_b57_offer_rows_takes_a_source_batch_whole_or_not_at_all(tmp_path: Path)
     """``offer_rows`` spools one source batch's rows at once, split over batches of
     ``max_records``; while the spool is full it takes none of them (B57, B7), and a row
     that cannot be spooled is a record error of its own at preparation (B3, B95)."""
-    from spate.sink._spool import encode_record
-
     spool, _, script, _ = make(
         tmp_path, ack="spooled", max_records=4, segment_bytes=400, max_bytes=800
     )
@@ -796,10 +890,10 @@ def test_b57_offer_rows_takes_a_source_batch_whole_or_not_at_all(tmp_path: Path)
     assert refused.status is AckStatus.DELIVERED  # no row of it is held by the spool
     spool.close()
     segments = sorted(n for n in files(tmp_path) if n.endswith(".jsonl"))
-    on_disk = [r for n in segments for r in read_records(str(tmp_path / n))]
+    on_disk = decoded([r for n in segments for r in read_records(str(tmp_path / n))])
     assert on_disk == [
-        *(encode_record(row, key, LANE) for row, key in zip(rows, keys, strict=True)),
-        *[encode_record(b"x" * 40, None, LANE)] * taken,
+        *((row, key, LANE) for row, key in zip(rows, keys, strict=True)),
+        *[(b"x" * 40, None, LANE)] * taken,
     ]
 
 
@@ -880,3 +974,68 @@ def test_b54_a_spooled_batch_goes_to_a_next_tier_with_offer_rows_one_call_per_la
     assert [(r.row, r.lane) for r in script.records] == [(r, ln) for r, _, ln in rows]
     assert ack.status is AckStatus.DELIVERED
     assert files(tmp_path) == []
+
+
+def test_b102_a_row_the_terminal_refuses_is_one_record_error_not_two(tmp_path: Path) -> None:
+    """A spooled row the terminal refuses when it checks a batch's rows at once
+    (``prepare_rows``, B95) is one record error, not one there and one more for a
+    row-by-row re-offer; the other rows are written once and the batch counts as failed,
+    so it stays in the spool (B102, B54)."""
+    from spate.testing import scripted_pool
+
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, ends = scripted_pool("t", clock=clock, meter=meter, takes_rows=True)
+    ends.reject(lambda row: row == b"bad")
+    config = SpoolConfig(dir=str(tmp_path), ack="terminal")
+    spool = SpoolTier("s", config, pool, JsonlStore(str(tmp_path)), meter=meter, clock=clock)
+    spool.start()
+    ack = Acks().new()
+    rows: list[object] = [b"a", b"bad", b"b", b"bad"]
+    assert offer_rows_at_once(spool, rows, [None] * 4, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    assert spool.flush(clock.monotonic() + 5)  # the next tier holds nothing more
+    labels = {"pipeline": "p", "component": "t", "component_type": "scripted", "shard": "0"}
+    errors = meter.registry.get_sample_value(
+        "spate_sink_errors_total", {**labels, "error_class": "record"}
+    )
+    assert errors == 2  # two bad rows, each counted once
+    assert ends.rows() == [b"a", b"b"]
+    assert ack.status is AckStatus.FAILED
+    assert [n for n in files(tmp_path) if n.endswith(".jsonl")]  # replayed on the next start
+
+
+class _RefusingBulkNext(BulkNext):
+    """Refuses ``b"bad"`` rows when it prepares a run; counts how often it prepares."""
+
+    preparations = 0
+
+    def prepare_rows(
+        self, rows: list[object], keys: list[bytes | None], lane: Lane
+    ) -> tuple[tuple[list[object], list[bytes | None]], list[tuple[int, str]]]:
+        self.preparations += 1
+        bad = [(i, "bad row") for i, row in enumerate(rows) if row == b"bad"]
+        kept = [i for i, row in enumerate(rows) if row != b"bad"]
+        return ([rows[i] for i in kept], [keys[i] for i in kept]), bad
+
+
+def test_b102_a_run_refused_for_now_is_offered_again_not_prepared_again(tmp_path: Path) -> None:
+    """The next tier refuses the prepared rows for now (full): the spool offers the same
+    prepared rows later instead of preparing (and counting the bad rows) again (B102)."""
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    bulk = _RefusingBulkNext(terminal, refuse=2)
+    config = SpoolConfig(dir=str(tmp_path), ack="terminal")
+    store = JsonlStore(str(tmp_path))
+    spool = SpoolTier("s", config, bulk, store, meter=Meter("p", CollectorRegistry()), clock=clock)
+    spool.start()
+    ack = Acks().new()
+    rows: list[object] = [b"a", b"bad", b"b"]
+    assert offer_rows_at_once(spool, rows, [None] * 3, ack) is Offer.ACCEPTED
+    ack.release()
+    spool.tick()
+    spool.flush(clock.monotonic() + 5)
+    assert bulk.preparations == 1 and bulk.calls == [2]
+    assert script.rows == [b"a", b"b"]
+    assert ack.status is AckStatus.FAILED

@@ -42,11 +42,12 @@ import decimal
 import functools
 import json
 import logging
+import struct
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -59,7 +60,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
-from spate.sink._store import BatchRef, SpoolStore
+from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore, pack_lengths, unpack_lengths
 from spate.sink.config import RetryConfig
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ _RETRY = RetryConfig(initial=1.0, max=60.0, multiplier=2.0, jitter=0.2)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpoolConfig:
-    """``spool:`` — a write-ahead tier of fsynced JSON-lines segments."""
+    """``spool:`` — a write-ahead tier of fsynced, checksummed segments."""
 
     dir: str
     """Directory of the spool's segments (one spool per directory)."""
@@ -199,6 +200,74 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
 
 
+_IS_BYTES = bytes.__instancecheck__
+"""``isinstance(row, bytes)`` without a Python-level call per row."""
+
+_PACKED = 1
+"""The first byte of a packed run record (a JSON record starts with ``{``)."""
+
+_RUN = struct.Struct("<BBIqI")
+"""A packed run's header: the tag, flags (1: keys follow), the row count, the lane's
+partition and the length of its stream name."""
+
+_NO_KEY = 0xFFFFFFFF
+"""The key length that stands for no key in a packed run."""
+
+
+def pack_run(rows: Sequence[bytes], keys: Sequence[bytes | None], lane: Lane) -> bytes:
+    """One record for a run of raw ``bytes`` rows of one lane, without JSON.
+
+    The header, the lane's stream name, the rows' lengths (one ``u32`` each), the keys'
+    lengths when any row has a key (``0xFFFFFFFF`` for none), then the rows and the keys
+    back to back: one join, no per-row Python work unless some rows have keys and some
+    have none. Raises ``struct.error`` or ``UnicodeEncodeError`` for what it cannot hold
+    (the caller encodes such a run as JSON)."""
+    stream = lane.stream.encode()
+    count = len(rows)
+    unkeyed = keys.count(None)
+    head = _RUN.pack(_PACKED, unkeyed != count, count, lane.partition, len(stream))
+    lengths = pack_lengths(map(len, rows), count)
+    if unkeyed == count:
+        return b"".join([head, stream, lengths, *rows])
+    if not unkeyed:  # every row has a key (a keyed Kafka topic): no per-row Python work
+        key_lengths = pack_lengths(map(len, keys), count)  # type: ignore[arg-type]
+        present: Sequence[bytes | None] = keys
+    else:
+        key_lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], count)
+        present = [k for k in keys if k is not None]
+    return b"".join([head, stream, lengths, key_lengths, *rows, *present])  # type: ignore[list-item]
+
+
+def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
+    """Inverse of :func:`pack_run`: ``(rows, keys, lane)``; ``ValueError`` if malformed."""
+    try:
+        _, keyed, count, partition, size = _RUN.unpack_from(payload)
+    except struct.error as exc:
+        raise ValueError(f"packed run too short: {exc}") from exc
+    at = _RUN.size + size
+    lane = Lane(payload[_RUN.size : at].decode(), partition)
+    lengths = unpack_lengths(payload[at : at + 4 * count])
+    at += 4 * count
+    key_lengths = unpack_lengths(payload[at : at + 4 * count]) if keyed else None
+    if keyed:
+        at += 4 * count
+    if len(lengths) != count or (key_lengths is not None and len(key_lengths) != count):
+        raise ValueError("packed run shorter than its header says")
+    rows: list[bytes] = []
+    for n in lengths:
+        rows.append(payload[at : at + n])
+        at += n
+    keys: list[bytes | None] = [None] * count
+    if key_lengths is not None:
+        for i, n in enumerate(key_lengths):
+            if n != _NO_KEY:
+                keys[i] = payload[at : at + n]
+                at += n
+    if at != len(payload):
+        raise ValueError(f"packed run of {len(payload)} bytes holds {at}")
+    return rows, keys, lane
+
+
 def encode_batch(
     rows: Sequence[object],
     keys: Sequence[bytes | None],
@@ -209,41 +278,47 @@ def encode_batch(
     falls in (``runs``: the first index and lane of each run of one lane's rows), or
     ``encoded[i]`` for a row encoded when it was offered.
 
-    A batch of ``bytes`` rows without keys (what a pipeline without a deserializer
-    spools) is encoded by one comprehension per lane run, with the lane's part looked up
-    once per run; other rows go through a loop that also takes the rows encoded on
-    offer. The bytes are those of :func:`encode_record` either way.
+    A run of raw ``bytes`` rows only (what a pipeline without a deserializer spools) is
+    one packed record (:func:`pack_run`); a run with other rows is one JSON record per
+    row, the bytes :func:`encode_record` gives each. :func:`decode_records` reads both.
     """
-    encoders = _orjson_encoders()
     n = len(rows)
     bounds = [*(start for start, _ in runs[1:]), n]
-    if encoders is None:
-        return [
-            encoded[i] if i in encoded else _encode_with_json(rows[i], keys[i], lane)
-            for (start, lane), end in zip(runs, bounds, strict=True)
+    records: list[bytes] = []
+    for (start, lane), end in zip(runs, bounds, strict=True):
+        whole = start == 0 and end == n
+        if not encoded or not any(start <= i < end for i in encoded):
+            try:
+                records.append(
+                    pack_run(
+                        rows if whole else rows[start:end],  # type: ignore[arg-type]
+                        keys if whole else keys[start:end],
+                        lane,
+                    )
+                )
+                continue
+            except (struct.error, UnicodeEncodeError, TypeError):
+                pass  # a lane or row a packed run cannot hold: JSON below
+        records += [
+            encoded[i] if i in encoded else encode_record(rows[i], keys[i], lane)
             for i in range(start, end)
         ]
-    dumps, dumps_str = encoders
-    records: list[bytes] = []
-    plain = not encoded and keys.count(None) == n
-    for (start, lane), end in zip(runs, bounds, strict=True):
-        prefix = _PREFIXES.get(lane) or _lane_prefix(lane, dumps)
-        head = prefix + b'"b":'
-        if plain:
-            part = rows if start == 0 and end == n else rows[start:end]
-            records += [head + dumps_str(r.decode("latin-1")) + b"}" for r in part]  # type: ignore[attr-defined]
-            continue
-        for i in range(start, end):
-            record = encoded.get(i)
-            if record is None:
-                value = dumps_str(rows[i].decode("latin-1"))  # type: ignore[attr-defined]
-                key = keys[i]
-                if key is None:
-                    record = head + value + b"}"
-                else:
-                    record = b'%s"k":%s,"b":%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
-            records.append(record)
     return records
+
+
+def decode_records(
+    records: Iterable[bytes],
+) -> Iterator[tuple[list[object], list[bytes | None], Lane]]:
+    """The rows of a batch's records (:func:`encode_batch`), as ``(rows, keys, lane)``
+    runs; a JSON record is a run of one row. ``ValueError`` for a record neither reads."""
+    for payload in records:
+        if payload[:1] == b"{":
+            row, key, lane = decode_record(payload)
+            yield [row], [key], lane
+        elif payload[:1] == b"\x01":
+            yield unpack_run(payload)  # type: ignore[misc]
+        else:
+            raise ValueError(f"a record starting with {payload[:1]!r} is neither JSON nor packed")
 
 
 def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
@@ -301,6 +376,8 @@ class _Batch:
     token: AckToken | None = None
     handed: int = 0
     """Rows already offered to the next tier (a prefix of ``rows``)."""
+    prepared: tuple[int, object] | None = None
+    """The next tier's prepared rows from ``handed`` on, which it refused for now."""
     failed: bool = False
     replayed: bool = False
     failures: int = 0
@@ -319,9 +396,18 @@ class _Batch:
         self.rows.append(row)
         self.keys.append(key)
 
+    def extend(self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane) -> None:
+        """Append rows of one lane (none of them encoded on offer)."""
+        if lane is not self.lane and lane != self.lane:
+            self.runs.append((len(self.rows), lane))
+            self.lane = lane
+        self.rows.extend(rows)
+        self.keys.extend(keys)
+
     def drop_rows(self) -> None:
         """Forget the rows (handed on for good, or left to the next run's replay)."""
         self.rows, self.keys, self.runs, self.lane = [], [], [], None
+        self.prepared = None
 
     def hold(self, ack: AckToken) -> None:
         """Retain ``ack`` once for this batch, however its rows interleave with others'."""
@@ -422,8 +508,13 @@ class SpoolTier:
         replayed = 0
         for stored in found:
             batch = _Batch(ref=stored.ref, replayed=True)
-            for payload in stored.records:
-                batch.add(*decode_record(payload))
+            try:
+                for rows, keys, lane in decode_records(stored.records):
+                    batch.extend(rows, keys, lane)
+            except ValueError as exc:
+                raise SpoolCorruptError(
+                    f"spool {self.config.dir}: batch {stored.ref}", f"unreadable record ({exc})"
+                ) from exc
             batch.created = self._clock.monotonic()
             batch.token = self._token(batch)
             self._handing.append(batch)
@@ -494,11 +585,16 @@ class SpoolTier:
     ) -> tuple[SpoolRows, list[tuple[int, str]]]:
         """Encode the rows that are not ``bytes``; hold nothing (B95).
 
+        A source batch of ``bytes`` rows only (the common case) is checked in one C-level
+        pass and nothing is encoded; otherwise each row that is not ``bytes`` is encoded.
+
         Returns the rows to hand to :meth:`offer_rows` and the ones that cannot be
         spooled as ``(position, reason)``, each a record error for that row alone, with
         the reason :meth:`offer` raises for it.
         """
         bad: list[tuple[int, str]] = []
+        if all(map(_IS_BYTES, rows)):
+            return SpoolRows(rows, list(keys), {}), bad  # nothing to encode now
         encoded: dict[int, bytes] = {}
         for i, row in enumerate(rows):
             if type(row) is not bytes:
@@ -543,11 +639,7 @@ class SpoolTier:
             room = self._max_records - len(batch.rows)
             take = min(room, total - done)
             start = len(batch.rows)
-            if lane is not batch.lane and lane != batch.lane:
-                batch.runs.append((start, lane))
-                batch.lane = lane
-            batch.rows.extend(rows[done : done + take])
-            batch.keys.extend(keys[done : done + take])
+            batch.extend(rows[done : done + take], keys[done : done + take], lane)
             for i, record in encoded.items():
                 if done <= i < done + take:
                     batch.encoded[start + i - done] = record
@@ -829,16 +921,32 @@ class SpoolTier:
                 continue
             if batched:
                 nxt: RowBatchSink = self.next  # type: ignore[assignment]
-                try:
-                    prepared, bad = nxt.prepare_rows(rows[i:stop], keys[i:stop], lane)
-                except SinkError:
-                    bad = [(-1, "")]  # a whole-run refusal: row by row below
-                if not bad:
+                pending = batch.prepared
+                prepared = pending[1] if pending is not None and pending[0] == i else None
+                if prepared is None:
+                    try:
+                        prepared, bad = nxt.prepare_rows(rows[i:stop], keys[i:stop], lane)
+                    except SinkError:
+                        prepared = None  # a whole-run refusal: row by row below
+                    else:
+                        if bad:
+                            # The next tier counted these record errors: they fail the
+                            # batch; its other rows go on (B102).
+                            logger.error(
+                                "spool %s: the next tier refused %d spooled rows of batch %s: %s",
+                                self.name,
+                                len(bad),
+                                batch.ref,
+                                bad[0][1],
+                            )
+                            batch.failed = True
+                if prepared is not None:
                     if nxt.offer_rows(prepared, lane, token) is REJECTED:
+                        batch.prepared = (i, prepared)  # offered again, not prepared again
                         return False
+                    batch.prepared = None
                     batch.handed = stop
                     continue
-                # Some rows are refused: row by row, so only those fail the batch.
             offer = self.next.offer
             for row, key in zip(rows[i:stop], keys[i:stop], strict=True):
                 try:
@@ -869,6 +977,7 @@ class SpoolTier:
         due.sort(key=_store_order)
         for batch in due:
             batch.handed = 0
+            batch.prepared = None
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)

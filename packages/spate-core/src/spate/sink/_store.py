@@ -1,4 +1,4 @@
-"""Spool stores: where a spool tier keeps batches durably (ADR 0005; B54, B55).
+"""Spool stores: where a spool tier keeps batches durably (ADR 0005; B54, B55, B101).
 
 A :class:`SpoolStore` holds encoded records in batches. The spool tier appends a batch,
 makes it durable with :meth:`SpoolStore.sync`, hands the records on, and releases the
@@ -7,16 +7,23 @@ On start :meth:`SpoolStore.recover` returns every batch left by an earlier run, 
 for replay. Stores are plugins (entry-point group ``spate.stores``, entry name = the
 ``store:`` value of a spool); :class:`JsonlStore` (``jsonl``) is built in.
 
-The JSONL segment format (version 2), one file ``seg-<n>-<origin>.jsonl`` per segment
-(``origin``: a nonce of the run that wrote it, so batch identities never repeat across runs)::
+The segment format (version 3), one file ``seg-<n>-<origin>.jsonl`` per segment
+(``origin``: a nonce of the run that wrote it, so batch identities never repeat across runs;
+the name keeps the ``.jsonl`` of the first formats)::
 
-    spate-spool 2\n                                  segment header: the format version
-    <crc32, 8 hex digits> <count> <length>\n<body>    one batch
+    spate-spool 3\n                                  segment header: the format version
+    <frame><lengths><records>                         one batch
 
-``body`` is ``length`` bytes: the batch's ``count`` records (each one JSON value, no
-newline inside) each followed by ``\n``; the CRC32 covers ``"<count> <length>\n"`` and
-the body, so one checksum guards a whole batch. A batch counts only once all of it is
-in the file; a segment without the header is not read (start-up fails naming it).
+``frame`` is 20 bytes, little-endian: the CRC32 of the rest of the batch (``u32``), the
+record count (``u32``), the length of the rest (``u64``: lengths and records) and the
+CRC32 of those 16 bytes (``u32``); ``lengths`` is one ``u32`` per record and ``records``
+the records back to back. A record is any bytes (the spool tier writes JSON for rows
+and one packed record for a run of raw ``bytes`` rows). One join and one CRC32 per
+batch, whatever its size; a batch counts only once all of it is in the file, and the
+frame's own CRC tells a torn frame from a corrupt one. Format 2 segments (``spate-spool
+2``: a ``<crc32, 8 hex digits> <count> <length>`` line, then the records as JSON lines)
+left by an earlier version are still read, never written; a segment with neither header
+is not read (start-up fails naming it).
 ``seg-<n>-<origin>.released`` lists the byte
 positions of the segment's batches already released (written without fsync: a lost
 note only replays a delivered batch once more); the segment and its note are deleted
@@ -32,10 +39,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
+import sys
 import threading
 import uuid
 import zlib
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -101,8 +111,10 @@ class SpoolStore(Protocol):
         ...
 
     def append(self, records: Sequence[bytes]) -> BatchRef:
-        """Write one batch (not yet durable). Raises ``SinkError`` when the write fails
-        (a full disk); the batch is then not in the store."""
+        """Write one batch (not yet durable); a record is any bytes (JSON text, or a packed
+        run of raw rows with newlines, NULs and bytes that are not UTF-8). Raises
+        ``SinkError`` when the write fails (a full disk); the batch is then not in the
+        store."""
         ...
 
     def sync(self) -> None:
@@ -130,23 +142,96 @@ class SpoolStore(Protocol):
         ...
 
 
-MAGIC = b"spate-spool 2\n"
-"""The first line of a segment in format version 2."""
+MAGIC = b"spate-spool 3\n"
+"""The first line of a segment in format version 3 (the one written)."""
+
+MAGIC_V2 = b"spate-spool 2\n"
+"""The first line of a segment in format version 2 (read only)."""
+
+_FRAME = struct.Struct("<IIQI")
+"""A format-3 batch frame: CRC32 of the rest, record count, length of the rest, CRC32
+of the frame's first 16 bytes."""
+
+_SIZES = struct.Struct("<IQ")
+_CRC = struct.Struct("<I")
+
+_U32 = next(code for code in "ILH" if array(code).itemsize == 4)
+"""The ``array`` type code of an unsigned 32-bit integer (reading lengths back)."""
+"""The ``array`` type code of an unsigned 32-bit integer."""
+
+_SWAP = sys.byteorder != "little"
 
 
-def frame_batch(records: Sequence[bytes]) -> bytes:
-    """One format-2 batch: ``<crc32> <count> <length>\\n`` and the records as JSON lines.
+def pack_lengths(lengths: Iterable[int], count: int) -> bytes:
+    """The ``count`` ``lengths`` as little-endian ``u32`` values in one allocation of the
+    exact size (``struct.error`` for a length past 4 GiB)."""
+    return struct.pack(f"<{count}I", *lengths)
 
-    One join and one CRC32 for the whole batch, whatever its size."""
-    body = b"\n".join(records) + b"\n" if records else b""
-    fields = b"%d %d\n" % (len(records), len(body))
-    return b"%08x %s%s" % (zlib.crc32(body, zlib.crc32(fields)), fields, body)
+
+def unpack_lengths(data: bytes | memoryview) -> array[int]:
+    """Inverse of :func:`pack_lengths`."""
+    lengths = array(_U32)
+    lengths.frombytes(data)
+    if _SWAP:  # pragma: no cover - big-endian machines
+        lengths.byteswap()
+    return lengths
+
+
+_GATHER = 64
+"""Batches of at most this many records are written from the records themselves (one
+``writev``); larger ones (JSON records, one per row) are joined once."""
+
+
+def frame_batch(records: Sequence[bytes]) -> list[bytes]:
+    """One format-3 batch as the parts to write: the frame with the records' lengths,
+    then the records (a few) or their join (many).
+
+    One CRC32 over the batch and no copy of a record, whatever its size, for a batch of
+    a few records (a packed run)."""
+    try:
+        lengths = pack_lengths(map(len, records), len(records))
+    except struct.error as exc:
+        raise SinkError("spool: a record over 4 GiB cannot be spooled", ErrorClass.FATAL) from exc
+    body = list(records) if len(records) <= _GATHER else [b"".join(records)]
+    sizes = _SIZES.pack(len(records), len(lengths) + sum(map(len, body)))
+    crc = zlib.crc32(lengths, zlib.crc32(sizes))
+    for part in body:
+        crc = zlib.crc32(part, crc)
+    frame = _CRC.pack(crc) + sizes
+    return [frame + _CRC.pack(zlib.crc32(frame)) + lengths, *body]
 
 
 def _unframe_batch(data: bytes, offset: int) -> tuple[list[bytes], int] | str:
-    """The records of the format-2 batch at ``offset`` and where it ends, or why not.
+    """The records of the format-3 batch at ``offset`` and where it ends, or why not.
 
     The reason starts with ``torn`` when the batch runs past the end of ``data``."""
+    if len(data) - offset < _FRAME.size:
+        return "torn batch header"
+    crc, count, length, head_crc = _FRAME.unpack_from(data, offset)
+    start = offset + _FRAME.size
+    if zlib.crc32(data[offset : start - 4]) != head_crc:
+        return "bad batch header"
+    end = start + length
+    if end > len(data):
+        return "torn batch"
+    view = memoryview(data)
+    if zlib.crc32(view[start:end], zlib.crc32(view[offset + 4 : start - 4])) != crc:
+        return "bad CRC"
+    body = start + 4 * count
+    if body > end:
+        return f"batch header says {count} records in {length} bytes"
+    lengths = unpack_lengths(view[start:body])
+    if sum(lengths) != end - body:
+        return f"batch header says {length} bytes, its records hold {sum(lengths) + body - start}"
+    records = []
+    for size in lengths:
+        records.append(data[body : body + size])
+        body += size
+    return records, end
+
+
+def _unframe_v2(data: bytes, offset: int) -> tuple[list[bytes], int] | str:
+    """The records of the format-2 batch at ``offset`` and where it ends, or why not."""
     newline = data.find(b"\n", offset, offset + 64)
     if newline < 0:
         return "torn batch header" if len(data) - offset < 64 else "bad batch header"
@@ -181,7 +266,8 @@ class _Segment:
 
 
 class JsonlStore:
-    """The built-in store: JSON-lines segment files, one CRC32-framed batch after another."""
+    """The built-in store: segment files, one length-framed, CRC32-checked batch after
+    another (format 3; format-2 segments are still read)."""
 
     def __init__(
         self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024, nonce: str | None = None
@@ -238,19 +324,13 @@ class JsonlStore:
     ) -> tuple[list[StoredBatch], int]:
         with open(path, "rb") as fh:
             data = fh.read()
-        if data.startswith(MAGIC):
-            batches, good_end, torn = _read_v2(data, path, number, origin, last=last)
-        elif last and MAGIC.startswith(data):
-            batches, good_end, torn = [], 0, 0  # a crash while the header was written
-        else:
-            raise _unknown_format(path)
+        batches, good_end = _read_batches(data, path, number, origin, last=last)
         if good_end < len(data):
             logger.warning(
-                "spool segment %s: cut a torn tail of %d bytes at byte %d (%d incomplete records)",
+                "spool segment %s: cut a torn tail of %d bytes at byte %d",
                 path,
                 len(data) - good_end,
                 good_end,
-                torn,
             )
             with open(path, "r+b") as fh:
                 fh.truncate(good_end)
@@ -260,11 +340,12 @@ class JsonlStore:
     # -- writing -------------------------------------------------------------------------
 
     def append(self, records: Sequence[bytes]) -> BatchRef:
-        data = frame_batch(records)
+        parts = frame_batch(records)
+        size = sum(map(len, parts))
         with self._lock:
             seg = self._current
             try:
-                if seg is not None and seg.size > 0 and seg.size + len(data) > self.segment_bytes:
+                if seg is not None and seg.size > 0 and seg.size + size > self.segment_bytes:
                     self._rotate()
                     seg = None
             except OSError as exc:
@@ -275,12 +356,13 @@ class JsonlStore:
             if seg is None:
                 seg = self._open_segment()
             if seg.size == 0:
-                data = MAGIC + data
+                parts.insert(0, MAGIC)
+                size += len(MAGIC)
             position = seg.size
             fd = self._file
             assert fd is not None
             try:
-                _write_all(fd, data)
+                _write_all(fd, parts, size)
             except OSError as exc:
                 # Cut what part of the batch reached the file so no torn batch stays.
                 try:
@@ -294,7 +376,7 @@ class JsonlStore:
                 ) from exc
             if position == 0:
                 position = len(MAGIC)  # the batch starts after the segment header
-            seg.size += len(data)
+            seg.size += size
             seg.batches.add(position)
             seg.appended += 1
             self._dirty = True
@@ -390,21 +472,33 @@ class JsonlStore:
                     logger.warning("spool %s: closing the segment failed", self.directory)
 
 
-def _read_v2(
+def _read_batches(
     data: bytes, path: str, number: int, origin: str, *, last: bool
-) -> tuple[list[StoredBatch], int, int]:
-    """Complete batches of a format-2 segment, where they end, records in a torn tail."""
+) -> tuple[list[StoredBatch], int]:
+    """Complete batches of a segment (format 3 or 2) and where they end.
+
+    ``last``: the newest segment, whose tail after its last complete batch is torn (a
+    crash mid-write), not corrupt."""
+    if data.startswith(MAGIC):
+        unframe, declared_end = _unframe_batch, _declared_end
+        offset = len(MAGIC)
+    elif data.startswith(MAGIC_V2):
+        unframe, declared_end = _unframe_v2, _declared_end_v2
+        offset = len(MAGIC_V2)
+    elif last and (MAGIC.startswith(data) or MAGIC_V2.startswith(data)):
+        return [], 0  # a crash while the header was written
+    else:
+        raise _unknown_format(path)
     batches: list[StoredBatch] = []
-    offset = len(MAGIC)
     while offset < len(data):
-        read = _unframe_batch(data, offset)
+        read = unframe(data, offset)
         if isinstance(read, str):
             # The newest segment may end in a batch cut short by a crash (or followed
             # by zeros a file system left for it): cut it. Anything else is corruption.
             if last and (read.startswith("torn") or not data[offset:].strip(b"\x00")):
                 break
             if last and read == "bad CRC":
-                end = _declared_end(data, offset)
+                end = declared_end(data, offset)
                 if end is not None and not data[end:].strip(b"\x00"):
                     break
             raise SpoolCorruptError(
@@ -413,8 +507,7 @@ def _read_v2(
         records, end = read
         batches.append(StoredBatch(BatchRef(number, offset, origin), records))
         offset = end
-    torn = data.count(b"\n", offset) if offset < len(data) else 0
-    return batches, offset, torn
+    return batches, offset
 
 
 def read_records(path: str) -> list[bytes]:
@@ -427,17 +520,18 @@ def read_records(path: str) -> list[bytes]:
     with open(path, "rb") as fh:
         data = fh.read()
     number, origin = _parse_name(os.path.basename(path))
-    if data.startswith(MAGIC):
-        batches = _read_v2(data, path, number, origin, last=True)[0]
-    elif MAGIC.startswith(data):
-        return []  # a segment whose header is still being written
-    else:
-        raise _unknown_format(path)
+    batches = _read_batches(data, path, number, origin, last=True)[0]
     return [record for batch in batches for record in batch.records]
 
 
 def _declared_end(data: bytes, offset: int) -> int | None:
-    """Where the batch at ``offset`` ends by its (parsed) header."""
+    """Where the format-3 batch at ``offset`` ends by its (checked) frame."""
+    length: int = _FRAME.unpack_from(data, offset)[2]
+    return offset + _FRAME.size + length
+
+
+def _declared_end_v2(data: bytes, offset: int) -> int | None:
+    """Where the format-2 batch at ``offset`` ends by its (parsed) header."""
     newline = data.find(b"\n", offset, offset + 64)
     try:
         return newline + 1 + int(data[offset:newline].split(b" ")[2])
@@ -446,8 +540,10 @@ def _declared_end(data: bytes, offset: int) -> int | None:
 
 
 def _unknown_format(path: str) -> SpoolCorruptError:
-    """A segment that does not start with the format-2 header (no other format exists)."""
-    return SpoolCorruptError(f"spool segment {path} at byte 0", "no `spate-spool 2` header")
+    """A segment that starts with neither the format-3 nor the format-2 header."""
+    return SpoolCorruptError(
+        f"spool segment {path} at byte 0", "no `spate-spool 3` (or `spate-spool 2`) header"
+    )
 
 
 def _parse_name(name: str) -> tuple[int, str]:
@@ -476,8 +572,12 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+def _write_all(fd: int, parts: list[bytes], size: int) -> None:
+    """Write ``parts`` (``size`` bytes in all) in one ``writev`` unless it falls short."""
+    written = os.writev(fd, parts)
+    if written == size:
+        return
+    view = memoryview(b"".join(parts))[written:]
     while view:
         written = os.write(fd, view)
         view = view[written:]

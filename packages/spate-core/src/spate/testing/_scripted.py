@@ -15,7 +15,9 @@ next scripted outcome (then ``ok`` once the script is used up):
 Every attempt is recorded (:attr:`ScriptedEndpoints.attempts`) with its endpoint, shard,
 sequence number, dedup token and outcome, so tests can check retries, tokens (B9),
 failover (B11) and backoff (B12). ``reject(predicate)`` makes the row buffer refuse
-matching rows with ``SinkError(RECORD)`` at append time (B28).
+matching rows with ``SinkError(RECORD)`` at append time (B28). With
+``scripted_pool(takes_rows=True)`` the endpoints also check a source batch's rows at once
+(``prepare_rows``, B95), refusing the same rows, so the pool takes rows in blocks.
 """
 
 from __future__ import annotations
@@ -57,11 +59,39 @@ class _UnboundedBudget:
         pass
 
 
+class _Block:
+    """Rows :meth:`ScriptedEndpoints.prepare_rows` checked (a ``RowBlock``)."""
+
+    def __init__(self, rows: list[object]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, positions: Sequence[int]) -> _Block:
+        return _Block([self.rows[p] for p in positions])
+
+    def slice(self, start: int, stop: int) -> _Block:
+        return _Block(self.rows[start:stop])
+
+
+class _BlockBuffer(ListRowBuffer):
+    """A list buffer that also appends checked blocks."""
+
+    __slots__ = ()
+
+    def append_rows(self, block: _Block) -> int:
+        self.rows.extend(block.rows)
+        return sum(map(self._estimate, block.rows))
+
+
 class ScriptedEndpoints:
     """The test's handle: script outcomes per endpoint, read what was attempted/written."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, takes_rows: bool = False) -> None:
         self.clock = clock
+        self.takes_rows = takes_rows
+        """Whether the pool hands rows in blocks (:meth:`prepare_rows`, B95)."""
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[tuple[str, float]]] = defaultdict(deque)
         self._down: set[str] = set()
@@ -108,7 +138,18 @@ class ScriptedEndpoints:
     # -- connector side --
 
     def new_buffer(self, shard: int) -> ListRowBuffer:
-        return ListRowBuffer(self._check)
+        return _BlockBuffer(self._check)
+
+    def prepare_rows(self, rows: list[object]) -> tuple[_Block, list[tuple[int, Exception]]]:
+        """The rows :meth:`reject` does not refuse, and the refused ones (B95)."""
+        kept: list[object] = []
+        refused: list[tuple[int, Exception]] = []
+        for position, row in enumerate(rows):
+            try:
+                kept.append(self._check(row))
+            except SinkError as exc:
+                refused.append((position, exc))
+        return _Block(kept), refused
 
     def _check(self, row: object) -> object:
         reject = self._reject
@@ -194,13 +235,15 @@ def scripted_pool(
     run_nonce: str = "run1",
     io_threads: int = 0,
     rng: Callable[[], float] | None = None,
+    takes_rows: bool = False,
 ) -> tuple[SinkPool, ScriptedEndpoints]:
     """A sink pool over scripted in-memory endpoints, and the handle that scripts them.
 
     ``shards`` is a shard count (one replica each, named ``s0``, ``s1``, …), a list of
     replica lists, or :class:`~spate.sink.ShardConfig` objects. By default the pool
     writes inline (``io_threads=0``) on a :class:`~spate.testing.ManualClock`, with no
-    jitter, so every timing in a test is exact.
+    jitter, so every timing in a test is exact. ``takes_rows``: the pool takes a source
+    batch's rows at once (B95).
     """
     clock = clock if clock is not None else ManualClock()
     if isinstance(shards, int):
@@ -209,7 +252,7 @@ def scripted_pool(
         configs = [
             s if isinstance(s, ShardConfig) else ShardConfig(replicas=tuple(s)) for s in shards
         ]
-    endpoints = ScriptedEndpoints(clock)
+    endpoints = ScriptedEndpoints(clock, takes_rows=takes_rows)
     pool = SinkPool(
         name,
         endpoints,

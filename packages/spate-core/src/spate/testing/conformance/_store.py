@@ -8,7 +8,8 @@ Subclass it as ``Test<Name>StoreConformance`` and give :meth:`StoreConformance.o
             return SqliteStore(directory / "spool.db")
 
 Checked on the real store: a fresh store recovers nothing; synced batches come back
-after a reopen, in append order, with their records byte for byte and ordered, distinct
+after a reopen, in append order, with their records byte for byte (records are any
+bytes, not text) and ordered, distinct
 identities (B55); a released batch never comes back, and once every batch is released
 and collected the store holds no bytes and no storage units (B54); releasing a batch
 twice is an error.
@@ -33,7 +34,10 @@ _BATCHES = [
     [b'{"v":1}', b'{"v":2}'],
     [b'{"text":"\\u00e9 and a # and a space"}'],
     [b'{"v":%d}' % i for i in range(50)],
+    [b"\x01packed\nrun\x00\xff", b"", b"\n"],
 ]
+"""Batches of records as the spool tier writes them: JSON, and any bytes at all (a packed
+run of raw rows holds newlines, NULs, bytes that are not UTF-8; a record may be empty)."""
 
 
 class StoreConformance(Conformance):
