@@ -30,6 +30,7 @@ from tests.kafka._pipeline import (
 from tests.support.delivery import wait_until
 from tests.support.scale import scaled
 from tests.support.services import (
+    SESSION_TIMEOUT_MS,
     committed_offsets,
     create_topic,
     end_offsets,
@@ -131,7 +132,9 @@ def test_b36_broker_crash_longer_than_the_session_keeps_the_group_running(
     longer than session.timeout.ms. Every member revokes while the broker is down, its
     commit on revocation cannot succeed, and it keeps running, rejoins and delivers:
     every key arrives and no commit ever passes the file."""
-    run = Streaming.start(kafka_bootstrap, tmp_path, "broker-crash")
+    run = Streaming.start(
+        kafka_bootstrap, tmp_path, "broker-crash", session_timeout_ms=SESSION_TIMEOUT_MS
+    )
     logs = [tmp_path / f"p{i}.log" for i in range(3)]
     procs = [start_pipeline(run.config, log) for log in logs]
     try:
@@ -142,7 +145,7 @@ def test_b36_broker_crash_longer_than_the_session_keeps_the_group_running(
         revoked_before = [revocations_logged(log) for log in logs]
         kill_kafka()
         try:
-            # Longer than session.timeout.ms (6s): every member's session expires.
+            # Longer than session.timeout.ms (3 s): every member's session expires.
             wait_until(
                 lambda: all(
                     revocations_logged(log) > before
