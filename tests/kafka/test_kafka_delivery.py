@@ -93,7 +93,7 @@ def test_rebalances_never_commit_ahead_of_the_file(kafka_bootstrap: str, tmp_pat
 def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     """B1, B14: kill -9 mid-stream three times; all keys at least once; duplicates only
     for offsets at or after the commit the killed process had made."""
-    run = Streaming.start(kafka_bootstrap, tmp_path, "crash")
+    run = Streaming.start(kafka_bootstrap, tmp_path, "crash", session_timeout_ms=SESSION_TIMEOUT_MS)
     rng = random.Random(7)
     commits_at_kill: list[dict[int, int]] = []
     log = tmp_path / "run.log"
