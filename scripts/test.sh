@@ -8,27 +8,26 @@ scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export SPATE_TEST_SCALE="${SPATE_TEST_SCALE:-0.1}"
 
-echo "== ruff"
-ruff check .
-ruff format --check .
-echo "== mypy (spate-core)"
-mypy
-echo "== mkdocs build --strict"
-mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
-
+# Services start in the background while ruff, mypy and mkdocs run (the broker's JVM
+# and the first download of its jars mostly wait); pytest waits for them.
 # Services that were already running (a developer's own `make services-up`) are reused and
 # left running; the ones this run starts are stopped again on exit, unless
 # SPATE_KEEP_SERVICES=1. A run that finds none running starts from empty service data.
 services_started=""
+services_pid=""
+services_log=$(mktemp)
 cleanup() {
+  if [ -n "$services_pid" ]; then
+    wait "$services_pid" 2>/dev/null || true
+  fi
   if [ -n "$services_started" ] && [ "${SPATE_KEEP_SERVICES:-0}" != 1 ]; then
     # shellcheck disable=SC2086  # a list of service names
     scripts/services.sh down $services_started || true
   fi
+  rm -f "$services_log"
 }
 trap cleanup EXIT
 if [ -x scripts/services.sh ]; then
-  echo "== services"
   running=$(scripts/services.sh status 2>/dev/null | awk '$2 == "running" { print $1 }' || true)
   if [ -z "$running" ]; then
     scripts/services.sh clean >/dev/null
@@ -38,7 +37,28 @@ if [ -x scripts/services.sh ]; then
       services_started="$services_started $name"
     fi
   done
-  scripts/services.sh up
+  scripts/services.sh up >"$services_log" 2>&1 &
+  services_pid=$!
+fi
+
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== mypy (spate-core)"
+mypy
+echo "== mkdocs build --strict"
+mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+
+if [ -n "$services_pid" ]; then
+  echo "== services"
+  services_status=0
+  wait "$services_pid" || services_status=$?
+  services_pid=""
+  cat "$services_log"
+  if [ "$services_status" -ne 0 ]; then
+    echo "services: scripts/services.sh up failed (exit $services_status)" >&2
+    exit "$services_status"
+  fi
 fi
 echo "== pytest (SPATE_TEST_SCALE=$SPATE_TEST_SCALE)"
 python -m pytest "$@"

@@ -34,9 +34,12 @@ def write_config(
     bounded: bool,
     name: str = "kafka-e2e",
     deserializer: Mapping[str, object] | None = None,
+    session_timeout_ms: int = 6000,
 ) -> Path:
     """The pipeline's JSON config; ``deserializer`` (a ``deserializer:`` section) decodes
-    the values before they reach the file sink."""
+    the values before they reach the file sink. The 6 s session outlasts the seconds of
+    latency some fault tests inject; a test that waits for sessions to expire and injects
+    no latency may shorten it."""
     extra = {"deserializer": dict(deserializer)} if deserializer is not None else {}
     path.write_text(
         json.dumps(
@@ -54,7 +57,7 @@ def write_config(
                         "stop_at": "end" if bounded else "never",
                         "consume_batch": 500,
                         "rdkafka": {
-                            "session.timeout.ms": 6000,
+                            "session.timeout.ms": session_timeout_ms,
                             "heartbeat.interval.ms": 500,
                             "topic.metadata.refresh.interval.ms": 2000,
                         },
@@ -140,7 +143,13 @@ class Streaming:
 
     @classmethod
     def start(
-        cls, bootstrap: str, tmp_path: Path, prefix: str, *, pipeline_bootstrap: str | None = None
+        cls,
+        bootstrap: str,
+        tmp_path: Path,
+        prefix: str,
+        *,
+        pipeline_bootstrap: str | None = None,
+        session_timeout_ms: int = 6000,
     ) -> Streaming:
         """Start producing; the pipelines of ``config`` connect to ``pipeline_bootstrap``
         (a fault proxy, say) when given, else to ``bootstrap`` like everything else."""
@@ -155,6 +164,7 @@ class Streaming:
             group=group,
             out=out,
             bounded=False,
+            session_timeout_ms=session_timeout_ms,
         )
         sampler = DeliverySampler(
             bootstrap, group, topic, producer.positions, lambda: read_keys(out)

@@ -30,6 +30,7 @@ from tests.kafka._pipeline import (
 from tests.support.delivery import wait_until
 from tests.support.scale import scaled
 from tests.support.services import (
+    SESSION_TIMEOUT_MS,
     committed_offsets,
     create_topic,
     end_offsets,
@@ -92,7 +93,7 @@ def test_rebalances_never_commit_ahead_of_the_file(kafka_bootstrap: str, tmp_pat
 def test_kill_9_three_times_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     """B1, B14: kill -9 mid-stream three times; all keys at least once; duplicates only
     for offsets at or after the commit the killed process had made."""
-    run = Streaming.start(kafka_bootstrap, tmp_path, "crash")
+    run = Streaming.start(kafka_bootstrap, tmp_path, "crash", session_timeout_ms=SESSION_TIMEOUT_MS)
     rng = random.Random(7)
     commits_at_kill: list[dict[int, int]] = []
     log = tmp_path / "run.log"
@@ -131,7 +132,9 @@ def test_b36_broker_crash_longer_than_the_session_keeps_the_group_running(
     longer than session.timeout.ms. Every member revokes while the broker is down, its
     commit on revocation cannot succeed, and it keeps running, rejoins and delivers:
     every key arrives and no commit ever passes the file."""
-    run = Streaming.start(kafka_bootstrap, tmp_path, "broker-crash")
+    run = Streaming.start(
+        kafka_bootstrap, tmp_path, "broker-crash", session_timeout_ms=SESSION_TIMEOUT_MS
+    )
     logs = [tmp_path / f"p{i}.log" for i in range(3)]
     procs = [start_pipeline(run.config, log) for log in logs]
     try:
@@ -142,7 +145,7 @@ def test_b36_broker_crash_longer_than_the_session_keeps_the_group_running(
         revoked_before = [revocations_logged(log) for log in logs]
         kill_kafka()
         try:
-            # Longer than session.timeout.ms (6s): every member's session expires.
+            # Longer than session.timeout.ms (3 s): every member's session expires.
             wait_until(
                 lambda: all(
                     revocations_logged(log) > before

@@ -235,19 +235,29 @@ def test_fetch_lag_names_a_partition_paused_behind_spates_back_only(
     try:
         # Batches of 10 from about 500 records a partition: partition 0 is far from its
         # end when its first batch arrives, and librdkafka knows its high watermark.
-        wait_until(
-            lambda: any(b.lane.partition == 0 for b in source.poll(0.1)),
-            120,
-            "a batch from partition 0",
-        )
+
+        def batch_from_partition_0() -> bool:
+            """Poll on while batches come (the other partitions' may all come first)."""
+            while batches := source.poll(0.1):
+                if any(b.lane.partition == 0 for b in batches):
+                    return True
+            return False
+
+        wait_until(batch_from_partition_0, 120, "a batch from partition 0")
         consumer = source._consumer
         assert consumer is not None
         consumer.pause([TopicPartition(topic, 0)])  # as librdkafka kept it across a rebalance
         source.pause([Lane(topic, 1)])  # spate's own pause: not a stall
+
+        def drained_with_lag() -> bool:
+            """Read the unpaused partitions until a poll brings nothing (batches of 10:
+            one poll per wait step would take a hundred steps), then look at the lag."""
+            while source.poll(0.1):
+                pass
+            return bool(source.fetch_lag().get(Lane(topic, 0)))
+
         wait_until(
-            lambda: not source.poll(0.1) and bool(source.fetch_lag().get(Lane(topic, 0))),
-            120,
-            "lag reported on the partition paused behind spate's back",
+            drained_with_lag, 120, "lag reported on the partition paused behind spate's back"
         )
         assert Lane(topic, 1) not in source.fetch_lag()
     finally:

@@ -17,6 +17,7 @@ from spate.records import Lane
 from spate_kafka import KafkaSource, KafkaSourceConfig
 
 from tests.support.services import (
+    SESSION_TIMEOUT_MS,
     create_topic,
     kill_kafka,
     produce_keyed,
@@ -75,7 +76,7 @@ def test_b35_async_commit_lost_in_a_broker_crash_is_counted_and_logged(
             "group_id": group,
             "commit_interval": "100ms",
             "statistics_interval": "0ms",
-            "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+            "rdkafka": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500},
         },
         "source.kafka",
     )

@@ -29,6 +29,7 @@ from tests.support.chfront_fixtures import ChFront, FrontFactory
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.scale import current_scale, scaled
 from tests.support.services import (
+    SESSION_TIMEOUT_MS,
     committed_offsets,
     create_topic,
     end_offsets,
@@ -87,7 +88,7 @@ def _config(
                 "group_id": group,
                 "commit_interval": "200ms",
                 "stop_at": "end" if bounded else "never",
-                "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+                "rdkafka": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500},
             }
         },
         "deserializer": {"json": {"framing": "single"}},
@@ -136,7 +137,7 @@ def test_b64_three_workers_survive_a_sigkill_and_drain_on_sigterm(
     log = tmp_path / "parent.log"
     parent = _spate(log, str(config), "--processes", "3")
     producer = PacedProducer(
-        kafka_bootstrap, topic, _records(count), count, seconds=40 * max(current_scale(), 0.5)
+        kafka_bootstrap, topic, _records(count), count, seconds=40 * max(current_scale(), 0.3)
     )
     sampler = DeliverySampler(
         kafka_bootstrap, group, topic, producer.positions, lambda: _held(front, "three_workers")

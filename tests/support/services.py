@@ -44,6 +44,9 @@ SERVICES_SCRIPT = REPO_ROOT / "scripts" / "services.sh"
 
 # Short timeouts: a service that is up answers in milliseconds.
 _PROBE_TIMEOUT = 5.0
+SESSION_TIMEOUT_MS = 3000
+"""The consumer session of pipelines whose test waits for sessions to expire (a SIGKILLed
+member holds its partitions until then; the local broker allows 1 s and up)."""
 _LOG_TAIL_LINES = 40
 
 

@@ -32,6 +32,7 @@ from tests.support.chfront_fixtures import FrontFactory
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.scale import current_scale, scaled
 from tests.support.services import (
+    SESSION_TIMEOUT_MS,
     committed_offsets,
     create_topic,
     end_offsets,
@@ -106,7 +107,7 @@ source:
     group_id: {group}
     stop_at: never
     commit_interval: 500ms
-    rdkafka: {{session.timeout.ms: 6000}}
+    rdkafka: {{session.timeout.ms: {SESSION_TIMEOUT_MS}}}
 sink:
   tee:
     sinks:
@@ -235,7 +236,7 @@ def test_b58_tee_to_clickhouse_and_kafka_survives_an_outage_and_kill_9_b1(
 
     records = ((b"e-%07d" % i, None, b"e-%07d" % i) for i in range(count))
     producer = PacedProducer(
-        kafka_bootstrap, topic, records, count, seconds=120 * max(current_scale(), 0.5)
+        kafka_bootstrap, topic, records, count, seconds=120 * max(current_scale(), 0.375)
     )
     sampler = DeliverySampler(kafka_bootstrap, group, topic, producer.positions, in_both)
     producer.start()
@@ -265,6 +266,7 @@ def test_b58_tee_to_clickhouse_and_kafka_survives_an_outage_and_kill_9_b1(
         wait_running(2)
         wait_for_progress("a commit after the restart")
         wait_until(lambda: producer.produced >= count * 0.7, 300, "70% produced")
+        assert producer.is_alive(), "the second kill must come while records still arrive"
         proc.send_signal(signal.SIGKILL)  # mid-stream, both branches up
         proc.wait(30)
         proc = start(config, log)

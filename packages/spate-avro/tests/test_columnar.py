@@ -10,6 +10,8 @@ every good payload's scalar fields decode to the reference values.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from typing import Any
 
 import fastavro
@@ -222,3 +224,26 @@ def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
             assert [(i, e.kind) for i, e in errors] == [(0, row_path.value.kind)]
     finally:
         deser.close()
+
+
+ROW_START = """
+import sys
+
+from spate_avro._factory import _columnar
+from spate_avro._schema import build_decoder, parse_schema_text
+from spate_datagen import storefront_schema_text
+
+writer = parse_schema_text(storefront_schema_text())
+decoder = _columnar(writer, None, build_decoder(writer, None))
+assert decoder is not None, "the storefront union decodes columnar"
+print(" ".join(sorted(m for m in ("jetliner", "polars") if m in sys.modules)))
+"""
+
+
+def test_building_the_columnar_decoder_imports_neither_polars_nor_jetliner() -> None:
+    """A row pipeline (the flagship) builds the columnar decoder it never uses: that costs
+    no polars import at start-up; the first columnar batch imports it (B28 above)."""
+    result = subprocess.run(
+        [sys.executable, "-c", ROW_START], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == []

@@ -21,6 +21,7 @@ frame per branch, each read against its branch's record schema.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -48,13 +49,12 @@ a ``__spate_row`` column, and ``(batch index, DeserError)`` for each bad datum."
 
 
 def columnar_available() -> bool:
-    """Whether the ``columnar`` extra (polars, jetliner) is importable."""
-    try:
-        import jetliner  # noqa: F401
-        import polars  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the ``columnar`` extra (polars, jetliner) is installed.
+
+    Looked up, not imported: a row pipeline builds the columnar decoder without using
+    it, and importing polars would cost every process start about half a second.
+    """
+    return all(importlib.util.find_spec(name) is not None for name in ("jetliner", "polars"))
 
 
 def _zigzag(n: int) -> bytes:
@@ -108,9 +108,8 @@ class _RecordReader:
     """Reads datums of one record schema into a DataFrame through a container file."""
 
     def __init__(self, record_schema: Any, check: DecodeFn, start: int, branch: bool) -> None:
-        import jetliner  # the columnar extra; imported here so the row path never needs it
-
-        self._read = jetliner.read_avro
+        self._read: Any = None
+        """jetliner's reader, imported by the first :meth:`read` (the row path never needs it)."""
         self._branch = branch
         self._header = _header(record_schema, branch)
         self._check = check
@@ -146,6 +145,10 @@ class _RecordReader:
         """
         import polars as pl
 
+        if self._read is None:
+            import jetliner  # the columnar extra
+
+            self._read = jetliner.read_avro
         if not datums:
             return None
         try:
