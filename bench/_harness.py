@@ -41,18 +41,27 @@ def compare(
     runs: int | None = None,
     warmup: bool = True,
     label: str = "ratio",
+    setup: Callable[[], None] | None = None,
 ) -> float:
-    """Run both sides interleaved and print the report; return the ratio of medians."""
+    """Run both sides interleaved and print the report; return the ratio of medians.
+
+    ``setup``, when given, runs before every run of either side and is not timed: what a
+    running system would already have (a destination's tables, say), not work per record.
+    """
     runs = runs if runs is not None else max(3, env_int("SPATE_BENCH_RUNS", 3))
     sides = {"framework": framework, "baseline": baseline}
     if warmup:
         for side in sides.values():
+            if setup is not None:
+                setup()
             side()
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     counts: dict[str, int] = {}
     for _ in range(runs):
         for name, side in sides.items():
+            if setup is not None:
+                setup()
             start, cpu_start = time.perf_counter(), time.process_time()
             counts[name] = side()
             times[name].append(time.perf_counter() - start)

@@ -204,3 +204,30 @@ def test_batches_hold_the_message_bytes_and_read_timestamps_only_when_asked_b97(
         assert second.timestamps == [105]
         assert len(reads) == 4
         assert [view.obj for view in first.payloads] == first.values
+
+
+def test_batches_read_keys_only_when_asked_b97(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message's key is read only when something asks for the batch's keys (the
+    columnar path never does unless its sink places rows by key), and then reads what
+    the message holds, for both forms of the split."""
+    reads: list[Message] = []
+    key = _source._message_key
+
+    def counted(message: Message) -> bytes | None:
+        reads.append(message)
+        return key(message)
+
+    monkeypatch.setattr(_source, "_message_key", counted)
+    messages = [
+        Message(topic=TOPIC, partition=p, offset=i, value=b"v", key=k, timestamp=(1, i))
+        for p, i, k in [(0, 0, b"a"), (0, 1, None), (1, 5, b"c"), (0, 2, b"d")]
+    ]
+    source = make_source({0, 1}, set(), None)
+    for split in (source._group, source._group_each):
+        reads.clear()
+        first, second = split(messages)
+        assert first.values == [b"v", b"v", b"v"]
+        assert not reads  # nothing asked for a key yet
+        assert first.keys == [b"a", None, b"d"]
+        assert second.keys == [b"c"]
+        assert len(reads) == 4

@@ -23,8 +23,8 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
 
 Each batch holds the ``bytes`` librdkafka returned as its values (a tombstone as
 ``b""``); its payload views (``memoryview(message.value())``, so ``view.obj`` gives the
-original object back without a copy) and its timestamps are built from the messages only
-when something reads them.
+original object back without a copy), its keys and its timestamps are built from the
+messages only when something reads them (the columnar path reads none of them).
 """
 
 from __future__ import annotations
@@ -68,14 +68,19 @@ _message_timestamp = Message.timestamp
 _second = itemgetter(1)
 
 # One partition's columns while a ``consume()`` result is split: offsets, values
-# (``None`` for a tombstone until the batch is built), keys and the messages themselves
-# (read again only for what a batch builds lazily).
-_Columns = tuple[list[int], list[bytes | None], list[bytes | None], list[Message]]
+# (``None`` for a tombstone until the batch is built) and the messages themselves (read
+# again only for what a batch builds lazily: keys, timestamps).
+_Columns = tuple[list[int], list[bytes | None], list[Message]]
 
 
 def _timestamps_of(messages: list[Message]) -> list[int]:
     """The timestamps (milliseconds) of ``messages``, for a batch that is asked for them."""
     return list(map(_second, map(_message_timestamp, messages)))
+
+
+def _keys_of(messages: list[Message]) -> list[bytes | None]:
+    """The keys of ``messages``, for a batch that is asked for them."""
+    return list(map(_message_key, messages))
 
 
 _EMPTY_ASSIGNMENT_SETTLE = 3.0
@@ -315,12 +320,12 @@ class KafkaSource:
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
         """Split one ``consume()`` result into a batch per partition (hot path).
 
-        Each field the batch needs at once (offset, partition, value, key) is read for
-        the whole result (``map`` over the message methods runs without a Python loop
-        turn per message); librdkafka hands out messages in runs of one partition, so
-        each run becomes slices of those columns. Values stay the ``bytes`` librdkafka
-        returned; their views and the timestamps are read from the messages only when
-        something asks (:meth:`PayloadBatch.lazy`). A result with an error, or a message
+        Each field the batch needs at once (offset, partition, value) is read for the
+        whole result (``map`` over the message methods runs without a Python loop turn
+        per message); librdkafka hands out messages in runs of one partition, so each
+        run becomes slices of those columns. Values stay the ``bytes`` librdkafka
+        returned; their views, the keys and the timestamps are read from the messages
+        only when something asks (:meth:`PayloadBatch.lazy`). A result with an error, or a message
         without an offset, goes through :meth:`_group_each`, the message-by-message form
         of the same split.
         """
@@ -332,7 +337,6 @@ class KafkaSource:
         offsets = cast("list[int]", read)
         partitions = cast("list[int]", list(map(_message_partition, messages)))
         values = cast("list[bytes | None]", list(map(_message_value, messages)))
-        keys = list(map(_message_key, messages))
         owned = self._assigned - self._revoked_in_call
         end_offsets = self._end_offsets
         lists: dict[int, _Columns] = {}
@@ -352,16 +356,14 @@ class KafkaSource:
                 part: _Columns = (
                     [offsets[i] for i in kept],
                     [values[i] for i in kept],
-                    [keys[i] for i in kept],
                     [messages[i] for i in kept],
                 )
             elif start == 0 and stop == len(messages):
-                part = (offsets, values, keys, messages)
+                part = (offsets, values, messages)
             else:
                 part = (
                     offsets[start:stop],
                     values[start:stop],
-                    keys[start:stop],
                     messages[start:stop],
                 )
             columns = lists.get(partition)
@@ -381,9 +383,8 @@ class KafkaSource:
         skip = False
         limit: int | None = None
         # Bound to the current partition's columns at the start of each run.
-        scratch: _Columns = ([], [], [], [])
-        add_offset, add_value = scratch[0].append, scratch[1].append
-        add_key, add_message = scratch[2].append, scratch[3].append
+        scratch: _Columns = ([], [], [])
+        add_offset, add_value, add_message = scratch[0].append, scratch[1].append, scratch[2].append
         for message in messages:
             error = message.error()
             if error is not None:
@@ -399,9 +400,9 @@ class KafkaSource:
                     continue
                 columns = lists.get(current)
                 if columns is None:
-                    columns = lists[current] = ([], [], [], [])
+                    columns = lists[current] = ([], [], [])
                 add_offset, add_value = columns[0].append, columns[1].append
-                add_key, add_message = columns[2].append, columns[3].append
+                add_message = columns[2].append
                 limit = end_offsets.get(current, 0) if end_offsets is not None else None
             elif skip:
                 continue
@@ -410,15 +411,14 @@ class KafkaSource:
                 continue
             add_offset(offset)
             add_value(message.value())
-            add_key(message.key())
             add_message(message)
         return self._batches(lists)
 
     def _batches(self, lists: dict[int, _Columns]) -> list[PayloadBatch]:
-        """One lazy batch per partition: timestamps and views are read when asked."""
+        """One lazy batch per partition: views, keys and timestamps are read when asked."""
         topic = self._topic
         batches = []
-        for partition, (offsets, values, keys, messages) in lists.items():
+        for partition, (offsets, values, messages) in lists.items():
             if not offsets:
                 continue
             try:
@@ -433,7 +433,7 @@ class KafkaSource:
                     first_offset=offsets[0],
                     next_offset=offsets[-1] + 1,
                     offsets=offsets,
-                    keys=keys,
+                    keys=partial(_keys_of, messages),
                     timestamps=partial(_timestamps_of, messages),
                     nbytes=nbytes,
                 )
