@@ -211,14 +211,19 @@ def take_rows(table: Any, rows: Sequence[int]) -> Any:
     return table.take(pa.array(rows, type=pa.int64()))
 
 
-def arrow_stream(tables: Sequence[Any]) -> bytes:
-    """One Arrow IPC stream of ``tables`` (same schema) for ``FORMAT ArrowStream``."""
+def arrow_stream(tables: Sequence[Any], compression: str | None = None) -> bytes:
+    """One Arrow IPC stream of ``tables`` (same schema) for ``FORMAT ArrowStream``.
+
+    ``compression`` (``"lz4"`` or ``"zstd"``) compresses the stream's buffers (Arrow IPC
+    buffer compression, which ClickHouse's Arrow reader decodes); ``None`` leaves them raw.
+    """
     import pyarrow as pa
 
     table = (
         tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
     )
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue()

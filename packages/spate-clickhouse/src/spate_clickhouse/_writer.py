@@ -264,6 +264,11 @@ class ClickHouseShardWriter:
         self._shard = shard
         self._client: Client | None = None
         self._lock = threading.Lock()
+        # ``compression`` covers Arrow inserts over HTTP too (B109); chDB reads in-process.
+        compression = connector.config.compression
+        self._stream_compression = (
+            None if endpoint.embedded or compression == "none" else compression
+        )
         # One insert context per worker thread, reused batch after batch (B105): a
         # clickhouse-connect InsertContext refers to itself (a bound method among its
         # attributes) and keeps the batch's columns, so one per batch is cyclic garbage
@@ -472,7 +477,7 @@ class ClickHouseShardWriter:
         if len(frames) == 1 and isinstance(frames[0], _EncodedStream):
             data = frames[0].data
         else:
-            data = arrow_stream(frames)
+            data = arrow_stream(frames, self._stream_compression)
             buffer.frames = [_EncodedStream(data, len(buffer))]  # a retry sends these bytes
         self._insert_stream(batch, data)
 

@@ -157,7 +157,8 @@ class ClickHouseSinkConfig:
     settings: dict[str, object] = field(default_factory=dict)
     """ClickHouse settings sent with every INSERT (scalars only)."""
     compression: Literal["lz4", "zstd", "none"] = "lz4"
-    """Compression of INSERT bodies over HTTP (``chdb://`` never compresses)."""
+    """Compression of INSERT bodies over HTTP: the native block on the row path, the Arrow
+    stream's buffers on the columnar path (``chdb://`` never compresses)."""
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     tls: ClickHouseTlsConfig = field(default_factory=ClickHouseTlsConfig)
     validate_schema: Literal["off", "names", "full"] = "names"
