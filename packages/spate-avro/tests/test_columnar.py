@@ -104,6 +104,17 @@ def reference(decode: Any, payloads: list[bytes]) -> tuple[set[int], dict[int, A
     return bad, good
 
 
+def columnar(parsed: Any, payloads: list[bytes]) -> tuple[Any, list[Any], list[Any]]:
+    """The row path's decode function, and the columnar frames and errors of ``payloads``."""
+    decode = build_decoder(parsed)
+    decoder = ColumnarAvroDecoder(parsed, decode)
+    try:
+        frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    finally:
+        decoder.close()
+    return decode, frames, errors
+
+
 def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
     """Whether ``payload`` is exactly how Avro writes the record it decodes to."""
     out = io.BytesIO()
@@ -117,12 +128,7 @@ def test_b28_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
     batch: tuple[Any, list[bytes], list[dict[str, Any]]],
 ) -> None:
     parsed, payloads, _records = batch
-    decode = build_decoder(parsed)
-    decoder = ColumnarAvroDecoder(parsed, decode)
-    try:
-        frames, errors = decoder.decode([memoryview(p) for p in payloads])
-    finally:
-        decoder.close()
+    decode, frames, errors = columnar(parsed, payloads)
     bad, good = reference(decode, payloads)
     refused = {i for i, _ in errors}
     # Beyond what the reference refuses, only payloads that are not canonical Avro (a
@@ -156,12 +162,7 @@ def test_b28_union_split_by_branch_keeps_bad_records_exact(cuts: list[tuple[int,
     for index, byte in cuts:
         p = payloads[index]
         payloads[index] = p[: byte % max(len(p), 1)] if byte % 2 else p + bytes([byte])
-    decode = build_decoder(STOREFRONT)
-    decoder = ColumnarAvroDecoder(STOREFRONT, decode)
-    try:
-        frames, errors = decoder.decode([memoryview(p) for p in payloads])
-    finally:
-        decoder.close()
+    decode, frames, errors = columnar(STOREFRONT, payloads)
     bad, good = reference(decode, payloads)
     assert {i for i, _ in errors} == bad
     for name, df in frames:
@@ -222,3 +223,29 @@ def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
             assert [(i, e.kind) for i, e in errors] == [(0, row_path.value.kind)]
     finally:
         deser.close()
+
+
+def test_b28_union_branch_index_of_two_bytes_is_read_back_and_checked() -> None:
+    """A union of 130 records: datums of branches 64 and 65 (a two-byte index whose first
+    byte is ``2 * index``) decode as columns; a datum whose two-byte index is past the
+    union (first byte that of branch 64) is refused exactly as the row path refuses it,
+    never read as branch 64 (B28); a valid index of 128 or more is a record error."""
+    union = [
+        {"type": "record", "name": f"E{i}", "fields": [{"name": "n", "type": "long"}]}
+        for i in range(130)
+    ]
+    parsed = fastavro.parse_schema(union)
+    payloads = []
+    for branch, n in [(0, 10), (64, 11), (65, 12), (64, 13), (129, 14)]:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, (f"E{branch}", {"n": n}))
+        payloads.append(out.getvalue())
+    past_union = b"\x80\x03" + payloads[1][2:]  # index 192: the union has 130 branches
+    payloads.insert(2, past_union)
+    decode, frames, errors = columnar(parsed, payloads)
+    bad, _ = reference(decode, payloads)
+    assert bad == {2}
+    assert [i for i, _ in errors] == [2, 5]
+    assert "128 or more" in str(errors[1][1])
+    rows = {name: df.select(ROW_COLUMN, "n").rows() for name, df in frames if name is not None}
+    assert rows == {"E0": [(0, 10)], "E64": [(1, 11), (4, 13)], "E65": [(3, 12)]}
