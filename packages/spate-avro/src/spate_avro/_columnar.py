@@ -21,20 +21,32 @@ as a leading column and checked like the sentinel.
 Per batch, the Python work is a few C-level passes, none per record: the payload views
 are joined once (each datum followed by its sentinel) into a pyarrow ``large_binary``
 array over that one buffer; the branch split, the gather of each branch's datums and the
-row indices are pyarrow kernels; each branch's block goes to one open file under
-``/dev/shm`` in one write (jetliner reads only from a path); the alignment checks are
-vectorized comparisons on the decoded columns.
+row indices are pyarrow kernels; each branch's block goes to one open scratch file in
+one write (jetliner reads only from a path); the alignment checks are vectorized
+comparisons on the decoded columns.
+
+Recovery from an abort (B98). A corrupt datum declaring a huge array or map count aborts
+the process inside jetliner (see ``spate_avro._scratch``). The batch file it was reading
+survives; the next decoder of the same schema adopts it and keeps the datums it held as
+suspects. While suspects exist, each batch's datums are checked against them (one
+C-level set operation); a batch holding one is decoded as the bad-datum fallback does,
+every datum checked with the reference decoder first, so the datum that aborted is the
+record error the row path gives. Suspects are dropped once seen. Each container says
+which read wrote it (the batch, the datums the reference accepted, or one datum alone):
+if the datums the reference accepted abort too, the next process reads them one at a
+time, and a datum that aborts alone is refused from then on. One abort per delivery of a
+poison datum is the cost; nothing is paid per record while no suspect is held.
 """
 
 from __future__ import annotations
 
 import array
-import contextlib
 import functools
+import itertools
 import json
+import logging
 import os
 import struct
-import tempfile
 import weakref
 from collections.abc import Sequence
 from operator import attrgetter
@@ -43,6 +55,10 @@ from typing import Any
 from spate import DeserError, DeserErrorKind
 
 from spate_avro._schema import DecodeFn, is_union, schema_name
+from spate_avro._scratch import Leftover, ScratchFile, dead_leftovers, scratch_dir, split
+from spate_avro._scratch import write_at_start as _write_all
+
+logger = logging.getLogger(__name__)
 
 ROW_COLUMN = "__spate_row"
 """The column holding each row's index in its source batch."""
@@ -51,6 +67,11 @@ BRANCH_COLUMN = "__spate_branch"
 _END = b"\xa5\x5a\xc3\x3c"
 _nbytes = attrgetter("nbytes")
 _SYNC = b"spate-columnar\x00\x01"
+_STAGES = 3
+"""What a container holds: 0 a batch, 1 the datums the reference decoder accepted, 2 one
+datum alone (written in the header, read back from a dead process's leftover)."""
+_QUIET_BATCHES = 1000
+"""Suspects not seen again within this many batches are dropped."""
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]]
 """``(frames, errors)``: ``(branch full name or None, polars DataFrame)`` per branch with
@@ -86,9 +107,10 @@ def _clean(schema: Any) -> Any:
     return schema
 
 
-def _header(record_schema: Any, branch: bool) -> bytes:
+def _header(record_schema: Any, branch: bool, stage: int) -> bytes:
     """The container header for a record schema with the sentinel field appended (and,
-    for a union branch, the branch index read as a leading ``int`` field)."""
+    for a union branch, the branch index read as a leading ``int`` field); ``stage``
+    says which read writes it (see ``_STAGES``)."""
     schema = dict(_clean(record_schema))
     lead = [{"name": BRANCH_COLUMN, "type": "int"}] if branch else []
     schema["fields"] = [
@@ -97,7 +119,7 @@ def _header(record_schema: Any, branch: bool) -> bytes:
         {"name": END_COLUMN, "type": {"type": "fixed", "name": "SpateEnd", "size": 4}},
     ]
     text = json.dumps(schema).encode()
-    meta = [(b"avro.schema", text), (b"avro.codec", b"null")]
+    meta = [(b"avro.schema", text), (b"avro.codec", b"null"), (b"spate.stage", b"%d" % stage)]
     parts = [b"Obj\x01", _zigzag(len(meta))]
     for key, value in meta:
         parts += [_zigzag(len(key)), key, _zigzag(len(value)), value]
@@ -105,19 +127,17 @@ def _header(record_schema: Any, branch: bool) -> bytes:
     return b"".join(parts)
 
 
-def _discard(fd: int, path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write ``data`` at the start of the (empty) file ``fd``."""
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], done)
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The zig-zag varint at ``pos`` and the position after it."""
+    value = shift = 0
+    while pos < len(data) and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+    raise ValueError("truncated varint")
 
 
 @functools.cache
@@ -173,43 +193,109 @@ def _body(framed: Any) -> memoryview:
     return memoryview(data)[first:last]
 
 
-def _shm_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _ends(framed: Any) -> memoryview:
+    """The offsets of a ``large_binary`` array's elements (``len + 1`` int64)."""
+    offsets = framed.buffers()[1]
+    return memoryview(offsets)[8 * framed.offset : 8 * (framed.offset + len(framed) + 1)]
+
+
+def _ends_of(datums: Sequence[Any]) -> bytes:
+    """The offsets of ``datums`` framed each with the sentinel."""
+    sizes = (len(datum) + len(_END) for datum in datums)
+    return array.array("q", itertools.accumulate(sizes, initial=0)).tobytes()
 
 
 class _RecordReader:
     """Reads datums of one record schema into a DataFrame through a container file."""
 
-    def __init__(self, record_schema: Any, check: DecodeFn, start: int, branch: int | None) -> None:
+    def __init__(
+        self, record_schema: Any, check: DecodeFn, start: int, branch: int | None, directory: str
+    ) -> None:
         import jetliner  # the columnar extra; imported here so the row path never needs it
 
         self._read = jetliner.read_avro
         self._branch = branch
         """The union branch index the datums start with (read back and checked), or None."""
-        self._header = _header(record_schema, branch is not None)
+        self._headers = [_header(record_schema, branch is not None, s) for s in range(_STAGES)]
         self._check = check
         self._start = start
-        fd, self._path = tempfile.mkstemp(prefix="spate-avro-", suffix=".avro", dir=_shm_dir())
-        self._fd = fd
+        self._suspects: list[set[bytes]] = [set() for _ in range(_STAGES)]
+        """Datums of a dead process's leftover, by the stage that left them (B98)."""
+        self._suspecting = False
+        self._quiet = 0
+        file = self._file = ScratchFile(directory)
         # Closed and removed on close, when collected, or at interpreter exit; emptied
-        # after each read, so a killed process leaves an empty file at most.
-        self._finalizer = weakref.finalize(self, _discard, fd, self._path)
+        # after each read, so a killed process leaves an empty file, or the batch it was
+        # reading when it died (recovered by the next decoder of this schema).
+        self._finalizer = weakref.finalize(self, file.close)
 
     def close(self) -> None:
         self._finalizer()
 
-    def _block(self, body: Any, count: int) -> Any:
-        """Read ``count`` datums whose framed bytes (each datum, then the sentinel) are
-        ``body``: one container block, written with one call to the open file."""
-        block = b"".join((self._header, _zigzag(count), _zigzag(len(body)), body, _SYNC))
-        try:
-            _write_all(self._fd, block)
-            return self._read(self._path, glob=False)
-        finally:
-            os.ftruncate(self._fd, 0)
+    def adopt(self, leftover: Leftover) -> bool:
+        """Take the datums of a dead process's leftover as suspects if it was written by a
+        reader of this schema; whether it was."""
+        content = leftover.content
+        for stage, header in enumerate(self._headers):
+            if not content.startswith(header):
+                continue
+            datums = None
+            try:
+                count, pos = _varint(content, len(header))
+                size, pos = _varint(content, pos)
+                if content[pos + size : pos + size + len(_SYNC)] == _SYNC:
+                    datums = split(content[pos : pos + size], leftover.ends, count, _END)
+            except ValueError:
+                pass
+            if datums is None:
+                logger.warning("a columnar Avro scratch file could not be split; deleted")
+            else:
+                logger.warning(
+                    "the columnar Avro reader died on a batch of %d datums (stage %d); "
+                    "they are checked with the reference decoder when they come again",
+                    len(datums),
+                    stage,
+                )
+                self._suspects[stage].update(datums)
+                self._suspecting = True
+            return True
+        return False
 
-    def _frame(self, datums: Sequence[Any]) -> Any:
-        return self._block(_END.join([*datums, b""]), len(datums))
+    def _block(self, body: Any, count: int, ends: Any, stage: int = 0) -> Any:
+        """Read ``count`` datums whose framed bytes (each datum, then the sentinel) are
+        ``body`` and end at the offsets ``ends``: one container block, written with one
+        call to the open file (after the offsets, to their own file)."""
+        block = b"".join((self._headers[stage], _zigzag(count), _zigzag(len(body)), body, _SYNC))
+        file = self._file
+        _write_all(file.ends_fd, ends)
+        try:
+            _write_all(file.fd, block)
+            return self._read(file.path, glob=False)
+        finally:
+            os.ftruncate(file.fd, 0)
+
+    def _frame(self, datums: Sequence[Any], stage: int) -> Any:
+        return self._block(_END.join([*datums, b""]), len(datums), _ends_of(datums), stage)
+
+    def _suspected(self, framed: Any) -> list[bytes] | None:
+        """The batch's datums if it holds a suspect (B98); None otherwise."""
+        datums = [element[: -len(_END)] for element in framed.to_pylist()]
+        if any(not suspects.isdisjoint(datums) for suspects in self._suspects):
+            self._quiet = 0
+            return datums
+        self._quiet += 1
+        if self._quiet >= _QUIET_BATCHES:
+            self._drop(None)
+        return None
+
+    def _drop(self, datums: list[bytes] | None) -> None:
+        """Forget suspects once seen (all of them when ``datums`` is None)."""
+        for suspects in self._suspects:
+            if datums is None:
+                suspects.clear()
+            else:
+                suspects.difference_update(datums)
+        self._suspecting = any(self._suspects)
 
     def read(self, framed: Any, rows: Any, errors: list[tuple[int, DeserError]]) -> Any:
         """DataFrame of the datums in ``framed`` with ``__spate_row`` = ``rows``.
@@ -222,8 +308,12 @@ class _RecordReader:
         count = len(framed)
         if not count:
             return None
+        if self._suspecting:
+            datums = self._suspected(framed)
+            if datums is not None:
+                return self._exact(framed, rows, 0, errors, datums)
         try:
-            df = self._block(_body(framed), count)
+            df = self._block(_body(framed), count, _ends(framed))
             first_bad = self._aligned(df)
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -235,18 +325,31 @@ class _RecordReader:
         return self._exact(framed, rows, first_bad, errors)
 
     def _exact(
-        self, framed: Any, rows: Any, first_bad: int, errors: list[tuple[int, DeserError]]
+        self,
+        framed: Any,
+        rows: Any,
+        first_bad: int,
+        errors: list[tuple[int, DeserError]],
+        datums: list[bytes] | None = None,
     ) -> Any:
         """From ``first_bad`` on, check every datum with the reference decoder, then read
-        only the datums it accepts."""
+        only the datums it accepts (a suspect that aborted a read of the accepted datums
+        alone, a suspect that aborted alone not at all)."""
         import polars as pl
 
-        datums = [element[: -len(_END)] for element in framed.to_pylist()]
+        if datums is None:
+            datums = [element[: -len(_END)] for element in framed.to_pylist()]
         indices = rows.to_list()
         kept_datums = datums[:first_bad]
         kept_rows = indices[:first_bad]
         check, start = self._check, self._start
+        _, alone, refused = self._suspects
+        lone: list[bytes] = []
+        lone_rows: list[int] = []
         for datum, row in zip(datums[first_bad:], indices[first_bad:], strict=True):
+            if datum in refused:
+                errors.append((row, _aborted()))
+                continue
             try:
                 check(datum, start)
             except DeserError as exc:
@@ -258,23 +361,33 @@ class _RecordReader:
             if self._branch is not None and _branch_index(datum) != self._branch:
                 errors.append((row, _unsupported_branch()))  # index 128 or more
                 continue
+            if datum in alone:
+                lone.append(datum)
+                lone_rows.append(row)
+                continue
             kept_datums.append(datum)
             kept_rows.append(row)
+        if self._suspecting:
+            self._drop(datums)
+        if lone:  # each read alone first: one that aborts is refused by the next process
+            lone, lone_rows = self._strict(lone, lone_rows, errors)
+            kept_datums += lone
+            kept_rows += lone_rows
         if not kept_datums:
             return None
         try:
-            df = self._frame(kept_datums)
+            df = self._frame(kept_datums, 1)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # a datum the lenient reference accepts, the reader refuses
             kept_datums, kept_rows = self._strict(kept_datums, kept_rows, errors)
             if not kept_datums:
                 return None
-            df = self._frame(kept_datums)
+            df = self._frame(kept_datums, 1)
         if self._aligned(df) != len(kept_datums):  # pragma: no cover - checked datums
             raise RuntimeError("datums the reference decoder accepts did not read back aligned")
         df.insert_column(df.width, pl.Series(ROW_COLUMN, kept_rows, dtype=pl.UInt32))
-        return df
+        return df.sort(ROW_COLUMN) if lone else df
 
     def _strict(
         self, datums: Sequence[Any], rows: Sequence[int], errors: list[tuple[int, DeserError]]
@@ -286,7 +399,7 @@ class _RecordReader:
         kept_rows: list[int] = []
         for datum, row in zip(datums, rows, strict=True):
             try:
-                self._frame([datum])
+                self._frame([datum], 2)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:
@@ -325,6 +438,14 @@ def _unsupported_branch() -> DeserError:
     )
 
 
+def _aborted() -> DeserError:
+    return DeserError(
+        "malformed Avro payload (reading it alone aborted the columnar reader in an "
+        "earlier process)",
+        DeserErrorKind.MALFORMED,
+    )
+
+
 def _malformed(exc: BaseException) -> DeserError:
     detail = f"{type(exc).__name__}: {exc}"[:200]
     return DeserError(f"malformed Avro payload ({detail})", DeserErrorKind.MALFORMED)
@@ -340,6 +461,7 @@ class ColumnarAvroDecoder:
     def __init__(self, writer: Any, check: DecodeFn) -> None:
         from fastavro.schema import expand_schema
 
+        directory = scratch_dir()
         expanded = expand_schema(writer)
         self._union = is_union(expanded)
         self._check = check
@@ -352,13 +474,20 @@ class ColumnarAvroDecoder:
                         f"columnar decoding needs record branches; branch {i} is "
                         f"{schema_name(branch)}"
                     )
-                self._readers.append(_RecordReader(branch, check, 0, i))
+                self._readers.append(_RecordReader(branch, check, 0, i, directory))
                 self._names.append(schema_name(branch))
         else:
             if not isinstance(expanded, dict) or expanded.get("type") != "record":
                 raise ValueError("columnar decoding needs a record schema or a union of records")
-            self._readers.append(_RecordReader(expanded, check, 0, None))
+            self._readers.append(_RecordReader(expanded, check, 0, None, directory))
             self._names.append(None)
+        self._adopt(directory)
+
+    def _adopt(self, directory: str) -> None:
+        """Take over the leftovers of dead processes written by readers of this schema."""
+        with dead_leftovers(directory) as leftovers:
+            for leftover, flags in leftovers:
+                flags[0] = any(reader.adopt(leftover) for reader in self._readers)
 
     def close(self) -> None:
         for reader in self._readers:
