@@ -34,7 +34,8 @@ from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
 pytest.importorskip("polars")
 pytest.importorskip("jetliner")
 
-from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+from spate_avro._columnar import _END, _SYNC, ROW_COLUMN, ColumnarAvroDecoder, _ends_of
+from spate_avro._scratch import write_at_start
 
 ROOT = Path(__file__).resolve().parents[3]
 ABORTED = (-6, 134)
@@ -380,3 +381,78 @@ def test_b28_union_branch_index_of_two_bytes_is_read_back_and_checked() -> None:
     assert "128 or more" in str(errors[1][1])
     rows = {name: df.select(ROW_COLUMN, "n").rows() for name, df in frames if name is not None}
     assert rows == {"E0": [(0, 10)], "E64": [(1, 11), (4, 13)], "E65": [(3, 12)]}
+
+
+GOOD = poison_batch()[:2] + poison_batch()[3:]
+
+
+def _die(decoder: ColumnarAvroDecoder, stage: int, datums: list[bytes]) -> None:
+    """Leave ``datums`` in the decoder's batch file as an owner killed while reading them
+    would (the lock released, the files kept), as written by read ``stage``."""
+    reader = decoder._readers[0]
+    body = b"".join(d + _END for d in datums)
+    block = b"".join(
+        (reader._headers[stage], _zigzag(len(datums)), _zigzag(len(body)), body, _SYNC)
+    )
+    file = reader._file
+    write_at_start(file.ends_fd, _ends_of(datums))
+    write_at_start(file.fd, block)
+    reader._finalizer.detach()
+    os.close(file.fd)
+    os.close(file.ends_fd)
+
+
+def _decoder() -> ColumnarAvroDecoder:
+    return ColumnarAvroDecoder(POISON_SCHEMA, build_decoder(POISON_SCHEMA))
+
+
+def _decode(decoder: ColumnarAvroDecoder, payloads: list[bytes]) -> tuple[list[int], list[int]]:
+    frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    rows = [r for _, df in frames for r in df.get_column(ROW_COLUMN).to_list()]
+    return rows, [i for i, _ in errors]
+
+
+def test_b98_a_live_owners_batch_file_is_never_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B98: a batch file whose owner still holds its lock is someone's read in progress."""
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))
+    alive = _decoder()
+    file = alive._readers[0]._file
+    write_at_start(file.fd, alive._readers[0]._headers[0] + b"\x02\x02\x00" + _SYNC)
+    other = _decoder()
+    try:
+        assert not other._readers[0]._suspecting
+        assert os.path.getsize(file.path) > 0
+    finally:
+        other.close()
+        alive.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_b98_leftovers_of_each_read_are_checked_read_alone_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B98: datums of a batch that aborted are checked with the reference decoder; datums
+    the reference accepted that aborted together are read one by one; a datum that
+    aborted alone is a record error without being read; once seen, the normal path is
+    back. A dead owner's leftover of another schema is left where it is."""
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))
+    stranger = ColumnarAvroDecoder(STOREFRONT, build_decoder(STOREFRONT))
+    dying = [_decoder() for _ in range(3)]
+    _die(stranger, 0, [b"\x00"])
+    _die(dying[0], 0, [GOOD[0], GOOD[1]])
+    _die(dying[1], 1, [GOOD[2]])
+    _die(dying[2], 2, [GOOD[3]])
+    decoder = _decoder()
+    try:
+        reader = decoder._readers[0]
+        assert [len(s) for s in reader._suspects] == [2, 1, 1]
+        assert [p.stat().st_size > 0 for p in tmp_path.glob("*.avro")].count(True) == 1
+        assert _decode(decoder, GOOD) == ([0, 1, 2], [3])
+        assert not reader._suspecting
+        assert _decode(decoder, GOOD) == ([0, 1, 2, 3], [])
+    finally:
+        decoder.close()
+        stranger.close()
+    assert sorted(p.suffix for p in tmp_path.iterdir() if p.stat().st_size) == [".avro", ".ends"]
