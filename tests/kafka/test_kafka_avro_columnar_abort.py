@@ -30,6 +30,8 @@ from tests.support.services import (
 pytest.importorskip("polars")
 pytest.importorskip("jetliner")
 
+from spate_avro._columnar import _zigzag
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,16 +46,6 @@ SCHEMA = {
         {"name": "s", "type": "string"},
     ],
 }
-
-
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _value(i: int) -> bytes:

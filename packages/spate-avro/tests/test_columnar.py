@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spate_avro._schema import build_decoder, parse_schema_text
-from spate_avro._scratch import SCRATCH_ENV
+from spate_avro._scratch import SCRATCH_ENV, write_at_start
 from spate_datagen import storefront_schema_text
 
 from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
@@ -34,8 +34,14 @@ from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
 pytest.importorskip("polars")
 pytest.importorskip("jetliner")
 
-from spate_avro._columnar import _END, _SYNC, ROW_COLUMN, ColumnarAvroDecoder, _ends_of
-from spate_avro._scratch import write_at_start
+from spate_avro._columnar import (
+    _END,
+    _SYNC,
+    ROW_COLUMN,
+    ColumnarAvroDecoder,
+    _ends_of,
+    _zigzag,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 ABORTED = (-6, 134)
@@ -206,16 +212,6 @@ def test_b28_b98_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
                 assert same, (name, row, expected)  # NaN equals NaN here
             elif isinstance(value, list):
                 assert row[name] == value
-
-
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 POISON_SCHEMA = fastavro.parse_schema(
