@@ -69,14 +69,17 @@ class ScratchFile:
 
     def __init__(self, directory: str) -> None:
         fd, temporary = tempfile.mkstemp(prefix=_NEW, suffix=_SUFFIX, dir=directory)
+        token = os.path.basename(temporary)[len(_NEW) :]
+        stem = os.path.join(directory, f"{_PREFIX}{os.getpid()}-{token}")
+        self.ends_path = stem[: -len(_SUFFIX)] + _ENDS
+        self.ends_fd = -1
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # before it gets a name scans see
-            token = os.path.basename(temporary)[len(_NEW) :]
-            stem = os.path.join(directory, f"{_PREFIX}{os.getpid()}-{token}")
-            self.ends_path = stem[: -len(_SUFFIX)] + _ENDS
             self.ends_fd = os.open(self.ends_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             os.rename(temporary, stem)
         except BaseException:
+            if self.ends_fd >= 0:
+                _discard(self.ends_fd, self.ends_path)
             _discard(fd, temporary)
             raise
         self.path = stem
