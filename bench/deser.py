@@ -20,8 +20,10 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
   runtime's own message-to-dict path) on the same ``bytes``.
 
 * Avro columnar (with ``spate[columnar]``): the same deserializer's
-  ``deserialize_batch`` (one polars DataFrame per union branch) on each 10,000-record
-  batch, against the same fastavro loop (target: 10x).
+  ``deserialize_batch`` (one polars DataFrame per union branch) on batches of the
+  flagship's ``consume_batch`` (20,000 records in ``examples/kafka_avro_to_clickhouse.yaml``),
+  against the same fastavro loop on the same batches (target: 10x). ``avro-columnar``
+  runs only this comparison; ``SPATE_BENCH_COLUMNAR_BATCH`` sets another batch size.
 * JSON columnar (with ``spate[columnar]``): spate-json's ``framing: single``
   ``deserialize_batch`` (one polars DataFrame per batch, pyarrow's JSON reader) on each
   10,000-record batch, against the same bare ``orjson.loads`` loop (which stops at
@@ -35,10 +37,11 @@ as a sink would after writing). Runs are interleaved, each side at least 3 times
 warm-up (``bench/_harness.py``); the script prints each side's median, ``ratio:``
 (framework throughput / baseline throughput; 1.0 = no overhead) and the peak RSS.
 Size with ``SPATE_BENCH_RECORDS`` (default 1,000,000) and ``SPATE_BENCH_RUNS``; name
-formats (``avro``, ``json``, ``protobuf``) to run only those::
+formats (``avro``, ``avro-columnar``, ``json``, ``protobuf``) to run only those::
 
     .venv/bin/python bench/deser.py
     .venv/bin/python bench/deser.py json
+    SPATE_BENCH_RUNS=5 .venv/bin/python bench/deser.py avro-columnar
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ import io
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import orjson
+import yaml
 from google.protobuf import (
     descriptor_pb2,
     descriptor_pool,
@@ -75,6 +80,14 @@ BATCH = 10_000
 """Decoded values held at once (what a sink buffers before a write)."""
 DISTINCT = 100_000
 """Distinct events encoded; larger runs pass over the same payloads again (less memory)."""
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def flagship_consume_batch() -> int:
+    """The flagship's ``source.kafka.consume_batch``: the messages a columnar decode call
+    gets at most in the pipeline (one ``consume()``, before the split by partition)."""
+    text = (ROOT / "examples" / "kafka_avro_to_clickhouse.yaml").read_text()
+    return int(yaml.safe_load(text)["source"]["kafka"].get("consume_batch", 5000))
 
 
 class _NoBudget:
@@ -189,7 +202,20 @@ def protobuf_side(events: list[Any], directory: Path) -> tuple[Path, Any, list[b
     return descriptor_set, cls, encoded
 
 
-FORMATS = ("avro", "json", "protobuf")
+def _batches(total: int, distinct: int, size: int) -> list[tuple[int, int]]:
+    """``(start, size)`` of each batch over the ``distinct`` payloads, ``total`` in all
+    (a batch never wraps around the end of the payloads)."""
+    out = []
+    done = 0
+    while done < total:
+        start = done % distinct
+        take = min(size, total - done, distinct - start)
+        out.append((start, take))
+        done += take
+    return out
+
+
+FORMATS = ("avro", "avro-columnar", "json", "protobuf")
 
 
 def main() -> None:
@@ -208,7 +234,9 @@ def main() -> None:
     # consumer's msg.value() is the hand-written loop's); the baseline gets the bytes.
     avro_views = [memoryview(p) for p in avro]
     json_views = [memoryview(p) for p in as_json]
-    batches = [(start % distinct, min(BATCH, total - start)) for start in range(0, total, BATCH)]
+    batches = _batches(total, distinct, BATCH)
+    columnar_size = env_int("SPATE_BENCH_COLUMNAR_BATCH", flagship_consume_batch())
+    columnar_batches = _batches(total, distinct, columnar_size)
     print(
         f"{total:,} storefront events ({distinct:,} distinct); "
         f"Avro {sum(map(len, avro)) / distinct:.1f} B/record, "
@@ -252,13 +280,18 @@ def main() -> None:
             del held
         return total
 
-    def avro_baseline() -> int:
-        read = fastavro.schemaless_reader
-        bytes_io = io.BytesIO
-        for start, size in batches:
-            held = [read(bytes_io(p), parsed, None, True) for p in avro[start : start + size]]
-            del held
-        return total
+    def fastavro_loop(sized: list[tuple[int, int]]) -> Callable[[], int]:
+        def baseline() -> int:
+            read = fastavro.schemaless_reader
+            bytes_io = io.BytesIO
+            for start, size in sized:
+                held = [read(bytes_io(p), parsed, None, True) for p in avro[start : start + size]]
+                del held
+            return total
+
+        return baseline
+
+    avro_baseline = fastavro_loop(batches)
 
     def json_framework() -> int:
         deserialize = json_deserialize
@@ -294,11 +327,12 @@ def main() -> None:
             avro_framework,
             avro_baseline,
         )
-    if "avro" in chosen and getattr(avro_deser, "columnar", None) is not None:
+    columnar = chosen & {"avro", "avro-columnar"}
+    if columnar and getattr(avro_deser, "columnar", None) is not None:
         deserialize_batch = avro_deser.deserialize_batch  # type: ignore[attr-defined]
 
         def avro_columnar() -> int:
-            for start, size in batches:
+            for start, size in columnar_batches:
                 held = deserialize_batch(avro_views[start : start + size])
                 if held[1]:
                     raise SystemExit(f"columnar decoding refused {len(held[1])} records")
@@ -306,9 +340,10 @@ def main() -> None:
             return total
 
         compare(
-            "avro columnar: deserialize_batch (polars frames) vs fastavro.schemaless_reader",
+            f"avro columnar: deserialize_batch (polars frames) vs fastavro.schemaless_reader, "
+            f"batches of {columnar_size:,}",
             avro_columnar,
-            avro_baseline,
+            fastavro_loop(columnar_batches),
         )
     if "json" in chosen:
         compare("json: spate-json single vs orjson.loads", json_framework, json_baseline)

@@ -10,8 +10,15 @@ every good payload's scalar fields decode to the reference values.
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -19,12 +26,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spate_avro._schema import build_decoder, parse_schema_text
+from spate_avro._scratch import SCRATCH_ENV, write_at_start
 from spate_datagen import storefront_schema_text
+
+from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
 
 pytest.importorskip("polars")
 pytest.importorskip("jetliner")
 
-from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+from spate_avro._columnar import (
+    _END,
+    _SYNC,
+    ROW_COLUMN,
+    ColumnarAvroDecoder,
+    _ends_of,
+    _zigzag,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+ABORTED = (-6, 134)
+"""Exit statuses of a process that aborted (SIGABRT)."""
 
 SCALARS: dict[str, Any] = {
     "long": st.integers(-(2**63), 2**63 - 1),
@@ -106,6 +127,17 @@ def reference(decode: Any, payloads: list[bytes]) -> tuple[set[int], dict[int, A
     return bad, good
 
 
+def columnar(parsed: Any, payloads: list[bytes]) -> tuple[Any, list[Any], list[Any]]:
+    """The row path's decode function, and the columnar frames and errors of ``payloads``."""
+    decode = build_decoder(parsed)
+    decoder = ColumnarAvroDecoder(parsed, decode)
+    try:
+        frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    finally:
+        decoder.close()
+    return decode, frames, errors
+
+
 def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
     """Whether ``payload`` is exactly how Avro writes the record it decodes to."""
     out = io.BytesIO()
@@ -113,37 +145,137 @@ def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
     return out.getvalue() == payload
 
 
+class ChildDecoder:
+    """A persistent child process that decodes batches as columns; restarted when a batch
+    aborts it (jetliner 0.2 aborts on a datum declaring a huge count, B98)."""
+
+    def __init__(self, scratch: Path) -> None:
+        self._scratch = scratch
+        self._pool: ProcessPoolExecutor | None = None
+
+    def run(self, schema: Any, payloads: list[bytes]) -> Outcome | None:
+        """The outcome, or None when the child died decoding the batch."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=set_scratch,
+                initargs=(str(self._scratch),),
+            )
+        try:
+            return self._pool.submit(outcome, schema, payloads).result()
+        except BrokenProcessPool:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+@pytest.fixture(scope="module")
+def child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildDecoder]:
+    decoder = ChildDecoder(tmp_path_factory.mktemp("scratch"))
+    yield decoder
+    decoder.close()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
-def test_b28_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
-    batch: tuple[Any, list[bytes], list[dict[str, Any]]],
+def test_b28_b98_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
+    child: ChildDecoder, batch: tuple[Any, list[bytes], list[dict[str, Any]]]
 ) -> None:
+    """The columnar decode runs in a child process: a corrupt datum that aborts the reader
+    kills the child, not pytest, and the same batch decoded again in a fresh child (the
+    same scratch directory) must then match the reference exactly (B98)."""
     parsed, payloads, _records = batch
-    decode = build_decoder(parsed)
-    decoder = ColumnarAvroDecoder(parsed, decode)
-    try:
-        frames, errors = decoder.decode([memoryview(p) for p in payloads])
-    finally:
-        decoder.close()
-    bad, good = reference(decode, payloads)
-    refused = {i for i, _ in errors}
+    result = child.run(parsed, payloads)
+    if result is None:
+        result = child.run(parsed, payloads)
+        assert result is not None, "the child aborted again on the batch it had aborted on"
+    rows, refused_rows = result
+    bad, good = reference(build_decoder(parsed), payloads)
+    refused = set(refused_rows)
     # Beyond what the reference refuses, only payloads that are not canonical Avro (a
     # boolean byte other than 0 or 1, which the reference reads leniently) are refused.
     assert bad <= refused
     for i in refused - bad:
         assert not _canonical(parsed, payloads[i], good[i]), payloads[i]
         del good[i]
-    rows = [r for _, df in frames for r in df.get_column(ROW_COLUMN).to_list()]
-    assert sorted(rows) == sorted(good)
-    for _, df in frames:
-        for row in df.to_dicts():
-            expected = good[row[ROW_COLUMN]]
-            for name, value in expected.items():
-                if isinstance(value, (int, str, bool, float)) or value is None:
-                    same = row[name] == value or (value != value and row[name] != row[name])
-                    assert same, (name, row, expected)  # NaN equals NaN here
-                elif isinstance(value, list):
-                    assert row[name] == value
+    assert sorted(row[ROW_COLUMN] for row in rows) == sorted(good)
+    for row in rows:
+        expected = good[row[ROW_COLUMN]]
+        for name, value in expected.items():
+            if isinstance(value, (int, str, bool, float)) or value is None:
+                same = row[name] == value or (value != value and row[name] != row[name])
+                assert same, (name, row, expected)  # NaN equals NaN here
+            elif isinstance(value, list):
+                assert row[name] == value
+
+
+POISON_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "P",
+        "fields": [
+            {"name": "a", "type": {"type": "array", "items": "long"}},
+            {"name": "s", "type": "string"},
+        ],
+    }
+)
+
+
+def poison_batch() -> list[bytes]:
+    """Good datums around one whose array declares six billion items."""
+    good = [
+        _zigzag(2) + _zigzag(i) + _zigzag(i + 1) + _zigzag(0) + _zigzag(1) + b"x" for i in range(4)
+    ]
+    poison = _zigzag(6_000_000_000) + _zigzag(1) + _zigzag(0) + _zigzag(1) + b"x"
+    return [good[0], good[1], poison, good[2], good[3]]
+
+
+def decode_in_subprocess(scratch: Path, work: Path, payloads: list[bytes]) -> tuple[int, Any]:
+    source, target = work / "in.pickle", work / "out.pickle"
+    source.write_bytes(pickle.dumps((POISON_SCHEMA, payloads)))
+    target.unlink(missing_ok=True)
+    env = {**os.environ, SCRATCH_ENV: str(scratch)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.avro_columnar_child", str(source), str(target)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    return done.returncode, pickle.loads(target.read_bytes()) if target.exists() else None
+
+
+def test_b98_a_datum_that_aborts_the_reader_is_a_record_error_in_the_next_process(
+    tmp_path: Path,
+) -> None:
+    """B98: the first process aborts inside jetliner on the poison datum (if it does not,
+    the test fails: the recovery would go unexercised); the next process with the same
+    scratch directory decodes the same batch to exactly fastavro's outcome and removes
+    the leftover."""
+    scratch = tmp_path / "scratch"
+    payloads = poison_batch()
+    status, _ = decode_in_subprocess(scratch, tmp_path, payloads)
+    assert status in ABORTED
+    assert sorted(p.suffix for p in scratch.iterdir() if p.stat().st_size) == [".avro", ".ends"]
+    status, result = decode_in_subprocess(scratch, tmp_path, payloads)
+    assert status == 0
+    rows, refused = result
+    bad, good = reference(build_decoder(POISON_SCHEMA), payloads)
+    assert bad == {2}
+    assert refused == [2]
+    assert [row[ROW_COLUMN] for row in rows] == sorted(good)
+    assert [{"a": row["a"], "s": row["s"]} for row in rows] == [good[i] for i in sorted(good)]
+    assert list(scratch.iterdir()) == []
+    # The leftover is gone once recovered: a fresh process meeting the poison again
+    # aborts again (one abort per delivery of a poison datum).
+    status, _ = decode_in_subprocess(scratch, tmp_path, payloads)
+    assert status in ABORTED
 
 
 STOREFRONT = parse_schema_text(storefront_schema_text())
@@ -158,12 +290,7 @@ def test_b28_union_split_by_branch_keeps_bad_records_exact(cuts: list[tuple[int,
     for index, byte in cuts:
         p = payloads[index]
         payloads[index] = p[: byte % max(len(p), 1)] if byte % 2 else p + bytes([byte])
-    decode = build_decoder(STOREFRONT)
-    decoder = ColumnarAvroDecoder(STOREFRONT, decode)
-    try:
-        frames, errors = decoder.decode([memoryview(p) for p in payloads])
-    finally:
-        decoder.close()
+    decode, frames, errors = columnar(STOREFRONT, payloads)
     bad, good = reference(decode, payloads)
     assert {i for i, _ in errors} == bad
     for name, df in frames:
@@ -224,6 +351,107 @@ def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
             assert [(i, e.kind) for i, e in errors] == [(0, row_path.value.kind)]
     finally:
         deser.close()
+
+
+def test_b28_union_branch_index_of_two_bytes_is_read_back_and_checked() -> None:
+    """A union of 130 records: datums of branches 64 and 65 (a two-byte index whose first
+    byte is ``2 * index``) decode as columns; a datum whose two-byte index is past the
+    union (first byte that of branch 64) is refused exactly as the row path refuses it,
+    never read as branch 64 (B28); a valid index of 128 or more is a record error."""
+    union = [
+        {"type": "record", "name": f"E{i}", "fields": [{"name": "n", "type": "long"}]}
+        for i in range(130)
+    ]
+    parsed = fastavro.parse_schema(union)
+    payloads = []
+    for branch, n in [(0, 10), (64, 11), (65, 12), (64, 13), (129, 14)]:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, (f"E{branch}", {"n": n}))
+        payloads.append(out.getvalue())
+    past_union = b"\x80\x03" + payloads[1][2:]  # index 192: the union has 130 branches
+    payloads.insert(2, past_union)
+    decode, frames, errors = columnar(parsed, payloads)
+    bad, _ = reference(decode, payloads)
+    assert bad == {2}
+    assert [i for i, _ in errors] == [2, 5]
+    assert "128 or more" in str(errors[1][1])
+    rows = {name: df.select(ROW_COLUMN, "n").rows() for name, df in frames if name is not None}
+    assert rows == {"E0": [(0, 10)], "E64": [(1, 11), (4, 13)], "E65": [(3, 12)]}
+
+
+GOOD = poison_batch()[:2] + poison_batch()[3:]
+
+
+def _die(decoder: ColumnarAvroDecoder, stage: int, datums: list[bytes]) -> None:
+    """Leave ``datums`` in the decoder's batch file as an owner killed while reading them
+    would (the lock released, the files kept), as written by read ``stage``."""
+    reader = decoder._readers[0]
+    body = b"".join(d + _END for d in datums)
+    block = b"".join(
+        (reader._headers[stage], _zigzag(len(datums)), _zigzag(len(body)), body, _SYNC)
+    )
+    file = reader._file
+    write_at_start(file.ends_fd, _ends_of(datums))
+    write_at_start(file.fd, block)
+    reader._finalizer.detach()
+    os.close(file.fd)
+    os.close(file.ends_fd)
+
+
+def _decoder() -> ColumnarAvroDecoder:
+    return ColumnarAvroDecoder(POISON_SCHEMA, build_decoder(POISON_SCHEMA))
+
+
+def _decode(decoder: ColumnarAvroDecoder, payloads: list[bytes]) -> tuple[list[int], list[int]]:
+    frames, errors = decoder.decode([memoryview(p) for p in payloads])
+    rows = [r for _, df in frames for r in df.get_column(ROW_COLUMN).to_list()]
+    return rows, [i for i, _ in errors]
+
+
+def test_b98_a_live_owners_batch_file_is_never_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B98: a batch file whose owner still holds its lock is someone's read in progress."""
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))
+    alive = _decoder()
+    file = alive._readers[0]._file
+    write_at_start(file.fd, alive._readers[0]._headers[0] + b"\x02\x02\x00" + _SYNC)
+    other = _decoder()
+    try:
+        assert not other._readers[0]._suspecting
+        assert os.path.getsize(file.path) > 0
+    finally:
+        other.close()
+        alive.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_b98_leftovers_of_each_read_are_checked_read_alone_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B98: datums of a batch that aborted are checked with the reference decoder; datums
+    the reference accepted that aborted together are read one by one; a datum that
+    aborted alone is a record error without being read; once seen, the normal path is
+    back. A dead owner's leftover of another schema is left where it is."""
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))
+    stranger = ColumnarAvroDecoder(STOREFRONT, build_decoder(STOREFRONT))
+    dying = [_decoder() for _ in range(3)]
+    _die(stranger, 0, [b"\x00"])
+    _die(dying[0], 0, [GOOD[0], GOOD[1]])
+    _die(dying[1], 1, [GOOD[2]])
+    _die(dying[2], 2, [GOOD[3]])
+    decoder = _decoder()
+    try:
+        reader = decoder._readers[0]
+        assert [len(s) for s in reader._suspects] == [2, 1, 1]
+        assert [p.stat().st_size > 0 for p in tmp_path.glob("*.avro")].count(True) == 1
+        assert _decode(decoder, GOOD) == ([0, 1, 2], [3])
+        assert not reader._suspecting
+        assert _decode(decoder, GOOD) == ([0, 1, 2, 3], [])
+    finally:
+        decoder.close()
+        stranger.close()
+    assert sorted(p.suffix for p in tmp_path.iterdir() if p.stat().st_size) == [".avro", ".ends"]
 
 
 ROW_START = """

@@ -15,33 +15,64 @@ are read as columns again. Bad datums come back as ``DeserError`` by batch index
 the skip/fail policy and the counters are those of the row path.
 
 A top-level union is split by branch index (the datum's first zig-zag varint) into one
-frame per branch, each read against its branch's record schema.
+frame per branch, each read against its branch's record schema with the index read back
+as a leading column and checked like the sentinel.
+
+Per batch, the Python work is a few C-level passes, none per record: the payload views
+are joined once (each datum followed by its sentinel) into a pyarrow ``large_binary``
+array over that one buffer; the branch split, the gather of each branch's datums and the
+row indices are pyarrow kernels; each branch's block goes to one open scratch file in
+one write (jetliner reads only from a path); the alignment checks are vectorized
+comparisons on the decoded columns.
+
+Recovery from an abort (B98). A corrupt datum declaring a huge array or map count aborts
+the process inside jetliner (see ``spate_avro._scratch``). The batch file it was reading
+survives; the next decoder of the same schema adopts it and keeps the datums it held as
+suspects. While suspects exist, each batch's datums are checked against them (one
+C-level set operation); a batch holding one is decoded as the bad-datum fallback does,
+every datum checked with the reference decoder first, so the datum that aborted is the
+record error the row path gives. Suspects are dropped once seen. Each container says
+which read wrote it (the batch, the datums the reference accepted, or one datum alone):
+if the datums the reference accepted abort too, the next process reads them one at a
+time, and a datum that aborts alone is refused from then on. One abort per delivery of a
+poison datum is the cost; nothing is paid per record while no suspect is held.
 """
 
 from __future__ import annotations
 
-import contextlib
+import array
+import functools
 import importlib.util
+import itertools
 import json
+import logging
 import os
-import tempfile
+import struct
 import weakref
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from spate import DeserError, DeserErrorKind
 
 from spate_avro._schema import DecodeFn, is_union, schema_name
+from spate_avro._scratch import Leftover, ScratchFile, dead_leftovers, scratch_dir, split
+from spate_avro._scratch import write_at_start as _write_all
+
+logger = logging.getLogger(__name__)
 
 ROW_COLUMN = "__spate_row"
 """The column holding each row's index in its source batch."""
 END_COLUMN = "__spate_end"
 BRANCH_COLUMN = "__spate_branch"
 _END = b"\xa5\x5a\xc3\x3c"
-_obj = attrgetter("obj")
 _nbytes = attrgetter("nbytes")
 _SYNC = b"spate-columnar\x00\x01"
+_STAGES = 3
+"""What a container holds: 0 a batch, 1 the datums the reference decoder accepted, 2 one
+datum alone (written in the header, read back from a dead process's leftover)."""
+_QUIET_BATCHES = 1000
+"""Suspects not seen again within this many batches are dropped."""
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]]
 """``(frames, errors)``: ``(branch full name or None, polars DataFrame)`` per branch with
@@ -76,9 +107,10 @@ def _clean(schema: Any) -> Any:
     return schema
 
 
-def _header(record_schema: Any, branch: bool) -> bytes:
+def _header(record_schema: Any, branch: bool, stage: int) -> bytes:
     """The container header for a record schema with the sentinel field appended (and,
-    for a union branch, the branch index read as a leading ``int`` field)."""
+    for a union branch, the branch index read as a leading ``int`` field); ``stage``
+    says which read writes it (see ``_STAGES``)."""
     schema = dict(_clean(record_schema))
     lead = [{"name": BRANCH_COLUMN, "type": "int"}] if branch else []
     schema["fields"] = [
@@ -87,7 +119,7 @@ def _header(record_schema: Any, branch: bool) -> bytes:
         {"name": END_COLUMN, "type": {"type": "fixed", "name": "SpateEnd", "size": 4}},
     ]
     text = json.dumps(schema).encode()
-    meta = [(b"avro.schema", text), (b"avro.codec", b"null")]
+    meta = [(b"avro.schema", text), (b"avro.codec", b"null"), (b"spate.stage", b"%d" % stage)]
     parts = [b"Obj\x01", _zigzag(len(meta))]
     for key, value in meta:
         parts += [_zigzag(len(key)), key, _zigzag(len(value)), value]
@@ -95,77 +127,232 @@ def _header(record_schema: Any, branch: bool) -> bytes:
     return b"".join(parts)
 
 
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The zig-zag varint at ``pos`` and the position after it."""
+    value = shift = 0
+    while pos < len(data) and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+    raise ValueError("truncated varint")
 
 
-def _shm_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+@functools.cache
+def _end_series() -> Any:
+    import polars as pl
+
+    return pl.Series([_END], dtype=pl.Binary)
+
+
+def _pack(payloads: Sequence[memoryview], prefix: int) -> Any:
+    """The batch framed in one buffer, each datum (after ``prefix`` bytes) followed by the
+    sentinel: a pyarrow ``large_binary`` array whose element ``i`` is payload ``i``'s
+    datum and sentinel. One join of the views and C loops; no Python turn per record."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(payloads)
+    body = _END.join([*payloads, b""])
+    offsets = _offsets(array.array("q", list(map(len, payloads))), count)
+    if offsets[count].as_py() != len(body):  # views of items wider than a byte
+        offsets = _offsets(array.array("q", list(map(_nbytes, payloads))), count)
+    framed = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), count, [None, offsets.buffers()[1], pa.py_buffer(body)]
+    )
+    if not prefix:
+        return framed
+    # An explicit stop: pyarrow 26 refuses ``binary_slice(..., start)`` without one.
+    return pc.binary_slice(framed, prefix, len(body))
+
+
+def _offsets(sizes: array.array[int], count: int) -> Any:
+    """Where each framed datum starts (and the last one ends): datum sizes plus the
+    sentinel's, summed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    framed = pc.add(pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(sizes)]), 4)
+    return pa.concat_arrays([_zero_offset(), pc.cumulative_sum(framed)])
+
+
+@functools.cache
+def _zero_offset() -> Any:
+    import pyarrow as pa
+
+    return pa.array([0], pa.int64())
+
+
+def _body(framed: Any) -> memoryview:
+    """The bytes of a ``large_binary`` array's elements (contiguous in its data buffer)."""
+    _, offsets, data = framed.buffers()
+    first = struct.unpack_from("q", offsets, 8 * framed.offset)[0]
+    last = struct.unpack_from("q", offsets, 8 * (framed.offset + len(framed)))[0]
+    return memoryview(data)[first:last]
+
+
+def _ends(framed: Any) -> memoryview:
+    """The offsets of a ``large_binary`` array's elements (``len + 1`` int64)."""
+    offsets = framed.buffers()[1]
+    return memoryview(offsets)[8 * framed.offset : 8 * (framed.offset + len(framed) + 1)]
+
+
+def _ends_of(datums: Sequence[Any]) -> bytes:
+    """The offsets of ``datums`` framed each with the sentinel."""
+    sizes = (len(datum) + len(_END) for datum in datums)
+    return array.array("q", itertools.accumulate(sizes, initial=0)).tobytes()
 
 
 class _RecordReader:
     """Reads datums of one record schema into a DataFrame through a container file."""
 
-    def __init__(self, record_schema: Any, check: DecodeFn, start: int, branch: bool) -> None:
+    def __init__(
+        self, record_schema: Any, check: DecodeFn, start: int, branch: int | None, directory: str
+    ) -> None:
         self._read: Any = None
-        """jetliner's reader, imported by the first :meth:`read` (the row path never needs it)."""
+        """jetliner's reader, imported by the first read (the row path never needs it)."""
         self._branch = branch
-        self._header = _header(record_schema, branch)
+        """The union branch index the datums start with (read back and checked), or None."""
+        self._headers = [_header(record_schema, branch is not None, s) for s in range(_STAGES)]
         self._check = check
         self._start = start
-        fd, self._path = tempfile.mkstemp(prefix="spate-avro-", suffix=".avro", dir=_shm_dir())
-        os.close(fd)
-        # Removed on close, when collected, or at interpreter exit; emptied after each
-        # read, so a killed process leaves an empty file at most.
-        self._finalizer = weakref.finalize(self, _unlink, self._path)
+        self._suspects: list[set[bytes]] = [set() for _ in range(_STAGES)]
+        """Datums of a dead process's leftover, by the stage that left them (B98)."""
+        self._suspecting = False
+        self._quiet = 0
+        file = self._file = ScratchFile(directory)
+        # Closed and removed on close, when collected, or at interpreter exit; emptied
+        # after each read, so a killed process leaves an empty file, or the batch it was
+        # reading when it died (recovered by the next decoder of this schema).
+        self._finalizer = weakref.finalize(self, file.close)
 
     def close(self) -> None:
         self._finalizer()
 
-    def _frame(self, datums: Sequence[Any]) -> Any:
-        body = _END.join(datums) + _END
-        with open(self._path, "wb") as out:
-            out.write(self._header)
-            out.write(_zigzag(len(datums)))
-            out.write(_zigzag(len(body)))
-            out.write(body)
-            out.write(_SYNC)
-        try:
-            return self._read(self._path, glob=False)
-        finally:
-            os.truncate(self._path, 0)
+    def adopt(self, leftover: Leftover) -> bool:
+        """Take the datums of a dead process's leftover as suspects if it was written by a
+        reader of this schema; whether it was."""
+        content = leftover.content
+        for stage, header in enumerate(self._headers):
+            if not content.startswith(header):
+                continue
+            datums = None
+            try:
+                count, pos = _varint(content, len(header))
+                size, pos = _varint(content, pos)
+                if content[pos + size : pos + size + len(_SYNC)] == _SYNC:
+                    datums = split(content[pos : pos + size], leftover.ends, count, _END)
+            except ValueError:
+                pass
+            if datums is None:
+                logger.warning("a columnar Avro scratch file could not be split; deleted")
+            else:
+                logger.warning(
+                    "the columnar Avro reader died on a batch of %d datums (stage %d); "
+                    "they are checked with the reference decoder when they come again",
+                    len(datums),
+                    stage,
+                )
+                self._suspects[stage].update(datums)
+                self._suspecting = True
+            return True
+        return False
 
-    def read(
-        self, datums: Sequence[Any], rows: Sequence[int], errors: list[tuple[int, DeserError]]
-    ) -> Any:
-        """DataFrame of ``datums`` (prefix already stripped) with ``__spate_row`` = ``rows``.
-
-        Bad datums are appended to ``errors`` and left out of the frame.
-        """
-        import polars as pl
-
+    def _block(self, body: Any, count: int, ends: Any, stage: int = 0) -> Any:
+        """Read ``count`` datums whose framed bytes (each datum, then the sentinel) are
+        ``body`` and end at the offsets ``ends``: one container block, written with one
+        call to the open file (after the offsets, to their own file)."""
+        block = b"".join((self._headers[stage], _zigzag(count), _zigzag(len(body)), body, _SYNC))
+        file = self._file
+        _write_all(file.ends_fd, ends)
         if self._read is None:
             import jetliner  # the columnar extra
 
             self._read = jetliner.read_avro
-        if not datums:
-            return None
         try:
-            df = self._frame(datums)
+            _write_all(file.fd, block)
+            return self._read(file.path, glob=False)
+        finally:
+            os.ftruncate(file.fd, 0)
+
+    def _frame(self, datums: Sequence[Any], stage: int) -> Any:
+        return self._block(_END.join([*datums, b""]), len(datums), _ends_of(datums), stage)
+
+    def _suspected(self, framed: Any) -> list[bytes] | None:
+        """The batch's datums if it holds a suspect (B98); None otherwise."""
+        datums = [element[: -len(_END)] for element in framed.to_pylist()]
+        if any(not suspects.isdisjoint(datums) for suspects in self._suspects):
+            self._quiet = 0
+            return datums
+        self._quiet += 1
+        if self._quiet >= _QUIET_BATCHES:
+            self._drop(None)
+        return None
+
+    def _drop(self, datums: list[bytes] | None) -> None:
+        """Forget suspects once seen (all of them when ``datums`` is None)."""
+        for suspects in self._suspects:
+            if datums is None:
+                suspects.clear()
+            else:
+                suspects.difference_update(datums)
+        self._suspecting = any(self._suspects)
+
+    def read(self, framed: Any, rows: Any, errors: list[tuple[int, DeserError]]) -> Any:
+        """DataFrame of the datums in ``framed`` with ``__spate_row`` = ``rows``.
+
+        ``framed`` is a pyarrow ``large_binary`` array, each element a datum (prefix
+        already stripped) followed by the sentinel; ``rows`` the polars ``UInt32`` Series
+        of their batch indices. Bad datums are appended to ``errors`` and left out of the
+        frame.
+        """
+        count = len(framed)
+        if not count:
+            return None
+        if self._suspecting:
+            datums = self._suspected(framed)
+            if datums is not None:
+                return self._exact(framed, rows, 0, errors, datums)
+        try:
+            df = self._block(_body(framed), count, _ends(framed))
             first_bad = self._aligned(df)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # the reader refused the block (a Rust panic is a BaseException)
             df, first_bad = None, 0
-        if df is not None and first_bad == len(datums):
-            df.insert_column(df.width, pl.Series(ROW_COLUMN, rows, dtype=pl.UInt32))
+        if df is not None and first_bad == count:
+            df.insert_column(df.width, rows)
             return df
-        # Check the rest with the reference decoder, then read only the datums it accepts.
-        kept_datums = list(datums[:first_bad])
-        kept_rows = list(rows[:first_bad])
+        return self._exact(framed, rows, first_bad, errors)
+
+    def _exact(
+        self,
+        framed: Any,
+        rows: Any,
+        first_bad: int,
+        errors: list[tuple[int, DeserError]],
+        datums: list[bytes] | None = None,
+    ) -> Any:
+        """From ``first_bad`` on, check every datum with the reference decoder, then read
+        only the datums it accepts (a suspect that aborted a read of the accepted datums
+        alone, a suspect that aborted alone not at all)."""
+        import polars as pl
+
+        if datums is None:
+            datums = [element[: -len(_END)] for element in framed.to_pylist()]
+        indices = rows.to_list()
+        kept_datums = datums[:first_bad]
+        kept_rows = indices[:first_bad]
         check, start = self._check, self._start
-        for datum, row in zip(datums[first_bad:], rows[first_bad:], strict=True):
+        _, alone, refused = self._suspects
+        lone: list[bytes] = []
+        lone_rows: list[int] = []
+        for datum, row in zip(datums[first_bad:], indices[first_bad:], strict=True):
+            if datum in refused:
+                errors.append((row, _aborted()))
+                continue
             try:
                 check(datum, start)
             except DeserError as exc:
@@ -174,23 +361,36 @@ class _RecordReader:
             except Exception as exc:
                 errors.append((row, _malformed(exc)))
                 continue
+            if self._branch is not None and _branch_index(datum) != self._branch:
+                errors.append((row, _unsupported_branch()))  # index 128 or more
+                continue
+            if datum in alone:
+                lone.append(datum)
+                lone_rows.append(row)
+                continue
             kept_datums.append(datum)
             kept_rows.append(row)
+        if self._suspecting:
+            self._drop(datums)
+        if lone:  # each read alone first: one that aborts is refused by the next process
+            lone, lone_rows = self._strict(lone, lone_rows, errors)
+            kept_datums += lone
+            kept_rows += lone_rows
         if not kept_datums:
             return None
         try:
-            df = self._frame(kept_datums)
+            df = self._frame(kept_datums, 1)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # a datum the lenient reference accepts, the reader refuses
             kept_datums, kept_rows = self._strict(kept_datums, kept_rows, errors)
             if not kept_datums:
                 return None
-            df = self._frame(kept_datums)
+            df = self._frame(kept_datums, 1)
         if self._aligned(df) != len(kept_datums):  # pragma: no cover - checked datums
             raise RuntimeError("datums the reference decoder accepts did not read back aligned")
         df.insert_column(df.width, pl.Series(ROW_COLUMN, kept_rows, dtype=pl.UInt32))
-        return df
+        return df.sort(ROW_COLUMN) if lone else df
 
     def _strict(
         self, datums: Sequence[Any], rows: Sequence[int], errors: list[tuple[int, DeserError]]
@@ -202,7 +402,7 @@ class _RecordReader:
         kept_rows: list[int] = []
         for datum, row in zip(datums, rows, strict=True):
             try:
-                self._frame([datum])
+                self._frame([datum], 2)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:
@@ -213,13 +413,40 @@ class _RecordReader:
         return kept, kept_rows
 
     def _aligned(self, df: Any) -> int:
-        """Drop the helper columns; return how many leading rows ended on the sentinel."""
-        ends = df.drop_in_place(END_COLUMN)
-        if self._branch:
-            df.drop_in_place(BRANCH_COLUMN)
-        if ends.n_unique() == 1 and ends[0] == _END:
-            return int(ends.len())
-        return next(i for i, end in enumerate(ends.to_list()) if end != _END)
+        """Drop the helper columns; return how many leading rows ended on the sentinel
+        and, in a union, started with this branch's index (vectorized comparisons)."""
+        wrong = df.drop_in_place(END_COLUMN) != _end_series()
+        if self._branch is not None:
+            wrong |= df.drop_in_place(BRANCH_COLUMN) != self._branch
+        if not wrong.any():
+            return int(wrong.len())
+        return int(wrong.arg_true()[0])
+
+
+def _branch_index(datum: bytes) -> int:
+    """The union branch index a datum starts with (a zig-zag varint)."""
+    value = shift = 0
+    for byte in datum:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    return (value >> 1) ^ -(value & 1)
+
+
+def _unsupported_branch() -> DeserError:
+    return DeserError(
+        "a union branch index of 128 or more is not supported on the columnar path",
+        DeserErrorKind.MALFORMED,
+    )
+
+
+def _aborted() -> DeserError:
+    return DeserError(
+        "malformed Avro payload (reading it alone aborted the columnar reader in an "
+        "earlier process)",
+        DeserErrorKind.MALFORMED,
+    )
 
 
 def _malformed(exc: BaseException) -> DeserError:
@@ -237,6 +464,7 @@ class ColumnarAvroDecoder:
     def __init__(self, writer: Any, check: DecodeFn) -> None:
         from fastavro.schema import expand_schema
 
+        directory = scratch_dir()
         expanded = expand_schema(writer)
         self._union = is_union(expanded)
         self._check = check
@@ -249,13 +477,20 @@ class ColumnarAvroDecoder:
                         f"columnar decoding needs record branches; branch {i} is "
                         f"{schema_name(branch)}"
                     )
-                self._readers.append(_RecordReader(branch, check, 0, True))
+                self._readers.append(_RecordReader(branch, check, 0, i, directory))
                 self._names.append(schema_name(branch))
         else:
             if not isinstance(expanded, dict) or expanded.get("type") != "record":
                 raise ValueError("columnar decoding needs a record schema or a union of records")
-            self._readers.append(_RecordReader(expanded, check, 0, False))
+            self._readers.append(_RecordReader(expanded, check, 0, None, directory))
             self._names.append(None)
+        self._adopt(directory)
+
+    def _adopt(self, directory: str) -> None:
+        """Take over the leftovers of dead processes written by readers of this schema."""
+        with dead_leftovers(directory) as leftovers:
+            for leftover, flags in leftovers:
+                flags[0] = any(reader.adopt(leftover) for reader in self._readers)
 
     def close(self) -> None:
         for reader in self._readers:
@@ -263,26 +498,21 @@ class ColumnarAvroDecoder:
 
     def decode(self, payloads: Sequence[memoryview], prefix: int = 0) -> DecodedFrames:
         """Frames and errors for ``payloads`` (each datum after ``prefix`` bytes)."""
+        import polars as pl
+
         errors: list[tuple[int, DeserError]] = []
-        datums: list[Any] = list(map(_obj, payloads))
-        # Whole-object views (each Kafka message's value) give their bytes without a copy;
-        # a view that is a slice of a larger buffer is longer as its object. Both sums
-        # are C loops (``len`` of a byte view is its size): no Python turn per record.
-        if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
-            map(_nbytes, payloads)
-        ):
-            datums = [bytes(v) for v in payloads]  # views that are slices of larger buffers
-        if prefix:
-            datums = [d[prefix:] for d in datums]
         frames: list[tuple[str | None, Any]] = []
+        if not payloads:
+            return frames, errors
+        framed = _pack(payloads, prefix)
         if not self._union:
-            df = self._readers[0].read(datums, range(len(datums)), errors)
+            rows = pl.int_range(0, len(framed), dtype=pl.UInt32, eager=True).alias(ROW_COLUMN)
+            df = self._readers[0].read(framed, rows, errors)
             if df is not None:
                 frames.append((None, df))
             errors.sort(key=_first)
             return frames, errors
-        for index, rows in self._split(datums, errors):
-            picked = [datums[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows)(datums))
+        for index, picked, rows in self._split(framed, payloads, prefix, errors):
             df = self._readers[index].read(picked, rows, errors)
             if df is not None:
                 frames.append((self._names[index], df))
@@ -290,43 +520,50 @@ class ColumnarAvroDecoder:
         return frames, errors
 
     def _split(
-        self, datums: list[Any], errors: list[tuple[int, DeserError]]
-    ) -> list[tuple[int, list[int]]]:
-        """Row indices per branch, by the first byte (a one-byte zig-zag branch index);
-        any other first byte (or an empty datum) goes to the reference decoder."""
+        self,
+        framed: Any,
+        payloads: Sequence[memoryview],
+        prefix: int,
+        errors: list[tuple[int, DeserError]],
+    ) -> list[tuple[int, Any, Any]]:
+        """``(branch, its framed datums, their batch indices)`` per branch, by the first
+        byte of the branch index, all vectorized; any other first byte (an empty datum's
+        is the sentinel's) goes to the reference decoder."""
+        import polars as pl
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        count = len(self._readers)
-        if all(datums):
-            heads = bytes(map(itemgetter(0), datums))
-        else:
-            heads = bytes(d[0] if d else 0xFF for d in datums)
-        arr = pa.Array.from_buffers(pa.uint8(), len(heads), [None, pa.py_buffer(heads)])
-        groups: list[tuple[int, list[int]]] = []
-        known = None
-        for index in range(count):
-            mask = pc.equal(arr, 2 * index)
-            known = mask if known is None else pc.or_(known, mask)
-            rows = pc.indices_nonzero(mask).to_pylist()
-            if rows:
-                groups.append((index, rows))
-        if known is not None and not pc.all(known).as_py():
+        count = len(framed)
+        # Every framed datum holds at least the sentinel: its first bytes are ``count`` bytes.
+        firsts = pc.binary_slice(framed, 0, 1)
+        heads = pa.Array.from_buffers(pa.uint8(), count, [None, pa.py_buffer(_body(firsts))])
+        groups: list[tuple[int, Any, Any]] = []
+        placed = 0
+        # A branch index is one zig-zag varint; its first byte is 2 * index for the first
+        # 128 branches (two bytes from index 64 on: the branch column read back tells).
+        branches = min(len(self._readers), 128)
+        for index in range(branches):
+            picked = pc.indices_nonzero(pc.equal(heads, 2 * index))
+            if not len(picked):
+                continue
+            placed += len(picked)
+            rows = pl.Series(ROW_COLUMN, picked.cast(pa.uint32()))
+            groups.append((index, framed if len(picked) == count else framed.take(picked), rows))
+        if placed != count:
+            known = pc.and_(pc.less(heads, 2 * branches), pc.equal(pc.bit_wise_and(heads, 1), 0))
             for row in pc.indices_nonzero(pc.invert(known)).to_pylist():
-                errors.append((row, self._refuse(datums[row])))
+                errors.append((row, self._refuse(bytes(payloads[row])[prefix:])))
         return groups
 
     def _refuse(self, datum: Any) -> DeserError:
-        """Why the reference decoder refuses a datum whose branch index is not one byte."""
+        """Why the reference decoder refuses a datum no branch reader takes."""
         try:
             self._check(datum, 0)
         except DeserError as exc:
             return exc
         except Exception as exc:
             return _malformed(exc)
-        return DeserError(
-            "a union branch index longer than one byte is not supported on the columnar path"
-        )
+        return _unsupported_branch()
 
 
 def _first(item: tuple[int, DeserError]) -> int:

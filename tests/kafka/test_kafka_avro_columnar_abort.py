@@ -1,0 +1,127 @@
+"""A datum that aborts the columnar Avro reader, on the real broker (B98, B28).
+
+jetliner 0.2 aborts the process on an Avro datum whose array declares billions of items.
+A topic holds good records and one such datum; a columnar pipeline (``on_error: skip``,
+a local Parquet sink) reads it and dies with SIGABRT. Restarted with the same scratch
+directory, it delivers every good record, counts the poison as a skipped record error
+(as the row path would) and commits past it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from spate_avro._scratch import SCRATCH_ENV
+
+from tests.support.services import (
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    produce_keyed,
+    unique_name,
+)
+
+pytest.importorskip("polars")
+pytest.importorskip("jetliner")
+
+from spate_avro._columnar import _zigzag
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNT = 3000
+POISON = 1700
+SCHEMA = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "xs", "type": {"type": "array", "items": "long"}},
+        {"name": "s", "type": "string"},
+    ],
+}
+
+
+def _value(i: int) -> bytes:
+    """Event ``i``; the poison declares six billion array items."""
+    if i == POISON:
+        return _zigzag(i) + _zigzag(6_000_000_000) + _zigzag(1) + _zigzag(0) + _zigzag(1) + b"x"
+    return _zigzag(i) + _zigzag(1) + _zigzag(i) + _zigzag(0) + _zigzag(2) + b"ok"
+
+
+def _run(config: Path, scratch: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.kafka._avro_abort_runner", str(config)],
+        cwd=ROOT,
+        env={**os.environ, SCRATCH_ENV: str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _written_ids(lake: Path) -> list[int]:
+    ids: list[int] = []
+    for path in sorted(lake.rglob("*.parquet")):
+        ids += pq.read_table(path).column("id").to_pylist()
+    return ids
+
+
+def test_b98_restarted_pipeline_skips_the_datum_that_aborted_the_reader(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic, group = unique_name("avro-abort"), unique_name("avro-abort-g")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_keyed(kafka_bootstrap, topic, COUNT, value=_value, partition=0)
+    lake, scratch = tmp_path / "lake", tmp_path / "scratch"
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": "avro-abort"},
+                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
+                "admin": {"listen": "none"},
+                "source": {
+                    "kafka": {
+                        "brokers": kafka_bootstrap,
+                        "topic": topic,
+                        "group_id": group,
+                        "commit_interval": "200ms",
+                        "stop_at": "end",
+                        "consume_batch": 200,
+                    }
+                },
+                "deserializer": {
+                    "avro": {
+                        "mode": "raw",
+                        "schema": {"inline": json.dumps(SCHEMA)},
+                        "on_error": "skip",
+                    }
+                },
+                "sink": {
+                    "parquet": {
+                        "path": str(lake),
+                        "schema": {"id": "int64", "s": "string"},
+                        "max_records": 500,
+                    }
+                },
+            }
+        )
+    )
+    first = _run(config, scratch)
+    assert first.returncode in (-6, 134), (first.returncode, first.stderr[-3000:])
+    assert any(p.stat().st_size for p in scratch.glob("*.avro")), "no leftover survived"
+    second = _run(config, scratch)
+    assert second.returncode == 0, second.stderr[-3000:]
+    outcome = json.loads(second.stdout.strip().splitlines()[-1])
+    assert outcome["deser"].get("skipped") == 1, outcome
+    assert set(_written_ids(lake)) == set(range(COUNT)) - {POISON}
+    assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
+    assert not any(p.stat().st_size for p in scratch.glob("*.avro"))
