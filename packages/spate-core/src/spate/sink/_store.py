@@ -98,8 +98,9 @@ class SpoolStore(Protocol):
     """A durable, ordered store of batches of encoded records.
 
     Called by the spool tier: :meth:`recover` once before anything else, then
-    :meth:`append` and :meth:`sync` on the pipeline thread; :meth:`release` from sink
-    worker threads. Implementations must be thread-safe.
+    :meth:`append` and :meth:`sync` on the spool's writer thread (one at a time, in
+    order); :meth:`release` from sink worker threads and :meth:`collect` from the
+    pipeline thread. Implementations must be thread-safe.
     """
 
     def recover(self) -> list[StoredBatch]:
