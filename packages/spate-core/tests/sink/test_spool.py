@@ -1207,3 +1207,32 @@ def test_b57_a_failed_background_write_leaves_the_batch_unacked_and_pauses_intak
     assert first.status is AckStatus.DELIVERED and later.status is AckStatus.DELIVERED
     assert spool.flush(clock.monotonic() + 60)
     assert script.rows == [b"a", b"b", b"c"]
+
+
+def test_b54_b7_the_store_answers_held_bytes_while_an_fsync_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B54, B7: the JSONL store's fsync does not hold its lock, so the pipeline thread's
+    ``max_bytes`` check (``held_bytes``) and releases from sink threads do not wait for
+    the writer thread's fsync."""
+    import spate.sink._store as store_module
+
+    entered, gate = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        entered.set()
+        assert gate.wait(60), "the test never opened the gate"
+        real_fsync(fd)
+
+    store = JsonlStore(str(tmp_path))
+    store.recover()
+    store.append([b"record"])
+    monkeypatch.setattr(store_module.os, "fsync", slow_fsync)
+    synced, _ = _in_thread(store.sync)
+    assert entered.wait(60)
+    answered, held = _in_thread(store.held_bytes)
+    assert answered.wait(60), "held_bytes waited for the fsync"
+    assert held[0] > 0 and not synced.is_set()
+    gate.set()
+    assert synced.wait(60)

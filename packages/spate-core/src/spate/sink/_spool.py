@@ -7,9 +7,10 @@ drain; it is encoded (``bytes`` rows all at once then, other rows one by one as 
 offered, so a row that cannot be spooled is refused at once) and queued for the spool's
 writer thread, which appends batches in the order they sealed and makes them durable
 (``fsync: batch`` — after appending what was queued, so batches sealed during one fsync
-share the next; ``fsync: segment`` — on segment rotation and every tick) while the pipeline thread goes on filling the next batch. At most ``_QUEUED``
-sealed batches wait for it (sealing another waits); a tick, flush or drain waits until
-every queued batch is written and synced. Only once its fsync returned:
+share the next; ``fsync: segment`` — on segment rotation and every tick) while the
+pipeline thread goes on filling the next batch. At most ``_QUEUED`` sealed batches wait
+for it (sealing another waits); a tick, flush or drain waits until every queued batch is
+written and synced. Only once its fsync returned:
 
 * with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
   while the terminal lags);
