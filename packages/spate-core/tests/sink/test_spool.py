@@ -9,9 +9,11 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -436,6 +438,7 @@ def test_b57_over_max_bytes_the_spool_refuses_then_resumes(tmp_path: Path) -> No
     assert spool.held_bytes() >= 800
     script.always("ok")
     spool._clock.advance(1)  # type: ignore[attr-defined]
+    spool.tick()  # the writes in flight return; their batches go to the terminal
     spool.next.tick()
     spool.next.flush(spool._clock.monotonic() + 1e9)  # type: ignore[attr-defined]
     assert spool.offer({"i": "again"}, None, LANE, acks.new()) is Offer.ACCEPTED
@@ -1039,3 +1042,197 @@ def test_b102_a_run_refused_for_now_is_offered_again_not_prepared_again(tmp_path
     assert bulk.preparations == 1 and bulk.calls == [2]
     assert script.rows == [b"a", b"b"]
     assert ack.status is AckStatus.FAILED
+
+
+# -- the write and fsync off the pipeline thread (B54, B57, B40) ----------------------------
+
+
+class _GatedStore(JsonlStore):
+    """A store whose appends or fsyncs wait for the test to open a gate (a slow disk)."""
+
+    def __init__(self, directory: str, *, gate: Literal["append", "sync"]) -> None:
+        super().__init__(directory)
+        self.gate = gate
+        self.entered = threading.Event()
+        self.open = threading.Event()
+        self.returned = threading.Event()
+
+    def _wait(self, step: str) -> None:
+        if step == self.gate:
+            self.entered.set()
+            assert self.open.wait(60), "the test never opened the gate"
+
+    def append(self, records: Sequence[bytes]) -> BatchRef:
+        self._wait("append")
+        return super().append(records)
+
+    def sync(self) -> None:
+        self._wait("sync")
+        super().sync()
+        if self.gate == "sync":
+            self.returned.set()
+
+
+def _gated(
+    tmp_path: Path, gate: Literal["append", "sync"], **cfg: object
+) -> tuple[SpoolTier, _GatedStore, CaptureScript]:
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _GatedStore(str(tmp_path), gate=gate)
+    config = SpoolConfig(dir=str(tmp_path), **cfg)  # type: ignore[arg-type]
+    spool = SpoolTier(
+        "s", config, terminal, store, meter=Meter("p", CollectorRegistry()), clock=clock
+    )
+    return spool, store, script
+
+
+def _in_thread(work: Callable[[], object]) -> tuple[threading.Event, list[object]]:
+    """Run ``work`` on a thread; the event is set once it returned (with its result)."""
+    done = threading.Event()
+    result: list[object] = []
+
+    def run() -> None:
+        result.append(work())
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done, result
+
+
+def test_b54_an_ack_resolves_only_after_its_fsync_returned_and_intake_goes_on_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """B54: the fsync runs off the pipeline thread — while it is blocked the spool keeps
+    taking rows, and the ack of the batch being synced stays unresolved until the fsync
+    returned (``ack: spooled``)."""
+    spool, store, script = _gated(tmp_path, "sync", ack="spooled", max_records=3)
+    spool.start()
+    acks = Acks()
+    first = offer_batch(spool, acks, [b"a", b"b", b"c"])  # fills the batch: it seals
+    assert store.entered.wait(60)
+    # The pipeline thread is not held by the fsync: the next rows go into a new batch.
+    offered, _ = _in_thread(lambda: offer_batch(spool, acks, [b"d", b"e"]))
+    assert offered.wait(60), "an offer waited for another batch's fsync"
+    assert first.status is AckStatus.PENDING  # fsync has not returned
+    assert not store.returned.is_set()
+    store.open.set()
+    spool.tick()  # waits for the writes in flight, syncs the open batch
+    assert store.returned.is_set()
+    assert first.status is AckStatus.DELIVERED
+    assert spool.flush(ManualClock().monotonic() + 1e9)
+    assert script.rows == [b"a", b"b", b"c", b"d", b"e"]  # the order of the offers
+
+
+def test_b57_b7_bytes_not_yet_written_count_toward_max_bytes(tmp_path: Path) -> None:
+    """B57, B7: sealed batches waiting for the background write count toward
+    ``max_bytes``: while the disk is stuck the spool refuses rows (the source pauses)
+    instead of holding ever more batches in memory or blocking the pipeline thread."""
+    spool, store, _ = _gated(
+        tmp_path, "append", ack="spooled", max_records=10, segment_bytes=400, max_bytes=800
+    )
+    spool.start()
+    ack = Acks().new()
+
+    def offer_until_refused() -> int:
+        for i in range(1000):
+            if spool.offer({"i": i, "pad": "x" * 20}, None, LANE, ack) is Offer.REJECTED:
+                return i
+        return 1000
+
+    done, accepted = _in_thread(offer_until_refused)
+    assert done.wait(60), "the pipeline thread blocked instead of refusing"
+    assert 0 < accepted[0] < 1000  # type: ignore[operator]
+    assert store.held_bytes() == 0  # nothing written yet: the refusal counted pending bytes
+    assert spool.held_bytes() >= 800
+    store.open.set()
+    ack.release()
+    spool.tick()
+    assert store.held_bytes() > 0 and ack.status is AckStatus.DELIVERED
+
+
+def test_b40_b54_flush_waits_for_the_fsync_in_flight(tmp_path: Path) -> None:
+    """B40, B54: a drain or revocation's flush returns only after the fsyncs in flight
+    returned and their batches were handed on; nothing is acknowledged before."""
+    spool, store, script = _gated(tmp_path, "sync", ack="terminal", max_records=2)
+    spool.start()
+    acks = Acks()
+    ack = offer_batch(spool, acks, [b"a", b"b"])
+    assert store.entered.wait(60)
+    flushed, result = _in_thread(lambda: spool.flush(ManualClock().monotonic() + 1e9))
+    assert not flushed.wait(0.2)  # not a timing assertion: it cannot return before the gate
+    assert ack.status is AckStatus.PENDING and script.rows == []
+    store.open.set()
+    assert flushed.wait(60) and result == [True]
+    assert ack.status is AckStatus.DELIVERED and script.rows == [b"a", b"b"]
+
+
+class _FullDiskStore(JsonlStore):
+    """A store whose appends fail with ENOSPC until the test frees the disk."""
+
+    full = True
+
+    def append(self, records: Sequence[bytes]) -> BatchRef:
+        if self.full:
+            from spate import ErrorClass, SinkError
+
+            raise SinkError(
+                "spool: writing a batch failed: No space left on device", ErrorClass.RETRYABLE
+            )
+        return super().append(records)
+
+
+def test_b57_a_failed_background_write_leaves_the_batch_unacked_and_pauses_intake(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B57: an append that fails on the writer thread (ENOSPC) is logged as a clear error;
+    its batch stays unacknowledged, intake is refused until the write works again, and
+    the batch is then written and acknowledged in its place."""
+    clock = ManualClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _FullDiskStore(str(tmp_path))
+    config = SpoolConfig(dir=str(tmp_path), ack="spooled", max_records=2)
+    spool = SpoolTier(
+        "s", config, terminal, store, meter=Meter("p", CollectorRegistry()), clock=clock
+    )
+    spool.start()
+    acks = Acks()
+    first = offer_batch(spool, acks, [b"a", b"b"])
+    spool.tick()
+    assert "No space left on device" in caplog.text
+    assert first.status is AckStatus.PENDING
+    assert spool.offer(b"c", None, LANE, acks.new()) is Offer.REJECTED
+    store.full = False
+    later = offer_batch(spool, acks, [b"c"])
+    spool.tick()
+    assert first.status is AckStatus.DELIVERED and later.status is AckStatus.DELIVERED
+    assert spool.flush(clock.monotonic() + 60)
+    assert script.rows == [b"a", b"b", b"c"]
+
+
+def test_b54_b7_the_store_answers_held_bytes_while_an_fsync_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B54, B7: the JSONL store's fsync does not hold its lock, so the pipeline thread's
+    ``max_bytes`` check (``held_bytes``) and releases from sink threads do not wait for
+    the writer thread's fsync."""
+    import spate.sink._store as store_module
+
+    entered, gate = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        entered.set()
+        assert gate.wait(60), "the test never opened the gate"
+        real_fsync(fd)
+
+    store = JsonlStore(str(tmp_path))
+    store.recover()
+    store.append([b"record"])
+    monkeypatch.setattr(store_module.os, "fsync", slow_fsync)
+    synced, _ = _in_thread(store.sync)
+    assert entered.wait(60)
+    answered, held = _in_thread(store.held_bytes)
+    assert answered.wait(60), "held_bytes waited for the fsync"
+    assert held[0] > 0 and not synced.is_set()
+    gate.set()
+    assert synced.wait(60)

@@ -4,9 +4,13 @@ Custody (ADR 0005): a row offered to the spool joins the open batch, which holds
 source batch's ack (B2); :meth:`SpoolTier.offer_rows` takes a whole source batch's rows
 in one call, all or none. The batch seals on ``max_records``, on a checkpoint tick and on
 drain; it is encoded (``bytes`` rows all at once then, other rows one by one as they are
-offered, so a row that cannot be spooled is refused at once), appended to the store and
-made durable (``fsync: batch`` — each batch; ``fsync: segment`` — on segment rotation and
-every tick) before anything else happens. Then:
+offered, so a row that cannot be spooled is refused at once) and queued for the spool's
+writer thread, which appends batches in the order they sealed and makes them durable
+(``fsync: batch`` — after appending what was queued, so batches sealed during one fsync
+share the next; ``fsync: segment`` — on segment rotation and every tick) while the
+pipeline thread goes on filling the next batch. At most ``_QUEUED`` sealed batches wait
+for it (sealing another waits); a tick, flush or drain waits until every queued batch is
+written and synced. Only once its fsync returned:
 
 * with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
   while the terminal lags);
@@ -31,8 +35,10 @@ start-up naming segment and byte offset, B55) and the batches found are handed o
 any new row is accepted, counted in ``spate_spool_replayed_records_total``; ``ready()``
 stays False until the replay is delivered (B56). Over ``max_bytes`` held, or while a
 sealed batch could not be written (a full disk), :meth:`SpoolTier.offer` answers
-``REJECTED``, so the source pauses (B7, B57). Hands rows on only from the pipeline
-thread (offer, tick, flush); resolutions arrive on the next tier's worker threads.
+``REJECTED``, so the source pauses (B7, B57); the bytes of sealed batches not yet written
+count toward ``max_bytes``. Hands rows on only from the pipeline thread (offer, tick,
+flush); source acks of ``ack: spooled`` resolve on the writer thread, resolutions of the
+next tier arrive on its worker threads.
 """
 
 from __future__ import annotations
@@ -66,6 +72,10 @@ from spate.sink.config import RetryConfig
 logger = logging.getLogger(__name__)
 
 _SPOOL_LANE = Lane("spool", 0)
+
+_QUEUED = 2
+"""Sealed batches that may wait for the writer thread before sealing blocks (the write
+and fsync of one batch overlap with filling the next ones; memory stays bounded)."""
 
 _RETRY = RetryConfig(initial=1.0, max=60.0, multiplier=2.0, jitter=0.2)
 """Backoff between the attempts of a batch the next tier failed (``ack: spooled``, B66)."""
@@ -385,6 +395,8 @@ class _Batch:
     due: float = 0.0
     """When a failed batch is handed on again."""
     created: float = 0.0
+    size: int = 0
+    """Bytes the batch counts toward ``max_bytes`` while it waits for its write."""
     holder: object = field(default_factory=object)
     """This batch's identity as a holder of its source acks (B39)."""
 
@@ -461,9 +473,24 @@ class SpoolTier:
         self._clock = clock
         self._lock = threading.Lock()
         self._open: _Batch | None = None
-        self._unwritten: deque[_Batch] = deque()
-        """Sealed batches not yet appended (a write failed) or not yet synced."""
+        self._cond = threading.Condition(threading.Lock())
+        """Guards the writer's state below (``_queued`` to ``_writer``)."""
+        self._queued: deque[_Batch] = deque()
+        """Sealed batches waiting for the writer thread to append them, in seal order."""
+        self._queued_bytes = 0
+        """Bytes of ``_queued`` (they count toward ``max_bytes``, B7)."""
         self._unsynced: list[_Batch] = []
+        """Batches appended and not yet fsynced (the writer thread's own)."""
+        self._durable_batches: deque[_Batch] = deque()
+        """Batches the writer made durable, for the pipeline thread to hand on."""
+        self._notice = False
+        """The writer has news for the pipeline thread: durable batches or a failed write."""
+        self._busy = False
+        self._stalled = False
+        """An append failed: the writer waits until the pipeline thread asks it to retry."""
+        self._sync_wanted = False
+        self._halt = False
+        self._writer: threading.Thread | None = None
         self._handing: deque[_Batch] = deque()
         """Durable batches not yet fully offered to the next tier, oldest first."""
         self._inflight: set[_Batch] = set()
@@ -559,7 +586,7 @@ class SpoolTier:
         raises ``SinkError(RECORD)`` for the chain's record error policy).
         """
         batch = self._open
-        if batch is None or self._handing or self._unwritten:
+        if batch is None or self._handing or self._notice:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -628,7 +655,7 @@ class SpoolTier:
         if not rows:
             return ACCEPTED
         batch = self._open
-        if batch is None or self._handing or self._unwritten:
+        if batch is None or self._handing or self._notice:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -653,17 +680,20 @@ class SpoolTier:
 
     def _opened(self) -> _Batch | None:
         """The open batch after handing on what waits; None while the spool is full."""
+        if self._notice:
+            self._take_durable()
+            if self._stalled and not self._retry_write():
+                return None
         if self._handing:
             self._hand_on()
-        if self._unwritten and not self._write_pending():
-            return None
         batch = self._open
         if batch is None:
             # Checked once per batch: a batch that fits starts, so the spool can pass
-            # max_bytes by at most one batch.
-            if self._store.held_bytes() >= self.config.max_bytes:
+            # max_bytes by at most one batch. Sealed batches the writer has not appended
+            # yet count too (B7).
+            if self.held_bytes() >= self.config.max_bytes:
                 self._store.collect()
-                if self._store.held_bytes() >= self.config.max_bytes:
+                if self.held_bytes() >= self.config.max_bytes:
                     return None
             batch = self._open = _Batch(created=self._clock.monotonic())
         return batch
@@ -671,6 +701,7 @@ class SpoolTier:
     def tick(self) -> None:
         """Checkpoint tick: seal and sync the open batch, hand on what is durable (B10)."""
         self._seal(force_sync=True)
+        self._take_durable()
         if self._next_started or self._start_next(at_start=False):
             self._retry_due()
             self._hand_on()
@@ -687,11 +718,12 @@ class SpoolTier:
         if not self._next_started and not self._start_next(at_start=False):
             return False
         while True:
-            if self._unwritten:
-                self._write_pending()
+            if self._stalled:
+                self._retry_write()
+            self._take_durable()
             self._hand_on()
             left = self._clock.monotonic()
-            if not self._handing and not self._unwritten:
+            if not self._handing and not self._queued:
                 break
             if left >= deadline:
                 return False
@@ -718,11 +750,16 @@ class SpoolTier:
         batches waiting for their retry (B66).
         """
         rows = 0
+        self._stop_writer()
+        self._take_durable()
         batch = self._open
         self._open = None
-        pending = [*([batch] if batch is not None else []), *self._unwritten, *self._unsynced]
-        self._unwritten.clear()
+        pending = [*([batch] if batch is not None else []), *self._queued, *self._unsynced]
+        self._queued.clear()
+        self._queued_bytes = 0
         self._unsynced = []
+        self._write_error = None
+        self._stalled = self._notice = self._sync_wanted = False
         for b in pending:
             rows += len(b.rows)
             b.release_acks(False)
@@ -750,72 +787,170 @@ class SpoolTier:
         if self._closed:
             return
         self._closed = True
-        if self._open is not None or self._unwritten or self._handing or self._retrying:
+        if (
+            self._open is not None
+            or self._queued
+            or self._unsynced
+            or self._durable_batches
+            or self._handing
+            or self._retrying
+        ):
             self.abandon()
+        self._stop_writer()
         self.next.close()
         self._store.close()
 
     # -- introspection -----------------------------------------------------------------
 
     def held_bytes(self) -> int:
-        """Bytes the store holds on disk."""
-        return self._store.held_bytes()
+        """Bytes the store holds on disk, and of sealed batches waiting for their write."""
+        return self._store.held_bytes() + self._queued_bytes
 
     # -- internals --------------------------------------------------------------------
 
     def _seal(self, force_sync: bool = False) -> None:
+        """Seal the open batch and queue it for the writer thread; with ``force_sync``
+        (tick, flush) wait until every queued batch is appended and fsynced."""
         batch = self._open
         if batch is not None and batch.rows:
             self._open = None
             batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
             batch.encoded = {}
-            self._unwritten.append(batch)
             self._m_flushes.inc()
-        if self._unwritten or (force_sync and self._unsynced):
-            self._write_pending(force_sync=force_sync)
+            self._enqueue(batch)
+        if force_sync:
+            if self._stalled:
+                self._retry_write()
+            self._settle(sync=self.config.fsync == "segment")
 
-    def _write_pending(self, force_sync: bool = False) -> bool:
-        """Append every sealed batch and sync as the policy says; False on a write error."""
-        while self._unwritten:
-            batch = self._unwritten[0]
+    def _enqueue(self, batch: _Batch) -> None:
+        """Hand a sealed batch to the writer thread (started on first use); wait while
+        more than ``_QUEUED`` batches are ahead of it, unless the writer is stalled."""
+        size = sum(map(len, batch.records)) + 4 * len(batch.records) + 20
+        with self._cond:
+            if self._writer is None:
+                self._halt = False
+                self._writer = threading.Thread(
+                    target=self._write_loop, name=f"spool-{self.name}", daemon=True
+                )
+                self._writer.start()
+            self._queued.append(batch)
+            self._queued_bytes += size
+            batch.size = size
+            self._cond.notify_all()
+            while len(self._queued) > _QUEUED and not self._stalled:
+                self._cond.wait()
+
+    def _settle(self, *, sync: bool) -> bool:
+        """Wait until the writer appended every queued batch (``sync``: and fsynced what
+        it appended); False if an append failed (the batch stays queued)."""
+        with self._cond:
+            if self._writer is None:
+                return not self._queued
+            if sync:
+                self._sync_wanted = True
+                self._cond.notify_all()
+            while self._busy or (not self._stalled and (self._queued or self._sync_wanted)):
+                self._cond.wait()
+            return not self._stalled
+
+    def _retry_write(self) -> bool:
+        """Ask the stalled writer to append again and wait for it; True once it worked."""
+        with self._cond:
+            self._stalled = False
+            self._cond.notify_all()
+        return self._settle(sync=False)
+
+    def _take_durable(self) -> None:
+        """Queue the batches the writer made durable for handing on (pipeline thread)."""
+        with self._cond:
+            self._notice = self._stalled  # a failed append is news until it is retried
+            done, self._durable_batches = self._durable_batches, deque()
+        self._handing.extend(done)
+
+    def _stop_writer(self) -> None:
+        """Stop the writer thread once its current write and fsync returned."""
+        with self._cond:
+            writer, self._writer = self._writer, None
+            self._halt = True
+            self._cond.notify_all()
+        if writer is not None:
+            writer.join()
+
+    def _write_loop(self) -> None:
+        """The writer thread: append queued batches in order, fsync as the policy says,
+        then release their acks (``ack: spooled``) and pass them to the pipeline thread.
+
+        A failed append stalls it with the batch still queued (unacknowledged) until the
+        pipeline thread asks again (B57); a failed fsync fails the batches it covered."""
+        cond = self._cond
+        per_batch = self.config.fsync == "batch"
+        while True:
+            with cond:
+                while not self._halt and (self._stalled or not (self._queued or self._sync_wanted)):
+                    cond.wait()
+                if self._halt:
+                    return
+                self._busy = True
+                batches = list(self._queued)
+                sync = per_batch or self._sync_wanted
+                self._sync_wanted = False
+            try:
+                self._write(batches, sync)
+            except Exception as exc:  # a store's own bug: the batch stays queued, unacked
+                logger.exception("spool %s: the store failed unexpectedly", self.name)
+                self._write_error = str(exc)
+                with cond:
+                    self._stalled = self._notice = True
+            finally:
+                with cond:
+                    self._busy = False
+                    cond.notify_all()
+
+    def _write(self, batches: list[_Batch], sync: bool) -> None:
+        """Append ``batches`` (the writer's snapshot of the queue), then fsync if ``sync``."""
+        for batch in batches:
             try:
                 batch.ref = self._store.append(batch.records)
             except SinkError as exc:
                 self._failed_write(exc)
-                return False
-            self._unwritten.popleft()
+                with self._cond:
+                    self._stalled = self._notice = True
+                break
+            with self._cond:
+                self._queued.popleft()
+                self._queued_bytes -= batch.size
             self._unsynced.append(batch)
-        if self._unsynced and (self.config.fsync == "batch" or force_sync):
-            started = time.perf_counter()
-            try:
-                self._store.sync()
-            except SinkError as exc:
-                # After a failed fsync the kernel may have dropped the pages and a retry
-                # could report success without them: these batches are not durable and
-                # are never acknowledged; their source batches fail (B2, B57).
-                self._failed_write(exc)
-                failed, self._unsynced = self._unsynced, []
-                rows = 0
-                for batch in failed:
-                    rows += len(batch.rows)
-                    batch.release_acks(False)
-                logger.error(
-                    "spool %s: %d rows could not be made durable; their source batches fail",
-                    self.name,
-                    rows,
-                )
-                return False
-            self._m_fsync.observe(time.perf_counter() - started)
-            self._durable(self._unsynced)
-            self._unsynced = []
-        elif self._unsynced and self.config.fsync == "segment":
-            # Appends that rotated a segment synced it; the store says nothing about which,
-            # so they wait for the next tick's sync.
-            pass
-        if self._write_error is not None:
-            logger.info("spool %s: writing works again", self.name)
-            self._write_error = None
-        return True
+        else:
+            if self._write_error is not None:
+                logger.info("spool %s: writing works again", self.name)
+                self._write_error = None
+        if not (sync and self._unsynced):
+            return
+        started = time.perf_counter()
+        try:
+            self._store.sync()
+        except SinkError as exc:
+            # After a failed fsync the kernel may have dropped the pages and a retry
+            # could report success without them: these batches are not durable and
+            # are never acknowledged; their source batches fail (B2, B57).
+            self._failed_write(exc)
+            failed, self._unsynced = self._unsynced, []
+            rows = 0
+            for batch in failed:
+                rows += len(batch.rows)
+                batch.release_acks(False)
+            logger.error(
+                "spool %s: %d rows could not be made durable; their source batches fail",
+                self.name,
+                rows,
+            )
+            if not self._stalled:
+                self._write_error = None
+            return
+        self._m_fsync.observe(time.perf_counter() - started)
+        durable, self._unsynced = self._unsynced, []
+        self._durable(durable)
 
     def _failed_write(self, exc: SinkError) -> None:
         self._m_errors.inc()
@@ -829,17 +964,20 @@ class SpoolTier:
         self._write_error = exc.reason
 
     def _durable(self, batches: list[_Batch]) -> None:
-        """Batches now fsynced: release acks (``ack: spooled``) and queue them to hand on."""
+        """Batches now fsynced (writer thread): release acks (``ack: spooled``) and pass
+        them to the pipeline thread to hand on."""
+        spooled = self.config.ack == "spooled"
         for batch in batches:
             batch.records = []
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)
                 self._held_records += len(batch.rows)
-            if self.config.ack == "spooled":
+            if spooled:
                 batch.release_acks(True)
-            self._handing.append(batch)
-        self._hand_on()
+        with self._cond:
+            self._durable_batches.extend(batches)
+            self._notice = True
 
     def _token(self, batch: _Batch) -> AckToken:
         ref = batch.ref
@@ -1029,7 +1167,7 @@ class SpoolTier:
         batch.release_acks(ok)
 
     def _gauges(self) -> None:
-        self._m_bytes.set(self._store.held_bytes())
+        self._m_bytes.set(self.held_bytes())
         self._m_segments.set(self._store.segments())
         with self._lock:
             self._m_records.set(self._held_records)

@@ -98,8 +98,9 @@ class SpoolStore(Protocol):
     """A durable, ordered store of batches of encoded records.
 
     Called by the spool tier: :meth:`recover` once before anything else, then
-    :meth:`append` and :meth:`sync` on the pipeline thread; :meth:`release` from sink
-    worker threads. Implementations must be thread-safe.
+    :meth:`append` and :meth:`sync` on the spool's writer thread (one at a time, in
+    order); :meth:`release` from sink worker threads and :meth:`collect` from the
+    pipeline thread. Implementations must be thread-safe.
     """
 
     def recover(self) -> list[StoredBatch]:
@@ -383,17 +384,25 @@ class JsonlStore:
             return BatchRef(seg.number, position, seg.origin)
 
     def sync(self) -> None:
+        """fsync the open segment without holding the store's lock (on a duplicate of its
+        descriptor, which a rotation meanwhile cannot close): ``held_bytes`` and
+        ``release`` answer while the disk works."""
         with self._lock:
             if not self._dirty or self._file is None:
                 return
-            try:
-                os.fsync(self._file)
-            except OSError as exc:
-                raise SinkError(
-                    f"spool {self.directory}: fsync failed: {exc.strerror or exc}",
-                    ErrorClass.FATAL,
-                ) from exc
-            self._dirty = False
+            fd = os.dup(self._file)
+            self._dirty = False  # an append from now on sets it again
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            with self._lock:
+                self._dirty = True
+            raise SinkError(
+                f"spool {self.directory}: fsync failed: {exc.strerror or exc}",
+                ErrorClass.FATAL,
+            ) from exc
+        finally:
+            os.close(fd)
 
     def _open_segment(self) -> _Segment:
         number = self._next_number
