@@ -128,14 +128,29 @@ def reference(decode: Any, payloads: list[bytes]) -> tuple[set[int], dict[int, A
 
 
 def columnar(parsed: Any, payloads: list[bytes]) -> tuple[Any, list[Any], list[Any]]:
-    """The row path's decode function, and the columnar frames and errors of ``payloads``."""
+    """The row path's decode function, and the columnar frames and errors of ``payloads``.
+
+    Decoded from views and from the whole ``bytes`` (what a Kafka batch hands over, B97):
+    the frames and the errors by batch index must be the same (B28)."""
     decode = build_decoder(parsed)
     decoder = ColumnarAvroDecoder(parsed, decode)
     try:
         frames, errors = decoder.decode([memoryview(p) for p in payloads])
+        from_bytes, bytes_errors = decoder.decode(list(payloads))
     finally:
         decoder.close()
+    assert same_frames(from_bytes, frames)
+    assert [(i, str(e), e.kind) for i, e in bytes_errors] == [
+        (i, str(e), e.kind) for i, e in errors
+    ]
     return decode, frames, errors
+
+
+def same_frames(left: list[Any], right: list[Any]) -> bool:
+    return len(left) == len(right) and all(
+        a_name == b_name and a.equals(b)
+        for (a_name, a), (b_name, b) in zip(left, right, strict=True)
+    )
 
 
 def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
@@ -330,6 +345,10 @@ def test_b21_b28_confluent_batches_group_by_schema_id_through_the_registry(
         payloads[6] = payloads[6][:-2]  # truncated
         frames, errors = deser.deserialize_batch([memoryview(p) for p in payloads])
         assert [i for i, _ in errors] == [4, 6]
+        # A Kafka batch's whole ``bytes`` decode the same as views of them (B97).
+        from_bytes, bytes_errors = deser.deserialize_batch(list(payloads))
+        assert same_frames(from_bytes, frames)
+        assert [(i, str(e)) for i, e in bytes_errors] == [(i, str(e)) for i, e in errors]
         users = [df for name, df in frames if name is None]
         events = [df for name, df in frames if name == "spate.datagen.PaymentCaptured"]
         assert users[0].get_column(ROW_COLUMN).to_list() == [

@@ -104,7 +104,17 @@ def reference(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int,
 
 
 def columnar(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int, list[str]], Any]:
-    frames, bad, empty = deser.deserialize_batch([memoryview(p) for p in payloads])
+    """The batch's errors by index and good records, decoded from views; a Kafka batch's
+    whole ``bytes`` (what a deserializer with ``takes_bytes`` is given, B97) decode the
+    same."""
+    from_views = _columnar(deser, [memoryview(p) for p in payloads])
+    assert getattr(deser, "takes_bytes", False) is True
+    assert _columnar(deser, list(payloads)) == from_views
+    return from_views
+
+
+def _columnar(deser: JsonDeserializer, payloads: list[Any]) -> tuple[dict[int, list[str]], Any]:
+    frames, bad, empty = deser.deserialize_batch(payloads)
     errors: dict[int, list[str]] = {-1: ["empty"] * empty} if empty else {}
     for index, exc in bad:
         errors.setdefault(index, []).append(exc.reason)

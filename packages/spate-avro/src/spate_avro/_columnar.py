@@ -18,9 +18,10 @@ A top-level union is split by branch index (the datum's first zig-zag varint) in
 frame per branch, each read against its branch's record schema with the index read back
 as a leading column and checked like the sentinel.
 
-Per batch, the Python work is a few C-level passes, none per record: the payload views
-are joined once (each datum followed by its sentinel) into a pyarrow ``large_binary``
-array over that one buffer; the branch split, the gather of each branch's datums and the
+Per batch, the Python work is a few C-level passes, none per record: the payloads (a
+Kafka batch's whole ``bytes``, no view made per record, or views) are joined once (each
+datum followed by its sentinel) into a pyarrow ``large_binary`` array over that one
+buffer; the branch split, the gather of each branch's datums and the
 row indices are pyarrow kernels; each branch's block goes to one open scratch file in
 one write (jetliner reads only from a path); the alignment checks are vectorized
 comparisons on the decoded columns.
@@ -147,10 +148,11 @@ def _end_series() -> Any:
     return pl.Series([_END], dtype=pl.Binary)
 
 
-def _pack(payloads: Sequence[memoryview], prefix: int) -> Any:
+def _pack(payloads: Sequence[bytes | memoryview], prefix: int) -> Any:
     """The batch framed in one buffer, each datum (after ``prefix`` bytes) followed by the
     sentinel: a pyarrow ``large_binary`` array whose element ``i`` is payload ``i``'s
-    datum and sentinel. One join of the views and C loops; no Python turn per record."""
+    datum and sentinel. One join of the payloads (``bytes`` or views) and C loops; no
+    Python turn per record."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -496,7 +498,7 @@ class ColumnarAvroDecoder:
         for reader in self._readers:
             reader.close()
 
-    def decode(self, payloads: Sequence[memoryview], prefix: int = 0) -> DecodedFrames:
+    def decode(self, payloads: Sequence[bytes | memoryview], prefix: int = 0) -> DecodedFrames:
         """Frames and errors for ``payloads`` (each datum after ``prefix`` bytes)."""
         import polars as pl
 
@@ -522,7 +524,7 @@ class ColumnarAvroDecoder:
     def _split(
         self,
         framed: Any,
-        payloads: Sequence[memoryview],
+        payloads: Sequence[bytes | memoryview],
         prefix: int,
         errors: list[tuple[int, DeserError]],
     ) -> list[tuple[int, Any, Any]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from fastavro.read import SchemaResolutionError
@@ -65,7 +66,8 @@ class AvroDeserializer:
 
     many: ClassVar[bool] = False
     takes_bytes: ClassVar[bool] = True
-    """Whole ``bytes`` payloads are decoded as they are (fastavro reads them fastest)."""
+    """Whole ``bytes`` payloads are decoded as they are (fastavro reads them fastest), and
+    ``deserialize_batch`` frames them with no view per record (B97)."""
 
     def __init__(self, on_error: ErrorPolicy, described: Any | None = None) -> None:
         self.on_error = on_error
@@ -109,7 +111,7 @@ class RawAvroDeserializer(AvroDeserializer):
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
 
-    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
         """The whole batch as columns: ``(frames, errors)`` (see ``spate_avro._columnar``)."""
         if self.columnar is None:
             raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
@@ -212,7 +214,7 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
 
-    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
         """The batch as columns, grouped by schema id: ``(frames, errors)``.
 
         Each id resolves through the registry as on the row path; an id that is not ready
@@ -224,14 +226,14 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
 
         groups: dict[int, list[int]] = {}
         errors: list[tuple[int, DeserError]] = []
-        for index, view in enumerate(payloads):
-            if view.nbytes < 5 or view[0] != CONFLUENT_MAGIC:
+        for index, payload in enumerate(payloads):  # whole ``bytes`` or byte views
+            if len(payload) < 5 or payload[0] != CONFLUENT_MAGIC:
                 try:
-                    self.deserialize(view)
+                    self.deserialize(payload)
                 except DeserError as exc:
                     errors.append((index, exc))
                 continue
-            groups.setdefault(_schema_id(view, 1)[0], []).append(index)
+            groups.setdefault(_schema_id(payload, 1)[0], []).append(index)
         frames: list[tuple[str | None, Any]] = []
         for schema_id, rows in groups.items():
             decoder = self._columnar.get(schema_id)

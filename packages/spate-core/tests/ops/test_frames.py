@@ -272,6 +272,73 @@ def test_an_operator_error_fails_naming_the_batch_and_row_operators_are_refused(
         )
 
 
+class BytesFrameDeser(FrameDeser):
+    """:class:`FrameDeser` taking whole ``bytes``; keeps the list each batch hands it."""
+
+    takes_bytes = True
+
+    def __init__(self) -> None:
+        self.handed: list[list[Any]] = []
+
+    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+        self.handed.append(payloads)
+        return super().deserialize_batch(payloads)
+
+
+def test_b97_b28_a_lazy_kafka_batch_is_decoded_from_its_bytes_without_views() -> None:
+    """A batch holding whole ``bytes`` (a Kafka batch) hands a columnar deserializer with
+    ``takes_bytes`` those very objects: no view is made per record, and the rows and the
+    bad record's batch index are those of a batch of views, which a deserializer without
+    ``takes_bytes`` (and any batch without ``values``) still gets."""
+    values = [b"1", b"2", b"x", b"4"]
+    written: list[list[tuple[Any, ...]]] = []
+    for takes_bytes, lazy in ((True, True), (True, False), (False, True)):
+        pool, ends, meter = make_pool()
+        deser = BytesFrameDeser()
+        deser.takes_bytes = takes_bytes
+        proc = compile_chain(
+            lambda ctx: ctx.frames().sink(),
+            deserializer=deser,
+            sinks={"sink": pool},
+            meter=meter,
+            pipeline="p",
+        )
+        if lazy:
+            source_batch = PayloadBatch.lazy(
+                LANE,
+                list(values),
+                first_offset=0,
+                next_offset=len(values),
+                offsets=list(range(len(values))),
+                keys=[None] * len(values),
+                timestamps=[0] * len(values),
+            )
+        else:
+            source_batch = batch(values)
+        results: dict[str, AckStatus] = {}
+        ack = new_ack(results)
+        assert proc.process(source_batch, ack) is None
+        ack.release(True)
+        pool.tick()
+        (handed,) = deser.handed
+        if takes_bytes and lazy:
+            assert handed is source_batch.values
+            assert source_batch._payloads is None  # no view was ever made
+        else:
+            assert all(type(p) is memoryview for p in handed)
+        assert results["ack"] is AckStatus.DELIVERED
+        written.append([r for w in ends.written for r in w.rows])
+        skipped = metric(
+            meter,
+            "spate_deser_records_total",
+            component="deserializer",
+            component_type="deserializer",
+            outcome="skipped",
+        )
+        assert skipped == 1
+    assert written == [[(1,), (2,), (4,)]] * 3
+
+
 def test_a_frame_chain_needs_a_columnar_deserializer() -> None:
     pool, _ends, meter = make_pool()
 

@@ -55,7 +55,7 @@ DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]
 ``__spate_row`` column, ``(batch index, DeserError)`` for each bad record (several for
 one ndjson payload with several bad lines), and how many payloads held no record."""
 
-Reference = Callable[[memoryview], list[object]]
+Reference = Callable[[bytes | memoryview], list[object]]
 """The row path's decoding of one payload: its records, and ``DeserError`` items."""
 
 
@@ -261,7 +261,7 @@ class ColumnarJsonDecoder:
 
     # -- the whole batch --------------------------------------------------------------------
 
-    def decode(self, payloads: Sequence[memoryview]) -> DecodedFrames:
+    def decode(self, payloads: Sequence[bytes | memoryview]) -> DecodedFrames:
         """Frames and errors for ``payloads``; called on the pipeline thread, never blocks."""
         if not payloads:
             return [], [], 0
@@ -270,7 +270,7 @@ class ColumnarJsonDecoder:
             return [(None, fast)], [], 0
         return self._by_record(payloads)
 
-    def _fast(self, payloads: Sequence[memoryview]) -> Any:
+    def _fast(self, payloads: Sequence[bytes | memoryview]) -> Any:
         """The batch's frame when every record is vouched for, else None.
 
         The payloads are joined by newlines and read at once. Each must be one line
@@ -281,7 +281,10 @@ class ColumnarJsonDecoder:
         line count maps row ``i`` to line ``i``.
         """
         if self._ndjson:
-            datums: list[Any] = list(map(_obj, payloads))
+            # A Kafka batch's whole ``bytes`` as they are, else the objects under the views.
+            datums: list[Any] = list(
+                payloads if type(payloads[0]) is bytes else map(_obj, payloads)
+            )
             if set(map(type, datums)) != {bytes} or sum(map(len, datums)) != sum(
                 map(len, payloads)
             ):
@@ -375,7 +378,7 @@ class ColumnarJsonDecoder:
 
     # -- record by record -------------------------------------------------------------------
 
-    def _by_record(self, payloads: Sequence[memoryview]) -> DecodedFrames:
+    def _by_record(self, payloads: Sequence[bytes | memoryview]) -> DecodedFrames:
         """The reference decides every record; its values are read as columns again."""
         errors: list[tuple[int, DeserError]] = []
         lines: list[bytes] = []

@@ -19,10 +19,12 @@ The deserializer never counts: the deserializer stage counts outcomes and applie
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import orjson
 from spate import NO_RECORD, DeserError, DeserErrorKind, ErrorPolicy
+from spate.ops import whole_payload
 from spate.schema import Field
 
 from spate_json._target import Converter, FieldError, json_type
@@ -73,12 +75,12 @@ class JsonDeserializer:
         """The fields the ``schema`` describes, for table DDL; None without one."""
         return self.described
 
-    def reference(self, payload: memoryview) -> list[object]:
+    def reference(self, payload: bytes | memoryview) -> list[object]:
         """The row path's records of one payload, ``DeserError`` items for the bad ones
         (the columnar decoder's reference, B86)."""
         raise NotImplementedError
 
-    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
         """The whole batch as columns: ``(frames, errors, empty)`` (see
         ``spate_json._columnar``)."""
         if self.columnar is None:
@@ -113,7 +115,7 @@ class SingleJsonDeserializer(JsonDeserializer):
             kind = _SingleAny
         return kind(on_error=on_error, objects_only=objects_only, convert=convert)
 
-    def reference(self, payload: memoryview) -> list[object]:
+    def reference(self, payload: bytes | memoryview) -> list[object]:
         try:
             return [self.deserialize(payload)]
         except DeserError as exc:
@@ -169,12 +171,14 @@ class NdjsonDeserializer(JsonDeserializer):
     """``framing: ndjson`` — newline-delimited values; one bad line is one bad record."""
 
     many: ClassVar[bool] = True
+    takes_bytes: ClassVar[bool] = True
+    """Whole ``bytes`` payloads are split as they are, without a view per payload."""
 
-    def deserialize_many(self, payload: memoryview) -> list[object]:
+    def deserialize_many(self, payload: bytes | memoryview) -> list[object]:
         """Decode every line; bad lines come back as ``DeserError`` items. Never blocks."""
-        data: Any = payload.obj
-        if type(data) is not bytes or len(data) != payload.nbytes:
-            data = bytes(payload)  # bytes.split needs bytes; one copy per chunk
+        data: Any = payload if type(payload) is bytes else whole_payload(payload)
+        if type(data) is not bytes:
+            data = bytes(data)  # bytes.split needs bytes; one copy per chunk
         loads = _loads
         objects_only = self._objects_only
         convert = self._convert
@@ -199,7 +203,7 @@ class NdjsonDeserializer(JsonDeserializer):
             out.append(value)
         return out
 
-    def reference(self, payload: memoryview) -> list[object]:
+    def reference(self, payload: bytes | memoryview) -> list[object]:
         return self.deserialize_many(payload)
 
 

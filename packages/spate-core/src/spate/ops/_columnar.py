@@ -11,7 +11,10 @@ source batch stays one batch with one ack. Per batch it
    and how many payloads held no record (an empty JSON payload: counted as ``empty``).
    A ``NOT_READY`` error stalls the whole batch before anything is offered (B21); the
    others follow the deserializer's policy and are counted exactly as on the row path
-   (:class:`~spate.ops._stage.ChainRuntime` does the counting, B28);
+   (:class:`~spate.ops._stage.ChainRuntime` does the counting, B28). As on the row
+   path, a deserializer with ``takes_bytes`` is given the batch's whole ``bytes``
+   values when it has them (Kafka), with no view made per record, and views otherwise
+   (B97);
 2. runs the chain's frame operators, then each route's selection and operators; rows a
    filter drops, or that no route takes (``unrouted: skip``), are counted and resolve
    as delivered (B3);
@@ -33,7 +36,7 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import DeserError, DeserErrorKind, ErrorClass, FatalError, SinkError
 from spate.ops._contract import Stalled
 from spate.ops._frames import FrameOp, FrameSpec
-from spate.ops._stage import ChainRuntime
+from spate.ops._stage import ChainRuntime, deser_inputs
 from spate.records import PayloadBatch
 from spate.sink._contract import Offer, Sink
 
@@ -73,6 +76,7 @@ class FrameProcessor:
                 "use a row chain (ctx.chain())"
             )
         self._decode = decode
+        self._takes_bytes = getattr(deserializer, "takes_bytes", False) is True
         names = list(sinks)
         self._sinks = list(sinks.values())
         for name, sink in sinks.items():
@@ -148,7 +152,7 @@ class FrameProcessor:
     def _prepare(self, batch: PayloadBatch) -> _Pending | None:
         rt = self._rt
         try:
-            decoded = self._decode(batch.payloads)
+            decoded = self._decode(deser_inputs(batch, self._takes_bytes))
         except DeserError as exc:
             if exc.kind is DeserErrorKind.NOT_READY:
                 return None

@@ -100,6 +100,16 @@ Collected = list[tuple[list[object], list[int]] | None]
 sink offered row by row)."""
 
 
+def deser_inputs(batch: PayloadBatch, takes_bytes: bool) -> Sequence[memoryview] | Sequence[bytes]:
+    """The batch's ``bytes`` values when it has them and the deserializer takes them
+    (``takes_bytes``: no view is made per record), else its payload views (B97)."""
+    if takes_bytes:
+        values = batch.values
+        if values is not None:
+            return values
+    return batch.payloads
+
+
 class ChainRuntime:
     """A compiled chain's fixed parts: functions, sinks, policies and metric series."""
 
@@ -255,11 +265,7 @@ class ChainRuntime:
         The batch's ``bytes`` values when it has them and the deserializer takes them
         (no view per record), else its payload views. Read once per batch.
         """
-        if self.takes_bytes:
-            values = batch.values
-            if values is not None:
-                return values
-        return batch.payloads
+        return deser_inputs(batch, self.takes_bytes)
 
     # -- hot counters (the generated loop keeps these in locals and adds them per batch) --
 
