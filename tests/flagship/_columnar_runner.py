@@ -36,10 +36,12 @@ def main() -> None:
     chdb_dir, count, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     from spate_datagen import encode_avro, storefront_events
 
-    holder = Producer({"test.mock.num.brokers": 1})
-    brokers = ",".join(
-        f"{b.host}:{b.port}" for b in holder.list_topics(timeout=10).brokers.values()
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
+    from tests.support.mock_kafka import MockKafkaCluster
+
+    # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
+    cluster = MockKafkaCluster()
+    brokers = cluster.bootstrap
     producer = Producer({"bootstrap.servers": brokers, "linger.ms": 5})
     events = [encode_avro(e) for e in storefront_events(count)]
     # A truncated copy of a real order and one with a trailing byte, among good events.

@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import sys
+from pathlib import Path
 
 import fastavro
 from confluent_kafka import Producer
@@ -51,10 +52,12 @@ class Seen(logging.Handler):
 
 def main() -> None:
     chdb_dir, count = sys.argv[1], int(sys.argv[2])
-    holder = Producer({"test.mock.num.brokers": 1})
-    brokers = ",".join(
-        f"{b.host}:{b.port}" for b in holder.list_topics(timeout=10).brokers.values()
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
+    from tests.support.mock_kafka import MockKafkaCluster
+
+    # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
+    cluster = MockKafkaCluster()
+    brokers = cluster.bootstrap
     producer = Producer({"bootstrap.servers": brokers})
     parsed = fastavro.parse_schema(SCHEMA)
     for i in range(count):

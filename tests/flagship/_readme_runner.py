@@ -10,14 +10,20 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import clickhouse_connect
 from confluent_kafka import Producer
 
 
 def main() -> None:
-    holder = Producer({"test.mock.num.brokers": 1})
-    brokers = holder.list_topics(timeout=10).brokers.values()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
+    from tests.support.mock_kafka import MockKafkaCluster
+
+    # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
+    cluster = MockKafkaCluster()
+    bootstrap = cluster.bootstrap
+    holder = Producer({"bootstrap.servers": bootstrap})
     events = [
         {
             "kind": "PaymentCaptured" if i % 3 else "OrderPlaced",
@@ -29,7 +35,7 @@ def main() -> None:
     for ev in events:
         holder.produce("events", json.dumps(ev).encode(), str(ev["order_id"]).encode())
     assert holder.flush(30) == 0
-    os.environ["KAFKA_BROKERS"] = ",".join(f"{b.host}:{b.port}" for b in brokers)
+    os.environ["KAFKA_BROKERS"] = bootstrap
     os.environ["CLICKHOUSE_URL"] = "chdb://" + sys.argv[1]
     client = clickhouse_connect.get_client(interface="chdb", path=sys.argv[1])
     # The README's CREATE TABLE, as written (comments dropped).

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multi_table_split.py"
 
 
@@ -26,10 +24,12 @@ def main() -> None:
     from spate_datagen import storefront_events
     from spate_datagen.cli import produce_events
 
-    holder = Producer({"test.mock.num.brokers": 1})
-    brokers = ",".join(
-        f"{b.host}:{b.port}" for b in holder.list_topics(timeout=10).brokers.values()
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
+    from tests.support.mock_kafka import MockKafkaCluster
+
+    # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
+    cluster = MockKafkaCluster()
+    brokers = cluster.bootstrap
     manifest = produce_events(brokers, "storefront-events", count)
     os.environ.update({"KAFKA_BROKERS": brokers, "CLICKHOUSE_URL": f"chdb://{chdb_dir}"})
     spec = importlib.util.spec_from_file_location("multi_table_split", EXAMPLE)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from spate_coordination import assign
 from spate_coordination._assign import loads
 
+from tests.support.scale import scaled
+
 split_ids = st.text(alphabet="abcdefghij0123456789-", min_size=1, max_size=6)
 weights = st.one_of(st.integers(1, 20).map(float), st.floats(0.1, 10.0))
 split_maps = st.dictionaries(split_ids, weights, max_size=60)
@@ -24,7 +26,7 @@ def _balanced(splits: dict[str, float], result: dict[str, str], workers: set[str
     return max(per.values()) - min(per.values()) <= max(splits.values()) + 1e-6
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(split_maps, worker_sets)
 def test_b24_every_split_goes_to_exactly_one_live_worker(
     splits: dict[str, float], workers: set[str]
@@ -37,7 +39,7 @@ def test_b24_every_split_goes_to_exactly_one_live_worker(
     assert set(result.values()) <= workers
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(split_maps, worker_sets, st.randoms(use_true_random=False))
 def test_b24_assignment_is_deterministic_whatever_the_input_order(
     splits: dict[str, float], workers: set[str], rnd: random.Random
@@ -49,7 +51,7 @@ def test_b24_assignment_is_deterministic_whatever_the_input_order(
     assert assign(dict(items), order) == assign(splits, sorted(workers))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(split_maps, worker_sets, st.data())
 def test_b24_balanced_within_one_split_weight_from_any_start(
     splits: dict[str, float], workers: set[str], data: st.DataObject
@@ -61,14 +63,14 @@ def test_b24_balanced_within_one_split_weight_from_any_start(
     assert _balanced(splits, result, workers)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(split_maps, worker_sets)
 def test_b24_sticky_under_unchanged_membership(splits: dict[str, float], workers: set[str]) -> None:
     first = assign(splits, workers)
     assert assign(splits, workers, first) == first
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=scaled(200, minimum=40), deadline=None)
 @given(split_maps, worker_sets, st.text(alphabet="wxyz0123", min_size=4, max_size=4))
 def test_b24_a_joining_worker_only_takes_splits_it_needs(
     splits: dict[str, float], workers: set[str], newcomer: str

@@ -6,7 +6,7 @@ import io
 import json
 
 import fastavro
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from spate.records import Lane
 from spate_datagen import (
     DatagenSource,
@@ -18,6 +18,8 @@ from spate_datagen import (
     storefront_schema_text,
 )
 from spate_datagen.cli import produce_events
+
+from tests.support.mock_kafka import MockKafkaCluster
 
 
 class Recorder:
@@ -119,10 +121,9 @@ def test_paused_lane_holds_its_events_until_resumed() -> None:
 
 
 def test_produce_events_delivers_every_event_to_kafka() -> None:
-    holder = Producer({"test.mock.num.brokers": 1})
-    brokers = ",".join(
-        f"{b.host}:{b.port}" for b in holder.list_topics(timeout=10).brokers.values()
-    )
+    # Groups form at once (no 3 s initial rebalance delay).
+    cluster = MockKafkaCluster()
+    brokers = cluster.bootstrap
     manifest = produce_events(brokers, "storefront-test", 2_000, seed=5)
     assert manifest.total == 2_000
     consumer = Consumer(
@@ -139,6 +140,7 @@ def test_produce_events_delivers_every_event_to_kafka() -> None:
                 break
     finally:
         consumer.close()
+        cluster.close()
     assert len(keys) == 2_000
     assert sorted(keys) == sorted(e.key for e in storefront_events(2_000, seed=5))
 

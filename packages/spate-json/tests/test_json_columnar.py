@@ -12,6 +12,8 @@ with the same errors, and every good record must read back with the row path's v
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -305,3 +307,53 @@ def test_b86_deeply_nested_records_never_reach_polars_and_stay_exact_below_the_l
         assert list(got_errors) == [1]
         assert "cannot be read as columns" in got_errors[1][0]
     assert {i for i, _ in got_good} == {0, 2} | ({1} if 1 not in got_errors else set())
+
+
+ROW_START = """
+import dataclasses
+import sys
+
+from spate import BuildContext, ManualClock
+from spate.config import decode
+from spate.metrics._meter import Meter
+from spate_json import JsonConfig, JsonDeserializerFactory
+
+
+@dataclasses.dataclass
+class Order:
+    id: int
+    amount: float
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class Budget:
+    def acquire(self, nbytes):
+        return None
+
+    def release(self, nbytes):
+        return None
+
+
+context = BuildContext(
+    pipeline="json-start",
+    component="deserializer",
+    meter=Meter("json-start"),
+    clock=ManualClock(),
+    run_nonce="r1",
+    budget=Budget(),
+)
+for raw in ({}, {"framing": "ndjson"}, {"target": "__main__:Order"}):
+    deser = JsonDeserializerFactory.build(decode(JsonConfig, raw, "json"), context)
+    assert deser.columnar is not None, raw
+print(" ".join(sorted(m for m in ("polars", "pyarrow") if m in sys.modules)))
+"""
+
+
+def test_b28_building_the_columnar_decoder_imports_neither_polars_nor_pyarrow() -> None:
+    """A row pipeline builds the columnar decoder it never uses (with and without a
+    ``target``): that costs no polars or pyarrow import at start-up; the first columnar
+    batch imports them (B28)."""
+    result = subprocess.run(
+        [sys.executable, "-c", ROW_START], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == []

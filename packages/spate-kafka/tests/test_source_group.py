@@ -20,6 +20,8 @@ from spate.config import decode
 from spate.records import Lane
 from spate_kafka import KafkaSource, KafkaSourceConfig, _source
 
+from tests.support.scale import scaled
+
 TOPIC = "t"
 
 
@@ -112,7 +114,7 @@ def reference(
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(
     plan=runs,
     with_errors=st.booleans(),

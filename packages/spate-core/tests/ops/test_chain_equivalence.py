@@ -26,6 +26,8 @@ from spate.ops._deadletter import DeadLetter
 from spate.records import Lane, PayloadBatch
 from spate.sink import Offer
 
+from tests.support.scale import scaled
+
 LANE = Lane("t", 0)
 
 
@@ -338,7 +340,7 @@ def run(sc: Scenario, interpreted: bool, lazy: bool = False) -> dict[str, object
     }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300, minimum=60), deadline=None)
 @given(scenarios())
 def test_generated_loop_matches_interpreter_b3_b8_b28(sc: Scenario) -> None:
     fused = run(sc, interpreted=False)
@@ -348,7 +350,7 @@ def test_generated_loop_matches_interpreter_b3_b8_b28(sc: Scenario) -> None:
     assert len(fused["resolved"]) == 1  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=scaled(200, minimum=40), deadline=None)
 @given(scenarios())
 def test_lazy_bytes_batch_runs_like_a_batch_of_views_b97(sc: Scenario) -> None:
     """A batch of ``bytes`` values with lazily read fields, to a deserializer that takes

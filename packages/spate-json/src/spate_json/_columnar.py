@@ -36,6 +36,7 @@ as a timestamp is read again as a string.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import types
 from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
@@ -60,33 +61,51 @@ Reference = Callable[[bytes | memoryview], list[object]]
 
 
 def columnar_available() -> bool:
-    """Whether the ``columnar`` extra (polars, pyarrow) is importable."""
-    try:
-        import polars  # noqa: F401
-        import pyarrow.json  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the ``columnar`` extra (polars, pyarrow) is installed.
+
+    Looked up, not imported: a row pipeline builds the columnar decoder without using
+    it, and importing polars and pyarrow would cost every process start about a second.
+    """
+    return all(importlib.util.find_spec(name) is not None for name in ("polars", "pyarrow"))
+
+
+ArrowType = str | tuple[str, "ArrowType"]
+"""An Arrow type by name: a ``pyarrow`` factory (``"int64"``) or ``("list_", item)``."""
+
+
+def _arrow(t: ArrowType) -> Any:
+    """The Arrow type named by ``t``."""
+    import pyarrow as pa
+
+    if isinstance(t, tuple):
+        return pa.list_(_arrow(t[1]))
+    return getattr(pa, t)()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeclaredSchema:
-    """The Arrow schema of a ``target`` dataclass, and which fields may hold nulls.
+    """The columns of a ``target`` dataclass, and which fields may hold nulls.
 
+    ``fields`` are ``(name, Arrow type name)`` pairs (see :func:`_arrow_type`), made into
+    an Arrow schema only by the first batch, so that building imports no pyarrow.
     ``strict`` fields are the ones where a null in the frame cannot be told apart from a
     value the row path refuses or completes (a missing field with a default, an explicit
     ``null`` for a non-optional field): a null there sends the batch to the reference.
     """
 
-    schema: Any
+    fields: tuple[tuple[str, ArrowType], ...]
     strict: tuple[str, ...]
     unknown_fields_error: bool
 
+    def arrow_schema(self) -> Any:
+        """The Arrow schema of :attr:`fields`."""
+        import pyarrow as pa
 
-def _arrow_type(tp: Any) -> tuple[Any, bool]:
-    """``(Arrow type, optional)`` of a field type; ``ValueError`` when not columnar."""
-    import pyarrow as pa
+        return pa.schema([pa.field(name, _arrow(t)) for name, t in self.fields])
 
+
+def _arrow_type(tp: Any) -> tuple[ArrowType, bool]:
+    """``(Arrow type name, optional)`` of a field type; ``ValueError`` when not columnar."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         rest = [o for o in get_args(tp) if o is not type(None)]
@@ -95,26 +114,24 @@ def _arrow_type(tp: Any) -> tuple[Any, bool]:
         inner, _ = _arrow_type(rest[0])
         return inner, True
     if tp is bool:
-        return pa.bool_(), False
+        return "bool_", False
     if tp is int:
-        return pa.int64(), False
+        return "int64", False
     if tp is float:
-        return pa.float64(), False
+        return "float64", False
     if tp is str:
-        return pa.string(), False
+        return "string", False
     if origin is list or (origin is tuple and get_args(tp)[1:] == (Ellipsis,)):
         inner, optional = _arrow_type(get_args(tp)[0])
         if optional:
             raise ValueError(f"unsupported element type in {tp!r}")
-        return pa.list_(inner), False
+        return ("list_", inner), False
     raise ValueError(f"field type {tp!r} has no columnar form")
 
 
 def declared_schema(target: type[Any], *, unknown_fields_error: bool) -> DeclaredSchema | None:
     """The declared schema of a flat ``target`` dataclass (scalars, ``X | None``, lists
     of scalars), or None when a field has no columnar form (the pipeline keeps rows)."""
-    import pyarrow as pa
-
     hints = get_type_hints(target)
     fields = []
     strict = []
@@ -125,10 +142,10 @@ def declared_schema(target: type[Any], *, unknown_fields_error: bool) -> Declare
             arrow, optional = _arrow_type(hints[field.name])
         except ValueError:
             return None
-        fields.append(pa.field(field.name, arrow))
+        fields.append((field.name, arrow))
         if not (optional and field.default is None):
             strict.append(field.name)
-    return DeclaredSchema(pa.schema(fields), tuple(strict), unknown_fields_error)
+    return DeclaredSchema(tuple(fields), tuple(strict), unknown_fields_error)
 
 
 def _no_timestamps(t: Any) -> Any:
@@ -229,6 +246,14 @@ class ColumnarJsonDecoder:
     def __init__(
         self, reference: Reference, *, ndjson: bool, declared: DeclaredSchema | None
     ) -> None:
+        self._reference = reference
+        self._ndjson = ndjson
+        self._declared = declared
+        self._loaded = False
+        """Whether :meth:`_load` has run: polars and pyarrow are imported by the first
+        batch, so a pipeline that never decodes columns never imports them."""
+
+    def _load(self) -> None:
         import polars as pl
         import pyarrow as pa
         import pyarrow.json as pj
@@ -236,14 +261,12 @@ class ColumnarJsonDecoder:
         self._pl = pl
         self._pa = pa
         self._pj = pj
-        self._reference = reference
-        self._ndjson = ndjson
-        self._declared = declared
+        declared = self._declared
         # With a target, its fields are the explicit schema; keys it does not declare
         # fail the read (the batch goes to the reference) or are left out, as the target
         # says. Without one, the types are inferred per batch.
         self._lines = pj.ParseOptions(
-            explicit_schema=None if declared is None else declared.schema,
+            explicit_schema=None if declared is None else declared.arrow_schema(),
             newlines_in_values=False,
             unexpected_field_behavior=(
                 "infer"
@@ -255,6 +278,7 @@ class ColumnarJsonDecoder:
         )
         # One block for a whole batch (the reader's threads split larger ones).
         self._read_options = pj.ReadOptions(block_size=_BLOCK)
+        self._loaded = True
 
     def close(self) -> None:
         """Nothing to release."""
@@ -265,6 +289,8 @@ class ColumnarJsonDecoder:
         """Frames and errors for ``payloads``; called on the pipeline thread, never blocks."""
         if not payloads:
             return [], [], 0
+        if not self._loaded:
+            self._load()
         fast = self._fast(payloads)
         if fast is not None:
             return [(None, fast)], [], 0
