@@ -23,9 +23,11 @@ ClickHouse front. ``tests/soak/test_soak.py`` runs a 3-minute soak in ``make tes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -209,15 +211,27 @@ def run_soak(
     topic, group = unique_name("soak"), unique_name("soak-g")
     create_topic(bootstrap, topic, 4)
     database = "soak"
-    front = ChFront(workdir / "clickhouse").start()
-    fault_host, _, fault_port = service_address(KAFKA_FAULT).rpartition(":")
-    kafka_proxy = FaultProxy(
-        service_address(KAFKA_FAULT_UPSTREAM), host=fault_host, port=int(fault_port)
-    ).start()
-    ch_proxy = FaultProxy(f"{front.host}:{front.port}").start()
-    proc = None
-    stop = threading.Event()
-    try:
+    with contextlib.ExitStack() as stack:
+        # Everything started is stopped on every path, in the reverse order (the front
+        # last), whichever step fails: a port already taken, a pipeline that dies.
+        front = ChFront(workdir / "clickhouse")
+        stack.callback(front.stop)
+        front.start()
+        fault_host, _, fault_port = service_address(KAFKA_FAULT).rpartition(":")
+        kafka_proxy = stack.enter_context(
+            FaultProxy(service_address(KAFKA_FAULT_UPSTREAM), host=fault_host, port=int(fault_port))
+        )
+        ch_proxy = stack.enter_context(FaultProxy(f"{front.host}:{front.port}"))
+        proc: subprocess.Popen[bytes] | None = None
+
+        def end_pipeline() -> None:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+
+        stack.callback(end_pipeline)
+        stop = threading.Event()
+        stack.callback(stop.set)
         client = front.client()
         load_example().create_tables(client, database)
         env = {
@@ -312,6 +326,7 @@ def run_soak(
         wait_until(lambda: proc.poll() is not None or bool(held()), 300, "a first write")
         started = time.monotonic()
         sampler.start(every=sample_every / 2)
+        stack.callback(sampler.stop)
         threads = [
             threading.Thread(target=inject_faults, name="soak-faults", daemon=True),
             threading.Thread(target=sample_resources, name="soak-resources", daemon=True),
@@ -358,14 +373,6 @@ def run_soak(
                 "clickhouse": vars(ch_proxy.stats).copy(),
             },
         )
-    finally:
-        stop.set()
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        kafka_proxy.stop()
-        ch_proxy.stop()
-        front.stop()
 
 
 def summary_row(name: str, values: list[Any], unit: str = "") -> str:

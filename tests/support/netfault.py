@@ -152,8 +152,13 @@ class FaultProxy:
         return f"{self.host}:{self.port}"
 
     def start(self) -> FaultProxy:
+        """Listen; raises ``OSError`` (the port is taken) with nothing left running."""
         self._thread.start()
-        self._run(self._listen())
+        try:
+            self._run(self._listen())
+        except BaseException:
+            self.stop()
+            raise
         logger.info("fault proxy %s -> %s:%d", self.address, *self.upstream)
         return self
 
