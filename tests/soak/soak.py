@@ -40,7 +40,13 @@ from typing import Any
 from tests.faults.test_clickhouse_network_faults import inserts
 from tests.support.chfront_fixtures import ChFront
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
-from tests.support.netfault import KAFKA_FAULT, KAFKA_FAULT_UPSTREAM, FaultProxy, kafka_request
+from tests.support.netfault import (
+    KAFKA_FAULT,
+    KAFKA_FAULT_UPSTREAM,
+    FaultProxy,
+    kafka_request,
+    peer_sockets,
+)
 from tests.support.no_loss import (
     TABLES,
     held_identities,
@@ -89,6 +95,10 @@ class Point:
     threads: int
     lag: int | None
     fault: str
+    clickhouse_sockets: int = 0
+    """The pipeline's TCP sockets to ClickHouse (its fault proxy), in any state."""
+    kafka_sockets: int = 0
+    """The pipeline's TCP sockets to the broker (its fault proxy), in any state."""
 
 
 def process_stats(pid: int) -> tuple[float, float, int, int]:
@@ -303,6 +313,7 @@ def run_soak(
         def take_point() -> None:
             assert proc is not None
             rss, anon, fds, threads = process_stats(proc.pid)
+            peers = peer_sockets(proc.pid)
             point = Point(
                 round(time.monotonic() - started, 1),
                 round(rss, 1),
@@ -311,9 +322,15 @@ def run_soak(
                 threads,
                 group_lag(bootstrap, group, topic),
                 active[0],
+                peers[ch_proxy.port],
+                peers[kafka_proxy.port],
             )
             points.append(point)
-            log(f"{point.t:7.0f}s rss {rss:.1f} MiB, fds {fds}, threads {threads}, lag {point.lag}")
+            log(
+                f"{point.t:7.0f}s rss {rss:.1f} MiB, fds {fds} (sockets to ClickHouse "
+                f"{point.clickhouse_sockets}, to Kafka {point.kafka_sockets}), threads "
+                f"{threads}, lag {point.lag}"
+            )
 
         def sample_resources() -> None:
             while proc is not None and proc.poll() is None:
@@ -388,10 +405,34 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "series.csv").open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["seconds", "rss_mib", "anon_mib", "open_fds", "threads", "lag", "fault"])
+        writer.writerow(
+            [
+                "seconds",
+                "rss_mib",
+                "anon_mib",
+                "open_fds",
+                "clickhouse_sockets",
+                "kafka_sockets",
+                "threads",
+                "lag",
+                "fault",
+            ]
+        )
         for p in result.points:
             lag = "" if p.lag is None else p.lag
-            writer.writerow([p.t, p.rss_mib, p.anon_mib, p.fds, p.threads, lag, p.fault])
+            writer.writerow(
+                [
+                    p.t,
+                    p.rss_mib,
+                    p.anon_mib,
+                    p.fds,
+                    p.clickhouse_sockets,
+                    p.kafka_sockets,
+                    p.threads,
+                    lag,
+                    p.fault,
+                ]
+            )
     points = result.points
     flat = flatness(points)
     problems = result.problems()
@@ -406,6 +447,8 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
         summary_row("RSS", [p.rss_mib for p in points], " (MiB)"),
         summary_row("RSS, anonymous", [p.anon_mib for p in points], " (MiB)"),
         summary_row("open file descriptors", [p.fds for p in points]),
+        summary_row("sockets to ClickHouse", [p.clickhouse_sockets for p in points]),
+        summary_row("sockets to Kafka", [p.kafka_sockets for p in points]),
         summary_row("threads", [p.threads for p in points]),
         summary_row("consumer lag", [p.lag for p in points], " (records)"),
         "",
