@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from spate_clickhouse._client import connect, parse_endpoint
+from spate_clickhouse.config import ClickHouseSinkConfig
 
 from tests.clickhouse.sinkkit import BuiltSink, Driver, GaugeWatcher, build_sink
 from tests.support.chfront_fixtures import ChFront
@@ -239,3 +241,20 @@ def test_b106_sockets_to_a_replica_stay_within_the_pool_over_repeated_blackholes
     assert counts([client], "bhsockets") == (per_round * rounds, per_round * rounds)
     assert proxy.stats.resets >= rounds, vars(proxy.stats)  # every heal reset a hung insert
     assert max(open_after) <= POOL_SIZE, open_after
+
+
+def test_b106_a_pool_the_client_replaces_closes_its_connections(proxy: FaultProxy) -> None:
+    """B106: every ``max_connection_age`` (10 minutes) clickhouse-connect replaces a
+    client's pools. A replaced pool that something still refers to — a traceback in a
+    reference cycle does after a failed request, until the cyclic collector runs — must
+    not keep its idle connections open beside the new pool's."""
+    client = connect(parse_endpoint(url(proxy)), ClickHouseSinkConfig(table="replaced"))
+    client.command("SELECT 1")
+    held = client.http.connection_from_url(url(proxy))  # outlives the replacement
+    assert peer_sockets(os.getpid())[proxy.port] == 1
+    client.http.clear()  # what the client does at max_connection_age
+    assert peer_sockets(os.getpid())[proxy.port] == 0, "the replaced pool kept its connection"
+    client.command("SELECT 1")
+    assert peer_sockets(os.getpid())[proxy.port] == 1
+    client.close()
+    assert held.pool is None  # closed
