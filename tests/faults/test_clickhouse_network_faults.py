@@ -245,9 +245,8 @@ def test_b106_sockets_to_a_replica_stay_within_the_pool_over_repeated_blackholes
 
 def test_b106_a_pool_the_client_replaces_closes_its_connections(proxy: FaultProxy) -> None:
     """B106: every ``max_connection_age`` (10 minutes) clickhouse-connect replaces a
-    client's pools. A replaced pool that something still refers to — a traceback in a
-    reference cycle does after a failed request, until the cyclic collector runs — must
-    not keep its idle connections open beside the new pool's."""
+    client's pools. A replaced pool that something still refers to (as happened after
+    faults in the soak) must not keep its idle connections open beside the new pool's."""
     client = connect(parse_endpoint(url(proxy)), ClickHouseSinkConfig(table="replaced"))
     client.command("SELECT 1")
     held = client.http.connection_from_url(url(proxy))  # outlives the replacement

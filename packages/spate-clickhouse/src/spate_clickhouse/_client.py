@@ -200,9 +200,9 @@ def close_dropped_pools(client: Client) -> None:
     clickhouse-connect replaces a client's pools every ``max_connection_age`` (10 minutes)
     with urllib3's ``PoolManager.clear()``, which since urllib3 2 forgets the pools without
     closing them: their idle connections stay open for as long as anything still refers
-    to a pool — after a failed request, a traceback in a reference cycle does, until a
-    full run of the cyclic collector. Closed on dropping, a pool closes its idle
-    connections at once, and a connection still in use is closed when it comes back.
+    to a pool (after faults something did in the soak, likely tracebacks kept in
+    reference cycles until a full run of the cyclic collector). Closed on dropping, a
+    pool closes its idle connections at once, and one still in use when it comes back.
     """
     pools = getattr(getattr(client, "http", None), "pools", None)
     if pools is not None and getattr(pools, "dispose_func", True) is None:
