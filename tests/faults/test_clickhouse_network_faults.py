@@ -11,15 +11,19 @@ cause never leave a duplicate behind when the table has a deduplication window (
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from spate_clickhouse._client import connect, parse_endpoint
+from spate_clickhouse.config import ClickHouseSinkConfig
 
 from tests.clickhouse.sinkkit import BuiltSink, Driver, GaugeWatcher, build_sink
 from tests.support.chfront_fixtures import ChFront
-from tests.support.netfault import FaultProxy, Matcher
+from tests.support.delivery import wait_until
+from tests.support.netfault import FaultProxy, Matcher, peer_sockets
 from tests.support.scale import current_scale, scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -189,3 +193,67 @@ def test_b12_a_half_open_pooled_connection_times_out_and_the_retry_lands_once(
     assert proxy.stats.swallowed > 0  # the second insert went into the half-open connection
     assert counts([client], "half") == (4_000, 4_000)
     assert built.metric("spate_sink_retries_total", shard="0") >= 1
+
+
+POOL_SIZE = 8
+"""Connections clickhouse-connect's pool keeps per client (its ``maxsize``): one that comes
+back to a full pool is closed."""
+
+
+def test_b106_sockets_to_a_replica_stay_within_the_pool_over_repeated_blackholes(
+    fronts: list[ChFront], proxy: FaultProxy
+) -> None:
+    """B106, B12: ten times, the replica is blackholed while both writer threads have
+    an insert in flight (as in the soak: the timeout is longer than the outage), then
+    healed: the hung connections are reset, the inserts resent on new ones. After every
+    heal the sink's open sockets to the replica are at most the pool's size — what one
+    blackhole opened is reused by the next, not left open beside it (a socket left
+    behind by each would pass the bound by the fifth) — and every row lands once."""
+    rounds = 10
+    (client,) = table([fronts[0]], "bhsockets")
+    built = sink(
+        "bhsockets",
+        [url(proxy)],
+        breaker={"failure_threshold": 5, "open_for": "500ms"},
+        timeouts={"connect": "5s", "send_receive": "120s"},
+    )
+    per_round = scaled(20_000, minimum=4_000)
+    data, keys = rows(per_round * rounds)
+    driver = Driver(built.sink)
+    open_after: list[int] = []
+    for n in range(rounds):
+        swallowed = proxy.stats.swallowed
+        proxy.blackhole()
+        # Three batches while cut off (two hang, one waits: the sink holds them), the rest
+        # of the round after the heal.
+        first, hung, last = n * per_round, n * per_round + 3_000, (n + 1) * per_round
+        driver.offer_all(data[first:hung], keys[first:hung])
+        wait_until(
+            lambda seen=swallowed: proxy.stats.swallowed > seen, 60, "an insert in the blackhole"
+        )
+        time.sleep(0.5)  # the other writer thread's batch goes in as well
+        proxy.heal()
+        driver.offer_all(data[hung:last], keys[hung:last])
+        assert driver.finish()
+        open_after.append(peer_sockets(os.getpid())[proxy.port])
+    assert driver.all_delivered
+    built.sink.close()
+    assert counts([client], "bhsockets") == (per_round * rounds, per_round * rounds)
+    assert proxy.stats.resets >= rounds, vars(proxy.stats)  # every heal reset a hung insert
+    assert max(open_after) <= POOL_SIZE, open_after
+
+
+def test_b106_a_pool_the_client_replaces_closes_its_connections(proxy: FaultProxy) -> None:
+    """B106: every ``max_connection_age`` (10 minutes) clickhouse-connect replaces a
+    client's pools. A replaced pool that something still refers to (as happened after
+    faults in the soak) must not keep its idle connections open beside the new pool's."""
+    client = connect(parse_endpoint(url(proxy)), ClickHouseSinkConfig(table="replaced"))
+    client.command("SELECT 1")
+    held = client.http.connection_from_url(url(proxy))  # outlives the replacement
+    assert peer_sockets(os.getpid())[proxy.port] == 1
+    client.http.clear()  # what the client does at max_connection_age
+    assert peer_sockets(os.getpid())[proxy.port] == 0, "the replaced pool kept its connection"
+    client.command("SELECT 1")
+    assert peer_sockets(os.getpid())[proxy.port] == 1
+    client.close()
+    assert held.pool is None  # closed

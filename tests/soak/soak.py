@@ -23,9 +23,11 @@ ClickHouse front. ``tests/soak/test_soak.py`` runs a 3-minute soak in ``make tes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -38,7 +40,13 @@ from typing import Any
 from tests.faults.test_clickhouse_network_faults import inserts
 from tests.support.chfront_fixtures import ChFront
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
-from tests.support.netfault import KAFKA_FAULT, KAFKA_FAULT_UPSTREAM, FaultProxy, kafka_request
+from tests.support.netfault import (
+    KAFKA_FAULT,
+    KAFKA_FAULT_UPSTREAM,
+    FaultProxy,
+    kafka_request,
+    peer_sockets,
+)
 from tests.support.no_loss import (
     TABLES,
     held_identities,
@@ -87,6 +95,10 @@ class Point:
     threads: int
     lag: int | None
     fault: str
+    clickhouse_sockets: int = 0
+    """The pipeline's TCP sockets to ClickHouse (its fault proxy), in any state."""
+    kafka_sockets: int = 0
+    """The pipeline's TCP sockets to the broker (its fault proxy), in any state."""
 
 
 def process_stats(pid: int) -> tuple[float, float, int, int]:
@@ -209,15 +221,27 @@ def run_soak(
     topic, group = unique_name("soak"), unique_name("soak-g")
     create_topic(bootstrap, topic, 4)
     database = "soak"
-    front = ChFront(workdir / "clickhouse").start()
-    fault_host, _, fault_port = service_address(KAFKA_FAULT).rpartition(":")
-    kafka_proxy = FaultProxy(
-        service_address(KAFKA_FAULT_UPSTREAM), host=fault_host, port=int(fault_port)
-    ).start()
-    ch_proxy = FaultProxy(f"{front.host}:{front.port}").start()
-    proc = None
-    stop = threading.Event()
-    try:
+    with contextlib.ExitStack() as stack:
+        # Everything started is stopped on every path, in the reverse order (the front
+        # last), whichever step fails: a port already taken, a pipeline that dies.
+        front = ChFront(workdir / "clickhouse")
+        stack.callback(front.stop)
+        front.start()
+        fault_host, _, fault_port = service_address(KAFKA_FAULT).rpartition(":")
+        kafka_proxy = stack.enter_context(
+            FaultProxy(service_address(KAFKA_FAULT_UPSTREAM), host=fault_host, port=int(fault_port))
+        )
+        ch_proxy = stack.enter_context(FaultProxy(f"{front.host}:{front.port}"))
+        proc: subprocess.Popen[bytes] | None = None
+
+        def end_pipeline() -> None:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+
+        stack.callback(end_pipeline)
+        stop = threading.Event()
+        stack.callback(stop.set)
         client = front.client()
         load_example().create_tables(client, database)
         env = {
@@ -289,6 +313,7 @@ def run_soak(
         def take_point() -> None:
             assert proc is not None
             rss, anon, fds, threads = process_stats(proc.pid)
+            peers = peer_sockets(proc.pid)
             point = Point(
                 round(time.monotonic() - started, 1),
                 round(rss, 1),
@@ -297,9 +322,15 @@ def run_soak(
                 threads,
                 group_lag(bootstrap, group, topic),
                 active[0],
+                peers[ch_proxy.port],
+                peers[kafka_proxy.port],
             )
             points.append(point)
-            log(f"{point.t:7.0f}s rss {rss:.1f} MiB, fds {fds}, threads {threads}, lag {point.lag}")
+            log(
+                f"{point.t:7.0f}s rss {rss:.1f} MiB, fds {fds} (sockets to ClickHouse "
+                f"{point.clickhouse_sockets}, to Kafka {point.kafka_sockets}), threads "
+                f"{threads}, lag {point.lag}"
+            )
 
         def sample_resources() -> None:
             while proc is not None and proc.poll() is None:
@@ -312,6 +343,7 @@ def run_soak(
         wait_until(lambda: proc.poll() is not None or bool(held()), 300, "a first write")
         started = time.monotonic()
         sampler.start(every=sample_every / 2)
+        stack.callback(sampler.stop)
         threads = [
             threading.Thread(target=inject_faults, name="soak-faults", daemon=True),
             threading.Thread(target=sample_resources, name="soak-resources", daemon=True),
@@ -358,14 +390,6 @@ def run_soak(
                 "clickhouse": vars(ch_proxy.stats).copy(),
             },
         )
-    finally:
-        stop.set()
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        kafka_proxy.stop()
-        ch_proxy.stop()
-        front.stop()
 
 
 def summary_row(name: str, values: list[Any], unit: str = "") -> str:
@@ -381,10 +405,34 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "series.csv").open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["seconds", "rss_mib", "anon_mib", "open_fds", "threads", "lag", "fault"])
+        writer.writerow(
+            [
+                "seconds",
+                "rss_mib",
+                "anon_mib",
+                "open_fds",
+                "clickhouse_sockets",
+                "kafka_sockets",
+                "threads",
+                "lag",
+                "fault",
+            ]
+        )
         for p in result.points:
             lag = "" if p.lag is None else p.lag
-            writer.writerow([p.t, p.rss_mib, p.anon_mib, p.fds, p.threads, lag, p.fault])
+            writer.writerow(
+                [
+                    p.t,
+                    p.rss_mib,
+                    p.anon_mib,
+                    p.fds,
+                    p.clickhouse_sockets,
+                    p.kafka_sockets,
+                    p.threads,
+                    lag,
+                    p.fault,
+                ]
+            )
     points = result.points
     flat = flatness(points)
     problems = result.problems()
@@ -399,6 +447,8 @@ def write_report(result: SoakResult, directory: Path, command: str) -> Path:
         summary_row("RSS", [p.rss_mib for p in points], " (MiB)"),
         summary_row("RSS, anonymous", [p.anon_mib for p in points], " (MiB)"),
         summary_row("open file descriptors", [p.fds for p in points]),
+        summary_row("sockets to ClickHouse", [p.clickhouse_sockets for p in points]),
+        summary_row("sockets to Kafka", [p.kafka_sockets for p in points]),
         summary_row("threads", [p.threads for p in points]),
         summary_row("consumer lag", [p.lag for p in points], " (records)"),
         "",

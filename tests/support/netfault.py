@@ -40,13 +40,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import socket
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pytest
@@ -152,8 +155,13 @@ class FaultProxy:
         return f"{self.host}:{self.port}"
 
     def start(self) -> FaultProxy:
+        """Listen; raises ``OSError`` (the port is taken) with nothing left running."""
         self._thread.start()
-        self._run(self._listen())
+        try:
+            self._run(self._listen())
+        except BaseException:
+            self.stop()
+            raise
         logger.info("fault proxy %s -> %s:%d", self.address, *self.upstream)
         return self
 
@@ -475,6 +483,33 @@ def kafka_request(api_key: int) -> MatcherFactory:
         return match
 
     return make
+
+
+def peer_sockets(pid: int) -> Counter[int]:
+    """The TCP sockets a Linux process holds open, counted by their peer's port.
+
+    A socket's descriptor names its inode (``socket:[N]``), and the process's network
+    namespace lists every TCP socket with its inode and addresses (``/proc/PID/net/tcp``).
+    """
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    peers: Counter[int] = Counter()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:  # rem_address is HEXIP:HEXPORT
+                peers[int(fields[2].rpartition(":")[2], 16)] += 1
+    return peers
 
 
 # ---------------------------------------------------------------- Kafka through a proxy

@@ -164,7 +164,7 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
             if endpoint.chdb_path != ":memory:":
                 kwargs["path"] = endpoint.chdb_path
             return clickhouse_connect.get_client(**kwargs)
-        return clickhouse_connect.get_client(
+        client = clickhouse_connect.get_client(
             **tls_options(endpoint, config),
             interface=endpoint.scheme,
             host=endpoint.host,
@@ -179,6 +179,8 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
             autogenerate_session_id=False,
             dedicated_pool=True,
         )
+        close_dropped_pools(client)
+        return client
     except SinkError:
         raise
     except Exception as exc:
@@ -190,3 +192,22 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
                 ErrorClass.FATAL,
             ) from exc
         raise error from exc
+
+
+def close_dropped_pools(client: Client) -> None:
+    """Make the client's connection pool manager close the pools it drops (B106).
+
+    clickhouse-connect replaces a client's pools every ``max_connection_age`` (10 minutes)
+    with urllib3's ``PoolManager.clear()``, which since urllib3 2 forgets the pools without
+    closing them: their idle connections stay open for as long as anything still refers
+    to a pool (after faults something did in the soak, likely tracebacks kept in
+    reference cycles until a full run of the cyclic collector). Closed on dropping, a
+    pool closes its idle connections at once, and one still in use when it comes back.
+    """
+    pools = getattr(getattr(client, "http", None), "pools", None)
+    if pools is not None and getattr(pools, "dispose_func", True) is None:
+        pools.dispose_func = _close_pool
+
+
+def _close_pool(pool: Any) -> None:
+    pool.close()
