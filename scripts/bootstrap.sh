@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install every distribution editable plus the development tools.
-# Idempotent: re-runs pip only when a pyproject.toml or this script changed.
+# Idempotent: re-runs pip only when a pyproject.toml, the Rust extension's sources or this
+# script changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
-stamp_input=$(cat pyproject.toml packages/*/pyproject.toml examples/connectors/*/pyproject.toml requirements-dev.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+# spate-avro-native is a Rust extension (PyO3, built by maturin): pip builds it with cargo.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "bootstrap: a Rust toolchain (cargo) is required to build packages/spate-avro-native;" \
+    "install it with rustup (https://rustup.rs) and run this script again" >&2
+  exit 1
+fi
+
+stamp_input=$(cat pyproject.toml packages/*/pyproject.toml packages/*/Cargo.toml packages/*/src/*.rs \
+  examples/connectors/*/pyproject.toml requirements-dev.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ -f .bootstrap-stamp ] && [ "$(cat .bootstrap-stamp)" = "$stamp_input" ]; then
   exit 0
 fi

@@ -26,9 +26,22 @@ row indices are pyarrow kernels; each branch's block goes to one open scratch fi
 one write (jetliner reads only from a path); the alignment checks are vectorized
 comparisons on the decoded columns.
 
-Recovery from an abort (B98). A corrupt datum declaring a huge array or map count aborts
-the process inside jetliner (see ``spate_avro._scratch``). The batch file it was reading
-survives; the next decoder of the same schema adopts it and keeps the datums it held as
+The datum scan (B110). jetliner reserves memory for the item count an array or map block
+declares: a corrupt datum declaring billions of items makes the allocation fail and the
+process aborts, with no exception to catch. So before the read, a compiled scanner
+(``spate_avro_native``, Rust; the schema compiled by ``spate_avro._scan``) walks every
+datum of the batch against the writer schema and returns the datums that are not exactly
+one well-formed datum, among them every block count whose items cannot fit in the bytes
+left. None of them is ever handed to jetliner: they are record errors (the reference
+decoder's error when it refuses the datum too, else a malformed-datum error), and the
+batch goes through the exact path from the first of them. The scan runs only for schemas
+that hold an array or a map or are recursive (nothing else can make jetliner reserve a
+count), in a few microseconds per thousand datums with the GIL released.
+
+Recovery from an abort (B98), the backstop behind the scan for a reader failure the scan
+does not foresee. A datum that aborts the process inside jetliner (see
+``spate_avro._scratch``; with the scan on, none is known) leaves its batch file behind;
+the next decoder of the same schema adopts it and keeps the datums it held as
 suspects. While suspects exist, each batch's datums are checked against them (one
 C-level set operation); a batch holding one is decoded as the bad-datum fallback does,
 every datum checked with the reference decoder first, so the datum that aborted is the
@@ -56,6 +69,7 @@ from typing import Any
 
 from spate import DeserError, DeserErrorKind
 
+from spate_avro._scan import compile_schema, may_abort, scan_enabled
 from spate_avro._schema import DecodeFn, is_union, schema_name
 from spate_avro._scratch import Leftover, ScratchFile, dead_leftovers, scratch_dir, split
 from spate_avro._scratch import write_at_start as _write_all
@@ -86,7 +100,10 @@ def columnar_available() -> bool:
     Looked up, not imported: a row pipeline builds the columnar decoder without using
     it, and importing polars would cost every process start about half a second.
     """
-    return all(importlib.util.find_spec(name) is not None for name in ("jetliner", "polars"))
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("jetliner", "polars", "spate_avro_native")
+    )
 
 
 def _zigzag(n: int) -> bytes:
@@ -211,10 +228,21 @@ class _RecordReader:
     """Reads datums of one record schema into a DataFrame through a container file."""
 
     def __init__(
-        self, record_schema: Any, check: DecodeFn, start: int, branch: int | None, directory: str
+        self,
+        record_schema: Any,
+        check: DecodeFn,
+        start: int,
+        branch: int | None,
+        directory: str,
+        named: dict[str, Any] | None = None,
     ) -> None:
         self._read: Any = None
         """jetliner's reader, imported by the first read (the row path never needs it)."""
+        program = compile_schema(record_schema, branch is not None, named)
+        self._program: Any = program if scan_enabled() and may_abort(program) else None
+        """The scanner program (B110) while it is a list of ints; the first read compiles
+        it into the scanner's own ``Program``. None: no scan."""
+        self._scan: Any = None
         self._branch = branch
         """The union branch index the datums start with (read back and checked), or None."""
         self._headers = [_header(record_schema, branch is not None, s) for s in range(_STAGES)]
@@ -313,10 +341,13 @@ class _RecordReader:
         count = len(framed)
         if not count:
             return None
+        refused = self._refused(framed)
         if self._suspecting:
             datums = self._suspected(framed)
             if datums is not None:
-                return self._exact(framed, rows, 0, errors, datums)
+                return self._exact(framed, rows, 0, errors, datums, refused)
+        if refused:
+            return self._exact(framed, rows, min(refused), errors, None, refused)
         try:
             df = self._block(_body(framed), count, _ends(framed))
             first_bad = self._aligned(df)
@@ -329,6 +360,16 @@ class _RecordReader:
             return df
         return self._exact(framed, rows, first_bad, errors)
 
+    def _refused(self, framed: Any) -> frozenset[int]:
+        """The positions in ``framed`` of the datums the scan refuses (B110)."""
+        if self._program is None:
+            return frozenset()
+        if self._scan is None:
+            from spate_avro_native import Program, scan  # the columnar extra
+
+            self._program, self._scan = Program(self._program), scan
+        return frozenset(self._scan(self._program, _body(framed), _ends(framed), len(_END)))
+
     def _exact(
         self,
         framed: Any,
@@ -336,10 +377,11 @@ class _RecordReader:
         first_bad: int,
         errors: list[tuple[int, DeserError]],
         datums: list[bytes] | None = None,
+        refused_by_scan: frozenset[int] = frozenset(),
     ) -> Any:
         """From ``first_bad`` on, check every datum with the reference decoder, then read
         only the datums it accepts (a suspect that aborted a read of the accepted datums
-        alone, a suspect that aborted alone not at all)."""
+        alone, a suspect that aborted alone not at all) and the scan did not refuse."""
         import polars as pl
 
         if datums is None:
@@ -351,7 +393,9 @@ class _RecordReader:
         _, alone, refused = self._suspects
         lone: list[bytes] = []
         lone_rows: list[int] = []
+        at = first_bad
         for datum, row in zip(datums[first_bad:], indices[first_bad:], strict=True):
+            at += 1
             if datum in refused:
                 errors.append((row, _aborted()))
                 continue
@@ -362,6 +406,9 @@ class _RecordReader:
                 continue
             except Exception as exc:
                 errors.append((row, _malformed(exc)))
+                continue
+            if at - 1 in refused_by_scan:  # the lenient reference accepts it
+                errors.append((row, _not_one_datum()))
                 continue
             if self._branch is not None and _branch_index(datum) != self._branch:
                 errors.append((row, _unsupported_branch()))  # index 128 or more
@@ -443,6 +490,14 @@ def _unsupported_branch() -> DeserError:
     )
 
 
+def _not_one_datum() -> DeserError:
+    return DeserError(
+        "malformed Avro payload (not exactly one canonical datum of the writer schema: "
+        "refused by the datum scan)",
+        DeserErrorKind.MALFORMED,
+    )
+
+
 def _aborted() -> DeserError:
     return DeserError(
         "malformed Avro payload (reading it alone aborted the columnar reader in an "
@@ -468,6 +523,7 @@ class ColumnarAvroDecoder:
 
         directory = scratch_dir()
         expanded = expand_schema(writer)
+        named = writer.get("__named_schemas") if isinstance(writer, dict) else None
         self._union = is_union(expanded)
         self._check = check
         self._readers: list[_RecordReader] = []
@@ -479,12 +535,12 @@ class ColumnarAvroDecoder:
                         f"columnar decoding needs record branches; branch {i} is "
                         f"{schema_name(branch)}"
                     )
-                self._readers.append(_RecordReader(branch, check, 0, i, directory))
+                self._readers.append(_RecordReader(branch, check, 0, i, directory, named))
                 self._names.append(schema_name(branch))
         else:
             if not isinstance(expanded, dict) or expanded.get("type") != "record":
                 raise ValueError("columnar decoding needs a record schema or a union of records")
-            self._readers.append(_RecordReader(expanded, check, 0, None, directory))
+            self._readers.append(_RecordReader(expanded, check, 0, None, directory, named))
             self._names.append(None)
         self._adopt(directory)
 
