@@ -2,9 +2,10 @@
 
 A property test writes random records of random record schemas (and of the storefront
 union) with fastavro, corrupts some payloads at random (truncation, trailing bytes, empty
-payloads, flipped bytes), and checks that :class:`ColumnarAvroDecoder` reports as bad
-exactly the payloads the row path's decoder (fastavro, the reference) refuses, and that
-every good payload's scalar fields decode to the reference values.
+payloads, flipped bytes, a huge array or map count spliced in), and checks that
+:class:`ColumnarAvroDecoder` reports as bad exactly the payloads the row path's decoder
+(fastavro, the reference) refuses, that every good payload's scalar fields decode to the
+reference values, and that no batch aborts the process (the datum scan, B110).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spate_avro._scan import SCAN_ENV
 from spate_avro._schema import build_decoder, parse_schema_text
 from spate_avro._scratch import SCRATCH_ENV, write_at_start
 from spate_datagen import storefront_schema_text
@@ -97,7 +99,7 @@ def batches(draw: st.DrawFn) -> tuple[Any, list[bytes], list[dict[str, Any]]]:
         st.lists(
             st.tuples(
                 st.integers(0, len(payloads) - 1),
-                st.sampled_from(["truncate", "trailing", "empty", "flip"]),
+                st.sampled_from(["truncate", "trailing", "empty", "flip", "count"]),
                 st.integers(0, 255),
             ),
             max_size=4,
@@ -111,10 +113,26 @@ def batches(draw: st.DrawFn) -> tuple[Any, list[bytes], list[dict[str, Any]]]:
             payloads[index] = p + bytes([byte])
         elif how == "empty":
             payloads[index] = b""
+        elif how == "count":  # a block of six billion items where an array or map starts
+            at = _field_start(schema, records[index], byte)
+            payloads[index] = p[:at] + _zigzag(6_000_000_000) + p[at:]
         elif p:
             at = byte % len(p)
             payloads[index] = p[:at] + bytes([p[at] ^ 0xFF]) + p[at + 1 :]
     return parsed, payloads, records
+
+
+def _field_start(schema: dict[str, Any], record: dict[str, Any], pick: int) -> int:
+    """Where in ``record``'s datum its first array or map field starts (any field's start
+    when it has none): the bytes of the fields before it."""
+    fields = schema["fields"]
+    kinds = [f["type"]["type"] if isinstance(f["type"], dict) else None for f in fields]
+    blocks = [i for i, kind in enumerate(kinds) if kind in ("array", "map")]
+    k = blocks[pick % len(blocks)] if blocks else pick % (len(fields) + 1)
+    head = fastavro.parse_schema({**schema, "name": "Head", "fields": fields[:k]})
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, head, {f["name"]: record[f["name"]] for f in fields[:k]})
+    return len(out.getvalue())
 
 
 def reference(decode: Any, payloads: list[bytes]) -> tuple[set[int], dict[int, Any]]:
@@ -162,7 +180,8 @@ def _canonical(parsed: Any, payload: bytes, record: Any) -> bool:
 
 class ChildDecoder:
     """A persistent child process that decodes batches as columns; restarted when a batch
-    aborts it (jetliner 0.2 aborts on a datum declaring a huge count, B98)."""
+    aborts it (jetliner 0.2 aborts on a datum declaring a huge count, B98, unless the
+    datum scan refuses it first, B110)."""
 
     def __init__(self, scratch: Path) -> None:
         self._scratch = scratch
@@ -198,17 +217,15 @@ def child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildDecoder]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
-def test_b28_b98_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
+def test_b28_b110_columnar_decoder_finds_exactly_the_records_fastavro_refuses(
     child: ChildDecoder, batch: tuple[Any, list[bytes], list[dict[str, Any]]]
 ) -> None:
-    """The columnar decode runs in a child process: a corrupt datum that aborts the reader
-    kills the child, not pytest, and the same batch decoded again in a fresh child (the
-    same scratch directory) must then match the reference exactly (B98)."""
+    """The columnar decode runs in a child process, so that a corrupt datum that aborted
+    the reader would kill the child, not pytest: with the datum scan on, no batch may
+    abort it (B110), and the outcome matches the reference exactly (B28)."""
     parsed, payloads, _records = batch
     result = child.run(parsed, payloads)
-    if result is None:
-        result = child.run(parsed, payloads)
-        assert result is not None, "the child aborted again on the batch it had aborted on"
+    assert result is not None, "the columnar decoder aborted the process"
     rows, refused_rows = result
     bad, good = reference(build_decoder(parsed), payloads)
     refused = set(refused_rows)
@@ -250,11 +267,15 @@ def poison_batch() -> list[bytes]:
     return [good[0], good[1], poison, good[2], good[3]]
 
 
-def decode_in_subprocess(scratch: Path, work: Path, payloads: list[bytes]) -> tuple[int, Any]:
+def decode_in_subprocess(
+    scratch: Path, work: Path, payloads: list[bytes], scan: bool = False
+) -> tuple[int, Any]:
+    """Exit status and outcome of a decode in a fresh process; without the datum scan
+    unless ``scan`` (the B98 backstop is what the scan would hide)."""
     source, target = work / "in.pickle", work / "out.pickle"
     source.write_bytes(pickle.dumps((POISON_SCHEMA, payloads)))
     target.unlink(missing_ok=True)
-    env = {**os.environ, SCRATCH_ENV: str(scratch)}
+    env = {**os.environ, SCRATCH_ENV: str(scratch), SCAN_ENV: "1" if scan else "0"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.support.avro_columnar_child", str(source), str(target)],
         cwd=ROOT,
@@ -269,10 +290,10 @@ def decode_in_subprocess(scratch: Path, work: Path, payloads: list[bytes]) -> tu
 def test_b98_a_datum_that_aborts_the_reader_is_a_record_error_in_the_next_process(
     tmp_path: Path,
 ) -> None:
-    """B98: the first process aborts inside jetliner on the poison datum (if it does not,
-    the test fails: the recovery would go unexercised); the next process with the same
-    scratch directory decodes the same batch to exactly fastavro's outcome and removes
-    the leftover."""
+    """B98, the backstop behind the datum scan (switched off here): the first process
+    aborts inside jetliner on the poison datum (if it does not, the test fails: the
+    recovery would go unexercised); the next process with the same scratch directory
+    decodes the same batch to exactly fastavro's outcome and removes the leftover."""
     scratch = tmp_path / "scratch"
     payloads = poison_batch()
     status, _ = decode_in_subprocess(scratch, tmp_path, payloads)
@@ -291,6 +312,25 @@ def test_b98_a_datum_that_aborts_the_reader_is_a_record_error_in_the_next_proces
     # aborts again (one abort per delivery of a poison datum).
     status, _ = decode_in_subprocess(scratch, tmp_path, payloads)
     assert status in ABORTED
+
+
+def test_b110_a_datum_declaring_billions_of_items_is_a_record_error_without_an_abort(
+    tmp_path: Path,
+) -> None:
+    """B110: with the datum scan on, the batch holding a datum whose array declares six
+    billion items decodes in the first process (exit 0) to exactly fastavro's outcome,
+    and nothing is left in the scratch directory."""
+    scratch = tmp_path / "scratch"
+    payloads = poison_batch()
+    status, result = decode_in_subprocess(scratch, tmp_path, payloads, scan=True)
+    assert status == 0
+    rows, refused = result
+    bad, good = reference(build_decoder(POISON_SCHEMA), payloads)
+    assert bad == {2}
+    assert refused == [2]
+    assert [row[ROW_COLUMN] for row in rows] == sorted(good)
+    assert [{"a": row["a"], "s": row["s"]} for row in rows] == [good[i] for i in sorted(good)]
+    assert list(scratch.iterdir()) == []
 
 
 STOREFRONT = parse_schema_text(storefront_schema_text())

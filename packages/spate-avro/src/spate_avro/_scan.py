@@ -183,7 +183,8 @@ def _node_starts(program: list[int]) -> list[int]:
 def _recursive(program: list[int], nodes: list[int]) -> bool:
     """Whether some node refers back to itself or to a node before it (a named type)."""
     for at in nodes:
-        refs = program[at + 2 : at + 2 + program[at + 1]]
-        if program[at] in (_UNION, _RECORD) and any(r <= at for r in refs):
+        if program[at] not in (_UNION, _RECORD):
+            continue
+        if any(r <= at for r in program[at + 2 : at + 2 + program[at + 1]]):
             return True
     return False
