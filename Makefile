@@ -55,4 +55,5 @@ bench: venv
 	scripts/bench.sh
 
 clean:
-	rm -rf .venv .bootstrap-stamp .services site dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .bootstrap-stamp .services site dist build .pytest_cache .mypy_cache .ruff_cache \
+		packages/spate-avro-native/target

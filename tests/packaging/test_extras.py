@@ -45,7 +45,14 @@ CLIENT_LIBRARIES = {
     "xxhash": "xxhash",
     "protobuf": "google.protobuf",
 }
-COLUMNAR_LIBRARIES = {"polars", "pyarrow", "jetliner", "xxhash", "polars-runtime-32"}
+COLUMNAR_LIBRARIES = {
+    "polars",
+    "pyarrow",
+    "jetliner",
+    "spate-avro-native",
+    "xxhash",
+    "polars-runtime-32",
+}
 """What ``spate[columnar]`` brings; the row path installs none of it."""
 
 # Run inside the new environment: what is installed and what imports.
