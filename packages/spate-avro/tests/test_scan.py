@@ -30,7 +30,7 @@ from spate_avro._columnar import _body, _ends, _pack, _zigzag
 from spate_avro._scan import compile_schema, may_abort
 from spate_avro_native import MAX_DEPTH, ZERO_SIZE_ITEMS, Program, scan
 
-from tests.clickhouse.test_columnar_equivalence import AVRO_KINDS, _record_schema
+from tests.clickhouse.test_columnar_equivalence import AVRO_KINDS, _encode, _record_schema
 
 _TREE = {
     "type": "record",
@@ -113,12 +113,7 @@ def cases(draw: st.DrawFn) -> tuple[Any, list[bytes], list[bytes]]:
             max_size=12,
         )
     )
-    parsed = fastavro.parse_schema(schema)
-    valid = []
-    for record in records:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, record)
-        valid.append(out.getvalue())
+    valid = _encode(schema, records)
     corrupted = []
     for index, how, at, byte in draw(
         st.lists(
