@@ -29,13 +29,14 @@
 //! not fit in the bytes left (or, for a negative count, in the block's byte size, which
 //! must itself be non-negative, fit, and be exactly what the items take). Items whose
 //! minimum encoded size is 0 (null, fixed(0), records of such) are capped at
-//! `ZERO_SIZE_ITEMS` per array or map, and nesting at `MAX_DEPTH` levels.
+//! `ZERO_SIZE_ITEMS` per datum over all its arrays and maps, and nesting at `MAX_DEPTH`
+//! levels.
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 
-/// Items of zero minimum size one array or map may hold (over all its blocks).
+/// Items of zero minimum size one datum may hold (over all its arrays and maps).
 const ZERO_SIZE_ITEMS: u64 = 1 << 20;
 /// Nesting levels (records, arrays, maps, unions) a datum may have.
 const MAX_DEPTH: u32 = 1000;
@@ -128,6 +129,8 @@ struct Cursor<'a> {
     ops: &'a [i64],
     data: &'a [u8],
     pos: usize,
+    /// Items of zero minimum size the rest of the datum may still declare.
+    zero_sized_left: u64,
 }
 
 impl Cursor<'_> {
@@ -238,7 +241,6 @@ impl Cursor<'_> {
     /// The blocks of an array (items of node `item`) or map (a string key, then a value
     /// of node `item`), each item or entry at least `least` bytes.
     fn blocks(&mut self, kind: i64, item: usize, least: u64, depth: u32) -> Step {
-        let mut zero_sized: u64 = 0;
         loop {
             let count = self.varint()?;
             if count == 0 {
@@ -259,10 +261,10 @@ impl Cursor<'_> {
                 return Err(Bad);
             }
             if least == 0 {
-                zero_sized += n;
-                if zero_sized > ZERO_SIZE_ITEMS {
+                if n > self.zero_sized_left {
                     return Err(Bad);
                 }
+                self.zero_sized_left -= n;
             }
             for _ in 0..n {
                 if kind == MAP {
@@ -334,7 +336,12 @@ fn scan(
         for (i, pair) in offsets.windows(2).enumerate() {
             let start = (pair[0] - first) as usize;
             let stop = (pair[1] - first) as usize - trailer;
-            let mut cursor = Cursor { ops, data: &data[start..stop], pos: 0 };
+            let mut cursor = Cursor {
+                ops,
+                data: &data[start..stop],
+                pos: 0,
+                zero_sized_left: ZERO_SIZE_ITEMS,
+            };
             if cursor.node(0, 0).is_err() || cursor.pos != stop - start {
                 bad.push(i);
             }

@@ -334,6 +334,41 @@ def test_b110_a_datum_declaring_billions_of_items_is_a_record_error_without_an_a
     assert list(scratch.iterdir()) == []
 
 
+def test_b110_a_datum_fastavro_would_read_without_bound_is_never_handed_to_it() -> None:
+    """B110: fastavro reads items of zero size one by one whatever count a block declares
+    (six billion nulls would take all memory), so a datum the scan refuses in a schema
+    with such items is a record error without the reference decoder being asked; the
+    good datums around it decode as columns."""
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "Z",
+            "fields": [
+                {"name": "n", "type": {"type": "array", "items": "null"}},
+                {"name": "s", "type": "string"},
+            ],
+        }
+    )
+    good = _zigzag(2) + _zigzag(0) + _zigzag(1) + b"x"
+    poison = _zigzag(6_000_000_000) + _zigzag(0) + _zigzag(1) + b"x"
+    asked: list[bytes] = []
+    reference_decode = build_decoder(schema)
+
+    def check(datum: Any, start: int) -> object:
+        asked.append(bytes(datum))
+        return reference_decode(datum, start)
+
+    decoder = ColumnarAvroDecoder(schema, check)
+    try:
+        frames, errors = decoder.decode([good, poison, good])
+    finally:
+        decoder.close()
+    assert [i for i, _ in errors] == [1]
+    assert "malformed" in str(errors[0][1])
+    assert poison not in asked
+    assert frames[0][1].select(ROW_COLUMN, "s").rows() == [(0, "x"), (2, "x")]
+
+
 STOREFRONT = parse_schema_text(storefront_schema_text())
 
 

@@ -3,7 +3,7 @@ from collections.abc import Sequence
 from typing_extensions import Buffer
 
 ZERO_SIZE_ITEMS: int
-"""Items of zero minimum encoded size one array or map may hold over all its blocks."""
+"""Items of zero minimum encoded size one datum may hold over all its arrays and maps."""
 MAX_DEPTH: int
 """Nesting levels (records, arrays, maps, unions) a datum may have."""
 

@@ -156,6 +156,16 @@ def compile_schema(
     return ops
 
 
+def unbounded_for_fastavro(program: list[int]) -> bool:
+    """Whether fastavro could spend unbounded memory or stack on a corrupt datum of the
+    program's schema: it reads items of zero size one by one whatever count a block
+    declares, and recurses (a C stack overflow) as deep as a datum nests. Such datums
+    are refused by the scan's limits; they must not be handed to fastavro either."""
+    nodes = _node_starts(program)
+    zero_sized = any(program[at] == _ARRAY and program[at + 2] == 0 for at in nodes)
+    return zero_sized or _recursive(program, nodes)
+
+
 def may_abort(program: list[int]) -> bool:
     """Whether a datum of the program's schema can declare an item count: only a schema
     holding an array or a map can make the columnar reader reserve a corrupt count, and
