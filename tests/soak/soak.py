@@ -12,7 +12,7 @@ threads, and the group's lag, are sampled.
 At the end every produced event must be in its table exactly once after ``FINAL``, the
 sampler must have seen no violation, and the resource series must be flat: their peaks in
 the second half within a tolerance of their peaks in the first (:func:`flatness`). The
-series and a markdown summary are written to a report directory.
+series, a markdown summary and the pipeline's log are written to a report directory.
 
     python -m tests.soak.soak --minutes 30 --report-dir soak-report
 
@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import csv
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -498,14 +499,22 @@ def main(argv: list[str] | None = None) -> int:
         print(message, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="spate-soak-") as workdir:
-        result = run_soak(
-            args.minutes,
-            args.rate,
-            Path(workdir),
-            fault_every=args.fault_every,
-            fault_for=args.fault_for,
-            log=log,
-        )
+        try:
+            result = run_soak(
+                args.minutes,
+                args.rate,
+                Path(workdir),
+                fault_every=args.fault_every,
+                fault_for=args.fault_for,
+                log=log,
+            )
+        finally:
+            # The pipeline's own log goes with the report: its rebalances, retries and
+            # run summary explain a row written twice before FINAL, or a failure.
+            pipeline_log = Path(workdir) / "flagship.log"
+            if pipeline_log.exists():
+                args.report_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(pipeline_log, args.report_dir / "flagship.log")
     command = " ".join(["python -m tests.soak.soak", *(argv if argv is not None else sys.argv[1:])])
     summary = write_report(result, args.report_dir, command)
     print(summary.read_text())
