@@ -266,6 +266,17 @@ def test_b110_recursive_schemas_scan_and_nesting_is_capped() -> None:
     assert not _one(linked, chain(MAX_DEPTH))
 
 
+def test_b110_a_record_nesting_through_an_array_alone_is_never_handed_to_fastavro() -> None:
+    """B110: a record that holds itself only through an array is recursive too, so a
+    datum the scan refuses for nesting too deep is not given to fastavro, which would
+    recurse as deep as the datum nests."""
+    for container in ({"type": "array", "items": "T"}, {"type": "map", "values": "T"}):
+        schema = fastavro.parse_schema(
+            {"type": "record", "name": "T", "fields": [{"name": "k", "type": container}]}
+        )
+        assert unbounded_for_fastavro(compile_schema(schema)), container
+
+
 def test_b110_schemas_without_arrays_maps_or_recursion_skip_the_scan() -> None:
     flat = fastavro.parse_schema(
         {"type": "record", "name": "F", "fields": [{"name": "s", "type": ["null", "string"]}]}

@@ -190,11 +190,18 @@ def _node_starts(program: list[int]) -> list[int]:
     return starts
 
 
+def _refs(program: list[int], at: int) -> list[int]:
+    """The nodes the node at ``at`` refers to: a union's branches, a record's fields, an
+    array's items or a map's values."""
+    op = program[at]
+    if op in (_UNION, _RECORD):
+        return program[at + 2 : at + 2 + program[at + 1]]
+    if op in (_ARRAY, _MAP):
+        return program[at + 1 : at + 2]
+    return []
+
+
 def _recursive(program: list[int], nodes: list[int]) -> bool:
-    """Whether some node refers back to itself or to a node before it (a named type)."""
-    for at in nodes:
-        if program[at] not in (_UNION, _RECORD):
-            continue
-        if any(r <= at for r in program[at + 2 : at + 2 + program[at + 1]]):
-            return True
-    return False
+    """Whether some node refers back to itself or to a node before it (a named type),
+    through any kind of reference: a record can hold itself through an array alone."""
+    return any(r <= at for at in nodes for r in _refs(program, at))
