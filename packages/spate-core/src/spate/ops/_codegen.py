@@ -111,6 +111,7 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(1, "_route = env['route']")
     w.line(1, "_handle_index = env['handle_index']")
     w.line(1, "_position = env['position']")
+    w.line(1, "_cell = env['cell']")
     w.line(0, "")
     w.line(1, "def process(batch, ack, resume=None, coll=None):")
     b = 2
@@ -156,6 +157,10 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(b, "lane = batch.lane")
     if rt.position is not None:
         w.line(b, "position = _position")
+    if rt.holding:
+        # A sink holds rows: it notes which record each came from (B111).
+        w.line(b, "cell = _cell")
+        w.line(b, "cell.batch = batch")
     if rt.with_meta or rt.position is not None:
         w.line(b, "offsets = batch.offsets")
     if rt.with_meta:
@@ -184,6 +189,8 @@ def generate_source(rt: ChainRuntime) -> str:
     w.line(L, "key = keys[i]")
     if rt.position is not None:
         w.line(L, "position.offset = offsets[i]")
+    if rt.holding:
+        w.line(L, "cell.index = i")
     w.line(L, "try:")
     if rt.many:
         w.line(L + 1, "items = deser_many(payloads[i])")
@@ -367,6 +374,7 @@ class FusedChain:
             "route": rt.route,
             "handle_index": rt.handle_index,
             "position": rt.position,
+            "cell": rt.cell,
         }
         namespace: dict[str, Any] = {}
         exec(_compile_shape(self.source), namespace)

@@ -55,6 +55,8 @@ class Interpreter:
         index = cursor.next_index - 1
         if self.rt.position is not None:
             self.rt.position.offset = batch.offsets[index]
+        if self.rt.holding:
+            self.rt.cell.batch, self.rt.cell.index = batch, index
         stalled = self._offer_emits(batch, ack, index, list(cursor.emits), 0, cursor.frames)
         if stalled is not None:
             return stalled
@@ -71,6 +73,8 @@ class Interpreter:
         rt = self.rt
         if rt.position is not None:
             rt.position.offset = batch.offsets[index]
+        if rt.holding:
+            rt.cell.batch, rt.cell.index = batch, index
         try:
             if rt.many:
                 items = rt.deser_many(payload)

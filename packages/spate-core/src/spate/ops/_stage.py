@@ -34,6 +34,7 @@ the resume offers it again before going on (B71, B8).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, Sink, takes_rows
+from spate.sink._held import HeldErrors, Origin, RecordCell, bind_held_errors
 from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
@@ -212,6 +214,16 @@ class ChainRuntime:
             _check_no_dead_letter(
                 deser_policy, self.record_policies, self.sink_labels, self.step_policies, spec
             )
+        self.cell = RecordCell()
+        """The record being offered, for sinks that hold rows (set per record when
+        :attr:`holding`, B111)."""
+        self.holding = False
+        for index, sink in enumerate(sink_objs):
+            errors = HeldErrors(
+                self.cell, functools.partial(self.held_error, index), self.held_dead_letter
+            )
+            if bind_held_errors(sink, errors):
+                self.holding = True
 
         # Metric series, resolved once.
         dc, oc = deser_component, component
@@ -432,19 +444,56 @@ class ChainRuntime:
         A refusal stalls the chain after the record, with the dead letter (and ``rest``)
         pending, so the resume offers it again before anything else (B8).
         """
-        dlq = self.dead_letter
-        if dlq is None or ack is None:
-            raise FatalError(
-                stage,
-                f"the record at {_where(batch, index)} is to be dead-lettered ({reason}: "
-                f"{message}), but the pipeline has no dead_letter section",
-            )
-        row = dlq.record(stage, reason, message, batch, index)
-        self.dead_letters.skipped(stage, reason, _where(batch, index), message)
+        if ack is None:
+            raise self._no_dead_letter(stage, reason, message, batch, index)
+        row = self._dead_letter_row(stage, reason, message, batch, index)
         if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
             return None
         cursor = Cursor(index + 1, frames, ((DEAD_LETTER_SINK, row), *rest))
         return Stalled(cursor, "sink_full", "dead_letter")
+
+    def _dead_letter_row(
+        self, stage: Stage, reason: str, message: str, batch: PayloadBatch, index: int
+    ) -> object:
+        """Record ``index``'s dead letter, counted and logged (checks the limits, B72)."""
+        dlq = self.dead_letter
+        if dlq is None:
+            raise self._no_dead_letter(stage, reason, message, batch, index)
+        row = dlq.record(stage, reason, message, batch, index)
+        self.dead_letters.skipped(stage, reason, _where(batch, index), message)
+        return row
+
+    @staticmethod
+    def _no_dead_letter(
+        stage: Stage, reason: str, message: str, batch: PayloadBatch, index: int
+    ) -> FatalError:
+        return FatalError(
+            stage,
+            f"the record at {_where(batch, index)} is to be dead-lettered ({reason}: "
+            f"{message}), but the pipeline has no dead_letter section",
+        )
+
+    def held_error(
+        self, sink_index: int, origin: Origin, exc: SinkError, ack: AckToken
+    ) -> object | None:
+        """A row sink ``sink_index`` held was refused as bad by the sink after it: apply
+        the sink's policy to the row's own record (B111). Returns its dead letter when
+        the dead-letter sink refused it for now (the holder offers it again); raises
+        ``FatalError`` under ``fail``. Called by the holder on the pipeline thread.
+        """
+        batch, index = origin
+        if self.record_policies[sink_index] is ErrorPolicy.DEAD_LETTER:
+            message = f"sink {self.sink_labels[sink_index]}: {exc.reason}"
+            row = self._dead_letter_row("sink", "record_error", message, batch, index)
+            if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
+                return None
+            return row
+        return self.sink_error(sink_index, exc, batch, index)
+
+    def held_dead_letter(self, row: object, origin: Origin, ack: AckToken) -> bool:
+        """Offer a held row's dead letter again; False while the sink refuses it (B111)."""
+        batch, index = origin
+        return self.offer_dead_letter(row, batch.keys[index], batch, index, ack)
 
     def offer_dead_letter(
         self, row: object, key: bytes | None, batch: PayloadBatch, index: int, ack: AckToken

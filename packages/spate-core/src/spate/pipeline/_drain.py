@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from spate._clock import Clock
+from spate.errors import FatalError
 from spate.records import Lane
 from spate.sink._contract import Sink, flush_lanes
 
@@ -34,6 +35,10 @@ class DrainWork(Protocol):
 
     def beat(self) -> None:
         """Record pipeline-thread progress (liveness) during a long drain."""
+        ...
+
+    def fail(self, reason: str) -> None:
+        """Fail the run (a record policy said fail while a sink flushed, B111)."""
         ...
 
 
@@ -66,6 +71,9 @@ def write_out(
                     done = flush_lanes(sink, lanes, deadline)
                 if not done:
                     flushed = False
+            except FatalError as exc:
+                work.fail(str(exc))  # names the record a sink held (B111)
+                flushed = False
             except Exception:
                 logger.exception("sink %s failed while flushing for drain", sink.name)
                 flushed = False

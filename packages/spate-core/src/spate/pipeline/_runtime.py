@@ -375,7 +375,13 @@ class PipelineRuntime:
             self._take(batch)
         if batches:
             self.advance_backlog()
-        self._committer.maybe_commit()
+        try:
+            self._committer.maybe_commit()
+        except FatalError as exc:
+            # A sink's tick applied a record policy that said fail to a row it held
+            # (B111): the reason names the record, one line.
+            self.fail(str(exc))
+            return False
         now = self._clock.monotonic()
         if now >= self._gauges_due:
             self._gauges_due = now + _GAUGE_INTERVAL

@@ -7,6 +7,12 @@ on flush (drain, revocation). The next tier retains the same ack before the memo
 lets go of it, so a source batch is never acknowledged before its rows reached a durable tier or the
 terminal (ADR 0005). Volatile: a crash loses what it holds, which the source then
 replays — hence it may only stand before a spool, never after (config validation).
+
+A held row the next tier refuses as bad when it is handed on is its own record's error
+(B111, :mod:`spate.sink._held`): each row is held with the record it came from, the
+chain's record error policy is applied to that record once, and the row leaves the tier
+— the record being offered when the flush goes on is never charged with it, and the
+other rows of the flush are handed on.
 """
 
 from __future__ import annotations
@@ -19,11 +25,19 @@ from dataclasses import dataclass
 from spate._clock import Clock
 from spate.checkpoint._ack import AckHolds, AckToken
 from spate.config._decode import ByteSize, Duration
-from spate.errors import ErrorPolicy, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink
+from spate.sink._held import (
+    Charged,
+    HeldErrors,
+    Origin,
+    PendingDeadLetter,
+    bind_held_errors,
+    charge,
+)
 from spate.sink._writer import estimate_row_bytes
 
 logger = logging.getLogger(__name__)
@@ -51,7 +65,8 @@ class MemoryTierConfig:
             yield "every", "must be positive"
 
 
-_Held = tuple[object, bytes | None, Lane, AckToken, int]
+_Held = tuple[object, bytes | None, Lane, AckToken, int, Origin | None]
+"""A held row: row, key, lane, source ack, estimated size, the record it came from."""
 
 
 class MemoryTier:
@@ -77,6 +92,9 @@ class MemoryTier:
         self._bytes = 0
         self._oldest = 0.0
         self._flushing = False
+        self._errors: HeldErrors | None = None
+        self._dead: PendingDeadLetter | None = None
+        """A held row's dead letter the dead-letter sink refused for now (B111)."""
         kw = {"component": name, "component_type": "memory_tier"}
         self._m_records = meter.gauge(names.TIER_HELD_RECORDS, **kw)
         self._m_bytes = meter.gauge(names.TIER_HELD_BYTES, **kw)
@@ -86,6 +104,11 @@ class MemoryTier:
     def start(self) -> None:
         """Start the next tier (B29)."""
         self.next.start()
+
+    def bind_held_errors(self, errors: HeldErrors) -> None:
+        """Charge held rows' record errors through ``errors``; bind the next tier (B111)."""
+        self._errors = errors
+        bind_held_errors(self.next, errors)
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Hold ``row``; refuse while an earlier flush is still being handed on (B7)."""
@@ -97,7 +120,9 @@ class MemoryTier:
         self._holds.add(ack)
         if not self._held:
             self._oldest = self._clock.monotonic()
-        self._held.append((row, key, lane, ack, size))
+        errors = self._errors
+        origin = None if errors is None else errors.origin()
+        self._held.append((row, key, lane, ack, size, origin))
         self._bytes += size
         cfg = self.config
         if len(self._held) >= cfg.max_records or self._bytes >= cfg.max_bytes:
@@ -132,6 +157,10 @@ class MemoryTier:
         rows = len(self._held)
         while self._held:
             self._holds.done(self._held.popleft()[3], ok=False)
+        dead, self._dead = self._dead, None
+        if dead is not None:
+            rows += 1
+            self._holds.done(dead.ack, ok=False)
         self._bytes = 0
         self._flushing = False
         if rows:
@@ -142,7 +171,7 @@ class MemoryTier:
         return self.next.ready()
 
     def close(self) -> None:
-        if self._held:
+        if self._held or self._dead is not None:
             self.abandon()
         self.next.close()
 
@@ -152,23 +181,58 @@ class MemoryTier:
         self._hand_on()
 
     def _hand_on(self) -> None:
+        """Hand held rows on until the next tier refuses one (pipeline thread).
+
+        A dead letter still waiting goes first. The next tier sees each row's own record
+        as the one being offered, so a tier after this one that holds rows notes it.
+        """
+        dead = self._dead
+        if dead is not None:
+            assert self._errors is not None
+            if not self._errors.offer_again(dead):
+                return
+            self._dead = None
+            self._holds.done(dead.ack)
         held = self._held
         nxt = self.next
+        errors = self._errors
         while held:
-            row, key, lane, ack, size = held[0]
+            row, key, lane, ack, size, origin = held[0]
+            outer = None if errors is None else errors.at(origin)
             try:
                 offered = nxt.offer(row, key, lane, ack)
-            except SinkError:
+            except SinkError as exc:
                 held.popleft()
                 self._bytes -= size
-                self._holds.done(ack, ok=False)
-                raise
+                if exc.error_class is not ErrorClass.RECORD:
+                    self._holds.done(ack, ok=False)
+                    raise
+                if not self._bad_row(origin, exc, ack):
+                    return
+                continue
+            finally:
+                if errors is not None:
+                    errors.at(outer)
             if offered is Offer.REJECTED:
                 return
             held.popleft()
             self._bytes -= size
             self._holds.done(ack)
         self._flushing = False
+
+    def _bad_row(self, origin: Origin | None, exc: SinkError, ack: AckToken) -> bool:
+        """The next tier refused a held row as bad (already taken off the queue): charge
+        its own record (B111). False while its dead letter waits for room."""
+        try:
+            outcome = charge(self._errors, origin, exc, ack, f"memory tier {self.name}")
+        except FatalError:
+            self._holds.done(ack, ok=False)
+            raise
+        if isinstance(outcome, PendingDeadLetter):
+            self._dead = outcome
+            return False
+        self._holds.done(ack, ok=outcome is Charged.HANDLED)
+        return True
 
     def _gauges(self) -> None:
         self._m_records.set(len(self._held))

@@ -12,6 +12,14 @@ A branch that refuses a row while another took it keeps the row in a one-row bac
 its own (holding the branch token); the tee refuses new rows until every backlog is
 handed on, so no branch is offered the same row twice and a slow branch pauses the
 source (B7).
+
+A backlogged row that its branch then refuses as bad is its own record's error (B111,
+:mod:`spate.sink._held`): the row is kept with the record it came from, the chain's
+record error policy is applied to that record — once, even when several branches
+backlogged it — and the row leaves the backlog; the branches that took it keep it. The
+record the chain is offering at the time is never charged with it. A row a branch
+refuses as bad when it is first offered raises to the chain as usual (the record being
+offered is that row's).
 """
 
 from __future__ import annotations
@@ -23,11 +31,19 @@ from collections.abc import Sequence
 
 from spate._clock import Clock, SystemClock
 from spate.checkpoint._ack import AckHolds, AckStatus, AckToken
-from spate.errors import ErrorPolicy
+from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
+from spate.sink._held import (
+    Charged,
+    HeldErrors,
+    Origin,
+    PendingDeadLetter,
+    bind_held_errors,
+    charge,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,17 +60,30 @@ class _BranchToken:
         """Rows of ``source`` this branch accepted under ``token``."""
 
 
-_Row = tuple[object, bytes | None, Lane, _BranchToken]
+class _Origin:
+    """The record a backlogged row came from, shared by the branches that backlogged it,
+    so its record error is charged once (B111)."""
+
+    __slots__ = ("charged", "origin")
+
+    def __init__(self, origin: Origin | None) -> None:
+        self.origin = origin
+        self.charged = False
+
+
+_Row = tuple[object, bytes | None, Lane, _BranchToken, _Origin]
 
 
 class _Branch:
     """One branch: its sink, backlog, open branch token and counters."""
 
-    __slots__ = ("backlog", "delivered", "failed", "open", "sink")
+    __slots__ = ("backlog", "dead", "delivered", "failed", "open", "sink")
 
     def __init__(self, sink: Sink, delivered: CounterSeries, failed: CounterSeries) -> None:
         self.sink = sink
         self.backlog: deque[_Row] = deque()
+        self.dead: tuple[PendingDeadLetter, _BranchToken] | None = None
+        """A backlogged row's dead letter the dead-letter sink refused for now (B111)."""
         self.open: _BranchToken | None = None
         self.delivered = delivered
         self.failed = failed
@@ -94,11 +123,19 @@ class TeeSink:
         ]
         self._holds = AckHolds(self)
         """The backlogs' holds: one retain and one release per branch token (B39)."""
+        self._errors: HeldErrors | None = None
 
     def start(self) -> None:
         """Start every branch (B29)."""
         for branch in self.branches:
             branch.start()
+
+    def bind_held_errors(self, errors: HeldErrors) -> None:
+        """Charge backlogged rows' record errors through ``errors``; bind the branches
+        that hold rows too (B111)."""
+        self._errors = errors
+        for branch in self.branches:
+            bind_held_errors(branch, errors)
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Offer ``row`` to every branch; refused only while a backlog waits or all refuse."""
@@ -115,9 +152,12 @@ class TeeSink:
                 held.rows += 1
         if len(refused) == len(self._branches):
             return Offer.REJECTED
-        for branch, held in refused:
-            self._holds.add(held.token)
-            branch.backlog.append((row, key, lane, held))
+        if refused:
+            errors = self._errors
+            origin = _Origin(None if errors is None else errors.origin())
+            for branch, held in refused:
+                self._holds.add(held.token)
+                branch.backlog.append((row, key, lane, held, origin))
         return ACCEPTED
 
     def tick(self) -> None:
@@ -145,6 +185,10 @@ class TeeSink:
             while backlog:
                 self._holds.done(backlog.popleft()[3].token, ok=False)
                 rows += 1
+            dead, branch.dead = branch.dead, None
+            if dead is not None:
+                self._holds.done(dead[1].token, ok=False)
+                rows += 1
         self._close_all()
         return rows + sum(branch.abandon() for branch in self.branches)
 
@@ -152,7 +196,7 @@ class TeeSink:
         return all(branch.ready() for branch in self.branches)
 
     def close(self) -> None:
-        if any(branch.backlog for branch in self._branches):
+        if any(branch.backlog or branch.dead for branch in self._branches):
             self.abandon()
         self._close_all()
         for branch in self.branches:
@@ -188,17 +232,64 @@ class TeeSink:
         held.source.release(ok, holder=token)
 
     def _hand_on(self) -> bool:
-        """Offer each backlog's rows to its branch; True when all backlogs are empty."""
+        """Offer each backlog's rows to its branch; True when all backlogs are empty.
+
+        A dead letter still waiting goes first. The branch sees each row's own record as
+        the one being offered (a branch that holds rows notes it, B111).
+        """
         empty = True
+        errors = self._errors
         for branch in self._branches:
+            dead = branch.dead
+            if dead is not None:
+                assert errors is not None
+                if not errors.offer_again(dead[0]):
+                    empty = False
+                    continue
+                branch.dead = None
+                self._holds.done(dead[1].token)
             backlog = branch.backlog
             sink = branch.sink
             while backlog:
-                row, key, lane, held = backlog[0]
-                if sink.offer(row, key, lane, held.token) is REJECTED:
+                row, key, lane, held, origin = backlog[0]
+                outer = None if errors is None else errors.at(origin.origin)
+                try:
+                    offered = sink.offer(row, key, lane, held.token)
+                except SinkError as exc:
+                    if exc.error_class is not ErrorClass.RECORD:
+                        raise
+                    backlog.popleft()
+                    if not self._bad_row(branch, held, origin, exc):
+                        empty = False
+                        break
+                    continue
+                finally:
+                    if errors is not None:
+                        errors.at(outer)
+                if offered is REJECTED:
                     empty = False
                     break
                 backlog.popleft()
                 held.rows += 1
                 self._holds.done(held.token)
         return empty
+
+    def _bad_row(
+        self, branch: _Branch, held: _BranchToken, origin: _Origin, exc: SinkError
+    ) -> bool:
+        """``branch`` refused a backlogged row as bad (already off its backlog): charge
+        the row's own record once (B111). False while its dead letter waits for room."""
+        if origin.charged:  # another branch's backlog already charged this record
+            self._holds.done(held.token)
+            return True
+        origin.charged = True
+        try:
+            outcome = charge(self._errors, origin.origin, exc, held.source, f"tee {self.name}")
+        except FatalError:
+            self._holds.done(held.token, ok=False)
+            raise
+        if isinstance(outcome, PendingDeadLetter):
+            branch.dead = (outcome, held)
+            return False
+        self._holds.done(held.token, ok=outcome is Charged.HANDLED)
+        return True
