@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 import pytest
-from spate import ErrorPolicy, ManualClock
+from spate import AckStatus, AckToken, ErrorPolicy, ManualClock
 from spate.config import DeadLetterSettings
 from spate.config.models import CheckpointConfig
 from spate.metrics import Meter
@@ -29,6 +29,7 @@ from spate.sink import (
     InflightConfig,
     MemoryTier,
     MemoryTierConfig,
+    Offer,
     PoolConfig,
     TeeSink,
 )
@@ -53,8 +54,27 @@ def _pool(name: str, clock: ManualClock, meter: Meter, policy: ErrorPolicy, *, t
     return scripted_pool(name, clock=clock, meter=meter, pipeline="held", config=config)
 
 
+class _FullAtFirst:
+    """A dead-letter sink that refuses its first ``refusals`` offers for room."""
+
+    def __init__(self, sink: Any, refusals: int) -> None:
+        self._sink = sink
+        self.name = sink.name
+        self.refusals = refusals
+
+    def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
+        if self.refusals:
+            self.refusals -= 1
+            return Offer.REJECTED
+        result: Offer = self._sink.offer(row, key, lane, ack)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sink, name)
+
+
 def _run(
-    policy: ErrorPolicy, shape: str
+    policy: ErrorPolicy, shape: str, *, dlq_refusals: int = 0
 ) -> tuple[Any, Any, dict[str, list[object]], Any, Meter, Any]:
     """Run a pipeline over ``shape`` (``tee`` or ``memory``); return its report, source
     handle, rows written per terminal, dead letters, meter and the refusing endpoints."""
@@ -74,7 +94,10 @@ def _run(
     dlq, dlq_script = capture_sink("dead_letter", clock=clock)
     extra: dict[str, Any] = {}
     if policy is ErrorPolicy.DEAD_LETTER:
-        extra = {"dead_letter": dlq, "dead_letter_settings": DeadLetterSettings(format="row")}
+        extra = {
+            "dead_letter": _FullAtFirst(dlq, dlq_refusals) if dlq_refusals else dlq,
+            "dead_letter_settings": DeadLetterSettings(format="row"),
+        }
     pipeline = Pipeline(
         "held",
         source,
@@ -138,11 +161,16 @@ def test_b111_a_held_row_found_bad_fails_the_run_naming_its_own_record(shape: st
     assert handle.committed.get(handle.lane(0), 0) == 0
 
 
+@pytest.mark.parametrize("dlq_refusals", [0, 3])
 @pytest.mark.parametrize("shape", ["tee", "memory"])
 def test_b111_a_held_row_found_bad_is_dead_lettered_once_under_its_own_position(
-    shape: str,
+    shape: str, dlq_refusals: int
 ) -> None:
-    report, handle, rows, dlq, _, _ = _run(ErrorPolicy.DEAD_LETTER, shape)
+    """A dead-letter sink full at first holds the tier back; the dead letter is offered
+    again, never built (counted) again."""
+    report, handle, rows, dlq, meter, _ = _run(
+        ErrorPolicy.DEAD_LETTER, shape, dlq_refusals=dlq_refusals
+    )
     assert report.exit_code == 0, report.summary()
     assert sorted(rows["tight"]) == GOOD  # type: ignore[type-var]
     assert [
@@ -150,4 +178,37 @@ def test_b111_a_held_row_found_bad_is_dead_lettered_once_under_its_own_position(
         for r in dlq.rows
     ] == [(0, 1, "bad", "sink")]
     assert "cannot encode b'bad'" in dlq.rows[0]["error_message"]
+    labels = {"component": "dead_letter", "component_type": "dead_letter", "pipeline": "held"}
+    dead = meter.registry.get_sample_value(
+        "spate_dead_letter_records_total", {**labels, "stage": "sink", "reason": "record_error"}
+    )
+    assert dead == 1
     assert handle.committed == _all_committed(handle)
+
+
+def test_b111_an_unbound_tee_fails_the_held_rows_own_batch_and_never_raises_into_another() -> None:
+    """Offered by hand (no chain policy to apply), a backlogged row found bad fails its
+    own source batch; the record offered at the time is taken (B111, B4)."""
+    clock = ManualClock()
+    meter = Meter("held")
+    other, _ = _pool("other", clock, meter, ErrorPolicy.SKIP, tight=False)
+    tight, ends = _pool("tight", clock, meter, ErrorPolicy.SKIP, tight=True)
+    ends.reject(lambda row: row == BAD)
+    tee = TeeSink("both", [other, tight], clock=clock, meter=meter)
+    tee.start()
+    lane = Lane("t", 0)
+    status: dict[int, AckStatus] = {}
+
+    def ack(seq: int) -> AckToken:
+        return AckToken(lane, 0, seq, seq, 1, lambda t: status.__setitem__(t.seq, t.status))
+
+    first, bad, good = ack(1), ack(2), ack(3)
+    assert tee.offer(b"ok", None, lane, first) is Offer.ACCEPTED
+    assert tee.offer(BAD, None, lane, bad) is Offer.ACCEPTED  # backlogged for tight
+    tight.tick()  # tight writes its first row: room again
+    assert tee.offer(b"good", None, lane, good) is Offer.ACCEPTED
+    for token in (first, bad, good):
+        token.release()
+    assert tee.flush(clock.monotonic() + 60)
+    assert status == {1: AckStatus.DELIVERED, 2: AckStatus.FAILED, 3: AckStatus.DELIVERED}
+    assert ends.rows() == [b"ok", b"good"]
