@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from spate.checkpoint._ack import AckToken
-from spate.errors import SinkError
+from spate.errors import FatalError, SinkError
 from spate.records import PayloadBatch
 from spate.sink._contract import Sink
 
@@ -161,3 +161,26 @@ def charge(
         return Charged.FAILED
     pending = errors.report(origin, exc, ack)
     return Charged.HANDLED if pending is None else pending
+
+
+def settle(
+    errors: HeldErrors | None,
+    origin: Origin | None,
+    exc: SinkError,
+    ack: AckToken,
+    holder: str,
+    release: Callable[[bool], None],
+) -> PendingDeadLetter | None:
+    """:func:`charge` a held row already taken off its holder's queue, then ``release``
+    the holder's hold on it (``ok`` as :class:`Charged` says; not ok before a
+    ``FatalError`` propagates). Returns the dead letter still to offer: the hold stays
+    until the holder offered it again. Pipeline thread."""
+    try:
+        outcome = charge(errors, origin, exc, ack, holder)
+    except FatalError:
+        release(False)
+        raise
+    if isinstance(outcome, PendingDeadLetter):
+        return outcome
+    release(outcome is Charged.HANDLED)
+    return None

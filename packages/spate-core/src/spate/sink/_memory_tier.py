@@ -17,6 +17,7 @@ other rows of the flush are handed on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -25,19 +26,12 @@ from dataclasses import dataclass
 from spate._clock import Clock
 from spate.checkpoint._ack import AckHolds, AckToken
 from spate.config._decode import ByteSize, Duration
-from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink
-from spate.sink._held import (
-    Charged,
-    HeldErrors,
-    Origin,
-    PendingDeadLetter,
-    bind_held_errors,
-    charge,
-)
+from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
 from spate.sink._writer import estimate_row_bytes
 
 logger = logging.getLogger(__name__)
@@ -223,16 +217,12 @@ class MemoryTier:
     def _bad_row(self, origin: Origin | None, exc: SinkError, ack: AckToken) -> bool:
         """The next tier refused a held row as bad (already taken off the queue): charge
         its own record (B111). False while its dead letter waits for room."""
-        try:
-            outcome = charge(self._errors, origin, exc, ack, f"memory tier {self.name}")
-        except FatalError:
-            self._holds.done(ack, ok=False)
-            raise
-        if isinstance(outcome, PendingDeadLetter):
-            self._dead = outcome
-            return False
-        self._holds.done(ack, ok=outcome is Charged.HANDLED)
-        return True
+        release = functools.partial(self._release, ack)
+        self._dead = settle(self._errors, origin, exc, ack, f"memory tier {self.name}", release)
+        return self._dead is None
+
+    def _release(self, ack: AckToken, ok: bool) -> None:
+        self._holds.done(ack, ok=ok)
 
     def _gauges(self) -> None:
         self._m_records.set(len(self._held))

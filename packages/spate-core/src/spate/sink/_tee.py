@@ -31,19 +31,12 @@ from collections.abc import Sequence
 
 from spate._clock import Clock, SystemClock
 from spate.checkpoint._ack import AckHolds, AckStatus, AckToken
-from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
-from spate.sink._held import (
-    Charged,
-    HeldErrors,
-    Origin,
-    PendingDeadLetter,
-    bind_held_errors,
-    charge,
-)
+from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
 
 logger = logging.getLogger(__name__)
 
@@ -283,13 +276,12 @@ class TeeSink:
             self._holds.done(held.token)
             return True
         origin.charged = True
-        try:
-            outcome = charge(self._errors, origin.origin, exc, held.source, f"tee {self.name}")
-        except FatalError:
-            self._holds.done(held.token, ok=False)
-            raise
-        if isinstance(outcome, PendingDeadLetter):
-            branch.dead = (outcome, held)
-            return False
-        self._holds.done(held.token, ok=outcome is Charged.HANDLED)
-        return True
+        release = functools.partial(self._release, held.token)
+        dead = settle(self._errors, origin.origin, exc, held.source, f"tee {self.name}", release)
+        if dead is None:
+            return True
+        branch.dead = (dead, held)
+        return False
+
+    def _release(self, token: AckToken, ok: bool) -> None:
+        self._holds.done(token, ok=ok)
