@@ -26,6 +26,11 @@ prepared rows as its cursor (:class:`HeldRows`); the resume offers them again, t
 on with whatever stalled the loop itself (B96). A sink whose record policy is
 ``dead_letter`` is offered row by row (a dead letter is offered where its record stands).
 
+A sink that holds rows (a memory tier, a tee's backlog) is bound to the chain's record
+policy for its index (:mod:`spate.sink._held`, B111): the chain keeps :attr:`ChainRuntime.cell`
+on the record being offered, the sink notes it per held row, and a held row the sink
+after it later refuses as bad is charged to that record (:meth:`ChainRuntime.held_error`).
+
 Under the ``dead_letter`` policy a failed record is offered to the pipeline's dead-letter
 sink (:mod:`spate.ops._deadletter`) with the batch's ack; a refusal stalls the chain
 with the dead letter as the pending emit of sink index :data:`DEAD_LETTER_SINK`, so
