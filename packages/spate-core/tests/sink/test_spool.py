@@ -1236,3 +1236,32 @@ def test_b54_b7_the_store_answers_held_bytes_while_an_fsync_runs(
     assert held[0] > 0 and not synced.is_set()
     gate.set()
     assert synced.wait(60)
+
+
+def test_b55_a_flipped_byte_in_the_last_complete_batch_is_corruption_not_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """The newest segment's last batch, complete (a valid frame, then a body of the
+    length the frame declares) but with a bad body CRC, was fsynced and acknowledged: a
+    flipped byte is media corruption, not a torn write. Start-up fails naming the segment
+    and the batch's offset, and nothing in the directory is cut (B55)."""
+    store = JsonlStore(str(tmp_path))
+    store.recover()
+    store.append([b'{"a":1}'])
+    last = store.append([b'{"a":2}', b'{"a":3}'])
+    store.sync()
+    store.close()
+    (segment,) = files(tmp_path)
+    path = tmp_path / segment
+    data = bytearray(path.read_bytes())
+    data[data.index(b'"a":3') + 4] = ord("7")  # the body only: its frame stays valid
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert segment in str(err.value) and f"at byte {last.position}" in str(err.value)
+    assert "bad CRC" in str(err.value)
+    assert path.read_bytes() == bytes(data)  # nothing cut
+    # A torn write of the same batch (its body cut short) is still cut, not corruption.
+    path.write_bytes(bytes(data[:-3]))
+    assert [s.records for s in JsonlStore(str(tmp_path)).recover()] == [[b'{"a":1}']]
+    assert path.stat().st_size == last.position

@@ -29,7 +29,10 @@ positions of the segment's batches already released (written without fsync: a lo
 note only replays a delivered batch once more); the segment and its note are deleted
 together once every batch is released. On recovery the newest segment's
 tail after its last complete batch (a crash mid-write) is cut; a bad batch anywhere else
-is corruption and start-up fails naming the segment and the batch's byte offset.
+is corruption and start-up fails naming the segment and the batch's byte offset, the
+newest segment's last batch included when all of it is there (a valid frame, then as
+many bytes as it declares) and only its CRC is bad: a torn write cannot leave that, so
+the batch was acknowledged and a byte of it changed on the medium.
 Does not own:
 encoding rows (the spool tier does that), acks, or forwarding.
 """
@@ -489,10 +492,10 @@ def _read_batches(
     ``last``: the newest segment, whose tail after its last complete batch is torn (a
     crash mid-write), not corrupt."""
     if data.startswith(MAGIC):
-        unframe, declared_end = _unframe_batch, _declared_end
+        unframe = _unframe_batch
         offset = len(MAGIC)
     elif data.startswith(MAGIC_V2):
-        unframe, declared_end = _unframe_v2, _declared_end_v2
+        unframe = _unframe_v2
         offset = len(MAGIC_V2)
     elif last and (MAGIC.startswith(data) or MAGIC_V2.startswith(data)):
         return [], 0  # a crash while the header was written
@@ -503,13 +506,12 @@ def _read_batches(
         read = unframe(data, offset)
         if isinstance(read, str):
             # The newest segment may end in a batch cut short by a crash (or followed
-            # by zeros a file system left for it): cut it. Anything else is corruption.
+            # by zeros a file system left for it): cut it. Anything else is corruption,
+            # a complete batch with a bad CRC included: a torn write cannot leave a
+            # valid frame followed by a body of the declared length, so that batch was
+            # fsynced and acknowledged, and a byte of it changed on the medium.
             if last and (read.startswith("torn") or not data[offset:].strip(b"\x00")):
                 break
-            if last and read == "bad CRC":
-                end = declared_end(data, offset)
-                if end is not None and not data[end:].strip(b"\x00"):
-                    break
             raise SpoolCorruptError(
                 f"spool segment {path} at byte {offset}", f"corrupt batch ({read})"
             )
@@ -531,21 +533,6 @@ def read_records(path: str) -> list[bytes]:
     number, origin = _parse_name(os.path.basename(path))
     batches = _read_batches(data, path, number, origin, last=True)[0]
     return [record for batch in batches for record in batch.records]
-
-
-def _declared_end(data: bytes, offset: int) -> int | None:
-    """Where the format-3 batch at ``offset`` ends by its (checked) frame."""
-    length: int = _FRAME.unpack_from(data, offset)[2]
-    return offset + _FRAME.size + length
-
-
-def _declared_end_v2(data: bytes, offset: int) -> int | None:
-    """Where the format-2 batch at ``offset`` ends by its (parsed) header."""
-    newline = data.find(b"\n", offset, offset + 64)
-    try:
-        return newline + 1 + int(data[offset:newline].split(b" ")[2])
-    except (ValueError, IndexError):
-        return None
 
 
 def _unknown_format(path: str) -> SpoolCorruptError:
