@@ -1265,3 +1265,67 @@ def test_b55_a_flipped_byte_in_the_last_complete_batch_is_corruption_not_a_torn_
     path.write_bytes(bytes(data[:-3]))
     assert [s.records for s in JsonlStore(str(tmp_path)).recover()] == [[b'{"a":1}']]
     assert path.stat().st_size == last.position
+
+
+class _HungSyncStore(JsonlStore):
+    """A store whose fsync never returns until the test lets it (a hung network disk)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.entered = threading.Event()
+        self.let_go = threading.Event()
+
+    def sync(self) -> None:
+        self.entered.set()
+        self.let_go.wait()
+        super().sync()
+
+
+def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_data(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the spool's fsync never returns: the drain's flush gives up at its
+    deadline and ``abandon()`` waits for the writer thread only so long, fails the acks
+    of what was not durable (B4) and logs it; ``close()`` returns too. The records stay
+    on disk: once the disk answers, the next start replays them (B14, B54)."""
+    clock = SystemClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _HungSyncStore(str(tmp_path))
+    spool = SpoolTier(
+        "s",
+        SpoolConfig(dir=str(tmp_path), ack="spooled"),
+        terminal,
+        store,
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+        writer_join=0.05,
+    )
+    spool.start()
+    ack = offer_batch(spool, Acks(), [{"i": 1}, {"i": 2}])
+    outcome: dict[str, object] = {}
+
+    def drain() -> None:
+        outcome["flushed"] = spool.flush(clock.monotonic() + 0.05)
+        outcome["abandoned"] = spool.abandon()
+        spool.close()
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    try:
+        assert store.entered.wait(30)
+        drainer.join(30)  # a hang-detector bound, not a timing claim
+        assert not drainer.is_alive(), "the drain hangs on the hung fsync"
+    finally:
+        store.let_go.set()
+    assert outcome == {"flushed": False, "abandoned": 2}
+    assert ack.status is AckStatus.FAILED  # never acknowledged: it was not durable
+    assert script.rows == []
+    again, _, script2, _ = make(tmp_path)
+    for _ in range(3000):  # the released fsync lets the stuck writer thread finish
+        if not any(t.name == "spool-s" and t.is_alive() for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.01)
+    again.start()
+    assert again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == [{"i": 1}, {"i": 2}]
+    assert ack.status is AckStatus.FAILED
