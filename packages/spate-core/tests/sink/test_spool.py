@@ -1329,3 +1329,81 @@ def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_
     assert again.flush(ManualClock().monotonic() + 1e9)
     assert script2.rows == [{"i": 1}, {"i": 2}]
     assert ack.status is AckStatus.FAILED
+
+
+def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_the_queue(
+    tmp_path: Path,
+) -> None:
+    """The first run hands a spooled batch on while a shard's queue is still full of the
+    previous batch's rows: the pool refuses mid-batch and a checkpoint tick comes before
+    the rest. The replay (the previous batch was delivered, this one's release note was
+    lost) meets empty queues. Both cut the batch's rows into the same pool batches under
+    the same dedup tokens, so a terminal that deduplicates by token drops the rows that
+    had landed (B56, B9)."""
+    from spate.sink import BatchConfig, InflightConfig, PoolConfig
+    from spate.testing import scripted_pool
+
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    pool_config = PoolConfig(
+        batch=BatchConfig(max_rows=2), inflight=InflightConfig(max_per_shard=1)
+    )
+
+    def build(directory: Path, nonce: str) -> tuple[SpoolTier, object, ManualClock]:
+        clock = ManualClock()
+        pool, endpoints = scripted_pool(
+            "t", shards=2, run_nonce=nonce, clock=clock, config=pool_config, io_threads=0
+        )
+        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=6)
+        spool = SpoolTier(
+            "s",
+            config,
+            pool,
+            JsonlStore(str(directory), nonce=nonce),
+            meter=Meter("p", CollectorRegistry()),
+            clock=clock,
+        )
+        return spool, endpoints, clock
+
+    spool, endpoints, _clock = build(first_dir, "run1")
+    pool = spool.next
+    keys: dict[int, list[bytes]] = {0: [], 1: []}
+    for n in itertools.count():
+        key = b"k%d" % n
+        keys[pool.shard_of(key, LANE)].append(key)  # type: ignore[attr-defined]
+        if min(map(len, keys.values())) >= 6:
+            break
+    # The previous batch: six rows of shard 0. This one: shard 1, then shard 0 (refused
+    # while shard 0's queue holds the previous batch's last rows), then 0, 1, 0, 1.
+    previous = [({"b": 0, "i": i}, keys[0][i]) for i in range(6)]
+    shard_of_row = [1, 0, 0, 1, 0, 1]
+    taken = {0: 0, 1: 0}
+    batch = []
+    for i, shard in enumerate(shard_of_row):
+        batch.append(({"b": 1, "i": i}, keys[shard][taken[shard]]))
+        taken[shard] += 1
+    spool.start()
+    ack = Acks().new()
+    for row, key in [*previous, *batch]:
+        assert spool.offer(row, key, LANE, ack) is Offer.ACCEPTED
+    ack.release()
+    for _ in range(50):
+        spool.tick()
+        if len(endpoints.rows()) == 12:  # type: ignore[attr-defined]
+            break
+    assert len(endpoints.rows()) == 12  # type: ignore[attr-defined]
+    first = {a.token: a.rows for a in endpoints.attempts}  # type: ignore[attr-defined]
+    # The crash: the segment as written, with the note of the previous batch only.
+    second_dir.mkdir()
+    (segment,) = [n for n in os.listdir(first_dir) if n.endswith(".jsonl")]
+    shutil.copy(first_dir / segment, second_dir / segment)
+    (second_dir / segment.replace(".jsonl", ".released")).write_bytes(
+        b"%d\n" % len(b"spate-spool 3\n")
+    )
+    (replayed_ref,) = [b.ref for b in JsonlStore(str(second_dir)).recover()]
+    again, endpoints2, clock2 = build(second_dir, "run2")
+    again.start()
+    assert again.flush(clock2.monotonic() + 60)
+    replayed = {a.token: a.rows for a in endpoints2.attempts}  # type: ignore[attr-defined]
+    assert sorted(r["i"] for r in endpoints2.rows()) == list(range(6))  # type: ignore[attr-defined,index]
+    expected = {t: rows for t, rows in first.items() if replayed_ref.identity in t}
+    assert replayed == expected
