@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import zlib
@@ -30,7 +31,7 @@ from spate.sink import (
     SpoolCorruptError,
     SpoolTier,
 )
-from spate.sink._store import read_records
+from spate.sink._store import StoredBatch, read_records
 from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
 from spate.testing.conformance import ConformanceFailure, StoreConformance
 
@@ -78,6 +79,26 @@ def offer_batch(spool: SpoolTier, acks: Acks, rows: list[object]) -> AckToken:
 
 def files(directory: Path) -> list[str]:
     return sorted(os.listdir(directory))
+
+
+def died(spool: SpoolTier) -> None:
+    """The process holding ``spool`` died (``kill -9``): the kernel closes its open
+    segment and the directory's lock (B114); nothing is flushed, cut or deleted."""
+    store = spool._store
+    assert isinstance(store, JsonlStore)
+    for fd in (store._file, store._owner):
+        if fd is not None:
+            os.close(fd)
+    store._file = store._owner = None
+
+
+def recovered(directory: Path) -> list[StoredBatch]:
+    """What a store in ``directory`` recovers (then closed, its lock given up)."""
+    store = JsonlStore(str(directory))
+    try:
+        return store.recover()
+    finally:
+        store.close()
 
 
 # -- custody: where the ack resolves (B54) -------------------------------------------------
@@ -210,6 +231,7 @@ def test_b55_torn_tail_is_cut_and_complete_batches_replay(tmp_path: Path) -> Non
     spool.tick()
     second = offer_batch(spool, acks, [{"i": 3}, {"i": 4}])
     spool.tick()
+    died(spool)
     (segment,) = files(tmp_path)
     path = tmp_path / segment
     data = path.read_bytes()
@@ -252,6 +274,7 @@ def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: P
     spool.tick()
     offer_batch(spool, acks, [{"i": 2}])
     spool.tick()
+    died(spool)
     (segment,) = files(tmp_path)
     path = tmp_path / segment
     data = bytearray(path.read_bytes())
@@ -497,6 +520,7 @@ def test_b57_enospc_is_a_clear_error_and_nothing_unwritten_is_acked(
     again.flush(ManualClock().monotonic() + 1e9)
     assert len(script2.rows) == 50 * len(delivered)
     assert all(t.status is not AckStatus.DELIVERED for t in pending)
+    again.close()
 
 
 def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
@@ -776,7 +800,7 @@ def test_b101_a_format_2_segment_left_by_an_upgrade_replays_under_its_identities
     the batches' byte positions in that file), so a deduplicating terminal drops what it
     already holds; the segment is deleted once delivered (B101, B56)."""
     shutil.copy(V2_SEGMENT, tmp_path / V2_SEGMENT.name)
-    refs = [b.ref for b in JsonlStore(str(tmp_path)).recover()]
+    refs = [b.ref for b in recovered(tmp_path)]
     assert [r.identity for r in refs] == ["v2run-1-14", "v2run-1-236"]
     spool, _, script, meter = make(tmp_path)
     spool.start()
@@ -791,7 +815,7 @@ def test_b101_a_torn_format_2_tail_is_cut_and_a_corrupt_one_named(tmp_path: Path
     a bad batch in an older segment fails start-up naming segment and offset (B55)."""
     data = V2_SEGMENT.read_bytes()
     (tmp_path / V2_SEGMENT.name).write_bytes(data[:-5])
-    found = JsonlStore(str(tmp_path)).recover()
+    found = recovered(tmp_path)
     assert [len(b.records) for b in found] == [4]
     assert (tmp_path / V2_SEGMENT.name).stat().st_size == 236
     (tmp_path / V2_SEGMENT.name).write_bytes(data[:100] + b"X" + data[101:])
@@ -1263,7 +1287,7 @@ def test_b55_a_flipped_byte_in_the_last_complete_batch_is_corruption_not_a_torn_
     assert path.read_bytes() == bytes(data)  # nothing cut
     # A torn write of the same batch (its body cut short) is still cut, not corruption.
     path.write_bytes(bytes(data[:-3]))
-    assert [s.records for s in JsonlStore(str(tmp_path)).recover()] == [[b'{"a":1}']]
+    assert [s.records for s in recovered(tmp_path)] == [[b'{"a":1}']]
     assert path.stat().st_size == last.position
 
 
@@ -1399,7 +1423,7 @@ def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_th
     (second_dir / segment.replace(".jsonl", ".released")).write_bytes(
         b"%d\n" % len(b"spate-spool 3\n")
     )
-    (replayed_ref,) = [b.ref for b in JsonlStore(str(second_dir)).recover()]
+    (replayed_ref,) = [b.ref for b in recovered(second_dir)]
     again, endpoints2, clock2 = build(second_dir, "run2")
     again.start()
     assert again.flush(clock2.monotonic() + 60)
@@ -1407,3 +1431,81 @@ def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_th
     assert sorted(r["i"] for r in endpoints2.rows()) == list(range(6))  # type: ignore[attr-defined,index]
     expected = {t: rows for t, rows in first.items() if replayed_ref.identity in t}
     assert replayed == expected
+
+
+# -- one owner per spool directory; worker processes (B114) ---------------------------------
+
+
+def test_b114_a_spool_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
+    """A second store on a directory in use — in this process or another — fails at
+    start naming the directory, before it reads, cuts or deletes anything; the lock
+    goes with its owner (a close here, the process's death there)."""
+    from spate import SinkError
+
+    first = JsonlStore(str(tmp_path))
+    first.recover()
+    first.append([b'{"a":1}'])
+    first.sync()
+    with pytest.raises(SinkError, match=f"spool directory {tmp_path} is in use"):
+        JsonlStore(str(tmp_path)).recover()
+    first.close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from spate.sink import JsonlStore; "
+            f"JsonlStore({str(tmp_path)!r}).recover(); print('held', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(SinkError, match="in use by another running spool"):
+            JsonlStore(str(tmp_path)).recover()
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert [s.records for s in recovered(tmp_path)] == [[b'{"a":1}']]
+
+
+def test_b114_workers_spool_apart_and_adopt_what_no_worker_of_the_layout_reads(
+    tmp_path: Path,
+) -> None:
+    """Worker ``i`` spools in ``<dir>/w<i>``. Segments no worker of the current layout
+    reads — in ``<dir>`` itself (a single-process run) or in ``w<j>`` past the worker
+    count — are adopted by one worker each, unless a live spool holds them; a single
+    process adopts every ``w<j>``."""
+    from spate.sink._store import adopted_directories, worker_directory
+
+    def spooled(directory: str, record: bytes) -> None:
+        store = JsonlStore(directory)
+        store.recover()
+        store.append([record])
+        store.sync()
+        store.close()
+
+    root = str(tmp_path)
+    assert worker_directory(root, None) == root
+    assert worker_directory(root, (1, 2)) == os.path.join(root, "w1")
+    spooled(root, b"single")
+    for j in range(4):
+        spooled(os.path.join(root, f"w{j}"), b"w%d" % j)
+    assert adopted_directories(root, (0, 2)) == [root, os.path.join(root, "w2")]
+    assert adopted_directories(root, (1, 2)) == [os.path.join(root, "w3")]
+    live = JsonlStore(os.path.join(root, "w3"))
+    live.recover()  # w3 is still held by a running spool: left to it
+    worker1 = JsonlStore(worker_directory(root, (1, 2)), adopt=adopted_directories(root, (1, 2)))
+    assert [s.records for s in worker1.recover()] == [[b"w1"]]
+    worker1.close()
+    live.close()
+    worker0 = JsonlStore(worker_directory(root, (0, 2)), adopt=adopted_directories(root, (0, 2)))
+    found = sorted(r for s in worker0.recover() for r in s.records)
+    worker0.close()
+    assert found == [b"single", b"w0", b"w2"]
+    assert not [n for n in os.listdir(root) if n.startswith("seg-")]
+    single = JsonlStore(root, adopt=adopted_directories(root, None))
+    found = sorted(r for s in single.recover() for r in s.records)
+    single.close()
+    assert found == [b"single", b"w0", b"w1", b"w2", b"w3"]

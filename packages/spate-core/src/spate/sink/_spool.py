@@ -91,7 +91,8 @@ class SpoolConfig:
     """``spool:`` — a write-ahead tier of fsynced, checksummed segments."""
 
     dir: str
-    """Directory of the spool's segments (one spool per directory)."""
+    """Directory of the spool's segments: one spool per directory, locked while it runs;
+    worker ``i`` of ``spate run --processes`` uses ``<dir>/w<i>`` (B114)."""
     ack: Literal["terminal", "spooled"] = "terminal"
     """Where the source's ack resolves: ``terminal`` once the next tier durably accepted
     the records, ``spooled`` once they are fsynced in the spool."""
