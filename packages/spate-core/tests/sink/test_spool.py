@@ -27,12 +27,21 @@ from spate.sink import (
     BatchRef,
     JsonlStore,
     Offer,
+    PoolConfig,
     SpoolConfig,
     SpoolCorruptError,
     SpoolTier,
 )
 from spate.sink._store import StoredBatch, read_records
-from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
+from spate.testing import (
+    STUCK,
+    CaptureScript,
+    CaptureSink,
+    ScriptedEndpoints,
+    capture_sink,
+    delay,
+    scripted_pool,
+)
 from spate.testing.conformance import ConformanceFailure, StoreConformance
 
 LANE = Lane("t", 0)
@@ -630,31 +639,38 @@ def test_the_store_suite_fails_a_store_that_never_releases(tmp_path: Path) -> No
         suite.teardown_method()
 
 
+def spool_over_pool(
+    directory: Path, nonce: str, max_records: int, pool_config: PoolConfig | None = None
+) -> tuple[SpoolTier, ScriptedEndpoints, ManualClock]:
+    """An ``ack: spooled`` spool in ``directory`` in front of a two-shard scripted pool
+    writing inline, both under run nonce ``nonce``."""
+    clock = ManualClock()
+    pool, endpoints = scripted_pool(
+        "t", shards=2, run_nonce=nonce, clock=clock, config=pool_config, io_threads=0
+    )
+    config = SpoolConfig(dir=str(directory), ack="spooled", max_records=max_records)
+    spool = SpoolTier(
+        "s",
+        config,
+        pool,
+        JsonlStore(str(directory), nonce=nonce),
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+    )
+    return spool, endpoints, clock
+
+
 def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
     tmp_path: Path,
 ) -> None:
     """A crash after the terminal wrote a spooled batch but before the spool noted it:
     the replay in a new run (new run nonce) is written under the same tokens, so a
     terminal that deduplicates by token drops it."""
-    from spate.testing import scripted_pool
-
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     rows = [{"i": i} for i in range(7)]
 
     def run(directory: Path, nonce: str, offer: bool) -> list[str]:
-        clock = ManualClock()
-        pool, endpoints = scripted_pool(
-            "t", shards=2, run_nonce=nonce, clock=clock, config=None, io_threads=0
-        )
-        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=100)
-        spool = SpoolTier(
-            "s",
-            config,
-            pool,
-            JsonlStore(str(directory), nonce=nonce),
-            meter=Meter("p", CollectorRegistry()),
-            clock=clock,
-        )
+        spool, endpoints, clock = spool_over_pool(directory, nonce, 100)
         spool.start()
         if offer:
             ack = Acks().new()
@@ -1364,31 +1380,13 @@ def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_th
     lost) meets empty queues. Both cut the batch's rows into the same pool batches under
     the same dedup tokens, so a terminal that deduplicates by token drops the rows that
     had landed (B56, B9)."""
-    from spate.sink import BatchConfig, InflightConfig, PoolConfig
-    from spate.testing import scripted_pool
+    from spate.sink import BatchConfig, InflightConfig
 
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     pool_config = PoolConfig(
         batch=BatchConfig(max_rows=2), inflight=InflightConfig(max_per_shard=1)
     )
-
-    def build(directory: Path, nonce: str) -> tuple[SpoolTier, object, ManualClock]:
-        clock = ManualClock()
-        pool, endpoints = scripted_pool(
-            "t", shards=2, run_nonce=nonce, clock=clock, config=pool_config, io_threads=0
-        )
-        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=6)
-        spool = SpoolTier(
-            "s",
-            config,
-            pool,
-            JsonlStore(str(directory), nonce=nonce),
-            meter=Meter("p", CollectorRegistry()),
-            clock=clock,
-        )
-        return spool, endpoints, clock
-
-    spool, endpoints, _clock = build(first_dir, "run1")
+    spool, endpoints, _clock = spool_over_pool(first_dir, "run1", 6, pool_config)
     pool = spool.next
     keys: dict[int, list[bytes]] = {0: [], 1: []}
     for n in itertools.count():
@@ -1412,10 +1410,10 @@ def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_th
     ack.release()
     for _ in range(50):
         spool.tick()
-        if len(endpoints.rows()) == 12:  # type: ignore[attr-defined]
+        if len(endpoints.rows()) == 12:
             break
-    assert len(endpoints.rows()) == 12  # type: ignore[attr-defined]
-    first = {a.token: a.rows for a in endpoints.attempts}  # type: ignore[attr-defined]
+    assert len(endpoints.rows()) == 12
+    first = {a.token: a.rows for a in endpoints.attempts}
     # The crash: the segment as written, with the note of the previous batch only.
     second_dir.mkdir()
     (segment,) = [n for n in os.listdir(first_dir) if n.endswith(".jsonl")]
@@ -1424,11 +1422,11 @@ def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_th
         b"%d\n" % len(b"spate-spool 3\n")
     )
     (replayed_ref,) = [b.ref for b in recovered(second_dir)]
-    again, endpoints2, clock2 = build(second_dir, "run2")
+    again, endpoints2, clock2 = spool_over_pool(second_dir, "run2", 6, pool_config)
     again.start()
     assert again.flush(clock2.monotonic() + 60)
-    replayed = {a.token: a.rows for a in endpoints2.attempts}  # type: ignore[attr-defined]
-    assert sorted(r["i"] for r in endpoints2.rows()) == list(range(6))  # type: ignore[attr-defined,index]
+    replayed = {a.token: a.rows for a in endpoints2.attempts}
+    assert sorted(r["i"] for r in endpoints2.rows()) == list(range(6))  # type: ignore[index]
     expected = {t: rows for t, rows in first.items() if replayed_ref.identity in t}
     assert replayed == expected
 
