@@ -58,12 +58,15 @@ def assemble(
     meter: Meter | None = None,
     run_nonce: str | None = None,
     handle_signals: bool = True,
+    worker: tuple[int, int] | None = None,
 ) -> Assembly:
     """Build every component of ``config`` through ``registry`` and wire the pipeline.
 
     Connector sections loaded without checking (``spec.config is None``) are decoded
     here. Raises ``ConfigError`` / ``MissingConnectorError`` for what the configuration
     gets wrong; factories may raise ``ConfigError`` for settings they cannot use.
+    ``worker``: ``(index, count)`` when this process is one of ``spate run --processes``
+    workers (factories see it in their ``BuildContext``).
     """
     registry = registry if registry is not None else default_registry()
     name = config.pipeline.name
@@ -100,6 +103,7 @@ def assemble(
             schema_changes=schema_changes,
             delivery=delivery if sink else "at_least_once",
             position=position if sink else None,
+            worker=worker,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name

@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import zlib
@@ -26,12 +27,21 @@ from spate.sink import (
     BatchRef,
     JsonlStore,
     Offer,
+    PoolConfig,
     SpoolConfig,
     SpoolCorruptError,
     SpoolTier,
 )
-from spate.sink._store import read_records
-from spate.testing import STUCK, CaptureScript, CaptureSink, capture_sink, delay
+from spate.sink._store import StoredBatch, read_records
+from spate.testing import (
+    STUCK,
+    CaptureScript,
+    CaptureSink,
+    ScriptedEndpoints,
+    capture_sink,
+    delay,
+    scripted_pool,
+)
 from spate.testing.conformance import ConformanceFailure, StoreConformance
 
 LANE = Lane("t", 0)
@@ -78,6 +88,26 @@ def offer_batch(spool: SpoolTier, acks: Acks, rows: list[object]) -> AckToken:
 
 def files(directory: Path) -> list[str]:
     return sorted(os.listdir(directory))
+
+
+def died(spool: SpoolTier) -> None:
+    """The process holding ``spool`` died (``kill -9``): the kernel closes its open
+    segment and the directory's lock (B114); nothing is flushed, cut or deleted."""
+    store = spool._store
+    assert isinstance(store, JsonlStore)
+    for fd in (store._file, store._owner):
+        if fd is not None:
+            os.close(fd)
+    store._file = store._owner = None
+
+
+def recovered(directory: Path) -> list[StoredBatch]:
+    """What a store in ``directory`` recovers (then closed, its lock given up)."""
+    store = JsonlStore(str(directory))
+    try:
+        return store.recover()
+    finally:
+        store.close()
 
 
 # -- custody: where the ack resolves (B54) -------------------------------------------------
@@ -210,6 +240,7 @@ def test_b55_torn_tail_is_cut_and_complete_batches_replay(tmp_path: Path) -> Non
     spool.tick()
     second = offer_batch(spool, acks, [{"i": 3}, {"i": 4}])
     spool.tick()
+    died(spool)
     (segment,) = files(tmp_path)
     path = tmp_path / segment
     data = path.read_bytes()
@@ -252,6 +283,7 @@ def test_b55_corrupt_middle_fails_start_up_naming_segment_and_offset(tmp_path: P
     spool.tick()
     offer_batch(spool, acks, [{"i": 2}])
     spool.tick()
+    died(spool)
     (segment,) = files(tmp_path)
     path = tmp_path / segment
     data = bytearray(path.read_bytes())
@@ -497,6 +529,7 @@ def test_b57_enospc_is_a_clear_error_and_nothing_unwritten_is_acked(
     again.flush(ManualClock().monotonic() + 1e9)
     assert len(script2.rows) == 50 * len(delivered)
     assert all(t.status is not AckStatus.DELIVERED for t in pending)
+    again.close()
 
 
 def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
@@ -606,31 +639,38 @@ def test_the_store_suite_fails_a_store_that_never_releases(tmp_path: Path) -> No
         suite.teardown_method()
 
 
+def spool_over_pool(
+    directory: Path, nonce: str, max_records: int, pool_config: PoolConfig | None = None
+) -> tuple[SpoolTier, ScriptedEndpoints, ManualClock]:
+    """An ``ack: spooled`` spool in ``directory`` in front of a two-shard scripted pool
+    writing inline, both under run nonce ``nonce``."""
+    clock = ManualClock()
+    pool, endpoints = scripted_pool(
+        "t", shards=2, run_nonce=nonce, clock=clock, config=pool_config, io_threads=0
+    )
+    config = SpoolConfig(dir=str(directory), ack="spooled", max_records=max_records)
+    spool = SpoolTier(
+        "s",
+        config,
+        pool,
+        JsonlStore(str(directory), nonce=nonce),
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+    )
+    return spool, endpoints, clock
+
+
 def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
     tmp_path: Path,
 ) -> None:
     """A crash after the terminal wrote a spooled batch but before the spool noted it:
     the replay in a new run (new run nonce) is written under the same tokens, so a
     terminal that deduplicates by token drops it."""
-    from spate.testing import scripted_pool
-
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     rows = [{"i": i} for i in range(7)]
 
     def run(directory: Path, nonce: str, offer: bool) -> list[str]:
-        clock = ManualClock()
-        pool, endpoints = scripted_pool(
-            "t", shards=2, run_nonce=nonce, clock=clock, config=None, io_threads=0
-        )
-        config = SpoolConfig(dir=str(directory), ack="spooled", max_records=100)
-        spool = SpoolTier(
-            "s",
-            config,
-            pool,
-            JsonlStore(str(directory), nonce=nonce),
-            meter=Meter("p", CollectorRegistry()),
-            clock=clock,
-        )
+        spool, endpoints, clock = spool_over_pool(directory, nonce, 100)
         spool.start()
         if offer:
             ack = Acks().new()
@@ -776,7 +816,7 @@ def test_b101_a_format_2_segment_left_by_an_upgrade_replays_under_its_identities
     the batches' byte positions in that file), so a deduplicating terminal drops what it
     already holds; the segment is deleted once delivered (B101, B56)."""
     shutil.copy(V2_SEGMENT, tmp_path / V2_SEGMENT.name)
-    refs = [b.ref for b in JsonlStore(str(tmp_path)).recover()]
+    refs = [b.ref for b in recovered(tmp_path)]
     assert [r.identity for r in refs] == ["v2run-1-14", "v2run-1-236"]
     spool, _, script, meter = make(tmp_path)
     spool.start()
@@ -791,7 +831,7 @@ def test_b101_a_torn_format_2_tail_is_cut_and_a_corrupt_one_named(tmp_path: Path
     a bad batch in an older segment fails start-up naming segment and offset (B55)."""
     data = V2_SEGMENT.read_bytes()
     (tmp_path / V2_SEGMENT.name).write_bytes(data[:-5])
-    found = JsonlStore(str(tmp_path)).recover()
+    found = recovered(tmp_path)
     assert [len(b.records) for b in found] == [4]
     assert (tmp_path / V2_SEGMENT.name).stat().st_size == 236
     (tmp_path / V2_SEGMENT.name).write_bytes(data[:100] + b"X" + data[101:])
@@ -1236,3 +1276,234 @@ def test_b54_b7_the_store_answers_held_bytes_while_an_fsync_runs(
     assert held[0] > 0 and not synced.is_set()
     gate.set()
     assert synced.wait(60)
+
+
+def test_b55_a_flipped_byte_in_the_last_complete_batch_is_corruption_not_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """The newest segment's last batch, complete (a valid frame, then a body of the
+    length the frame declares) but with a bad body CRC, was fsynced and acknowledged: a
+    flipped byte is media corruption, not a torn write. Start-up fails naming the segment
+    and the batch's offset, and nothing in the directory is cut (B55)."""
+    store = JsonlStore(str(tmp_path))
+    store.recover()
+    store.append([b'{"a":1}'])
+    last = store.append([b'{"a":2}', b'{"a":3}'])
+    store.sync()
+    store.close()
+    (segment,) = files(tmp_path)
+    path = tmp_path / segment
+    data = bytearray(path.read_bytes())
+    data[data.index(b'"a":3') + 4] = ord("7")  # the body only: its frame stays valid
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpoolCorruptError) as err:
+        JsonlStore(str(tmp_path)).recover()
+    assert segment in str(err.value) and f"at byte {last.position}" in str(err.value)
+    assert "bad CRC" in str(err.value)
+    assert path.read_bytes() == bytes(data)  # nothing cut
+    # A torn write of the same batch (its body cut short) is still cut, not corruption.
+    path.write_bytes(bytes(data[:-3]))
+    assert [s.records for s in recovered(tmp_path)] == [[b'{"a":1}']]
+    assert path.stat().st_size == last.position
+
+
+class _HungSyncStore(JsonlStore):
+    """A store whose fsync never returns until the test lets it (a hung network disk)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.entered = threading.Event()
+        self.let_go = threading.Event()
+
+    def sync(self) -> None:
+        self.entered.set()
+        self.let_go.wait()
+        super().sync()
+
+
+def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_data(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the spool's fsync never returns: the drain's flush gives up at its
+    deadline and ``abandon()`` waits for the writer thread only so long, fails the acks
+    of what was not durable (B4) and logs it; ``close()`` returns too. The records stay
+    on disk: once the disk answers, the next start replays them (B14, B54)."""
+    clock = SystemClock()
+    terminal, script = capture_sink("t", max_rows=1000, clock=clock)
+    store = _HungSyncStore(str(tmp_path))
+    spool = SpoolTier(
+        "s",
+        SpoolConfig(dir=str(tmp_path), ack="spooled"),
+        terminal,
+        store,
+        meter=Meter("p", CollectorRegistry()),
+        clock=clock,
+        writer_join=0.05,
+    )
+    spool.start()
+    ack = offer_batch(spool, Acks(), [{"i": 1}, {"i": 2}])
+    outcome: dict[str, object] = {}
+
+    def drain() -> None:
+        outcome["flushed"] = spool.flush(clock.monotonic() + 0.05)
+        outcome["abandoned"] = spool.abandon()
+        spool.close()
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    try:
+        assert store.entered.wait(30)
+        drainer.join(30)  # a hang-detector bound, not a timing claim
+        assert not drainer.is_alive(), "the drain hangs on the hung fsync"
+    finally:
+        store.let_go.set()
+    assert outcome == {"flushed": False, "abandoned": 2}
+    assert ack.status is AckStatus.FAILED  # never acknowledged: it was not durable
+    assert script.rows == []
+    again, _, script2, _ = make(tmp_path)
+    for _ in range(3000):  # the released fsync lets the stuck writer thread finish
+        if not any(t.name == "spool-s" and t.is_alive() for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.01)
+    again.start()
+    assert again.flush(ManualClock().monotonic() + 1e9)
+    assert script2.rows == [{"i": 1}, {"i": 2}]
+    assert ack.status is AckStatus.FAILED
+
+
+def test_b56_b9_a_replay_cuts_a_spooled_batch_as_its_first_write_did_whatever_the_queue(
+    tmp_path: Path,
+) -> None:
+    """The first run hands a spooled batch on while a shard's queue is still full of the
+    previous batch's rows: the pool refuses mid-batch and a checkpoint tick comes before
+    the rest. The replay (the previous batch was delivered, this one's release note was
+    lost) meets empty queues. Both cut the batch's rows into the same pool batches under
+    the same dedup tokens, so a terminal that deduplicates by token drops the rows that
+    had landed (B56, B9)."""
+    from spate.sink import BatchConfig, InflightConfig
+
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    pool_config = PoolConfig(
+        batch=BatchConfig(max_rows=2), inflight=InflightConfig(max_per_shard=1)
+    )
+    spool, endpoints, _clock = spool_over_pool(first_dir, "run1", 6, pool_config)
+    pool = spool.next
+    keys: dict[int, list[bytes]] = {0: [], 1: []}
+    for n in itertools.count():
+        key = b"k%d" % n
+        keys[pool.shard_of(key, LANE)].append(key)  # type: ignore[attr-defined]
+        if min(map(len, keys.values())) >= 6:
+            break
+    # The previous batch: six rows of shard 0. This one: shard 1, then shard 0 (refused
+    # while shard 0's queue holds the previous batch's last rows), then 0, 1, 0, 1.
+    previous = [({"b": 0, "i": i}, keys[0][i]) for i in range(6)]
+    shard_of_row = [1, 0, 0, 1, 0, 1]
+    taken = {0: 0, 1: 0}
+    batch = []
+    for i, shard in enumerate(shard_of_row):
+        batch.append(({"b": 1, "i": i}, keys[shard][taken[shard]]))
+        taken[shard] += 1
+    spool.start()
+    ack = Acks().new()
+    for row, key in [*previous, *batch]:
+        assert spool.offer(row, key, LANE, ack) is Offer.ACCEPTED
+    ack.release()
+    for _ in range(50):
+        spool.tick()
+        if len(endpoints.rows()) == 12:
+            break
+    assert len(endpoints.rows()) == 12
+    first = {a.token: a.rows for a in endpoints.attempts}
+    # The crash: the segment as written, with the note of the previous batch only.
+    second_dir.mkdir()
+    (segment,) = [n for n in os.listdir(first_dir) if n.endswith(".jsonl")]
+    shutil.copy(first_dir / segment, second_dir / segment)
+    (second_dir / segment.replace(".jsonl", ".released")).write_bytes(
+        b"%d\n" % len(b"spate-spool 3\n")
+    )
+    (replayed_ref,) = [b.ref for b in recovered(second_dir)]
+    again, endpoints2, clock2 = spool_over_pool(second_dir, "run2", 6, pool_config)
+    again.start()
+    assert again.flush(clock2.monotonic() + 60)
+    replayed = {a.token: a.rows for a in endpoints2.attempts}
+    assert sorted(r["i"] for r in endpoints2.rows()) == list(range(6))  # type: ignore[index]
+    expected = {t: rows for t, rows in first.items() if replayed_ref.identity in t}
+    assert replayed == expected
+
+
+# -- one owner per spool directory; worker processes (B114) ---------------------------------
+
+
+def test_b114_a_spool_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
+    """A second store on a directory in use — in this process or another — fails at
+    start naming the directory, before it reads, cuts or deletes anything; the lock
+    goes with its owner (a close here, the process's death there)."""
+    from spate import SinkError
+
+    first = JsonlStore(str(tmp_path))
+    first.recover()
+    first.append([b'{"a":1}'])
+    first.sync()
+    with pytest.raises(SinkError, match=f"spool directory {tmp_path} is in use"):
+        JsonlStore(str(tmp_path)).recover()
+    first.close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from spate.sink import JsonlStore; "
+            f"JsonlStore({str(tmp_path)!r}).recover(); print('held', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(SinkError, match="in use by another running spool"):
+            JsonlStore(str(tmp_path)).recover()
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert [s.records for s in recovered(tmp_path)] == [[b'{"a":1}']]
+
+
+def test_b114_workers_spool_apart_and_adopt_what_no_worker_of_the_layout_reads(
+    tmp_path: Path,
+) -> None:
+    """Worker ``i`` spools in ``<dir>/w<i>``. Segments no worker of the current layout
+    reads — in ``<dir>`` itself (a single-process run) or in ``w<j>`` past the worker
+    count — are adopted by one worker each, unless a live spool holds them; a single
+    process adopts every ``w<j>``."""
+    from spate.sink._store import adopted_directories, worker_directory
+
+    def spooled(directory: str, record: bytes) -> None:
+        store = JsonlStore(directory)
+        store.recover()
+        store.append([record])
+        store.sync()
+        store.close()
+
+    root = str(tmp_path)
+    assert worker_directory(root, None) == root
+    assert worker_directory(root, (1, 2)) == os.path.join(root, "w1")
+    spooled(root, b"single")
+    for j in range(4):
+        spooled(os.path.join(root, f"w{j}"), b"w%d" % j)
+    assert adopted_directories(root, (0, 2)) == [root, os.path.join(root, "w2")]
+    assert adopted_directories(root, (1, 2)) == [os.path.join(root, "w3")]
+    live = JsonlStore(os.path.join(root, "w3"))
+    live.recover()  # w3 is still held by a running spool: left to it
+    worker1 = JsonlStore(worker_directory(root, (1, 2)), adopt=adopted_directories(root, (1, 2)))
+    assert [s.records for s in worker1.recover()] == [[b"w1"]]
+    worker1.close()
+    live.close()
+    worker0 = JsonlStore(worker_directory(root, (0, 2)), adopt=adopted_directories(root, (0, 2)))
+    found = sorted(r for s in worker0.recover() for r in s.records)
+    worker0.close()
+    assert found == [b"single", b"w0", b"w2"]
+    assert not [n for n in os.listdir(root) if n.startswith("seg-")]
+    single = JsonlStore(root, adopt=adopted_directories(root, None))
+    found = sorted(r for s in single.recover() for r in s.records)
+    single.close()
+    assert found == [b"single", b"w0", b"w1", b"w2", b"w3"]

@@ -22,7 +22,6 @@ Called from the pipeline thread only; does no network I/O.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import NamedTuple
 
+from spate._locks import lock_exclusive
 from spate.errors import ErrorClass, SourceError
 
 from spate_http.config import Window
@@ -96,20 +96,17 @@ class Checkpoint:
         assert self.path is not None
         lock_path = self.path.with_name(f"{self.path.name}.lock")
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = lock_exclusive(lock_path, create=True)
         except OSError as exc:
             raise SourceError(
                 f"cannot open the http_poll state lock {lock_path}: {exc}", ErrorClass.FATAL
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        if fd is None:
             raise SourceError(
                 f"the http_poll state file {self.path} is in use by another running source; "
                 "give each source its own state_path",
                 ErrorClass.FATAL,
-            ) from None
+            )
         self._lock_fd = fd
 
     def release(self) -> None:

@@ -339,7 +339,8 @@ class _Cli:
         """A supervised run when the configuration has ``supervisor:``, else one run."""
         if cfg.supervisor is not None:
             return supervise(cfg, registry=self.registry, chains=chains)
-        assembly = assemble(cfg, registry=self.registry, chains=chains)
+        worker = (slot.index, slot.count) if slot is not None else None
+        assembly = assemble(cfg, registry=self.registry, chains=chains, worker=worker)
         if slot is not None and assembly.admin is not None:
             # Started after the admin server (services start in order): its port is known.
             admin = assembly.admin

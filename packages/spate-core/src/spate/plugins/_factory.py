@@ -79,6 +79,10 @@ class BuildContext:
     recorded intents (B88); a sink that cannot keep them refuses to start."""
     position: RecordPosition | None = None
     """Under ``effectively_once``: the cell the chain sets to each record's offset."""
+    worker: tuple[int, int] | None = None
+    """``(index, count)`` in worker process ``index`` of ``count`` (``spate run
+    --processes``); None in a single process. Components that keep local state per
+    process (a spool's directory, B114) keep it apart per worker."""
 
 
 ConfigT = TypeVar("ConfigT")

@@ -35,7 +35,7 @@ from spate.plugins._factory import BuildContext, PluginKind
 from spate.sink._contract import Sink
 from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._spool import SpoolConfig, SpoolTier
-from spate.sink._store import JsonlStore, SpoolStore
+from spate.sink._store import JsonlStore, SpoolStore, adopted_directories, worker_directory
 from spate.sink._tee import TeeSink
 
 TIER_MODELS: dict[str, type[Any]] = {"memory": MemoryTierConfig, "spool": SpoolConfig}
@@ -181,11 +181,12 @@ def build_tiers(
         tag, cfg = tiers[index]
         tier_name = f"{name}.{tag}" if index else name
         if isinstance(cfg, SpoolConfig):
+            store = open_store(cfg, context)
             sink = SpoolTier(
                 tier_name,
-                cfg,
+                replace(cfg, dir=worker_directory(cfg.dir, context.worker)),
                 sink,
-                open_store(cfg, context),
+                store,
                 meter=context.meter,
                 clock=context.clock,
                 pipeline=context.pipeline,
@@ -227,4 +228,11 @@ class JsonlStoreFactory:
 
     @staticmethod
     def build(config: SpoolConfig, context: BuildContext) -> SpoolStore:
-        return JsonlStore(config.dir, segment_bytes=config.segment_bytes, nonce=context.run_nonce)
+        """A store in ``dir`` (``dir/w<index>`` in a worker process) that adopts the
+        segments no process of this layout reads (B114)."""
+        return JsonlStore(
+            worker_directory(config.dir, context.worker),
+            segment_bytes=config.segment_bytes,
+            nonce=context.run_nonce,
+            adopt=adopted_directories(config.dir, context.worker),
+        )

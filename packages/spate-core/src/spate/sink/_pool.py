@@ -577,10 +577,14 @@ class SinkPool:
             shard.open = None
 
     def tick(self) -> None:
-        """Checkpoint tick: seal every partial batch so its acks can resolve (B10)."""
+        """Checkpoint tick: seal every partial batch so its acks can resolve (B10).
+
+        Not the rows of an identified batch being offered (a spool's, which resolves as a
+        whole anyway): they are cut by their rows alone, the same in every run (B56)."""
         with self._cond:
-            for shard in self._shards:
-                self._seal(shard, "tick")
+            if self._identity is None:
+                for shard in self._shards:
+                    self._seal(shard, "tick")
             self._seal_lanes("tick")
         if self._io_threads == 0:
             self.pump()
@@ -949,7 +953,10 @@ class SinkPool:
         in a later run carry the same tokens (a spool's replay, B56).
 
         ``identity`` must be unique to one fixed sequence of rows across runs. Called by a
-        tier on the pipeline thread; seals what is open first.
+        tier on the pipeline thread; seals what is open first. Until
+        :meth:`end_identified` the rows are cut on ``max_rows`` and ``max_bytes`` only,
+        never by a tick or ``linger``, so the cuts depend on the rows alone and a replay
+        repeats them whatever the queues held in the first run (B56).
         """
         with self._cond:
             for shard in self._shards:
@@ -1037,7 +1044,7 @@ class SinkPool:
 
     def _seal_lingering(self, now: float) -> None:
         linger = self._linger
-        for shard in self._shards:
+        for shard in self._shards if self._identity is None else ():  # B56, as in tick()
             batch = shard.open
             if batch is not None and batch.rows and now - batch.opened_at >= linger:
                 self._seal(shard, "linger")

@@ -77,6 +77,11 @@ _QUEUED = 2
 """Sealed batches that may wait for the writer thread before sealing blocks (the write
 and fsync of one batch overlap with filling the next ones; memory stays bounded)."""
 
+_WRITER_JOIN = 5.0
+"""Seconds :meth:`SpoolTier.abandon` waits for the writer thread's write or fsync to
+return (a hung disk must not hang SIGTERM; what reached the disk stays for the next
+start)."""
+
 _RETRY = RetryConfig(initial=1.0, max=60.0, multiplier=2.0, jitter=0.2)
 """Backoff between the attempts of a batch the next tier failed (``ack: spooled``, B66)."""
 
@@ -86,7 +91,8 @@ class SpoolConfig:
     """``spool:`` — a write-ahead tier of fsynced, checksummed segments."""
 
     dir: str
-    """Directory of the spool's segments (one spool per directory)."""
+    """Directory of the spool's segments: one spool per directory, locked while it runs;
+    worker ``i`` of ``spate run --processes`` uses ``<dir>/w<i>`` (B114)."""
     ack: Literal["terminal", "spooled"] = "terminal"
     """Where the source's ack resolves: ``terminal`` once the next tier durably accepted
     the records, ``spooled`` once they are fsynced in the spool."""
@@ -464,7 +470,9 @@ class SpoolTier:
         meter: Meter,
         clock: Clock,
         pipeline: str = "",
+        writer_join: float = _WRITER_JOIN,
     ) -> None:
+        """``writer_join``: how long :meth:`abandon` waits for a write or fsync in flight."""
         self.name = name
         self.config = config
         self.next = next_tier
@@ -491,6 +499,14 @@ class SpoolTier:
         self._sync_wanted = False
         self._halt = False
         self._writer: threading.Thread | None = None
+        self._writer_join = writer_join
+        self._abandoned = False
+        """The writer's batches in flight were failed: an fsync returning late hands
+        nothing on (its batches stay on disk for the next start)."""
+        self._stuck: threading.Thread | None = None
+        """A writer thread ``abandon`` left in a write or fsync that did not return."""
+        self._close_store_later = False
+        """``close`` left the store to the stuck writer thread to close on its way out."""
         self._handing: deque[_Batch] = deque()
         """Durable batches not yet fully offered to the next tier, oldest first."""
         self._inflight: set[_Batch] = set()
@@ -712,14 +728,16 @@ class SpoolTier:
         """Seal, sync and hand everything on; wait until the next tier wrote it all.
 
         Called on drain and revocation; blocks until ``deadline`` at most. On success the
-        store reclaims every segment (a clean run leaves the directory empty).
+        store reclaims every segment (a clean run leaves the directory empty). A write or
+        fsync that has not returned by ``deadline`` (a hung disk) makes it return False.
         """
-        self._seal(force_sync=True)
+        if not self._seal(force_sync=True, deadline=deadline) and self._writing():
+            return False
         if not self._next_started and not self._start_next(at_start=False):
             return False
         while True:
-            if self._stalled:
-                self._retry_write()
+            if self._stalled and not self._retry_write(deadline) and self._writing():
+                return False
             self._take_durable()
             self._hand_on()
             left = self._clock.monotonic()
@@ -747,10 +765,23 @@ class SpoolTier:
         """Fail every source ack not yet durably passed on (B4); return how many rows.
 
         Spooled records stay in the store and are replayed on the next start, as do
-        batches waiting for their retry (B66).
+        batches waiting for their retry (B66). Waits at most ``writer_join`` seconds for
+        a write or fsync in flight: one that does not return (a hung disk) is left
+        behind, and what it holds is failed like any batch not yet durable.
         """
         rows = 0
-        self._stop_writer()
+        if not self._stop_writer(self._writer_join):
+            with self._cond:
+                stuck = len(self._queued) + len(self._unsynced)
+            logger.error(
+                "spool %s: a write or fsync of the spool's store did not return within "
+                "%.1fs; abandoning %d batch(es) not yet durable (what reached %s stays "
+                "there for the next start)",
+                self.name,
+                self._writer_join,
+                stuck,
+                self.config.dir,
+            )
         self._take_durable()
         batch = self._open
         self._open = None
@@ -798,7 +829,14 @@ class SpoolTier:
             self.abandon()
         self._stop_writer()
         self.next.close()
-        self._store.close()
+        with self._cond:
+            stuck = self._close_store_later = self._stuck is not None
+        if stuck:
+            logger.warning(
+                "spool %s: the store is closed once its hung write or fsync returns", self.name
+            )
+        else:
+            self._store.close()
 
     # -- introspection -----------------------------------------------------------------
 
@@ -808,9 +846,10 @@ class SpoolTier:
 
     # -- internals --------------------------------------------------------------------
 
-    def _seal(self, force_sync: bool = False) -> None:
+    def _seal(self, force_sync: bool = False, deadline: float | None = None) -> bool:
         """Seal the open batch and queue it for the writer thread; with ``force_sync``
-        (tick, flush) wait until every queued batch is appended and fsynced."""
+        (tick, flush) wait until every queued batch is appended and fsynced (until
+        ``deadline`` at most); False when that did not happen."""
         batch = self._open
         if batch is not None and batch.rows:
             self._open = None
@@ -818,10 +857,11 @@ class SpoolTier:
             batch.encoded = {}
             self._m_flushes.inc()
             self._enqueue(batch)
-        if force_sync:
-            if self._stalled:
-                self._retry_write()
-            self._settle(sync=self.config.fsync == "segment")
+        if not force_sync:
+            return True
+        if self._stalled:
+            self._retry_write(deadline)
+        return self._settle(sync=self.config.fsync == "segment", deadline=deadline)
 
     def _enqueue(self, batch: _Batch) -> None:
         """Hand a sealed batch to the writer thread (started on first use); wait while
@@ -841,25 +881,38 @@ class SpoolTier:
             while len(self._queued) > _QUEUED and not self._stalled:
                 self._cond.wait()
 
-    def _settle(self, *, sync: bool) -> bool:
+    def _settle(self, *, sync: bool, deadline: float | None = None) -> bool:
         """Wait until the writer appended every queued batch (``sync``: and fsynced what
-        it appended); False if an append failed (the batch stays queued)."""
-        with self._cond:
+        it appended); False if an append failed (the batch stays queued) or ``deadline``
+        passed first (see :meth:`_writing`)."""
+        cond = self._cond
+        with cond:
             if self._writer is None:
                 return not self._queued
             if sync:
                 self._sync_wanted = True
-                self._cond.notify_all()
+                cond.notify_all()
             while self._busy or (not self._stalled and (self._queued or self._sync_wanted)):
-                self._cond.wait()
+                if deadline is None:
+                    cond.wait()
+                elif self._clock.monotonic() >= deadline:
+                    return False
+                else:
+                    cond.wait(0.01)
             return not self._stalled
 
-    def _retry_write(self) -> bool:
+    def _writing(self) -> bool:
+        """Whether the writer still has work it has not finished (a write or fsync in
+        flight, or batches queued for it) rather than a failed append."""
+        with self._cond:
+            return self._busy or (not self._stalled and bool(self._queued or self._sync_wanted))
+
+    def _retry_write(self, deadline: float | None = None) -> bool:
         """Ask the stalled writer to append again and wait for it; True once it worked."""
         with self._cond:
             self._stalled = False
             self._cond.notify_all()
-        return self._settle(sync=False)
+        return self._settle(sync=False, deadline=deadline)
 
     def _take_durable(self) -> None:
         """Queue the batches the writer made durable for handing on (pipeline thread)."""
@@ -868,14 +921,24 @@ class SpoolTier:
             done, self._durable_batches = self._durable_batches, deque()
         self._handing.extend(done)
 
-    def _stop_writer(self) -> None:
-        """Stop the writer thread once its current write and fsync returned."""
+    def _stop_writer(self, timeout: float | None = None) -> bool:
+        """Stop the writer thread once its current write and fsync returned; False when
+        that took longer than ``timeout`` (the thread is left behind, its batches
+        abandoned: a late fsync hands nothing on)."""
         with self._cond:
             writer, self._writer = self._writer, None
             self._halt = True
             self._cond.notify_all()
-        if writer is not None:
-            writer.join()
+        if writer is None:
+            return True
+        writer.join(timeout)
+        if not writer.is_alive():
+            return True
+        with self._cond:
+            self._abandoned = True
+            self._stuck = writer
+            self._busy = False
+        return False
 
     def _write_loop(self) -> None:
         """The writer thread: append queued batches in order, fsync as the policy says,
@@ -890,7 +953,11 @@ class SpoolTier:
                 while not self._halt and (self._stalled or not (self._queued or self._sync_wanted)):
                     cond.wait()
                 if self._halt:
-                    return
+                    close_store = self._abandoned and self._close_store_later
+                    if self._abandoned:  # this writer was left behind by abandon()
+                        self._stuck = None
+                        self._close_store_later = False
+                    break
                 self._busy = True
                 batches = list(self._queued)
                 sync = per_batch or self._sync_wanted
@@ -906,6 +973,8 @@ class SpoolTier:
                 with cond:
                     self._busy = False
                     cond.notify_all()
+        if close_store:
+            self._store.close()  # its hung write or fsync returned after close()
 
     def _write(self, batches: list[_Batch], sync: bool) -> None:
         """Append ``batches`` (the writer's snapshot of the queue), then fsync if ``sync``."""
@@ -918,6 +987,8 @@ class SpoolTier:
                     self._stalled = self._notice = True
                 break
             with self._cond:
+                if self._abandoned:
+                    return  # returned too late: abandon() failed this batch (B4)
                 self._queued.popleft()
                 self._queued_bytes -= batch.size
             self._unsynced.append(batch)
@@ -930,6 +1001,9 @@ class SpoolTier:
         started = time.perf_counter()
         try:
             self._store.sync()
+            with self._cond:
+                if self._abandoned:
+                    return  # returned too late: abandon() failed these batches (B4)
         except SinkError as exc:
             # After a failed fsync the kernel may have dropped the pages and a retry
             # could report success without them: these batches are not durable and

@@ -29,7 +29,21 @@ positions of the segment's batches already released (written without fsync: a lo
 note only replays a delivered batch once more); the segment and its note are deleted
 together once every batch is released. On recovery the newest segment's
 tail after its last complete batch (a crash mid-write) is cut; a bad batch anywhere else
-is corruption and start-up fails naming the segment and the batch's byte offset.
+is corruption and start-up fails naming the segment and the batch's byte offset, the
+newest segment's last batch included when all of it is there (a valid frame, then as
+many bytes as it declares) and only its CRC is bad: a torn write cannot leave that, so
+the batch was acknowledged and a byte of it changed on the medium.
+
+A spool directory has one owner at a time (B114): :meth:`JsonlStore.recover` takes an
+exclusive ``flock`` on the directory and fails start-up naming it while another spool,
+in this process or another, holds it; the kernel drops the lock when the owner dies.
+Worker processes (``spate run --processes N``) each get their own subdirectory
+``<dir>/w<index>`` (:func:`worker_directory`), so a restarted worker recovers only its
+own segments. Segments left where no worker of the current layout looks (the top
+directory of a single-process run, or ``w<j>`` of a run with more workers) are adopted
+by one worker (:func:`adopted_directories`): moved into its directory, under the lock
+of the directory they leave, and replayed there under their original identities.
+
 Does not own:
 encoding rows (the spool tier does that), acks, or forwarding.
 """
@@ -39,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import struct
 import sys
 import threading
@@ -49,6 +64,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from spate._locks import lock_exclusive
 from spate.errors import ErrorClass, SinkError
 
 logger = logging.getLogger(__name__)
@@ -271,12 +287,22 @@ class JsonlStore:
     another (format 3; format-2 segments are still read)."""
 
     def __init__(
-        self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024, nonce: str | None = None
+        self,
+        directory: str,
+        *,
+        segment_bytes: int = 64 * 1024 * 1024,
+        nonce: str | None = None,
+        adopt: Sequence[str] = (),
     ) -> None:
-        """``nonce`` names the segments this run writes (default: a random one)."""
+        """``nonce`` names the segments this run writes (default: a random one);
+        ``adopt`` lists spool directories whose segments :meth:`recover` moves into
+        ``directory`` when no running spool holds them (B114)."""
         if segment_bytes < 1:
             raise ValueError("segment_bytes must be positive")
         self.directory = directory
+        self.adopt = tuple(adopt)
+        self._owner: int | None = None
+        """The descriptor holding the directory's lock, from recover() to close()."""
         self.nonce = nonce if nonce else uuid.uuid4().hex[:12]
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
@@ -290,15 +316,30 @@ class JsonlStore:
 
     def recover(self) -> list[StoredBatch]:
         os.makedirs(self.directory, exist_ok=True)
+        self._own()
+        try:
+            return self._recover()
+        except BaseException:
+            os.close(self._owner)  # type: ignore[arg-type]
+            self._owner = None
+            raise
+
+    def _recover(self) -> list[StoredBatch]:
+        for other in self.adopt:
+            self._adopt(other)
         names = sorted(
             n for n in os.listdir(self.directory) if n.startswith("seg-") and n.endswith(".jsonl")
         )
+        # Each run writes its segments one after another: only the newest of each run
+        # (origin) can end in a torn write, whichever runs' segments share the directory.
+        newest = {_parse_name(name)[1]: name for name in names}
         found: list[StoredBatch] = []
         with self._lock:
-            for i, name in enumerate(names):
+            for name in names:
                 number, origin = _parse_name(name)
                 path = os.path.join(self.directory, name)
-                batches, size = self._read_segment(path, number, origin, last=i == len(names) - 1)
+                last = newest[origin] == name
+                batches, size = self._read_segment(path, number, origin, last=last)
                 done = _read_released(path)
                 batches = [b for b in batches if b.ref.position not in done]
                 if not batches:
@@ -319,6 +360,67 @@ class JsonlStore:
                 self._next_number = max(self._next_number, _parse_name(names[-1])[0] + 1)
                 _fsync_dir(self.directory)
         return found
+
+    def _own(self) -> None:
+        """Lock the directory for this store, or fail naming it (B114)."""
+        if self._owner is not None:
+            return
+        try:
+            fd = lock_exclusive(self.directory)
+        except OSError as exc:
+            raise SinkError(
+                f"spool {self.directory}: cannot lock the directory: {exc.strerror or exc}",
+                ErrorClass.FATAL,
+            ) from exc
+        if fd is None:
+            raise SinkError(
+                f"spool directory {self.directory} is in use by another running spool (in "
+                "another process, or another spool of this one); give each spool its own dir",
+                ErrorClass.FATAL,
+            )
+        self._owner = fd
+
+    def _adopt(self, other: str) -> None:
+        """Move the segments of the spool directory ``other`` into this one, unless a
+        running spool holds ``other`` (B114)."""
+        try:
+            fd = lock_exclusive(other)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SinkError(
+                f"spool {self.directory}: cannot lock {other} to adopt its segments: "
+                f"{exc.strerror or exc}",
+                ErrorClass.FATAL,
+            ) from exc
+        if fd is None:
+            logger.info(
+                "spool %s: %s is held by a running spool; left to it", self.directory, other
+            )
+            return
+        try:
+            names = [n for n in sorted(os.listdir(other)) if n.startswith("seg-")]
+            for name in names:
+                target = os.path.join(self.directory, name)
+                if os.path.exists(target):
+                    raise SinkError(
+                        f"spool {self.directory}: cannot adopt {os.path.join(other, name)}: "
+                        f"{target} exists",
+                        ErrorClass.FATAL,
+                    )
+                os.rename(os.path.join(other, name), target)
+            if names:
+                _fsync_dir(self.directory)
+                _fsync_dir(other)
+                logger.warning(
+                    "spool %s: adopted %d file(s) of %s, left by a run with another number "
+                    "of worker processes",
+                    self.directory,
+                    len(names),
+                    other,
+                )
+        finally:
+            os.close(fd)
 
     def _read_segment(
         self, path: str, number: int, origin: str, *, last: bool
@@ -473,12 +575,46 @@ class JsonlStore:
             return len(self._segments)
 
     def close(self) -> None:
+        """Close the open segment and give up the directory's lock."""
         with self._lock:
             if self._file is not None:
                 try:
                     self._rotate()
                 except OSError:
                     logger.warning("spool %s: closing the segment failed", self.directory)
+            if self._owner is not None:
+                os.close(self._owner)
+                self._owner = None
+
+
+_WORKER_DIR = re.compile(r"w(\d+)")
+
+
+def worker_directory(root: str, worker: tuple[int, int] | None) -> str:
+    """The directory a spool configured with ``dir: root`` uses: ``root`` itself, or
+    ``root/w<index>`` in worker ``index`` of ``count`` (``worker``) (B114)."""
+    return root if worker is None else os.path.join(root, f"w{worker[0]}")
+
+
+def adopted_directories(root: str, worker: tuple[int, int] | None) -> list[str]:
+    """The spool directories under ``root`` whose segments this process takes over, as
+    no process of the current layout uses them (B114).
+
+    A single process (``worker`` None) adopts every ``root/w<j>``. Worker ``i`` of ``n``
+    adopts ``root/w<j>`` for every ``j >= n`` with ``j % n == i``, and worker 0 also the
+    segments in ``root`` itself.
+    """
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    found = [(int(m[1]), n) for n in names if (m := _WORKER_DIR.fullmatch(n))]
+    if worker is None:
+        return [os.path.join(root, n) for _, n in found]
+    index, count = worker
+    adopt = [root] if index == 0 else []
+    adopt += [os.path.join(root, n) for j, n in found if j >= count and j % count == index]
+    return adopt
 
 
 def _read_batches(
@@ -489,10 +625,10 @@ def _read_batches(
     ``last``: the newest segment, whose tail after its last complete batch is torn (a
     crash mid-write), not corrupt."""
     if data.startswith(MAGIC):
-        unframe, declared_end = _unframe_batch, _declared_end
+        unframe = _unframe_batch
         offset = len(MAGIC)
     elif data.startswith(MAGIC_V2):
-        unframe, declared_end = _unframe_v2, _declared_end_v2
+        unframe = _unframe_v2
         offset = len(MAGIC_V2)
     elif last and (MAGIC.startswith(data) or MAGIC_V2.startswith(data)):
         return [], 0  # a crash while the header was written
@@ -503,13 +639,12 @@ def _read_batches(
         read = unframe(data, offset)
         if isinstance(read, str):
             # The newest segment may end in a batch cut short by a crash (or followed
-            # by zeros a file system left for it): cut it. Anything else is corruption.
+            # by zeros a file system left for it): cut it. Anything else is corruption,
+            # a complete batch with a bad CRC included: a torn write cannot leave a
+            # valid frame followed by a body of the declared length, so that batch was
+            # fsynced and acknowledged, and a byte of it changed on the medium.
             if last and (read.startswith("torn") or not data[offset:].strip(b"\x00")):
                 break
-            if last and read == "bad CRC":
-                end = declared_end(data, offset)
-                if end is not None and not data[end:].strip(b"\x00"):
-                    break
             raise SpoolCorruptError(
                 f"spool segment {path} at byte {offset}", f"corrupt batch ({read})"
             )
@@ -531,21 +666,6 @@ def read_records(path: str) -> list[bytes]:
     number, origin = _parse_name(os.path.basename(path))
     batches = _read_batches(data, path, number, origin, last=True)[0]
     return [record for batch in batches for record in batch.records]
-
-
-def _declared_end(data: bytes, offset: int) -> int | None:
-    """Where the format-3 batch at ``offset`` ends by its (checked) frame."""
-    length: int = _FRAME.unpack_from(data, offset)[2]
-    return offset + _FRAME.size + length
-
-
-def _declared_end_v2(data: bytes, offset: int) -> int | None:
-    """Where the format-2 batch at ``offset`` ends by its (parsed) header."""
-    newline = data.find(b"\n", offset, offset + 64)
-    try:
-        return newline + 1 + int(data[offset:newline].split(b" ")[2])
-    except (ValueError, IndexError):
-        return None
 
 
 def _unknown_format(path: str) -> SpoolCorruptError:

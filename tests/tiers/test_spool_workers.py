@@ -1,0 +1,145 @@
+"""A spool under ``spate run --processes 2`` on the real broker: one owner per directory (B114).
+
+Two workers, two partitions each, read a four-partition topic into a spool
+(``ack: spooled``) in front of a file sink whose directory does not exist yet, so the
+terminal cannot start and every record stays spooled while the offsets are committed.
+Worker 1 is killed with SIGKILL and restarted by the parent; only then does the terminal
+come up. Each worker spools in its own ``<dir>/w<index>``, so the restarted worker
+replays only its own batches: every record reaches the file exactly once (nothing was
+re-read from Kafka, as everything had been committed before the kill), no segment is
+cut or deleted by the restart, and the spool directories are empty after the drain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from spate.testing import read_file_sink
+
+from tests.support.delivery import wait_until
+from tests.support.scale import scaled
+from tests.support.services import (
+    SESSION_TIMEOUT_MS,
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    produce_keyed,
+    unique_name,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+def _segments(directory: Path) -> dict[str, int]:
+    """Segment name -> size of every segment under ``directory``, subdirectories included."""
+    return {
+        str(path.relative_to(directory)): path.stat().st_size
+        for path in directory.rglob("seg-*.jsonl")
+    }
+
+
+def test_b114_a_restarted_worker_replays_only_its_own_spool(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic, group = unique_name("spoolw"), unique_name("spoolw-g")
+    create_topic(kafka_bootstrap, topic, 4)
+    count = scaled(20_000, minimum=2_000)
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    config = tmp_path / "spool.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "pipeline": {"name": "spoolw"},
+                "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
+                "admin": {"listen": "none"},
+                "supervisor": {"initial_backoff": "200ms"},
+                "source": {
+                    "kafka": {
+                        "brokers": kafka_bootstrap,
+                        "topic": topic,
+                        "group_id": group,
+                        "commit_interval": "200ms",
+                        "rdkafka": {
+                            "session.timeout.ms": SESSION_TIMEOUT_MS,
+                            "heartbeat.interval.ms": 500,
+                        },
+                    }
+                },
+                "sink": {
+                    "tiered": {
+                        "tiers": [
+                            {"spool": {"dir": str(spool), "ack": "spooled", "max_records": 500}}
+                        ],
+                        "terminal": {"file": {"path": str(out / "rows.jsonl")}},
+                    }
+                },
+            }
+        )
+    )
+    log = tmp_path / "parent.log"
+    with log.open("ab") as sink:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "spate.cli", "run", str(config), "--processes", "2"],
+            stdout=sink,
+            stderr=sink,
+        )
+
+    def text() -> str:
+        return log.read_text(errors="replace")
+
+    try:
+        wait_until(lambda: len(re.findall(r"worker \d started", text())) == 2, 60, "2 workers")
+        wait_until(
+            lambda: len(re.findall(r"partitions assigned .*partitions=\[\d, \d\]", text())) == 2,
+            60,
+            "two partitions for each worker",
+        )
+        produce_keyed(kafka_bootstrap, topic, count)
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends,
+            180,
+            "every record spooled and committed",
+        )
+        # Both workers spooled some of it (segment names end in the writing run's nonce).
+        wait_until(
+            lambda: len({n.rsplit("-", 1)[1] for n in _segments(spool)}) == 2,
+            60,
+            "segments of both workers",
+        )
+        before = _segments(spool)
+        pids = dict(re.findall(r"worker (\d) started \(pid (\d+)\)", text()))
+        os.kill(int(pids["1"]), signal.SIGKILL)
+        wait_until(
+            lambda: len(re.findall(r"worker 1 started", text())) == 2, 120, "worker 1 restarted"
+        )
+        wait_until(
+            lambda: text().count("running (run nonce") == 3, 60, "the restarted worker running"
+        )
+        # Every segment is as it was (all were complete before the kill): the restart
+        # cut, deleted and adopted nothing of its sibling's.
+        assert _segments(spool) == before
+        out.mkdir()  # the terminal can start now
+        wait_until(lambda: len(read_file_sink(out / "rows.jsonl")) >= count, 180, "all rows")
+        parent.send_signal(signal.SIGTERM)
+        code = parent.wait(120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; log: {text()[-4000:]}") from None
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert code == 0, text()[-3000:]
+    rows = Counter(read_file_sink(out / "rows.jsonl"))
+    assert set(rows) == {f"v{i}" for i in range(count)}
+    twice = [row for row, n in rows.items() if n > 1]
+    assert not twice, f"{len(twice)} rows written twice, e.g. {twice[:3]}"
+    assert _segments(spool) == {}
