@@ -309,10 +309,22 @@ def _value(array: Any, u: ChType, target: Any) -> Converted:
 
 
 def _in_range(array: Any, lo: int | float, hi: int | float) -> Any:
-    """Rows of a numeric array outside ``[lo, hi]`` (nulls false)."""
+    """Rows of a numeric array outside ``[lo, hi]`` (nulls false); a bound beyond what
+    the array's type holds is no bound."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    return _clean(pc.or_(pc.less(array, lo), pc.greater(array, hi)))
+    checks = []
+    for bound, test in ((lo, pc.less), (hi, pc.greater)):
+        try:
+            scalar = pa.scalar(bound, array.type)
+        except (pa.ArrowInvalid, OverflowError, TypeError):
+            continue  # integer bound beyond the array's integer type
+        checks.append(test(array, scalar))
+    if not checks:
+        return pa.repeat(pa.scalar(False), len(array)) if len(array) else pa.array([], pa.bool_())
+    mask = checks[0] if len(checks) == 1 else pc.or_(checks[0], checks[1])
+    return _clean(mask)
 
 
 def _integers(array: Any, bounds: tuple[int, int], target: Any) -> Converted:
@@ -444,8 +456,10 @@ def _dates(array: Any, bounds: tuple[int, int], target: Any) -> Converted:
         prefix = _clean(pc.match_substring_regex(array, _DATE_TEXT))
         head = pc.utf8_slice_codeunits(_blank(array, pc.invert(prefix)), 0, 10)
         parsed = pc.strptime(head, format="%Y-%m-%d", unit="s", error_is_null=True)
+        # strptime rolls a day past the month's end over (2024-02-30 is March 1st)
+        exact = _clean(pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), head))
         days = parsed.cast(pa.date32()).cast(pa.int32())
-        flagged = pc.and_(_valid(array), _clean(pc.invert(parsed.is_valid())))
+        flagged = pc.and_(_valid(array), pc.invert(exact))
     else:
         return _everything(array, target)
     flagged = _or(flagged, _in_range(days, lo, hi))
