@@ -110,7 +110,8 @@ class _Skips(logging.Handler):
             self.offsets.extend(int(m) for m in _OFFSET.findall(message)[:1])
 
 
-def _context(name: str) -> BuildContext:
+def deser_context(name: str) -> BuildContext:
+    """The build context of a deserializer in pipeline ``name``."""
     return BuildContext(
         pipeline=name,
         component="deserializer",
@@ -144,7 +145,7 @@ def run_case(url: str, client: Any, case: Case, columnar: bool) -> dict[str, Any
     payloads = [orjson.dumps({"id": i, "c0": v}) for i, v in enumerate(case.values)]
     source, handle = memory_source({0: payloads}, batch_size=len(payloads))
     deserializer: Any = JsonDeserializerFactory.build(
-        decode(JsonConfig, {}, "deserializer.json"), _context(table)
+        decode(JsonConfig, {}, "deserializer.json"), deser_context(table)
     )
     if not columnar:
         deserializer.columnar = None

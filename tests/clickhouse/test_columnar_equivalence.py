@@ -38,11 +38,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spate import BuildContext, ManualClock, Pipeline
+from spate import BuildContext, Pipeline
 from spate.config import decode
 from spate.metrics import Meter
 from spate.testing import memory_source
 
+from tests.clickhouse.columnar_values import deser_context as _context
 from tests.clickhouse.sinkkit import build_sink
 from tests.support.chfront_fixtures import ChFront
 from tests.support.scale import scaled
@@ -279,17 +280,6 @@ def union_cases(draw: st.DrawFn) -> tuple[list[list[str]], list[tuple[int, dict[
         )
     )
     return branches, records, bad
-
-
-def _context(name: str) -> BuildContext:
-    return BuildContext(
-        pipeline=name,
-        component="deserializer",
-        meter=Meter(name),
-        clock=ManualClock(),
-        run_nonce="r1",
-        budget=None,  # type: ignore[arg-type]  # deserializers take no bytes from the budget
-    )
 
 
 def _named(avro: Any, suffix: str) -> Any:

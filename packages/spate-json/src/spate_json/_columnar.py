@@ -199,45 +199,39 @@ def _has_timestamps(t: Any) -> bool:
     return False
 
 
-def _non_finite(column: Any) -> bool:
-    """Whether a column holds a NaN or an infinity at any depth (Arrow reads ``NaN``,
-    ``Infinity`` and ``1e400``; orjson refuses them)."""
+def _floats(column: Any) -> Iterator[Any]:
+    """The float arrays of a column at any depth (struct fields, list items) that hold
+    a value."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     pending = list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
     while pending:
         array = pending.pop()
         t = array.type
         if pa.types.is_floating(t):
-            if array.null_count < len(array) and not pc.all(pc.is_finite(array)).as_py():
-                return True
+            if array.null_count < len(array):
+                yield array
         elif pa.types.is_struct(t):
             pending.extend(array.flatten())
         elif pa.types.is_list(t) or pa.types.is_large_list(t):
             pending.append(array.flatten())
-    return False
+
+
+def _non_finite(column: Any) -> bool:
+    """Whether a column holds a NaN or an infinity at any depth (Arrow reads ``NaN``,
+    ``Infinity`` and ``1e400``; orjson refuses them)."""
+    import pyarrow.compute as pc
+
+    return any(not pc.all(pc.is_finite(array)).as_py() for array in _floats(column))
 
 
 def _whole_floats(column: Any) -> bool:
     """Whether a float column holds a whole number at any depth: Arrow reads a field
     whose values mix integers and fractions (or hold an integer beyond int64) as
     doubles, where orjson, the row path's decoder, keeps the integers as ``int``."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    pending = list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
-    while pending:
-        array = pending.pop()
-        t = array.type
-        if pa.types.is_floating(t):
-            if array.null_count < len(array) and pc.any(pc.equal(pc.floor(array), array)).as_py():
-                return True
-        elif pa.types.is_struct(t):
-            pending.extend(array.flatten())
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            pending.append(array.flatten())
-    return False
+    return any(pc.any(pc.equal(pc.floor(a), a)).as_py() for a in _floats(column))
 
 
 def _same_kinds(read: object, value: object) -> bool:
