@@ -210,6 +210,17 @@ _FRAMES = {
         st.one_of(st.floats(allow_nan=False), st.sampled_from([3.5, 1.005, 1e20, 1e39, 2.0])),
     ),
     "text": (pl.String, _TEXTS),
+    "bytes": (pl.Binary, st.binary(max_size=4)),
+    "date": (pl.Date, st.dates(dt.date(1800, 1, 1), dt.date(2400, 1, 1))),
+    "time": (
+        pl.Datetime("us", "UTC"),
+        st.datetimes(dt.datetime(1800, 1, 1), dt.datetime(2400, 1, 1), timezones=st.just(UTC)),
+    ),
+    "naive": (pl.Datetime("ms"), st.datetimes(dt.datetime(1960, 1, 1), dt.datetime(2200, 1, 1))),
+    "decimal": (
+        pl.Decimal(12, 3),
+        st.decimals(-(10**8), 10**8, places=3, allow_nan=False, allow_infinity=False),
+    ),
     "bool": (pl.Boolean, st.booleans()),
     "ints": (pl.List(pl.Int64), st.lists(st.integers(-300, 300), max_size=3)),
     "object": (
