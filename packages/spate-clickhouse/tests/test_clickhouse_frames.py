@@ -12,10 +12,14 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spate_clickhouse._coerce import coercer_for
 from spate_clickhouse._encoder import Column
 from spate_clickhouse._frames import prepare_frame
 from spate_clickhouse._types import parse_type
+
+from tests.support.scale import scaled
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
@@ -146,3 +150,125 @@ def test_b100_arrow_buffers_of_an_open_batch_count_against_the_inflight_budget()
     assert pool.flush(deadline=1e9)
     assert budget.used == 0
     pool.close()
+
+
+_CH_TYPES = [
+    "Int8",
+    "Int32",
+    "Int64",
+    "UInt8",
+    "UInt64",
+    "Float32",
+    "Float64",
+    "Decimal(10, 2)",
+    "String",
+    "FixedString(3)",
+    "Date",
+    "Date32",
+    "DateTime('UTC')",
+    "DateTime64(3, 'UTC')",
+    "DateTime64(9, 'UTC')",
+    "UUID",
+    "Bool",
+    "Enum8('a' = 1, 'b' = 2)",
+    "Nullable(Int16)",
+    "LowCardinality(String)",
+    "Array(Int8)",
+    "Array(Nullable(Float32))",
+    "Map(String, Int8)",
+    "Tuple(a Int8, b String)",
+]
+_TEXTS = st.one_of(
+    st.text(max_size=5),
+    st.sampled_from(
+        [
+            "12",
+            "-7",
+            " 13",
+            "2.5",
+            "1e3",
+            "true",
+            "0",
+            "yes",
+            "a",
+            "2024-01-02",
+            "2024-01-01T00:00:00+02:00",
+            "2024-01-01 00:00:00.5",
+            "2024-02-30",
+            "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+            "abc",
+        ]
+    ),
+)
+_FRAMES = {
+    "int": (
+        pl.Int64,
+        st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, 2, 300, -1, 2**40])),
+    ),
+    "float": (
+        pl.Float64,
+        st.one_of(st.floats(allow_nan=False), st.sampled_from([3.5, 1.005, 1e20, 1e39, 2.0])),
+    ),
+    "text": (pl.String, _TEXTS),
+    "bytes": (pl.Binary, st.binary(max_size=4)),
+    "date": (pl.Date, st.dates(dt.date(1800, 1, 1), dt.date(2400, 1, 1))),
+    "time": (
+        pl.Datetime("us", "UTC"),
+        st.datetimes(dt.datetime(1800, 1, 1), dt.datetime(2400, 1, 1), timezones=st.just(UTC)),
+    ),
+    "naive": (pl.Datetime("ms"), st.datetimes(dt.datetime(1960, 1, 1), dt.datetime(2200, 1, 1))),
+    "decimal": (
+        pl.Decimal(12, 3),
+        st.decimals(-(10**8), 10**8, places=3, allow_nan=False, allow_infinity=False),
+    ),
+    "bool": (pl.Boolean, st.booleans()),
+    "ints": (pl.List(pl.Int64), st.lists(st.integers(-300, 300), max_size=3)),
+    "object": (
+        pl.Struct({"a": pl.Int64, "b": pl.String}),
+        st.fixed_dictionaries({"a": st.integers(-200, 200), "b": st.text(max_size=3)}),
+    ),
+}
+
+
+@settings(max_examples=scaled(300, minimum=30), deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_FRAMES)),
+    chtype=st.sampled_from(_CH_TYPES),
+    data=st.data(),
+)
+def test_b87_each_arrow_kind_into_each_column_type_agrees_with_the_row_coercer(
+    kind: str, chtype: str, data: Any
+) -> None:
+    """Whatever the kernels convert or flag, the rows refused are exactly those the row
+    path's coercer refuses, and every other row holds the coercer's value (B87, B28)."""
+    from spate_clickhouse._arrowvalues import _arrow_value, arrow_type
+
+    dtype, values = _FRAMES[kind]
+    drawn = data.draw(st.lists(st.none() | values, min_size=1, max_size=8))
+    t = parse_type(chtype)
+    frame = pl.DataFrame({"c": drawn}, schema={"c": dtype})
+    table, bad = prepare_frame(frame, [Column("c", t)])
+    coerce = coercer_for(t, [False])
+    to_arrow = _arrow_value(t)
+    want_bad, want = [], []
+    for position, value in enumerate(frame.get_column("c").to_list()):
+        if isinstance(dtype, pl.Struct) and t.unwrapped().name == "Map" and value is not None:
+            value = {k: v for k, v in value.items() if v is not None}
+        try:
+            want.append(to_arrow(coerce(value)))
+        except Exception:
+            want_bad.append(position)
+    assert [p for p, _ in bad] == want_bad
+    expected = pa.array(want, type=table.column("c").type).to_pylist()
+    assert list(map(repr, table.column("c").to_pylist())) == list(map(repr, expected))
+    assert arrow_type(t) is not None
+
+
+def test_b87_frames_of_one_batch_with_different_column_types_make_one_stream() -> None:
+    from spate_clickhouse._frames import arrow_stream
+
+    text = pa.table({"s": pa.array(["a"], pa.large_string())})
+    raw = pa.table({"s": pa.array([b"\xff"], pa.large_binary())})
+    data = arrow_stream([text, raw])
+    read = pa.ipc.open_stream(data).read_all()
+    assert read.column("s").to_pylist() == [b"a", b"\xff"]

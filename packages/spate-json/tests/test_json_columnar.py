@@ -283,6 +283,33 @@ def test_b86_a_field_whose_type_changes_within_the_batch_splits_the_frame(
     assert rows == [(0, 1), (1, "x"), (2, 2)]
 
 
+def test_b87_integers_beside_fractions_stay_integers_as_orjson_reads_them(
+    build_json: Build,
+) -> None:
+    """Arrow reads a field mixing integers and fractions as floats (2^60 + 1 would become
+    2^60, 3 would become 3.0); the batch is split so each integer stays an integer, and a
+    record no Arrow column can hold as orjson does is a record error (B87)."""
+    deser = build_json({})
+    payloads = [
+        b'{"a": 1152921504606846977}',
+        b'{"a": 0.5}',
+        b'{"a": 3}',
+        b'{"a": 2.0}',
+        b'{"a": 18446744073709551615}',
+        b'{"a": [1, 2.5]}',
+    ]
+    frames, errors, _ = deser.deserialize_batch([memoryview(p) for p in payloads])
+    rows = sorted((r["__spate_row"], r["a"]) for _, df in frames for r in df.to_dicts())
+    assert [(i, type(v), v) for i, v in rows] == [
+        (0, int, 2**60 + 1),
+        (1, float, 0.5),
+        (2, int, 3),
+        (3, float, 2.0),
+    ]
+    assert [index for index, _ in errors] == [4, 5]
+    assert all("would be read as floats" in str(error) for _, error in errors)
+
+
 def test_b86_array_framing_and_top_level_any_stay_on_the_row_path(build_json: Build) -> None:
     assert build_json({"framing": "array"}).columnar is None
     assert build_json({"top_level": "any"}).columnar is None

@@ -199,24 +199,59 @@ def _has_timestamps(t: Any) -> bool:
     return False
 
 
-def _non_finite(column: Any) -> bool:
-    """Whether a column holds a NaN or an infinity at any depth (Arrow reads ``NaN``,
-    ``Infinity`` and ``1e400``; orjson refuses them)."""
+def _floats(column: Any) -> Iterator[Any]:
+    """The float arrays of a column at any depth (struct fields, list items) that hold
+    a value."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     pending = list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
     while pending:
         array = pending.pop()
         t = array.type
         if pa.types.is_floating(t):
-            if array.null_count < len(array) and not pc.all(pc.is_finite(array)).as_py():
-                return True
+            if array.null_count < len(array):
+                yield array
         elif pa.types.is_struct(t):
             pending.extend(array.flatten())
         elif pa.types.is_list(t) or pa.types.is_large_list(t):
             pending.append(array.flatten())
-    return False
+
+
+def _non_finite(column: Any) -> bool:
+    """Whether a column holds a NaN or an infinity at any depth (Arrow reads ``NaN``,
+    ``Infinity`` and ``1e400``; orjson refuses them)."""
+    import pyarrow.compute as pc
+
+    return any(not pc.all(pc.is_finite(array)).as_py() for array in _floats(column))
+
+
+def _whole_floats(column: Any) -> bool:
+    """Whether a float column holds a whole number at any depth: Arrow reads a field
+    whose values mix integers and fractions (or hold an integer beyond int64) as
+    doubles, where orjson, the row path's decoder, keeps the integers as ``int``."""
+    import pyarrow.compute as pc
+
+    return any(pc.any(pc.equal(pc.floor(a), a)).as_py() for a in _floats(column))
+
+
+def _same_kinds(read: object, value: object) -> bool:
+    """Whether Arrow's value ``read`` has the row path's number kinds (``int`` where the
+    reference has an ``int``, ``float`` where it has a ``float``) at every depth."""
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return type(read) is int
+    if isinstance(value, float):
+        return type(read) is float
+    if isinstance(value, dict):
+        if not isinstance(read, dict):
+            return True
+        return all(_same_kinds(read.get(k), v) for k, v in value.items())
+    if isinstance(value, list):
+        if not isinstance(read, list):
+            return True
+        return all(map(_same_kinds, read, value))
+    return True
 
 
 def _one_object_a_line(body: bytes, lines: int) -> bool:
@@ -343,8 +378,12 @@ class ColumnarJsonDecoder:
         frame.insert_column(frame.width, rows.alias(ROW_COLUMN))
         return frame
 
-    def _read_frame(self, body: bytes, records: int) -> Any:
-        """The DataFrame of ``records`` lines, or None when they are not vouched for."""
+    def _read_frame(self, body: bytes, records: int, values: list[object] | None = None) -> Any:
+        """The DataFrame of ``records`` lines, or None when they are not vouched for.
+
+        ``values`` are the records as the reference decoded them (record by record), so
+        a float column holding whole numbers is checked against them; without them such
+        a column is not vouched for (see :func:`_whole_floats`)."""
         pa = self._pa
         buffer = pa.py_buffer(body)
         if not body.isascii():
@@ -356,6 +395,13 @@ class ColumnarJsonDecoder:
                 return None  # not UTF-8 (Arrow's reader keeps it): the reference names it
         table = self._read(buffer)
         if table is None or table.num_rows != records:
+            return None
+        # Arrow reads a field holding integers and fractions (or an integer beyond int64)
+        # as doubles: an integer would become a float the row path never sees. Checked
+        # per record against the reference's values (off the fast path only).
+        if any(map(_whole_floats, table.columns)) and (
+            values is None or not all(map(_same_kinds, table.to_pylist(), values))
+        ):
             return None
         return self._frame(table)
 
@@ -409,6 +455,7 @@ class ColumnarJsonDecoder:
         errors: list[tuple[int, DeserError]] = []
         lines: list[bytes] = []
         rows: list[int] = []
+        values: list[object] = []
         empty = 0
         reference = self._reference
         dumps = orjson.dumps
@@ -429,8 +476,9 @@ class ColumnarJsonDecoder:
                     continue
                 lines.append(line)
                 rows.append(index)
+                values.append(value)
         frames: list[tuple[str | None, Any]] = []
-        self._read_runs(lines, rows, frames, errors)
+        self._read_runs(lines, rows, values, frames, errors)
         errors.sort(key=lambda item: item[0])
         return frames, errors, empty
 
@@ -438,6 +486,7 @@ class ColumnarJsonDecoder:
         self,
         lines: list[bytes],
         rows: list[int],
+        values: list[object],
         frames: list[tuple[str | None, Any]],
         errors: list[tuple[int, DeserError]],
     ) -> None:
@@ -445,7 +494,7 @@ class ColumnarJsonDecoder:
         (a part of one line that Arrow refuses is a record error, B86)."""
         if not lines:
             return
-        frame = self._read_frame(b"\n".join(lines), len(lines))
+        frame = self._read_frame(b"\n".join(lines), len(lines), values)
         if frame is not None:
             frame.insert_column(frame.width, self._pl.Series(ROW_COLUMN, rows, self._pl.UInt32))
             frames.append((None, frame))
@@ -454,15 +503,21 @@ class ColumnarJsonDecoder:
             errors.append((rows[0], self._refusal(lines[0])))
             return
         half = len(lines) // 2
-        self._read_runs(lines[:half], rows[:half], frames, errors)
-        self._read_runs(lines[half:], rows[half:], frames, errors)
+        self._read_runs(lines[:half], rows[:half], values[:half], frames, errors)
+        self._read_runs(lines[half:], rows[half:], values[half:], frames, errors)
 
     def _refusal(self, line: bytes) -> DeserError:
         """Why Arrow refuses one record the reference accepts."""
         try:
-            self._pj.read_json(self._pa.BufferReader(line), parse_options=self._lines)
+            table = self._pj.read_json(self._pa.BufferReader(line), parse_options=self._lines)
         except Exception as exc:
             return _malformed(exc)
+        if any(map(_whole_floats, table.columns)):
+            return DeserError(
+                "JSON record cannot be read as columns (an integer beyond 64 bits, or "
+                "integers and fractions in one array, would be read as floats)",
+                DeserErrorKind.MALFORMED,
+            )
         return DeserError(
             "JSON record cannot be read as columns (a null the declared schema does not "
             f"allow, or nested {DEPTH_LIMIT} levels or more)",

@@ -1,0 +1,817 @@
+"""Arrow values into ClickHouse columns exactly as the row path's coercers take them (B87).
+
+:func:`convert_column` turns one Arrow array into the Arrow type ClickHouse reads into the
+column as the row path writes it (:func:`arrow_type`), with pyarrow.compute kernels over
+the whole array, and flags the rows whose value it cannot vouch for: a value of another
+kind than the column's (a string into an ``Int64``, a float into a ``Bool``), one out of
+range, a float with a fraction into an integer or with more places than a ``Decimal``'s
+scale, a text that is no plain number, date or time. Only those rows are then decided
+one at a time by the row path's own coercer (:func:`spate_clickhouse._coerce.coercer_for`):
+what it refuses is a record error for that row with the row path's reason; what it
+accepts is converted to the column's Arrow type from the coercer's written form, so a
+flagged row is stored as the row path stores it. The vectorized checks therefore only
+decide which rows are easy; they never decide what a value means.
+
+Pairs and what the kernels do (everything else is flagged):
+
+==========================  ====================================================
+integer columns             integers in range; integral floats in range; booleans;
+                            text of at most 18 ASCII digits (with a ``-``)
+``Float32/64``              floats (Float32: finite ones up to its largest), integers,
+                            booleans, plain decimal text
+``Decimal(P, S)``           integers and floats that have at most S places (the
+                            shortest repr, as ``Decimal(repr(x))``) and fit; decimals
+                            the safe Arrow cast takes
+``String``                  text; bytes (kept as bytes, as the row path sends them)
+``FixedString(N)``          text or bytes of exactly N bytes
+``Date``/``Date32``         dates and integer days in range; ``YYYY-MM-DD…`` text
+``DateTime``/``DateTime64`` timestamps (naive ones are UTC), dates, integers
+                            (seconds; ticks of 10^-p s), floats (``DateTime``:
+                            seconds, floored), ISO text with or without an offset
+``UUID``                    canonical text; ``Bool``: booleans, 0/1, the texts
+                            ``true``/``false``/``1``/``0``; ``Enum``: names, values
+``Array``/``Map``/``Tuple``  element by element (a parent row is flagged when an
+                            element is); an object's fields into a ``Map``
+==========================  ====================================================
+
+Upholds B28 (a value the row path refuses is a record error for its row alone) and B87
+(a value it accepts is stored as on the row path).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Callable
+from typing import Any
+
+from spate_clickhouse._coerce import (
+    DATETIME64_SECONDS,
+    INT_RANGES,
+    BadValue,
+    coercer_for,
+)
+from spate_clickhouse._types import ChType, EnumItem
+
+_INT_TYPES = {
+    "Int8": "int8",
+    "Int16": "int16",
+    "Int32": "int32",
+    "Int64": "int64",
+    "UInt8": "uint8",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+}
+_F32_MAX = 3.4028234663852886e38
+_DATE_RANGE = (0, 65_535)
+_DATE32_RANGE = (dt.date(1900, 1, 1).toordinal() - dt.date(1970, 1, 1).toordinal(), 120_529)
+_DATETIME_MAX = 2**32 - 1
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_INT_TEXT = r"^-?[0-9]{1,18}$"
+_FLOAT_TEXT = r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,3})?$"
+_DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_UUID_TEXT = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_TIME_TEXT = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?$"
+)
+_ZONED_TEXT = r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+
+
+def _precision(t: ChType) -> int:
+    return next((a for a in t.args if isinstance(a, int)), 3)
+
+
+def _time_unit(precision: int) -> tuple[str, int]:
+    """The Arrow unit a ``DateTime64(precision)`` is sent in and its decimal digits."""
+    if precision == 0:
+        return "s", 0
+    if precision <= 3:
+        return "ms", 3
+    if precision <= 6:
+        return "us", 6
+    return "ns", 9
+
+
+def arrow_type(t: ChType) -> Any:
+    """The Arrow type ``t``'s values are sent in, or None (sent as they come, unchecked)."""
+    import pyarrow as pa
+
+    u = t.unwrapped()
+    name = u.name
+    if name in _INT_TYPES:
+        return getattr(pa, _INT_TYPES[name])()
+    if name in ("Float32", "BFloat16"):
+        return pa.float32()
+    if name == "Float64":
+        return pa.float64()
+    if name == "Decimal":
+        precision, scale = (a for a in u.args if isinstance(a, int))
+        return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale)
+    if name in ("String", "UUID", "Enum8", "Enum16"):
+        return pa.large_string()
+    if name == "FixedString":
+        return pa.large_binary()
+    if name in ("Date", "Date32"):
+        return pa.date32()
+    if name == "DateTime":
+        return pa.timestamp("s", "UTC")
+    if name == "DateTime64":
+        return pa.timestamp(_time_unit(_precision(u))[0], "UTC")
+    if name == "Bool":
+        return pa.bool_()
+    if name == "Array":
+        inner = arrow_type(u.inner)
+        return None if inner is None else pa.large_list(inner)
+    if name == "Map":
+        key_t, val_t = u.type_args()
+        key, value = arrow_type(key_t), arrow_type(val_t)
+        return None if key is None or value is None else pa.map_(key, value)
+    if name == "Tuple":
+        fields = []
+        for i, element in enumerate(u.type_args()):
+            inner = arrow_type(element)
+            if inner is None:
+                return None
+            fields.append(pa.field(element.field or str(i + 1), inner))
+        return pa.struct(fields)
+    return None
+
+
+Converted = tuple[Any, Any]
+"""``(array of the column's Arrow type, rows to decide one by one or None)``: a flagged
+row's value in the array is a placeholder."""
+
+
+def convert_column(array: Any, t: ChType) -> tuple[Any, list[tuple[int, str]]]:
+    """``array`` in the Arrow type of ``t`` and ``[(row, reason), …]`` for the rows the
+    row path refuses (their values in the result are placeholders)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = arrow_type(t)
+    if target is None:  # passed through unchecked, as on the row path (a null aside)
+        if not t.nullable and array.null_count:
+            reason = f"NULL in a column of type {t} (not Nullable)"
+            nulls = pc.indices_nonzero(array.is_null()).to_pylist()
+            return array, [(i, reason) for i in nulls]
+        return array, []
+    out, flagged = _convert(array, t)
+    if flagged is None or not pc.any(flagged).as_py():
+        return out, []
+    rows = pc.indices_nonzero(flagged).to_pylist()
+    coerce = coercer_for(t, [False])
+    to_arrow = _arrow_value(t)
+    bad: list[tuple[int, str]] = []
+    good: list[int] = []
+    values: list[object] = []
+    python = _python_value(array.type, t)
+    for row in rows:
+        try:
+            values.append(to_arrow(coerce(python(array[row].as_py()))))
+        except BadValue as exc:
+            bad.append((row, str(exc)))
+            continue
+        good.append(row)
+    if not good:
+        return out, bad
+    if pa.types.is_large_string(target) and any(isinstance(v, bytes) for v in values):
+        target = pa.large_binary()  # bytes that are not UTF-8 go to a String as bytes
+        out = out.cast(target)
+        values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+    try:
+        patch = pa.array(values, type=target)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        patch = None
+    if patch is None:  # one by one: a value with no Arrow form is a record error
+        kept_rows, kept_values = [], []
+        for row, value in zip(good, values, strict=True):
+            try:
+                pa.array([value], type=target)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+                bad.append((row, f"cannot be sent as columns ({exc})"))
+                continue
+            kept_rows.append(row)
+            kept_values.append(value)
+        good, patch = kept_rows, pa.array(kept_values, type=target)
+    bad.sort()
+    return _patched(out, good, patch), bad
+
+
+def _patched(out: Any, rows: list[int], patch: Any) -> Any:
+    """``out`` with the values at ``rows`` replaced by ``patch``'s, in order."""
+    import polars as pl
+    import pyarrow as pa
+
+    n = len(out)
+    index = pl.int_range(n, dtype=pl.Int64, eager=True)
+    index = index.scatter(rows, pl.int_range(n, n + len(rows), dtype=pl.Int64, eager=True))
+    return pa.concat_arrays([out, patch.cast(out.type)]).take(index.to_arrow())
+
+
+def _valid(array: Any) -> Any:
+    return array.is_valid()
+
+
+def _or(a: Any, b: Any) -> Any:
+    import pyarrow.compute as pc
+
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return pc.or_(a, b)
+
+
+def _blank(array: Any, flagged: Any) -> Any:
+    """``array`` with the flagged rows null (so a cast never meets their values)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if flagged is None:
+        return array
+    return pc.if_else(flagged, pa.scalar(None, array.type), array)
+
+
+def _clean(mask: Any) -> Any:
+    """A mask with its nulls (rows that are null) false."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(mask, False) if mask.null_count else mask
+
+
+def _convert(array: Any, t: ChType) -> Converted:
+    import pyarrow as pa
+
+    target = arrow_type(t)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_null(array.type):
+        flagged = None if t.nullable or not len(array) else pa.array([True] * len(array))
+        return pa.nulls(len(array), target), flagged
+    out, flagged = _value(array, t.unwrapped(), target)
+    if not t.nullable and array.null_count:
+        flagged = _or(flagged, array.is_null())
+    return out, flagged
+
+
+def _everything(array: Any, target: Any) -> Converted:
+    """Every value flagged (a kind the kernels do not convert into this column)."""
+    import pyarrow as pa
+
+    return pa.nulls(len(array), target), _valid(array)
+
+
+def _value(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+
+    name = u.name
+    kind = array.type
+    if name in _INT_TYPES:
+        return _integers(array, INT_RANGES[name], target)
+    if name in ("Float32", "Float64", "BFloat16"):
+        return _floats(array, name != "Float64", target)
+    if name == "Decimal":
+        return _decimals(array, u, target)
+    if name == "String":
+        if pa.types.is_large_string(kind) or pa.types.is_string(kind):
+            return array.cast(target), None
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            return _binary_text(array, target)
+        if pa.types.is_fixed_size_binary(kind):
+            return _binary_text(array.cast(pa.large_binary()), target)
+        return _everything(array, target)
+    if name == "FixedString":
+        return _fixed(array, next(a for a in u.args if isinstance(a, int)), target)
+    if name in ("Date", "Date32"):
+        return _dates(array, _DATE_RANGE if name == "Date" else _DATE32_RANGE, target)
+    if name == "DateTime":
+        return _times(array, 0, target, seconds=True)
+    if name == "DateTime64":
+        return _times(array, _precision(u), target, seconds=False)
+    if name == "UUID":
+        return _uuids(array, target)
+    if name == "Bool":
+        return _bools(array, target)
+    if name in ("Enum8", "Enum16"):
+        return _enums(array, u, target)
+    if name == "Array":
+        return _lists(array, u, target)
+    if name == "Map":
+        return _maps(array, u, target)
+    if name == "Tuple":
+        return _tuples(array, u, target)
+    return _everything(array, target)  # pragma: no cover - arrow_type() is None for others
+
+
+# -- scalars --------------------------------------------------------------------------------
+
+
+def _in_range(array: Any, lo: int | float, hi: int | float) -> Any:
+    """Rows of a numeric array outside ``[lo, hi]`` (nulls false); a bound beyond what
+    the array's type holds is no bound."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    checks = []
+    for bound, test in ((lo, pc.less), (hi, pc.greater)):
+        try:
+            scalar = pa.scalar(bound, array.type)
+        except (pa.ArrowInvalid, OverflowError, TypeError):
+            continue  # integer bound beyond the array's integer type
+        checks.append(test(array, scalar))
+    if not checks:
+        return pa.repeat(pa.scalar(False), len(array)) if len(array) else pa.array([], pa.bool_())
+    mask = checks[0] if len(checks) == 1 else pc.or_(checks[0], checks[1])
+    return _clean(mask)
+
+
+def _integers(array: Any, bounds: tuple[int, int], target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lo, hi = bounds
+    kind = array.type
+    if pa.types.is_boolean(kind):
+        return array.cast(target), None
+    if pa.types.is_integer(kind):
+        flagged = _in_range(array, lo, hi)
+        return _blank(array, flagged).cast(target, safe=False), flagged
+    if pa.types.is_floating(kind):
+        array = array.cast(pa.float64())
+        # the range as floats, exclusive above: hi + 1 is a power of two, exact as a float
+        whole = pc.equal(pc.floor(array), array)  # false for NaN and the infinities
+        outside = pc.or_(pc.less(array, float(lo)), pc.greater_equal(array, float(hi + 1)))
+        flagged = _clean(pc.or_(pc.invert(whole), outside))
+        return _blank(array, flagged).cast(target, safe=False), flagged
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        plain = _clean(pc.match_substring_regex(array, _INT_TEXT))
+        numbers = _blank(array, pc.invert(plain)).cast(pa.int64())
+        flagged = _or(_clean(pc.invert(plain)), _in_range(numbers, lo, hi))
+        flagged = pc.and_(flagged, _valid(array))
+        return _blank(numbers, flagged).cast(target, safe=False), flagged
+    return _everything(array, target)
+
+
+def _floats(array: Any, single: bool, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    flagged = None
+    if pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        doubles = array.cast(pa.float64(), safe=False)  # float(int): rounded to nearest
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        plain = _clean(pc.match_substring_regex(array, _FLOAT_TEXT))
+        flagged = pc.and_(pc.invert(plain), _valid(array))
+        doubles = _blank(array, flagged).cast(pa.float64())
+    else:
+        return _everything(array, target)
+    if single:
+        big = _clean(pc.and_(pc.is_finite(doubles), pc.greater(pc.abs(doubles), _F32_MAX)))
+        flagged = _or(flagged, big)
+    return _blank(doubles, flagged).cast(target, safe=False), flagged
+
+
+def _decimals(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    precision, scale = (a for a in u.args if isinstance(a, int))
+    kind = array.type
+    if pa.types.is_decimal(kind):
+        try:
+            return array.cast(target), None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _everything(array, target)
+    whole = 10.0 ** (precision - scale)
+    if pa.types.is_integer(kind):
+        flagged = None
+        if precision - scale <= 18:  # wider columns take every int64
+            bound = 10 ** (precision - scale)
+            flagged = _in_range(array, -bound + 1, bound - 1)
+        wide = pa.decimal128(38, 0) if target.bit_width == 128 else pa.decimal256(76, 0)
+        return _blank(array, flagged).cast(pa.int64()).cast(wide).cast(target), flagged
+    if pa.types.is_floating(kind):
+        doubles = array.cast(pa.float64())
+        factor = 10.0**scale
+        # x has at most `scale` places (its shortest repr) when round(x·10^s)/10^s is x
+        # again; exact below 2^53 / 10^s, where the doubles are finer than 10^-s
+        limit = min(whole, 2.0**53 / factor)
+        scaled = pc.round(pc.multiply(doubles, factor))
+        exact = pc.equal(pc.divide(scaled, factor), doubles)
+        small = pc.less(pc.abs(doubles), limit)
+        flagged = _clean(pc.invert(pc.and_(exact, small)))
+        # Arrow rounds x·10^s to the nearest unit: the unit checked above
+        return _blank(doubles, flagged).cast(target, safe=False), flagged
+    return _everything(array, target)
+
+
+def _binary_text(array: Any, target: Any) -> Converted:
+    """Bytes into a ``String``: UTF-8 as text; other bytes are flagged (the row path sends
+    them as bytes at the top level and refuses them nested)."""
+    import pyarrow as pa
+
+    try:
+        return array.cast(pa.large_binary()).cast(target), None
+    except pa.ArrowInvalid:
+        return _everything(array, target)
+
+
+def _fixed(array: Any, width: int, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_fixed_size_binary(kind):
+        if kind.byte_width == width:
+            return array.cast(target), None
+        return _everything(array, target)
+    if not (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    ):
+        return _everything(array, target)
+    raw = array.cast(pa.large_binary())
+    flagged = _clean(pc.not_equal(pc.binary_length(raw), width))  # padded or refused per row
+    return _blank(raw, flagged), flagged
+
+
+def _dates(array: Any, bounds: tuple[int, int], target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lo, hi = bounds
+    kind = array.type
+    if pa.types.is_date(kind):
+        days = array.cast(pa.date32()).cast(pa.int32())
+        flagged = None
+    elif pa.types.is_integer(kind):
+        days = array.cast(pa.int64())
+        flagged = None
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        prefix = _clean(pc.match_substring_regex(array, _DATE_TEXT))
+        head = pc.utf8_slice_codeunits(_blank(array, pc.invert(prefix)), 0, 10)
+        parsed = pc.strptime(head, format="%Y-%m-%d", unit="s", error_is_null=True)
+        # strptime rolls a day past the month's end over (2024-02-30 is March 1st)
+        exact = _clean(pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), head))
+        days = parsed.cast(pa.date32()).cast(pa.int32())
+        flagged = pc.and_(_valid(array), pc.invert(exact))
+    else:
+        return _everything(array, target)
+    flagged = _or(flagged, _in_range(days, lo, hi))
+    return _blank(days, flagged).cast(pa.int32()).cast(target), flagged
+
+
+def _floor_div(values: Any, divisor: int) -> Any:
+    """Floor division of an int64 array (Arrow's integer division truncates)."""
+    import pyarrow.compute as pc
+
+    if divisor == 1:
+        return values
+    q = pc.divide(values, divisor)
+    r = pc.subtract(values, pc.multiply(q, divisor))
+    return pc.subtract(q, pc.less(r, 0).cast(values.type))
+
+
+def _micros(array: Any) -> tuple[Any, Any]:
+    """``(microseconds since the epoch as int64, flagged rows)`` of temporal values and
+    ISO text; None when the array holds neither."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        return array.cast(pa.timestamp("us", kind.tz), safe=False).cast(pa.int64()), None
+    if pa.types.is_date(kind):
+        days = array.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+        return pc.multiply(days, 86_400_000_000), None
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None, None
+    iso = _clean(pc.match_substring_regex(array, _TIME_TEXT))
+    flagged = pc.and_(_valid(array), pc.invert(iso))
+    zoned = _clean(pc.match_substring_regex(array, _ZONED_TEXT))
+    micros = pa.nulls(len(array), pa.int64())
+    for mask, tz in ((pc.and_(iso, zoned), "UTC"), (pc.and_(iso, pc.invert(zoned)), None)):
+        if not pc.any(mask).as_py():
+            continue
+        part = _blank(array, pc.invert(mask))
+        try:
+            moments = part.cast(pa.timestamp("us", tz)).cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            flagged = pc.or_(flagged, mask)  # a date that does not exist: decided per row
+            continue
+        micros = pc.if_else(mask, moments, micros)
+    return micros, flagged
+
+
+def _times(array: Any, precision: int, target: Any, *, seconds: bool) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    flagged = None
+    if pa.types.is_integer(kind):
+        ticks = array.cast(pa.int64())  # seconds (DateTime) or ticks of 10^-p s
+    elif pa.types.is_floating(kind) and seconds:
+        doubles = array.cast(pa.float64())
+        flagged = _clean(
+            pc.or_(
+                pc.invert(pc.is_finite(doubles)),
+                pc.or_(pc.less(doubles, 0.0), pc.greater_equal(doubles, 2.0**32)),
+            )
+        )
+        ticks = pc.floor(_blank(doubles, flagged)).cast(pa.int64())
+    else:
+        micros, flagged = _micros(array)
+        if micros is None:
+            return _everything(array, target)
+        if precision >= 6:
+            ticks = pc.multiply(micros, 10 ** (precision - 6))  # below 2262 for p = 9
+        else:
+            ticks = _floor_div(micros, 10 ** (6 - precision))
+    if seconds:
+        lo, hi = 0, _DATETIME_MAX
+    else:
+        per_second = 10**precision
+        lo = max(DATETIME64_SECONDS[0] * per_second, -(2**63))
+        hi = min(DATETIME64_SECONDS[1] * per_second, 2**63) - 1
+    flagged = _or(flagged, _in_range(ticks, lo, hi))
+    ticks = _blank(ticks, flagged)
+    scale = 0 if seconds else _time_unit(precision)[1] - precision
+    if scale:
+        ticks = pc.multiply(ticks, 10**scale)
+    return ticks.cast(target), flagged
+
+
+def _uuids(array: Any, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return _everything(array, target)
+    plain = _clean(pc.match_substring_regex(array, _UUID_TEXT))
+    flagged = pc.and_(_valid(array), pc.invert(plain))
+    return _blank(array, flagged).cast(target), flagged
+
+
+def _bools(array: Any, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_boolean(kind):
+        return array, None
+    if pa.types.is_integer(kind):
+        flagged = _in_range(array, 0, 1)
+        return _blank(array, flagged).cast(target), flagged
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        truth = pc.is_in(array, value_set=pa.array(["true", "1"]))
+        known = pc.is_in(array, value_set=pa.array(["true", "false", "1", "0"]))
+        flagged = pc.and_(_valid(array), pc.invert(known))
+        return _blank(truth, flagged), flagged
+    return _everything(array, target)
+
+
+def _enums(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items = [a for a in u.args if isinstance(a, EnumItem)]
+    names = pa.array([item.name for item in items], pa.large_string())
+    kind = array.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = array.cast(pa.large_string())
+        flagged = pc.and_(_valid(array), pc.invert(pc.is_in(text, value_set=names)))
+        return _blank(text, flagged), flagged
+    if pa.types.is_integer(kind):
+        values = pa.array([item.value for item in items], pa.int64())
+        index = pc.index_in(array.cast(pa.int64()), value_set=values)
+        flagged = pc.and_(_valid(array), index.is_null())
+        return names.take(index), flagged
+    return _everything(array, target)
+
+
+# -- nested ---------------------------------------------------------------------------------
+
+
+def _parents(child_flagged: Any, parent_of: Any, n: int) -> Any:
+    """The parent rows of flagged elements, as a mask of ``n`` rows."""
+    import polars as pl
+    import pyarrow.compute as pc
+
+    if child_flagged is None or not pc.any(child_flagged).as_py():
+        return None
+    rows = pl.Series(pc.filter(parent_of, child_flagged)).unique()
+    return pl.repeat(False, n, eager=True).scatter(rows, True).to_arrow()
+
+
+def _offsets(array: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = array.offsets
+    return pc.subtract(offsets, offsets[0]).cast(pa.int64())
+
+
+def _lists(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return _everything(array, target)
+    values, child = _convert(array.flatten(), u.inner)
+    flagged = _parents(child, pc.list_parent_indices(array), len(array))
+    out = pa.LargeListArray.from_arrays(
+        _offsets(array), values, type=target, mask=array.is_null() if array.null_count else None
+    )
+    return out, flagged
+
+
+def _entries(array: Any) -> Any:
+    """A map or a list of ``{key, value}`` structs as ``(offsets, keys, values)``."""
+    import pyarrow as pa
+
+    kind = array.type
+    if pa.types.is_map(kind):
+        return _offsets(array), array.keys, array.items
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
+        kind.value_type
+    ):
+        names = [f.name for f in kind.value_type]
+        if names == ["key", "value"]:
+            flat = array.flatten()
+            return _offsets(array), flat.field("key"), flat.field("value")
+    return None
+
+
+def _maps(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    entries = _entries(array)
+    if entries is None:
+        return _everything(array, target)
+    offsets, keys, items = entries
+    key_t, val_t = u.type_args()
+    key_out, key_flagged = _convert(keys, key_t)
+    val_out, val_flagged = _convert(items, val_t)
+    parent_of = pc.list_parent_indices(array)
+    flagged = _parents(_or(key_flagged, val_flagged), parent_of, len(array))
+    out = pa.MapArray.from_arrays(
+        offsets.cast(pa.int32()),
+        key_out,
+        val_out,
+        type=target,
+        mask=array.is_null() if array.null_count else None,
+    )
+    return out, flagged
+
+
+def _tuples(array: Any, u: ChType, target: Any) -> Converted:
+    import pyarrow as pa
+
+    elements = u.type_args()
+    kind = array.type
+    if not pa.types.is_struct(kind) or not elements or any(e.field is None for e in elements):
+        return _everything(array, target)  # the row path takes a mapping for named tuples
+    have = {f.name for f in kind}
+    if any(e.field not in have for e in elements):
+        return _everything(array, target)
+    children = []
+    flagged = None
+    for element in elements:
+        child, child_flagged = _convert(array.field(element.field), element)
+        children.append(child)
+        flagged = _or(flagged, child_flagged)
+    out = pa.StructArray.from_arrays(
+        children,
+        fields=list(target),
+        mask=array.is_null() if array.null_count else None,
+    )
+    return out, flagged
+
+
+# -- the flagged rows -----------------------------------------------------------------------
+
+
+def _python_value(kind: Any, t: ChType) -> Callable[[object], object]:
+    """How an Arrow value's Python form becomes what the row path's decoder would give:
+    maps (pairs in Arrow) are dicts, an object's absent fields are no keys of a map."""
+    import pyarrow as pa
+
+    u = t.unwrapped()
+    name = u.name
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if name == "Map" and (pa.types.is_map(kind) or _entries_type(kind)):
+        return _pairs_dict
+    if name == "Map" and pa.types.is_struct(kind):
+        return _present_fields
+    if name == "Array" and (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        inner = _python_value(kind.value_type, u.inner)
+        return lambda v: v if v is None else [inner(x) for x in v]  # type: ignore[attr-defined]
+    return _same
+
+
+def _entries_type(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return (
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+        and pa.types.is_struct(kind.value_type)
+        and [f.name for f in kind.value_type] == ["key", "value"]
+    )
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def _pairs_dict(value: object) -> object:
+    if value is None:
+        return None
+    return {
+        (p["key"] if isinstance(p, dict) else p[0]): (p["value"] if isinstance(p, dict) else p[1])
+        for p in value  # type: ignore[attr-defined]
+    }
+
+
+def _present_fields(value: object) -> object:
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if v is not None}
+
+
+def _arrow_value(t: ChType) -> Callable[[object], object]:
+    """The Python value pyarrow builds the column's Arrow type from, given the row path's
+    written form of a value (see :mod:`spate_clickhouse._coerce`)."""
+    u = t.unwrapped()
+    name = u.name
+    nullable = t.nullable
+    convert: Callable[[object], object]
+    if name == "DateTime":
+
+        def convert(value: object) -> object:
+            assert isinstance(value, dt.datetime)
+            return _micros_of(value) // 1_000_000
+
+    elif name == "DateTime64":
+        precision = _precision(u)
+        scale = _time_unit(precision)[1] - precision
+
+        def convert(value: object) -> object:
+            if isinstance(value, int):  # ticks (precision above 6)
+                return value * 10**scale
+            assert isinstance(value, dt.datetime)
+            return _micros_of(value) * 10**precision // 1_000_000 * 10**scale
+
+    elif name == "UUID":
+        convert = str
+    elif name in ("Enum8", "Enum16"):
+        by_value = {a.value: a.name for a in u.args if isinstance(a, EnumItem)}
+        convert = by_value.__getitem__  # type: ignore[assignment]
+    elif name == "Array":
+        inner = _arrow_value(u.inner)
+
+        def convert(value: object) -> object:
+            return [inner(v) for v in value]  # type: ignore[attr-defined]
+
+    elif name == "Map":
+        key_t, val_t = u.type_args()
+        key, val = _arrow_value(key_t), _arrow_value(val_t)
+
+        def convert(value: object) -> object:
+            return [(key(k), val(v)) for k, v in value.items()]  # type: ignore[attr-defined]
+
+    elif name == "Tuple":
+        elements = u.type_args()
+        parts = [(e.field or str(i + 1), _arrow_value(e)) for i, e in enumerate(elements)]
+
+        def convert(value: object) -> object:
+            return {n: c(v) for (n, c), v in zip(parts, value, strict=True)}  # type: ignore[call-overload]
+
+    elif name == "Decimal":
+        convert = _decimal
+    else:
+        convert = _same
+    if not nullable:
+        return convert
+    return lambda value: None if value is None else convert(value)
+
+
+def _decimal(value: object) -> object:
+    assert isinstance(value, decimal.Decimal)
+    return value
+
+
+def _micros_of(moment: dt.datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
