@@ -16,7 +16,7 @@ name.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -79,6 +79,22 @@ class BuildContext:
     recorded intents (B88); a sink that cannot keep them refuses to start."""
     position: RecordPosition | None = None
     """Under ``effectively_once``: the cell the chain sets to each record's offset."""
+
+
+@runtime_checkable
+class SharedByProcesses(Protocol):
+    """A connector config with settings several worker processes cannot share.
+
+    ``spate run --processes N`` (and ``pipeline.processes``) starts N workers on one
+    configuration, so every worker has the same sections. Before it starts any worker,
+    the parent asks each decoded connector config that has this method, and refuses to
+    start on the first answer, naming the key's dotted path.
+    """
+
+    def processes_errors(self, processes: int) -> Iterator[tuple[str, str]]:
+        """``(key, message)`` for each setting unsafe when ``processes`` workers run this
+        section side by side; ``key`` is relative to the section (``orphans``)."""
+        ...
 
 
 ConfigT = TypeVar("ConfigT")
