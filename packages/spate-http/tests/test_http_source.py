@@ -341,3 +341,46 @@ def test_b77_a_state_file_is_owned_by_one_running_source(tmp_path: Path) -> None
             first.close()
         second.start(RecordingEvents())  # free again once the first one closed
         second.close()
+
+
+def test_b131_query_values_reach_the_api_and_never_the_logs_errors_or_metrics(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API key inline in ``url``, a value in ``params`` whose name does not look
+    secret, and the cursors of later pages: none in any record of spate or httpx, in the
+    give-up lines or the metrics; a parameter marked public stays readable."""
+    from prometheus_client import generate_latest
+
+    key, city = "K3yZx81qAppId", "HamburgAltona"
+    app = Readings(overlap=4, step=4, page_size=2)
+    app.fail_next(Reply(404, b"no"))
+    caplog.set_level(logging.DEBUG)
+    with ApiServer(app) as server:
+        source, context = build(
+            f"{server.url}/readings?appid={key}&units=metric#",
+            max_ticks=2,
+            params={"q": city, "lang": "de"},
+            public_params=["units"],
+            pagination={"cursor": "meta.next_cursor", "cursor_param": "page"},
+        )
+        got = run(source)
+        sent = server.requests
+    assert len(got) == 4  # the first tick gave up on the 404
+    assert all(r.query.get("appid") == key and r.query.get("q") == city for r in sent), [
+        r.query for r in sent
+    ]
+    cursors = [r.query["page"] for r in sent if "page" in r.query]
+    assert cursors, "no later page was requested"
+    messages = [r.getMessage() for r in caplog.records]
+    httpx_lines = [m for r, m in zip(caplog.records, messages, strict=True) if r.name == "httpx"]
+    assert httpx_lines, "httpx logged no request line"
+    assert any("polling" in m and "units=metric" in m for m in messages), messages
+    assert any("HTTP 404" in m for m in messages)
+    metrics = generate_latest(context.meter.registry).decode()
+    for secret in (key, city, "lang=de", *cursors):
+        for message in messages:
+            assert secret not in message, message
+        assert secret not in metrics
+    with pytest.raises(ConfigError) as caught:
+        decode(HttpPollConfig, {"url": f"ftp://h/x?appid={key}"}, "source.http_poll")
+    assert key not in str(caught.value)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 from spate.errors import ConfigError
-from spate_kafka._dlq import DeadLetterRecord, dead_letter_topic, parse_filters, parse_since, select
+from spate_kafka._dlq import (
+    DeadLetterRecord,
+    ReplayProgress,
+    dead_letter_topic,
+    parse_filters,
+    parse_since,
+    parse_starts,
+    select,
+)
 
 
 def test_b73_since_takes_an_iso_time_or_a_duration_ago() -> None:
@@ -51,3 +59,33 @@ def test_b73_a_configuration_without_a_kafka_dead_letter_topic_is_refused(
     )
     sink, source = dead_letter_topic(str(path))
     assert (sink.topic, source.topic if source else None) == ("d", "t")
+
+
+def test_b130_from_takes_partition_offset_pairs() -> None:
+    assert parse_starts(["0:17", "2:4"]) == {0: 17, 2: 4}
+    with pytest.raises(ConfigError, match="--from"):
+        parse_starts(["0"])
+    with pytest.raises(ConfigError, match="--from"):
+        parse_starts(["a:1"])
+
+
+def test_b130_a_replay_goes_on_after_the_last_record_delivered_with_all_before_it() -> None:
+    progress = ReplayProgress({0: 5, 1: 2, 2: 40})
+    reports = {
+        (p, o): progress.sent(DeadLetterRecord(p, o, 0, None, b"v", {}))
+        for p, o in [(0, 5), (1, 2), (0, 6), (0, 9), (1, 3)]
+    }
+    for where in [(0, 5), (0, 9), (1, 2), (1, 3)]:
+        reports[where](None, None)
+    reports[(0, 6)]("timed out", None)
+    # Offset 6 failed: 9 is delivered, 6 is not; partition 2 (nothing read) keeps --from.
+    assert progress.resume() == {0: 6, 1: 4, 2: 40}
+    assert progress.summary("t") == (
+        "4 of 5 record(s) delivered into 't'; to go on from the first record not delivered: "
+        "--from 0:6 --from 1:4 --from 2:40 (1 record(s) delivered after it are sent again)"
+    )
+    reports[(0, 6)](None, None)  # as if it had been delivered
+    progress.failures.clear()
+    assert progress.summary("t").endswith(
+        "to go on without repeating them: --from 0:10 --from 1:4 --from 2:40"
+    )

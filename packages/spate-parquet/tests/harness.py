@@ -16,7 +16,7 @@ from spate.config import decode
 from spate.records import Lane
 from spate.sink import Offer
 from spate.testing.conformance import conformance_context
-from spate_parquet import ParquetSink, ParquetSinkConfig, build_sink
+from spate_parquet import ParquetSink, ParquetSinkConfig, S3Store, build_sink
 
 
 def make_sink(
@@ -26,6 +26,17 @@ def make_sink(
     sink = build_sink(config, conformance_context(name, clock=clock))
     sink.start()
     return sink
+
+
+def lake_store(lake: tuple[Any, str, str]) -> S3Store:
+    """An :class:`S3Store` under ``s3://{bucket}/lake`` of the ``lake`` fixture."""
+    _, name, endpoint = lake
+    config = decode(
+        ParquetSinkConfig,
+        {"path": f"s3://{name}/lake", "s3": {"endpoint_url": endpoint}},
+        "parquet",
+    )
+    return S3Store(config)
 
 
 def _ignore(token: AckToken) -> None:

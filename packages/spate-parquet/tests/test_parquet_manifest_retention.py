@@ -22,37 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spate.config import decode
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate_parquet import CommitGate, LocalStore, ManifestStore, ParquetSinkConfig, Part, S3Store
+from spate_parquet import CommitGate, LocalStore, ManifestStore, Part
 from spate_parquet._manifest import VERSIONS
 
-from tests.s3.s3kit import s3_client
-
-from .harness import Feeder, make_sink
+from .harness import Feeder, lake_store, make_sink
 
 LANE = Lane("orders", 0)
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def lake(s3_endpoint: str) -> tuple[Any, str, str]:
-    """A fresh bucket on the services' moto server: (boto3 client, bucket, endpoint)."""
-    client = s3_client(s3_endpoint)
-    name = f"b104-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=name)
-    return client, name, s3_endpoint
-
-
-def _store(lake: tuple[Any, str, str]) -> S3Store:
-    _, name, endpoint = lake
-    config = decode(
-        ParquetSinkConfig,
-        {"path": f"s3://{name}/lake", "s3": {"endpoint_url": endpoint}},
-        "parquet",
-    )
-    return S3Store(config)
 
 
 def _versions(client: Any, name: str) -> list[int]:
@@ -70,7 +48,7 @@ def test_b104_old_versions_go_while_two_writers_publish_and_a_reader_polls(
     lake: tuple[Any, str, str],
 ) -> None:
     client, name, _ = lake
-    store = _store(lake)
+    store = lake_store(lake)
     keep = 3
     writers = [
         ManifestStore(store, "t", CommitGate(f"b104-{name}-{i}", 5.0), keep=keep, grace=0.0)
@@ -134,7 +112,7 @@ def test_b104_versions_within_the_grace_period_are_kept(
 ) -> None:
     if where == "s3":
         lake = request.getfixturevalue("lake")
-        store: Any = _store(lake)
+        store: Any = lake_store(lake)
 
         def versions() -> list[int]:
             return _versions(lake[0], lake[1])
@@ -175,7 +153,7 @@ def test_b104_a_writer_killed_before_its_clean_up_leaves_only_extra_versions(
     lake: tuple[Any, str, str],
 ) -> None:
     client, name, endpoint = lake
-    store = _store(lake)
+    store = lake_store(lake)
     gate = CommitGate(f"b104-kill-{name}", 5.0)
     everything = ManifestStore(store, "t", gate, keep=0)  # keeps every version
     for n in range(5):

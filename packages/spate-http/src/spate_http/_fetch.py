@@ -27,10 +27,10 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from spate._secrets import display_url
 from spate.metrics._meter import CounterSeries
 
 from spate_http._extract import MISSING, Extractor, KeyMaker, RecordProblem, lookup, parse_json
+from spate_http._query import mask_urls, masked_url
 from spate_http.config import HttpPollConfig
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Fetcher:
         self._keys = keys
         self._counters = counters
         self._stop = stop
-        self.where = display_url(config.url)
+        self.where = masked_url(config.url, config.public_params)
 
     def tick(self, number: int, at: float) -> Iterator[Item]:
         """The items of tick ``number`` (started at wall time ``at``), ending with TickEnd."""
@@ -171,12 +171,16 @@ class Fetcher:
         delay = retry.backoff
         for attempt in range(1, retry.max_attempts + 1):
             try:
-                response = self._client.request(self._cfg.method, url, params=params or None)
+                # Merged into the URL's own query: httpx's params= would replace it,
+                # dropping a key given inline in url (?appid=...).
+                target = httpx.URL(url).copy_merge_params(params) if params else url
+                response = self._client.request(self._cfg.method, target)
             except httpx.TimeoutException as exc:
                 self._give_up(f"timed out after {self._cfg.timeout:g}s ({type(exc).__name__})")
                 return None
             except httpx.HTTPError as exc:
-                self._give_up(f"request failed: {type(exc).__name__}: {exc}")
+                detail = mask_urls(str(exc), self._cfg.public_params)
+                self._give_up(f"request failed: {type(exc).__name__}: {detail}")
                 return None
             status = response.status_code
             if status == 429 or status >= 500:

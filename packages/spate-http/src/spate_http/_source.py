@@ -32,6 +32,7 @@ from spate.source import SourceEvents
 
 from spate_http._extract import Extractor, KeyMaker
 from spate_http._fetch import Fetcher, Item, Page, Problem, RequestCounters, TickEnd
+from spate_http._query import install_httpx_filter, mask_urls, register_query_secrets
 from spate_http._state import Checkpoint
 from spate_http.config import HttpPollConfig
 
@@ -62,6 +63,8 @@ class HttpPollSource:
         component: str = "source",
     ) -> None:
         self._cfg = config
+        register_query_secrets(config.url, config.params, config.public_params)
+        install_httpx_filter(config.public_params)
         self._extractor = extractor
         self._keys = keys
         self._clock = clock
@@ -266,7 +269,8 @@ class HttpPollSource:
                     return
         except Exception as exc:  # the top of a thread: fail the run through poll()
             logger.exception("the http_poll ticker failed")
-            self._put(_Failed(f"the http_poll ticker failed: {exc!r}"))
+            detail = mask_urls(repr(exc), self._cfg.public_params)
+            self._put(_Failed(f"the http_poll ticker failed: {detail}"))
 
     def _put(self, item: Item | _Failed) -> bool:
         """Queue ``item``, waiting while the queue is full; False once stopped."""

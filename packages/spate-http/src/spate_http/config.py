@@ -32,6 +32,8 @@ from spate import Secret
 from spate.config import Duration
 from spate.config._units import parse_duration
 
+from spate_http._query import masked_url
+
 _FUNCTION = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 
@@ -126,6 +128,10 @@ class HttpPollConfig:
     (``${file:/run/secrets/api}``)."""
     params: dict[str, str] = field(default_factory=dict)
     """Query parameters of the first page."""
+    public_params: list[str] = field(default_factory=list)
+    """Query parameters whose values may be shown. Every other query value — in ``url``
+    (an API key such as ``?appid=...``), ``params``, a cursor or a next link — is a
+    secret: ``***`` in spate's and httpx's log lines, errors and metrics (B131)."""
     interval: Duration = 60.0
     """Time from the start of one tick to the start of the next."""
     timeout: Duration = 10.0
@@ -162,7 +168,8 @@ class HttpPollConfig:
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         if not self.url.startswith(("http://", "https://")):
-            yield "url", f"expected an http:// or https:// URL, got {self.url!r}"
+            shown = masked_url(self.url, self.public_params)
+            yield "url", f"expected an http:// or https:// URL, got {shown!r}"
         if self.records and self.collector:
             yield "collector", "give records or collector, not both"
         if self.collector and not is_function_ref(self.collector):

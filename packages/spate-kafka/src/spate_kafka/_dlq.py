@@ -7,7 +7,13 @@ source topic (or ``--topic``), so a fixed pipeline processes them again. Both re
 topic from its start up to the end offsets seen when the command starts, with their own
 consumer (no group offsets are committed), and select records with ``--since`` (the time
 they were dead-lettered) and ``--filter name=value`` on the error headers (``reason``,
-``stage``, ``source.topic``, ...).
+``stage``, ``source.topic``, ...), and skip what an earlier replay delivered with
+``--from PARTITION:OFFSET``.
+
+``replay`` flushes its producer on every exit path — reading that fails midway, a
+refused produce, Ctrl-C — and says how far it got: how many records were delivered, and
+the ``--from`` positions after the last record of each dead-letter partition that was
+delivered with every record before it, so a re-run neither skips nor repeats (B130).
 
 Each client connects with the ``security:`` section (and the connection keys of the
 ``rdkafka:`` passthrough) of the configuration it talks to: the dead-letter sink's to read,
@@ -24,7 +30,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -138,9 +144,10 @@ class Connection:
 
 
 def read_dead_letters(
-    sink: KafkaSinkConfig, *, timeout: float = TIMEOUT
+    sink: KafkaSinkConfig, *, timeout: float = TIMEOUT, starts: Mapping[int, int] | None = None
 ) -> Iterator[DeadLetterRecord]:
-    """Every record of the dead-letter topic up to the end offsets seen at the start."""
+    """Every record of the dead-letter topic up to the end offsets seen at the start,
+    from ``starts[partition]`` (``--from``) where given."""
     connection = Connection.of(sink)
     causes: list[str] = []
     settings = connection.settings(causes)
@@ -156,17 +163,18 @@ def read_dead_letters(
     try:
         topic = connection.metadata(consumer, sink.topic, causes, timeout)
         ends: dict[int, int] = {}
-        starts: list[TopicPartition] = []
+        assignment: list[TopicPartition] = []
         for partition in sorted(topic.partitions):
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(sink.topic, partition), timeout=timeout
             )
+            low = max(low, (starts or {}).get(partition, low))
             if high > low:
                 ends[partition] = high
-                starts.append(TopicPartition(sink.topic, partition, low))
+                assignment.append(TopicPartition(sink.topic, partition, low))
         if not ends:
             return
-        consumer.assign(starts)
+        consumer.assign(assignment)
         deadline = time.monotonic() + timeout
         while ends:
             msg = consumer.poll(0.5)
@@ -220,6 +228,17 @@ def parse_since(text: str, now: float | None = None) -> int:
     return int((now - seconds) * 1000)
 
 
+def parse_starts(items: Sequence[str]) -> dict[int, int]:
+    """``--from PARTITION:OFFSET`` (repeatable): where reading starts in a partition."""
+    starts: dict[int, int] = {}
+    for item in items:
+        partition, sep, offset = item.partition(":")
+        if not sep or not partition.isdigit() or not offset.isdigit():
+            raise ConfigError("--from", f"expected PARTITION:OFFSET, got {item!r}")
+        starts[int(partition)] = int(offset)
+    return starts
+
+
 def parse_filters(items: Sequence[str]) -> dict[str, str]:
     """``--filter name=value`` (repeatable) on the error headers."""
     filters: dict[str, str] = {}
@@ -242,6 +261,68 @@ def select(
         yield record
 
 
+class ReplayProgress:
+    """What a replay delivered, per dead-letter partition, from the delivery reports."""
+
+    def __init__(self, starts: Mapping[int, int] | None = None) -> None:
+        """``starts``: the ``--from`` positions this replay began at."""
+        self._starts = dict(starts or {})
+        self.produced = 0
+        self.delivered = 0
+        self.failures: list[str] = []
+        self._sent: dict[int, list[int]] = {}
+        """Dead-letter offsets produced, per partition, in reading order."""
+        self._done: set[tuple[int, int]] = set()
+
+    def sent(self, record: DeadLetterRecord) -> Callable[[Any, Any], None]:
+        """Note ``record`` as produced; the delivery callback that settles it."""
+        self.produced += 1
+        self._sent.setdefault(record.partition, []).append(record.offset)
+        where = (record.partition, record.offset)
+
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                self.failures.append(str(err))
+            else:
+                self.delivered += 1
+                self._done.add(where)
+
+        return report
+
+    def resume(self) -> dict[int, int]:
+        """Per dead-letter partition, the offset after the last record delivered with
+        every record before it: where ``--from`` goes on without a repeat or a gap."""
+        points = dict(self._starts)
+        for partition, offsets in self._sent.items():
+            for offset in offsets:
+                if (partition, offset) not in self._done:
+                    break
+                points[partition] = offset + 1
+        return points
+
+    def summary(self, topic: str) -> str:
+        text = f"{self.delivered} of {self.produced} record(s) delivered into {topic!r}"
+        points = self.resume()
+        if not points:
+            return text
+        options = " ".join(f"--from {p}:{o}" for p, o in sorted(points.items()))
+        again = sum(1 for p, o in self._done if o >= points.get(p, 0))
+        if not again:
+            return f"{text}; to go on without repeating them: {options}"
+        return (
+            f"{text}; to go on from the first record not delivered: {options} "
+            f"({again} record(s) delivered after it are sent again)"
+        )
+
+
+class ReplayError(SpateError):
+    """A replay that stopped or lost records, with how far it got (B130)."""
+
+    def __init__(self, message: str, progress: ReplayProgress) -> None:
+        super().__init__(message)
+        self.progress = progress
+
+
 def replay(
     records: Iterator[DeadLetterRecord],
     connection: Connection,
@@ -249,8 +330,17 @@ def replay(
     *,
     delivery_timeout: float = 120.0,
     timeout: float = TIMEOUT,
+    starts: Mapping[int, int] | None = None,
 ) -> int:
-    """Produce each record's original key and value to ``topic``; the count written."""
+    """Produce each record's original key and value to ``topic``; the count written.
+
+    ``starts`` are the ``--from`` positions the records were read from.
+
+    Whatever ends the replay — the records run out, reading them fails, a produce is
+    refused, Ctrl-C — the producer is flushed before this returns or raises, so every
+    record handed to it is delivered or reported failed; a :class:`ReplayError` says how
+    many were delivered and where a re-run goes on (B130).
+    """
     causes: list[str] = []
     settings = connection.settings(causes)
     settings.update(
@@ -262,28 +352,34 @@ def replay(
     )
     producer = Producer(settings)
     connection.metadata(producer, topic, causes, timeout)
-    failures: list[str] = []
-
-    def report(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    count = 0
-    for record in records:
-        while True:
-            try:
-                producer.produce(topic, record.value, record.key, on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        count += 1
+    progress = ReplayProgress(starts)
+    stopped: BaseException | None = None
+    try:
+        for record in records:
+            report = progress.sent(record)
+            while True:
+                try:
+                    producer.produce(topic, record.value, record.key, on_delivery=report)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+    except BaseException as exc:  # flushed and reported below, then raised
+        stopped = exc
     left = producer.flush(delivery_timeout + 5)
-    if failures or left:
-        raise SpateError(
-            f"kafka: replaying into {topic!r}: {len(failures) + left} record(s) not delivered"
-            + (f" ({failures[0]})" if failures else "")
+    if stopped is not None:
+        cause = " ".join(str(stopped).split()) or type(stopped).__name__
+        raise ReplayError(
+            f"kafka: replaying into {topic!r} stopped ({cause}); {progress.summary(topic)}",
+            progress,
+        ) from stopped
+    if progress.failures or left:
+        first = f" ({progress.failures[0]})" if progress.failures else ""
+        raise ReplayError(
+            f"kafka: replaying into {topic!r}: {len(progress.failures) + left} record(s) "
+            f"not delivered{first}; {progress.summary(topic)}",
+            progress,
         )
-    return count
+    return progress.delivered
 
 
 class DlqCommand:
@@ -308,6 +404,15 @@ class DlqCommand:
             help="only records whose error header matches (reason=..., stage=...); repeatable",
         )
         parser.add_argument(
+            "--from",
+            dest="starts",
+            action="append",
+            default=[],
+            metavar="PARTITION:OFFSET",
+            help="start reading this dead-letter partition at this offset (what a stopped "
+            "replay printed); repeatable",
+        )
+        parser.add_argument(
             "--topic", default=None, help="replay into this topic (default: the source topic)"
         )
         parser.add_argument(
@@ -327,8 +432,11 @@ class DlqCommand:
             sink, source = dead_letter_topic(args.config)
             since = parse_since(args.since) if args.since is not None else None
             filters = parse_filters(args.filter)
+            starts = parse_starts(args.starts)
             timeout = args.connect_timeout
-            records = select(read_dead_letters(sink, timeout=timeout), since, filters)
+            records = select(
+                read_dead_letters(sink, timeout=timeout, starts=starts), since, filters
+            )
             if args.action == "inspect":
                 shown = 0
                 for record in records:
@@ -349,6 +457,7 @@ class DlqCommand:
                 target,
                 delivery_timeout=sink.delivery_timeout,
                 timeout=timeout,
+                starts=starts,
             )
             sys.stdout.write(f"replayed {written} record(s) from {sink.topic} into {target}\n")
             return 0

@@ -18,6 +18,12 @@ and only forwards: it is replaced conditionally on the version it showed (S3
 ``If-Match`` on its ETag, ``If-None-Match: *`` for the first), and a writer whose
 version is older than the pointer's leaves it.
 
+A publish returns only once the pointer names a version that lists the part (B128). A
+writer whose earlier attempt created the version and then failed on the pointer (a 503,
+a timeout), or whose create landed but was answered as taken (a retried conditional
+PUT), finds its part listed in the newest version and moves the pointer there before it
+returns, so an acknowledged part is never left in a version no pointer reaches.
+
 A part written but not yet in a version is invisible to readers; a restart either
 rewrites it byte-identically (and publishes it) or, with ``orphans: delete``, deletes it.
 
@@ -265,7 +271,12 @@ class ManifestStore:
         current = self.latest()
         while True:
             if part.path in current.paths:
-                return current  # a retry after a lost answer: already published
+                # Listed already: an earlier attempt created the version and then failed
+                # on the pointer, or a create that landed was retried and refused. The
+                # part is acknowledged once this returns, so the pointer must show it
+                # (B128): move it to the newest version, which lists the part.
+                self._advance_pointer(current)
+                return current
             candidate = current.with_part(part, schema, self._clock())
             key = self.prefix + _version_key(candidate.version)
             if not self._store.create(key, candidate.to_bytes()):

@@ -160,7 +160,8 @@ class ParquetSinkConfig:
     reader may still be reading it)."""
     orphans: Literal["keep", "delete"] = "keep"
     """Manifest mode, at start: parts written but never published are kept (a replay
-    rewrites and adopts them) or deleted."""
+    rewrites and adopts them) or deleted. ``delete`` needs the table to have one writer:
+    it is refused with ``--processes N`` and ``gate: coordination`` (B129)."""
     one_row_per_record: bool = True
     """The chain gives this sink exactly one row per source record, so a row's position
     is its record's offset: a replay skips exactly the rows already in durable files and
@@ -206,10 +207,33 @@ class ParquetSinkConfig:
             yield "manifest_grace", f"must be 0 or positive, got {self.manifest_grace}s"
         if self.max_pending < 1:
             yield "max_pending", f"must be at least 1, got {self.max_pending}"
+        if self.publish == "manifest" and self.orphans == "delete" and self.gate != "local":
+            yield (
+                "orphans",
+                (
+                    "delete needs one writer per table, but gate: coordination has writers "
+                    "in several processes: a starting writer would delete the parts others "
+                    "wrote and have not published yet; use keep (B129)"
+                ),
+            )
         declared = set(self.schema)
         for column in self.partition_by:
             if declared and column not in declared:
                 yield "partition_by", f"column {column!r} is not in schema"
+
+    def processes_errors(self, processes: int) -> Iterator[tuple[str, str]]:
+        """Refuses ``orphans: delete`` for several worker processes (B129): every worker
+        writes the same table, and one (re)starting would delete the parts its siblings
+        uploaded and have not published yet — acknowledged rows lost."""
+        if self.publish == "manifest" and self.orphans == "delete":
+            yield (
+                "orphans",
+                (
+                    f"delete needs one writer per table, but {processes} worker processes "
+                    "write it: a starting worker would delete the parts its siblings wrote "
+                    "and have not published yet; use keep (a replay adopts them) (B129)"
+                ),
+            )
 
     @property
     def is_s3(self) -> bool:

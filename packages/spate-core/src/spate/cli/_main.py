@@ -125,7 +125,12 @@ class _Cli:
     def validate(self, args: argparse.Namespace) -> int:
         try:
             configs = load_configs(args.config, resolver=self.registry)
+            for cfg in configs:
+                resolve_processes(None, cfg)  # what its workers could not share
         except (ConfigError, PluginError) as exc:
+            self.error(exc)
+            return EXIT_USAGE
+        except ValueError as exc:
             self.error(exc)
             return EXIT_USAGE
         for cfg in configs:

@@ -55,11 +55,14 @@ from prometheus_client.registry import Collector
 from spate._clock import SystemClock
 from spate.admin._server import AdminServer
 from spate.admin._shared import merge_families
+from spate.config._decode import join_path
 from spate.config._units import format_duration
 from spate.config.models import PipelineConfig, SupervisorConfig
+from spate.errors import ConfigError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.pipeline._supervisor import RestartPolicy
+from spate.plugins._factory import SharedByProcesses
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +89,8 @@ _Restore = Callable[[], None]
 def resolve_processes(arg: str | None, cfg: PipelineConfig) -> int:
     """The number of workers: ``--processes`` over ``pipeline.processes``; ``auto`` = cores.
 
-    Raises ``ValueError`` with a one-line message for a value that is not a count.
+    Raises ``ValueError`` with a one-line message for a value that is not a count, and
+    ``ConfigError`` when several workers could not share a connector's settings.
     """
     value: int | str = arg if arg is not None else cfg.pipeline.processes
     if value == "auto":
@@ -97,7 +101,18 @@ def resolve_processes(arg: str | None, cfg: PipelineConfig) -> int:
         raise ValueError(f"--processes: expected a number or auto, got {value!r}") from None
     if count < 1:
         raise ValueError(f"--processes: must be at least 1, got {count}")
+    if count > 1:
+        refuse_unshareable(cfg, count)
     return count
+
+
+def refuse_unshareable(cfg: PipelineConfig, processes: int) -> None:
+    """Raise ``ConfigError`` at the first connector setting that ``processes`` workers
+    cannot share (:class:`~spate.plugins.SharedByProcesses`), before any worker starts."""
+    for spec in cfg.connectors():
+        if isinstance(spec.config, SharedByProcesses):
+            for key, message in spec.config.processes_errors(processes):
+                raise ConfigError(join_path(spec.path, key), message, file=cfg.file)
 
 
 def usable_cores() -> int:

@@ -16,7 +16,7 @@ name.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -83,6 +83,22 @@ class BuildContext:
     """``(index, count)`` in worker process ``index`` of ``count`` (``spate run
     --processes``); None in a single process. Components that keep local state per
     process (a spool's directory, B114) keep it apart per worker."""
+
+
+@runtime_checkable
+class SharedByProcesses(Protocol):
+    """A connector config with settings several worker processes cannot share.
+
+    ``spate run --processes N`` (and ``pipeline.processes``) starts N workers on one
+    configuration, so every worker has the same sections. Before it starts any worker,
+    the parent asks each decoded connector config that has this method, and refuses to
+    start on the first answer, naming the key's dotted path.
+    """
+
+    def processes_errors(self, processes: int) -> Iterator[tuple[str, str]]:
+        """``(key, message)`` for each setting unsafe when ``processes`` workers run this
+        section side by side; ``key`` is relative to the section (``orphans``)."""
+        ...
 
 
 ConfigT = TypeVar("ConfigT")
