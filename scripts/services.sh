@@ -51,7 +51,7 @@ PORT_VARS=(KAFKA_PORT KAFKA_CONTROLLER_PORT NATS_PORT S3_PORT CLICKHOUSE_PORT KA
 declare -A REMEMBERED=()
 if [ -f "$PORTS_FILE" ]; then
   while IFS='=' read -r name value; do
-    if [[ $name =~ ^[A-Z_]+$ && $value =~ ^[0-9]+$ ]]; then
+    if [[ $name =~ ^[A-Z0-9_]+$ && $value =~ ^[0-9]+$ ]]; then
       REMEMBERED[$name]=$value
     fi
   done <"$PORTS_FILE"

@@ -97,6 +97,8 @@ def test_b135_env_uses_the_ports_up_chose_not_the_shells(checkout: Path, tmp_pat
     assert exports["SPATE_KAFKA_BOOTSTRAP"] == "127.0.0.1:31092"
     assert exports["SPATE_CLICKHOUSE_URL"] == "http://127.0.0.1:31123"
     assert exports["SPATE_KAFKA_SSL_BOOTSTRAP"] == "localhost:31094"
+    assert exports["SPATE_NATS_URL"] == "nats://127.0.0.1:31222"
+    assert exports["SPATE_S3_ENDPOINT"] == "http://127.0.0.1:31500"
     # The names the README's pipeline and the examples read, at the same addresses.
     assert exports["KAFKA_BROKERS"] == "127.0.0.1:31092"
     assert exports["CLICKHOUSE_URL"] == "http://127.0.0.1:31123"
