@@ -70,6 +70,8 @@ connector, with the connector's settings under that key:
 source:
   kafka:            # the connector's name (its entry point)
     brokers: localhost:9092
+    topic: orders
+    group_id: etl-orders
 ```
 
 Give either `sink:` (one sink) or `sinks:` (named sinks, e.g. one per table). Sink
