@@ -70,6 +70,8 @@ connector, with the connector's settings under that key:
 source:
   kafka:            # the connector's name (its entry point)
     brokers: localhost:9092
+    topic: orders
+    group_id: etl-orders
 ```
 
 Give either `sink:` (one sink) or `sinks:` (named sinks, e.g. one per table). Sink
@@ -91,18 +93,26 @@ the top level may carry only shared sections:
   override the same keys of the shared one.
 
 ```yaml
-admin: {{listen: "0.0.0.0:9484"}}
+admin: {{listen: "127.0.0.1:9484"}}
 checkpoint: {{interval: 2s}}
 pipelines:
   - pipeline: {{name: orders}}
-    source: {{kafka: {{brokers: localhost:9092, topic: orders, group: etl-orders}}}}
+    source: {{kafka: {{brokers: localhost:9092, topic: orders, group_id: etl-orders}}}}
     deserializer: {{json: {{}}}}
-    sink: {{clickhouse: {{url: http://localhost:8123, table: orders}}}}
+    sink:
+      clickhouse:
+        table: orders
+        columns: [order_id, customer_id]
+        shards: [{{replicas: [http://localhost:8123]}}]
   - pipeline: {{name: payments}}
     checkpoint: {{interval: 500ms}}   # drain_timeout etc. still come from the top
-    source: {{kafka: {{brokers: localhost:9092, topic: payments, group: etl-payments}}}}
+    source: {{kafka: {{brokers: localhost:9092, topic: payments, group_id: etl-payments}}}}
     deserializer: {{json: {{}}}}
-    sink: {{clickhouse: {{url: http://localhost:8123, table: payments}}}}
+    sink:
+      clickhouse:
+        table: payments
+        columns: [order_id, amount_cents]
+        shards: [{{replicas: [http://localhost:8123]}}]
 ```
 
 Each pipeline needs its own name. An error inside an item names it by index:

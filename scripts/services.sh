@@ -10,7 +10,9 @@
 #   down | stop   stop what runs (data is kept, so `start kafka` brings the same topics back)
 #   restart       stop, then start
 #   status        one line per service; exit 0 only when every named service answers
-#   env           print the addresses as `export` lines (eval "$(scripts/services.sh env)")
+#   env           print the addresses as `export` lines (eval "$(scripts/services.sh env)"):
+#                 SPATE_* for the tests, KAFKA_BROKERS and CLICKHOUSE_URL for the README's
+#                 pipeline and the examples
 #   clean         stop everything and delete .services/ (data and logs; the jar cache stays)
 #   tools         install the Debian packages the services and tests need (nats-server,
 #                 docker-compose); `up` does this too
@@ -18,6 +20,9 @@
 # Every command is idempotent. Ports (override with the environment variables):
 #   SPATE_KAFKA_PORT=19092  SPATE_KAFKA_CONTROLLER_PORT=19093  SPATE_NATS_PORT=14222
 #   SPATE_S3_PORT=15000     SPATE_CLICKHOUSE_PORT=18123
+#   `up` remembers the ports it used in .services/ports; `env`, `status` and a later `up`
+#   without the variables use those, so another shell needs no exports. A running service
+#   is never moved: asking `up` for another port than it uses is refused (`down` first).
 #   Kafka's TLS/SASL listeners take the next ports (+2..+4); a listener for fault tests
 #   takes +5 (SPATE_KAFKA_FAULT_PORT) and is advertised at +6, the port a test's fault
 #   proxy listens on (SPATE_KAFKA_FAULT_PROXY_PORT); a one-way TLS listener (the broker
@@ -37,20 +42,59 @@ KAFKA_CACHE="$ROOT/.cache/kafka"
 KAFKA_CONF_DIR="$ROOT/scripts/kafka"
 PY="$ROOT/.venv/bin/python"
 
-KAFKA_PORT=${SPATE_KAFKA_PORT:-19092}
-KAFKA_CONTROLLER_PORT=${SPATE_KAFKA_CONTROLLER_PORT:-19093}
-NATS_PORT=${SPATE_NATS_PORT:-14222}
-S3_PORT=${SPATE_S3_PORT:-15000}
-CLICKHOUSE_PORT=${SPATE_CLICKHOUSE_PORT:-18123}
-# Extra Kafka listeners for the security tests (mutual TLS, SCRAM over TLS, PLAIN).
-KAFKA_SSL_PORT=${SPATE_KAFKA_SSL_PORT:-$((KAFKA_PORT + 2))}
-KAFKA_SASL_SSL_PORT=${SPATE_KAFKA_SASL_SSL_PORT:-$((KAFKA_PORT + 3))}
-KAFKA_SASL_PLAINTEXT_PORT=${SPATE_KAFKA_SASL_PLAINTEXT_PORT:-$((KAFKA_PORT + 4))}
-# A plaintext listener advertised at a fault proxy's port (the proxy forwards to it).
-KAFKA_FAULT_PORT=${SPATE_KAFKA_FAULT_PORT:-$((KAFKA_PORT + 5))}
-KAFKA_FAULT_PROXY_PORT=${SPATE_KAFKA_FAULT_PROXY_PORT:-$((KAFKA_PORT + 6))}
-# One-way TLS: the client checks the broker's certificate and presents none.
-KAFKA_SSL_SERVER_PORT=${SPATE_KAFKA_SSL_SERVER_PORT:-$((KAFKA_PORT + 7))}
+PORTS_FILE="$SERVICES_DIR/ports"
+# The port variables, in the order they are resolved (the Kafka listeners follow KAFKA_PORT).
+PORT_VARS=(KAFKA_PORT KAFKA_CONTROLLER_PORT NATS_PORT S3_PORT CLICKHOUSE_PORT KAFKA_SSL_PORT
+  KAFKA_SASL_SSL_PORT KAFKA_SASL_PLAINTEXT_PORT KAFKA_FAULT_PORT KAFKA_FAULT_PROXY_PORT
+  KAFKA_SSL_SERVER_PORT)
+
+declare -A REMEMBERED=()
+if [ -f "$PORTS_FILE" ]; then
+  while IFS='=' read -r name value; do
+    if [[ $name =~ ^[A-Z0-9_]+$ && $value =~ ^[0-9]+$ ]]; then
+      REMEMBERED[$name]=$value
+    fi
+  done <"$PORTS_FILE"
+fi
+
+# The ports. `up` takes each from the shell's SPATE_* variable, else from the ports the
+# last `up` here remembered in .services/ports, else the default, and remembers them; every
+# other command reads the remembered ones, so a shell without the exports never points
+# `env` or `status` at another checkout's services. The Kafka listeners follow KAFKA_PORT.
+resolve_ports() {
+  local mode=$1 var shell value kafka_moved=0
+  local -A default=([KAFKA_PORT]=19092 [KAFKA_CONTROLLER_PORT]=19093 [NATS_PORT]=14222
+    [S3_PORT]=15000 [CLICKHOUSE_PORT]=18123)
+  for var in "${PORT_VARS[@]}"; do
+    shell="SPATE_$var"
+    if [ "$mode" = remembered ] && [ -n "${REMEMBERED[$var]:-}" ]; then
+      value=${REMEMBERED[$var]}
+    elif [ -n "${!shell:-}" ]; then
+      value=${!shell}
+    elif [ -n "${REMEMBERED[$var]:-}" ] && [ "$kafka_moved" -eq 0 ]; then
+      value=${REMEMBERED[$var]}
+    elif [ -n "${default[$var]:-}" ]; then
+      value=${default[$var]}
+    else
+      # Extra Kafka listeners: +2 mutual TLS, +3 SCRAM over TLS, +4 PLAIN, +5 a plaintext
+      # listener advertised at a fault proxy's port (+6, the proxy forwards to it), +7
+      # one-way TLS (the client checks the broker's certificate and presents none).
+      case $var in
+        KAFKA_SSL_PORT) value=$((KAFKA_PORT + 2)) ;;
+        KAFKA_SASL_SSL_PORT) value=$((KAFKA_PORT + 3)) ;;
+        KAFKA_SASL_PLAINTEXT_PORT) value=$((KAFKA_PORT + 4)) ;;
+        KAFKA_FAULT_PORT) value=$((KAFKA_PORT + 5)) ;;
+        KAFKA_FAULT_PROXY_PORT) value=$((KAFKA_PORT + 6)) ;;
+        KAFKA_SSL_SERVER_PORT) value=$((KAFKA_PORT + 7)) ;;
+      esac
+    fi
+    printf -v "$var" '%s' "$value"
+    if [ "$var" = KAFKA_PORT ] && [ "$value" != "${REMEMBERED[KAFKA_PORT]:-$value}" ]; then
+      kafka_moved=1
+    fi
+  done
+}
+resolve_ports remembered
 KAFKA_SASL_USER=spate
 KAFKA_SASL_PASSWORD=spate-test-password
 KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
@@ -411,14 +455,42 @@ SPATE_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD
 SPATE_NATS_URL=$(service_address nats)
 SPATE_S3_ENDPOINT=$(service_address s3)
 SPATE_CLICKHOUSE_URL=$(service_address clickhouse)
+KAFKA_BROKERS=$(service_address kafka)
+CLICKHOUSE_URL=$(service_address clickhouse)
 EOF
   mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+# `up`'s ports: the shell's choice where it makes one, but never a move of a running service
+# (its clients were told the remembered address); then remembered for the other commands.
+choose_ports() {
+  local name var shell running=()
+  for name in "${ALL_SERVICES[@]}"; do
+    if running_pid "$name" >/dev/null; then running+=("$name"); fi
+  done
+  resolve_ports up
+  if [ ${#running[@]} -gt 0 ]; then
+    for var in "${PORT_VARS[@]}"; do
+      shell="SPATE_$var"
+      if [ -n "${REMEMBERED[$var]:-}" ] && [ "${!var}" != "${REMEMBERED[$var]}" ]; then
+        die "$shell=${!var} asks for another port than the running ${running[*]} use" \
+          "(${REMEMBERED[$var]}, remembered in $PORTS_FILE): run \`scripts/services.sh down\`" \
+          "first to move them, or unset $shell"
+      fi
+    done
+  fi
+  : >"$PORTS_FILE.tmp"
+  for var in "${PORT_VARS[@]}"; do
+    echo "$var=${!var}" >>"$PORTS_FILE.tmp"
+  done
+  mv "$PORTS_FILE.tmp" "$PORTS_FILE"
 }
 
 cmd_up() {
   local name pid failed=0 started=()
   require_venv
   ensure_tools
+  choose_ports
   write_env
   # Start everything first and wait afterwards: the JVM and chDB take seconds to load.
   for name in "$@"; do
@@ -472,6 +544,18 @@ cmd_status() {
   return "$all_ok"
 }
 
+# A note on stderr for each SPATE_*_PORT of this shell that the remembered ports override.
+note_ignored_ports() {
+  local var shell
+  for var in "${PORT_VARS[@]}"; do
+    shell="SPATE_$var"
+    if [ -n "${!shell:-}" ] && [ "${!shell}" != "${!var}" ]; then
+      echo "services: $shell=${!shell} ignored: this checkout's services were started on" \
+        "${!var} (remembered in $PORTS_FILE; \`down\`, then \`up\` to move them)" >&2
+    fi
+  done
+}
+
 main() {
   [ $# -ge 1 ] || usage
   local command=$1
@@ -497,8 +581,12 @@ main() {
       cmd_down "${services[@]}"
       cmd_up "${services[@]}"
       ;;
-    status) cmd_status "${services[@]}" ;;
+    status)
+      note_ignored_ports
+      cmd_status "${services[@]}"
+      ;;
     env)
+      note_ignored_ports
       write_env
       sed 's/^/export /' "$ENV_FILE"
       ;;

@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
-# The packaging tests build spate-avro-native's wheel with maturin, which needs cargo.
+# The packaging tests build spate-avro-native's wheel with maturin, which needs cargo
+# (without it they skip, saying so); maturin must never download a toolchain itself.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$PATH:$HOME/.cargo/bin"
 fi
+export MATURIN_NO_INSTALL_RUST=1
 export SPATE_TEST_SCALE="${SPATE_TEST_SCALE:-0.1}"
 
 # Services start in the background while ruff, mypy and mkdocs run (the broker's JVM

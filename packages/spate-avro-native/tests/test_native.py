@@ -7,6 +7,11 @@ from __future__ import annotations
 import array
 
 import pytest
+
+pytest.importorskip(
+    "spate_avro_native", reason="spate-avro-native is not built (the bootstrap needs cargo)"
+)
+
 from spate_avro_native import Program, scan
 
 LONG = [3]

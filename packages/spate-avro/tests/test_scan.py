@@ -26,7 +26,9 @@ from spate_avro._schema import build_decoder
 
 from tests.support.scale import scaled
 
-pytest.importorskip("spate_avro_native")
+pytest.importorskip(
+    "spate_avro_native", reason="spate-avro-native is not built (the bootstrap needs cargo)"
+)
 pytest.importorskip("pyarrow")
 
 from spate_avro._columnar import _body, _ends, _pack, _zigzag

@@ -94,6 +94,33 @@ DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]
 a ``__spate_row`` column, and ``(batch index, DeserError)`` for each bad datum."""
 
 
+COLUMNAR_MODULES = {
+    "jetliner": "jetliner",
+    "polars": "polars",
+    "spate_avro_native": "spate-avro-native",
+}
+"""The modules the columnar Avro path imports, and the distribution of each."""
+
+
+def columnar_unavailable() -> str | None:
+    """Why batches cannot be decoded as columns (what is missing and how to install it
+    from a checkout), or None when they can."""
+    missing = [
+        dist
+        for module, dist in COLUMNAR_MODULES.items()
+        if importlib.util.find_spec(module) is None
+    ]
+    if not missing:
+        return None
+    return (
+        f"columnar Avro decoding is not available: {', '.join(missing)} not installed "
+        "(spate-avro's columnar extra; spate-avro-native is a Rust extension, so building it "
+        "needs cargo, https://rustup.rs); spate is not on the public package index yet, so "
+        "from a spate checkout: pip install ./packages/spate-avro-native "
+        '"./packages/spate-avro[columnar]"'
+    )
+
+
 def columnar_available() -> bool:
     """Whether the ``columnar`` extra (polars, jetliner) is installed.
 

@@ -114,7 +114,13 @@ class RawAvroDeserializer(AvroDeserializer):
     def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
         """The whole batch as columns: ``(frames, errors)`` (see ``spate_avro._columnar``)."""
         if self.columnar is None:
-            raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
+            from spate_avro._columnar import columnar_unavailable
+
+            raise RuntimeError(
+                columnar_unavailable()
+                or "columnar Avro decoding is not available for this schema (a reader schema "
+                "or a schema the columnar reader cannot take): batches decode as rows"
+            )
         return self.columnar.decode(payloads)
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""B22: the admin server's endpoints, ``listen: none`` and port 0."""
+"""B22: the admin server's endpoints, ``listen: none`` and port 0; B134: its default
+address (loopback) and a taken port."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import urllib.request
 
 import pytest
 from spate.admin import AdminServer, healthz, parse_listen, readyz
+from spate.config import parse_config
+from spate.config.models import AdminConfig
 from spate.errors import ConfigError
 from spate.metrics import Meter, names
 
@@ -182,3 +185,61 @@ def test_b22_the_startup_log_names_the_address_actually_bound(
         ]
     finally:
         server.stop()
+
+
+def test_b134_the_default_address_is_loopback() -> None:
+    """``/metrics`` is not offered on every interface unless asked for."""
+    listen = AdminConfig().listen
+    assert listen == "127.0.0.1:9484"
+    cfg = parse_config("source: {memory: {}}\nsink: {capture: {}}\n", check_connectors=False)
+    assert cfg.admin.listen == listen
+
+
+def _hold(address: tuple[str, int]) -> socket.socket | None:
+    """Listen on ``address`` if it is free; None when another process holds it already."""
+    held = socket.socket()
+    try:
+        held.bind(address)
+    except OSError:
+        held.close()
+        return None
+    held.listen()
+    return held
+
+
+def test_b134_the_default_port_taken_chooses_a_free_one_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A second instance on one host starts, on a free port it names in a warning."""
+    held = _hold(("127.0.0.1", 9484))  # or someone else's process holds it: taken either way
+    try:
+        server = AdminServer(AdminConfig().listen, registry=None, pipeline="second")
+        with caplog.at_level("INFO", logger="spate.admin"):
+            server.start()
+        try:
+            port = server.port
+            assert port is not None and port != 9484
+            warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            assert len(warnings) == 1
+            assert "127.0.0.1:9484 is taken" in warnings[0]
+            assert f"127.0.0.1:{port}" in warnings[0] and "admin.listen" in warnings[0]
+            assert _get(f"http://127.0.0.1:{port}/healthz")[0] in (200, 503)
+        finally:
+            server.stop()
+    finally:
+        if held is not None:
+            held.close()
+
+
+def test_b134_a_chosen_port_taken_fails_with_the_fix() -> None:
+    """An address written in the configuration is kept or refused, never moved."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as info:
+            AdminServer(f"127.0.0.1:{port}", registry=None).start()
+    assert info.value.path == "admin.listen"
+    message = str(info.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "another spate" in message and "port 0" in message

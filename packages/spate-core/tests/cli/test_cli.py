@@ -219,6 +219,8 @@ def test_contributed_subcommand_runs_with_its_own_arguments(env: Env) -> None:
     assert "--who" in helped.stdout
     listed = env.subprocess("--help")
     assert "hello" in listed.stdout and "acme-connectors" in listed.stdout
+    # Each contributed command is described in the overview, as the built-in ones are.
+    assert "print a greeting (from acme-connectors 0.3.0)" in " ".join(listed.stdout.split())
 
 
 def test_b29_unreachable_endpoint_fails_at_start_with_one_line(env: Env) -> None:

@@ -73,7 +73,7 @@ def test_b17_defaults_apply_to_every_framework_section() -> None:
     assert cfg.pipeline.name == "spate"
     assert cfg.checkpoint.interval == 5.0
     assert cfg.backpressure.max_inflight_bytes == 256 * 1024**2
-    assert cfg.admin.listen == "0.0.0.0:9484"
+    assert cfg.admin.listen == "127.0.0.1:9484"
 
 
 def test_b17_connector_bodies_are_decoded_by_their_models() -> None:

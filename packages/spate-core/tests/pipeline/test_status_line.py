@@ -24,3 +24,22 @@ def test_b43_status_line_counts_drops_of_the_source_the_deserializer_and_the_ope
     with caplog.at_level(logging.INFO, logger="spate.pipeline.status"):
         line.maybe_report(2.0, records_in=0, records_out=0, paused=0, lanes=1)
     assert "dropped 6" in caplog.text
+
+
+def test_b43_with_no_lanes_the_status_line_says_what_it_waits_for_and_how_long(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No partitions assigned: no ``lag 0`` (nothing is measured), but the wait named."""
+    meter = Meter("status-waiting")
+    line = StatusLine("status-waiting", interval=10.0, meter=meter, now=0.0)
+    with caplog.at_level(logging.INFO, logger="spate.pipeline.status"):
+        line.maybe_report(5.0, records_in=0, records_out=0, paused=0, lanes=0)
+        line.maybe_report(41.0, records_in=0, records_out=0, paused=0, lanes=0)
+    last = caplog.records[-1].getMessage()
+    assert "lag 0" not in last and "lag unknown" in last
+    assert "no lanes assigned for 41s" in last
+    assert "session" in last  # a member that died without leaving holds them until then
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spate.pipeline.status"):
+        line.maybe_report(52.0, records_in=10, records_out=10, paused=0, lanes=2)
+    assert "lag 0" in caplog.text and "no lanes" not in caplog.text

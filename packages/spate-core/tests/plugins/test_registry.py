@@ -7,6 +7,7 @@ directory and points a :class:`Registry` at it, so the shared environment is unt
 from __future__ import annotations
 
 import sys
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -14,9 +15,14 @@ import pytest
 from spate.config import parse_config
 from spate.errors import MissingConnectorError, PluginError
 from spate.plugins import PluginKind, Registry
-from spate.plugins._entry_points import FRONT_DOOR_EXTRAS
+from spate.plugins._entry_points import FRONT_DOOR_EXTRAS, SPATE_CONNECTORS
 
-from tests.support.fake_plugins import front_door_extras, install_dist, install_front_door
+from tests.support.fake_plugins import (
+    REPO_ROOT,
+    front_door_extras,
+    install_dist,
+    install_front_door,
+)
 
 FACTORY_MODULE = """
 from dataclasses import dataclass
@@ -237,17 +243,25 @@ def test_b26_the_builtin_extras_table_matches_the_front_door() -> None:
 
 
 @pytest.mark.parametrize("front_door", [True, False])
+@pytest.mark.parametrize(
+    ("kind", "typo", "close"),
+    [
+        ("source", "kafak", "kafka"),
+        # An extra (clickhouse-embedded) is no sink: never offered for one.
+        ("sink", "clickhouse-embeded", "clickhouse"),
+    ],
+)
 def test_b26_a_typo_gets_did_you_mean_and_no_install_command(
-    tmp_path: Path, front_door: bool
+    tmp_path: Path, front_door: bool, kind: str, typo: str, close: str
 ) -> None:
     if front_door:
         install_front_door(tmp_path)
     registry = Registry(path=[str(tmp_path)])
     with pytest.raises(MissingConnectorError) as info:
-        registry.factory("source", "kafak", path="source.kafak")
+        registry.factory(kind, typo, path=f"{kind}.{typo}")
     assert info.value.install is None
     assert str(info.value) == (
-        "source.kafak: no source named 'kafak' is installed; did you mean 'kafka'?"
+        f"{kind}.{typo}: no {kind} named '{typo}' is installed; did you mean '{close}'?"
     )
     assert "pip install" not in str(info.value)
 
@@ -263,3 +277,44 @@ def test_b26_an_unknown_name_lists_the_installed_ones(plugin_dir: tuple[Path, st
 def test_unknown_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="unknown plugin kind"):
         Registry(path=[str(tmp_path)]).factory("widget", "x")
+
+
+def test_b26_did_you_mean_names_only_connectors_of_that_kind(tmp_path: Path) -> None:
+    """Extras (``clickhouse-embedded``, ``columnar``) are not connectors."""
+    install_front_door(tmp_path)
+    registry = Registry(path=[str(tmp_path)])
+    assert registry.suggestions("sink", "clickhous") == ["clickhouse"]
+    assert registry.suggestions("deserializer", "avr") == ["avro"]
+    assert "columnar" not in registry.suggestions("source", "columnr")
+
+
+def test_b26_no_install_hint_for_a_distribution_already_installed(tmp_path: Path) -> None:
+    """spate-clickhouse installed does not provide a sink ``embedded``: installing it
+    again cannot help, so the error offers no install command."""
+    install_front_door(tmp_path)
+    install_dist(
+        tmp_path,
+        "spate-clickhouse",
+        "0.1.0",
+        entry_points={"spate.sinks": {"clickhouse": "spate_clickhouse:ClickHouseSinkFactory"}},
+    )
+    registry = Registry(path=[str(tmp_path)])
+    assert registry.install_hint("sink", "embedded") is None
+    with pytest.raises(MissingConnectorError) as info:
+        registry.factory("sink", "embedded", path="sink.embedded")
+    assert "pip install" not in str(info.value)
+    assert str(info.value).startswith("sink.embedded: no sink named 'embedded' is installed")
+    # A connector of a distribution that is not installed still gets its hint.
+    assert registry.install_hint("sink", "parquet") == _hint("spate-parquet", "parquet")
+
+
+def test_b26_the_builtin_connectors_table_matches_the_distributions() -> None:
+    declared: dict[str, dict[str, str]] = {}
+    for pyproject in sorted((REPO_ROOT / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        for group, entries in project.get("entry-points", {}).items():
+            kind = group.removeprefix("spate.").removesuffix("s")
+            if group.startswith("spate.") and group != "spate.commands":
+                for name in entries:
+                    declared.setdefault(kind, {})[name] = project["name"]
+    assert declared == SPATE_CONNECTORS

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import orjson
 from spate import NO_RECORD, DeserError, DeserErrorKind, ErrorPolicy
 from spate.ops import whole_payload
+from spate.plugins import install_hint
 from spate.schema import Field
 
 from spate_json._target import Converter, FieldError, json_type
@@ -84,7 +85,10 @@ class JsonDeserializer:
         """The whole batch as columns: ``(frames, errors, empty)`` (see
         ``spate_json._columnar``)."""
         if self.columnar is None:
-            raise RuntimeError("columnar decoding is not available (pip install spate[columnar])")
+            raise RuntimeError(
+                "columnar JSON decoding is not available: "
+                + install_hint("spate-json", "columnar", dist_extra="columnar")
+            )
         return self.columnar.decode(payloads)
 
     def close(self) -> None:

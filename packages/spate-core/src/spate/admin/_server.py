@@ -4,7 +4,10 @@ The endpoints are documented in docs/guides/monitoring.md.
 
 A ``ThreadingHTTPServer`` on a daemon thread, bound to ``admin.listen``. ``none`` binds
 nothing (the server is never created); port 0 binds a free port, which
-:attr:`AdminServer.port` then reports (and the start-up log line names). ``/metrics``
+:attr:`AdminServer.port` then reports (and the start-up log line names). The default
+address is loopback; when its port is taken (a second instance on one host) a free port
+on loopback is bound instead and a warning names it, while any other address that is
+taken fails naming ``admin.listen`` and the fix (B134). ``/metrics``
 serves the pipeline's own prometheus registry in the text exposition format, or 404 when
 ``metrics.exporter`` is ``none``; with ``admin.metrics_auth`` it answers 401 unless the
 request carries the configured basic-auth credentials or bearer token (B68). Every body
@@ -34,7 +37,7 @@ from prometheus_client.metrics_core import Metric
 
 from spate._secrets import redact
 from spate.admin._probes import HealthView, healthz, readyz
-from spate.config.models import MetricsAuthConfig
+from spate.config.models import DEFAULT_ADMIN_LISTEN, MetricsAuthConfig
 from spate.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -220,9 +223,7 @@ class AdminServer:
         try:
             server = _Server(self._address, self)
         except OSError as exc:
-            raise ConfigError(
-                "admin.listen", f"cannot listen on {self.listen}: {exc.strerror or exc}"
-            ) from None
+            server = self._fallback(exc)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -239,6 +240,37 @@ class AdminServer:
             self.url,
             self.pipeline,
         )
+
+    def _fallback(self, exc: OSError) -> _Server:
+        """The server on a free port when the default address is taken; otherwise the
+        ``ConfigError`` that names ``admin.listen`` and the fix (B134)."""
+        reason = exc.strerror or str(exc)
+        assert self._address is not None
+        if self.listen != DEFAULT_ADMIN_LISTEN:
+            raise ConfigError(
+                "admin.listen",
+                f"cannot listen on {self.listen}: {reason} (another process, perhaps another "
+                "spate on this host, holds it: give each instance its own admin.listen, "
+                "or port 0 for a free one, or none)",
+            ) from None
+        try:
+            server = _Server((self._address[0], 0), self)
+        except OSError as again:
+            raise ConfigError(
+                "admin.listen",
+                f"cannot listen on {self.listen} ({reason}) nor on a free port: "
+                f"{again.strerror or again}",
+            ) from None
+        logger.warning(
+            "admin server: %s is taken (%s), so it serves on %s:%d instead; set "
+            "admin.listen to fix the address (pipeline=%s)",
+            self.listen,
+            reason,
+            self._address[0],
+            server.server_address[1],
+            self.pipeline,
+        )
+        return server
 
     def stop(self) -> None:
         """Stop serving and release the port. Safe to call more than once."""

@@ -421,8 +421,13 @@ def _shared_admin(
     return admin, health
 
 
-def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
-    """The argument parser, and the contributed commands' subparsers by name."""
+def build_parser(
+    registry: Registry, *, describe: bool = False
+) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The argument parser, and the contributed commands' subparsers by name.
+
+    ``describe`` (for ``spate --help``) loads each contributed command for its one-line
+    help; otherwise none is imported until it is the one run."""
     parser = argparse.ArgumentParser(
         prog="spate", description="At-least-once Kafka to ClickHouse ETL with connector plugins."
     )
@@ -488,9 +493,14 @@ def build_parser(registry: Registry) -> tuple[argparse.ArgumentParser, dict[str,
                 "ignoring command %r from %s: the name is taken", info.name, info.distribution
             )
             continue
-        contributed[info.name] = sub.add_parser(
-            info.name, parents=[common], help=f"(from {info.distribution} {info.version})"
-        )
+        origin = f"(from {info.distribution} {info.version})"
+        summary = ""
+        if describe:
+            try:
+                summary = f"{registry.command(info.name).help} "
+            except PluginError:
+                summary = "(cannot be loaded) "
+        contributed[info.name] = sub.add_parser(info.name, parents=[common], help=summary + origin)
     return parser, contributed
 
 
@@ -519,8 +529,8 @@ def main(
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser, contributed = build_parser(registry)
     chosen = _chosen_command(args_list)
+    parser, contributed = build_parser(registry, describe=chosen is None)
     command = None
     if chosen in contributed:
         # Import the contributed command only when it is the one being run, and let it

@@ -105,6 +105,9 @@ class BackpressureConfig:
 
 DEFAULT_ADMIN_PORT = 9484
 """The admin server's default port: clear of Prometheus's own 9090 (B68)."""
+DEFAULT_ADMIN_LISTEN = f"127.0.0.1:{DEFAULT_ADMIN_PORT}"
+"""The admin server's default address: loopback only, so ``/metrics`` is not offered to
+every interface unasked; taken, a free port is chosen and logged instead (B134)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,10 +139,12 @@ class MetricsAuthConfig:
 class AdminConfig:
     """``admin:`` — the HTTP server for ``/metrics``, ``/healthz`` and ``/readyz`` (B22)."""
 
-    listen: str = f"0.0.0.0:{DEFAULT_ADMIN_PORT}"
+    listen: str = DEFAULT_ADMIN_LISTEN
     """``host:port`` to bind (port 0 picks a free port), or ``none`` to bind nothing. The
-    default listens on every interface, so anyone who can reach the pod or host can read
-    ``/metrics``: bind ``127.0.0.1`` or set ``metrics_auth`` where that matters."""
+    default listens on loopback only; when its port is taken (a second instance on the
+    host) a free port is chosen and logged. Any other address that is taken fails at
+    start-up. Bind ``0.0.0.0:9484`` for Prometheus on another host (with
+    ``metrics_auth`` where that matters)."""
     metrics_auth: MetricsAuthConfig = field(default_factory=MetricsAuthConfig)
     """Credentials ``/metrics`` asks for (basic auth or a bearer token); open by default."""
     stall_after: Duration = 30.0

@@ -4,7 +4,9 @@ Every ``pipeline.status_interval`` (30 s by default, ``0`` turns it off) the run
 one INFO line: records per second polled and delivered since the last line, the summed
 lag of the owned lanes, seconds since the last successful commit, the paused lanes and
 the records dropped so far. It reads counters the runtime keeps anyway and the meter's
-series, never anything per record.
+series, never anything per record. While no lane is assigned there is no lag to sum: the
+line says so, for how long, and what the source waits for (a Kafka consumer joining its
+group; a member killed without leaving holds its partitions until its session expires).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class StatusLine:
         self._last_out = 0
         self._commits = 0.0
         self._commit_at: float | None = None
+        self._unassigned_since: float | None = now
 
     @property
     def enabled(self) -> bool:
@@ -42,6 +45,10 @@ class StatusLine:
         commits = self._meter.totals(names.CKPT_COMMITS, "outcome").get("ok", 0.0)
         if commits != self._commits:
             self._commits, self._commit_at = commits, now
+        if lanes > 0:
+            self._unassigned_since = None
+        elif self._unassigned_since is None:
+            self._unassigned_since = now
         if not self.enabled or now < self._due:
             return
         elapsed = max(now - self._last_at, 1e-9)
@@ -52,18 +59,30 @@ class StatusLine:
             sum(self._meter.totals(family, "reason").values()) for family in names.DROPPED_FAMILIES
         )
         commit = "none yet" if self._commit_at is None else f"{now - self._commit_at:.0f}s ago"
-        logger.info(
-            "pipeline %s: in %.0f rec/s, out %.0f rec/s, lag %d, last commit %s, "
-            "paused %d of %d lane(s), dropped %d",
-            self.pipeline,
-            rate_in,
-            rate_out,
-            lag,
-            commit,
-            paused,
-            lanes,
-            dropped,
-        )
+        if self._unassigned_since is not None:
+            logger.info(
+                "pipeline %s: no lanes assigned for %.0fs, waiting for the source to assign "
+                "some (a Kafka consumer joins its group; a member that died without leaving "
+                "holds its partitions until its session times out), lag unknown, last commit "
+                "%s, dropped %d",
+                self.pipeline,
+                now - self._unassigned_since,
+                commit,
+                dropped,
+            )
+        else:
+            logger.info(
+                "pipeline %s: in %.0f rec/s, out %.0f rec/s, lag %d, last commit %s, "
+                "paused %d of %d lane(s), dropped %d",
+                self.pipeline,
+                rate_in,
+                rate_out,
+                lag,
+                commit,
+                paused,
+                lanes,
+                dropped,
+            )
         self._due = now + self.interval
         self._last_at = now
         self._last_in = records_in

@@ -50,6 +50,48 @@ when the front door itself is not installed (a test keeps this equal to the fron
 ``pyproject.toml``). Hints name only these real distributions, never a guess (B26)."""
 
 
+SPATE_CONNECTORS: dict[str, dict[str, str]] = {
+    "source": {
+        "memory": "spate-core",
+        "datagen": "spate-datagen",
+        "http_poll": "spate-http",
+        "kafka": "spate-kafka",
+        "s3": "spate-s3",
+    },
+    "sink": {
+        "capture": "spate-core",
+        "file": "spate-core",
+        "tee": "spate-core",
+        "tiered": "spate-core",
+        "clickhouse": "spate-clickhouse",
+        "huggingface": "spate-huggingface",
+        "kafka": "spate-kafka",
+        "parquet": "spate-parquet",
+    },
+    "deserializer": {"avro": "spate-avro", "json": "spate-json", "protobuf": "spate-protobuf"},
+    "coordination_store": {"memory": "spate-coordination", "nats": "spate-coordination"},
+    "store": {"jsonl": "spate-core"},
+}
+"""The connectors spate's own distributions declare, by kind (a test keeps this equal to
+their ``pyproject.toml`` entry points): a "did you mean" offers only connector names of
+the kind asked for, never an extra such as ``clickhouse-embedded`` (B26)."""
+
+
+def is_installed(distribution: str, path: Sequence[str] | None = None) -> bool:
+    """Whether ``distribution`` is installed (on ``path``, or sys.path)."""
+    wanted = normalize(distribution)
+    if path is None:
+        try:
+            metadata.distribution(wanted)
+        except metadata.PackageNotFoundError:
+            return False
+        return True
+    return any(
+        normalize(d.metadata["Name"] or "") == wanted
+        for d in metadata.distributions(path=list(path))
+    )
+
+
 def install_hint(distribution: str, extra: str, *, dist_extra: str | None = None) -> str:
     """How to install one of spate's distributions, for an error message (B26, B45).
 

@@ -35,9 +35,11 @@ from spate.plugins._command import Command
 from spate.plugins._entry_points import (
     FRONT_DOOR,
     FRONT_DOOR_EXTRAS,
+    SPATE_CONNECTORS,
     EntryPointInfo,
     front_door_requirements,
     install_hint,
+    is_installed,
     normalize,
     scan,
 )
@@ -233,6 +235,9 @@ class Registry:
         if found is None:
             return None
         extra, dist = found
+        if is_installed(dist, self._path):
+            # Installed, yet it does not declare the name: installing it cannot help.
+            return None
         own_extra = None
         if extra.startswith(f"{dist.removeprefix(f'{FRONT_DOOR}-')}-"):
             own_extra = extra.partition("-")[2]  # coordination-nats: its [nats] extra
@@ -265,8 +270,8 @@ class Registry:
     def suggestions(self, kind: PluginKind | str, name: str) -> list[str]:
         """Installed or known connector names close to ``name`` (a typo's "did you mean")."""
         plugin_kind = _as_kind(kind)
-        known = {e for e in self._extras() if e != "full"}
-        known |= {d.removeprefix(f"{FRONT_DOOR}-") for ds in self._extras().values() for d in ds}
+        # Connector names of this kind only: an extra (clickhouse-embedded) is no sink.
+        known = set(SPATE_CONNECTORS.get(plugin_kind.value, {}))
         candidates = sorted(set(self.names(plugin_kind)) | known)
         return difflib.get_close_matches(normalize(name), candidates, n=3, cutoff=0.6)
 
