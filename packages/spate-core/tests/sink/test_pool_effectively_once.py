@@ -8,9 +8,12 @@ as ClickHouse's insert deduplication does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, Lane, ManualClock
+from spate.checkpoint import Committer, PartitionTracker
 from spate.metrics import Meter
 from spate.sink import (
     BatchConfig,
@@ -228,3 +231,58 @@ def test_b91_rows_are_refused_while_the_intents_cannot_be_read() -> None:
     ack.release()
     pool.pump()
     assert [w.token for w in ends.written] == ["spate:p:events:0:t:0:0.0-1.0"]
+
+
+class StoringSource:
+    """A source whose asynchronous commits are only stored until ``confirm()`` (Kafka's
+    commit cadence: sent later, answered later, possibly refused)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[Lane, int] = {}
+        self.confirmed: dict[Lane, int] = {}
+
+    def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
+        self.stored.update(offsets)
+        if sync:
+            self.confirm()
+
+    def confirm(self) -> None:
+        self.confirmed.update(self.stored)
+
+    def durable_commits(self) -> dict[Lane, int]:
+        return dict(self.confirmed)
+
+
+def test_b89_intents_are_kept_until_the_source_confirms_the_commit() -> None:
+    """An asynchronous commit the source only stored does not delete the intents below
+    it: a kill -9 before the broker took it replays from the older commit, and the
+    replay needs those intents to rebuild the same blocks (no duplicates)."""
+    intents: list[tuple[str, str, Intent]] = []
+    pool, _ends, position = eo_pool(intents, max_rows=1)
+    source = StoringSource()
+    clock = ManualClock()
+    committer = Committer(
+        tracker=PartitionTracker(clock),
+        source=source,  # type: ignore[arg-type]
+        sinks={"events": pool},
+        clock=clock,
+        interval=1.0,
+        meter=Meter("p", CollectorRegistry()),
+    )
+    status: dict[int, AckStatus] = {}
+    for offset in range(100):
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert committer.commit_now(sync=False, positions={LANE: 100})
+    for offset in range(100, 300):  # the 256th intent deletes what is known committed
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert min(i.first[0] for _, _, i in intents) == 0  # the commit is not durable yet
+    source.confirm()  # the broker's answer
+    clock.advance(1.0)
+    committer.maybe_commit()
+    for offset in range(300, 520):  # the 512th deletes again
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert min(i.first[0] for _, _, i in intents) == 100
+
