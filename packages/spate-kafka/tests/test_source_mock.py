@@ -249,3 +249,33 @@ def test_b35_rejected_async_commit_is_sent_again_and_counted(
         },
     )
     assert rejected == 1
+
+
+def test_b89_durable_commits_are_those_the_broker_answered(
+    mock_cluster: MockCluster, topic: str, events: RecordingEvents
+) -> None:
+    """B89: a position handed over without ``sync`` is only stored (sent on the commit
+    cadence); ``durable_commits`` reports it once librdkafka's answer came back without an
+    error, and never one the broker refused."""
+    mock_cluster.produce(topic, 40)
+    source = make_source(mock_cluster, topic, group="g-durable", commit_interval="1h")
+    source.start(events)
+    try:
+        drain(source, 40)
+        lane = Lane(topic, 1)
+        source.commit({lane: 5}, sync=False)
+        source.poll(0.1)
+        assert source.durable_commits() == {}  # stored for the cadence, not sent
+        source._inflight_commit[1] = 5  # sent; the broker refuses it
+        source._on_commit(
+            KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [TopicPartition(topic, 1, 5)]
+        )
+        assert source.durable_commits() == {}
+        source._flush_pending_commit(sync=False)  # sent again; answered inside poll
+        deadline = time.monotonic() + 10
+        while source.durable_commits() != {lane: 5}:
+            assert time.monotonic() < deadline, "the broker's answer never counted"
+            source.poll(0.1)
+        assert committed(mock_cluster, topic, "g-durable")[1] == 5
+    finally:
+        source.close()

@@ -111,6 +111,8 @@ def load_intents(
         f"WHERE {where} AND shard = %(h)s AND last_offset >= %(since)s "
         "ORDER BY first_offset, first_index",
         parameters={**params, "h": shard, "since": since},
+        # A replicated state table answers with every intent any replica acknowledged.
+        settings={"select_sequential_consistency": 1},
     )
     return [
         Intent(shard, lane, (int(r[0]), int(r[1])), (int(r[2]), int(r[3])))
@@ -191,3 +193,25 @@ def _table_setting(create: str, setting: str) -> int | None:
         if match.group(1) == setting:
             return int(match.group(2))
     return None
+
+
+def check_state_table(client: Client, database: str, table: str, state: str, where: str) -> None:
+    """Refuse a ``Replicated*`` target whose state table is local to each server: after a
+    failover to another replica, the intents would be read from that replica's own, empty
+    table and the replay cut afresh (duplicates). ``SinkError`` FATAL, one line (B122)."""
+    rows = client.query(
+        "SELECT name, engine FROM system.tables "
+        "WHERE database = if(%(d)s = '', currentDatabase(), %(d)s) AND name IN (%(t)s, %(s)s)",
+        parameters={"d": database, "t": table, "s": state},
+    ).result_rows
+    engines = {str(name): str(engine) for name, engine in rows}
+    target, kept = engines.get(table, ""), engines.get(state, "")
+    if target.startswith("Replicated") and not kept.startswith("Replicated"):
+        raise SinkError(
+            f"{where}: effectively_once: {qualified(database, table)} is {target} but the "
+            f"state table {qualified(database, state)} is {kept or 'missing'}, local to "
+            "each server: a failover would read another replica's intents (none); create "
+            "it as a ReplicatedReplacingMergeTree with the same columns beforehand "
+            "(spate schema ddl prints them) or set state_table to one",
+            ErrorClass.FATAL,
+        )

@@ -42,6 +42,7 @@ from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
     check_deduplication,
+    check_state_table,
     forget_intents,
     load_intents,
     record_intent,
@@ -363,6 +364,13 @@ class ClickHouseShardWriter:
                 connector.database,
                 connector.table,
                 config.table_options.dedup_window or 1,
+                f"sink {connector.name} on {self.endpoint}",
+            )
+            check_state_table(
+                client,
+                connector.database,
+                connector.table,
+                config.state_table,
                 f"sink {connector.name} on {self.endpoint}",
             )
         except SinkError:

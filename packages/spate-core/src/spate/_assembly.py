@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,7 @@ def assemble(
         }
         if position is not None:
             _check_effectively_once(config, sinks)
+            _check_dedup_windows(config, registry)
         dead_letter = None
         dl_settings = config.dead_letter_settings
         if config.dead_letter is not None:
@@ -174,6 +176,62 @@ def _check_effectively_once(config: PipelineConfig, sinks: dict[str, Any]) -> No
                 f"effectively_once needs ClickHouse sinks; sink {sink_name} ({tag}) cannot "
                 "record block intents",
             )
+
+
+_TAKEOVER = 10.0
+"""Seconds allowed, past the session timeout, for another member (or the restarted one)
+to take a killed member's partitions and replay them (B123)."""
+
+
+def _check_dedup_windows(config: PipelineConfig, registry: Registry) -> None:
+    """Size each sink's ``table_options.dedup_window`` against a ``kill -9`` (B123).
+
+    A killed member's partitions are replayed only after its session times out and
+    another member takes them; meanwhile every partition writing the table seals at least
+    one block per ``checkpoint.interval``. A window smaller than one partition's blocks
+    over that time is refused with its dotted key path; otherwise the number of
+    partitions it covers is logged (more partitions need a larger window).
+    """
+    interval = config.checkpoint.interval
+    source = _decoded(config.source, registry)
+    commit = float(getattr(source, "commit_interval", 0.0) or 0.0)
+    settings = getattr(source, "rdkafka", None)
+    session_ms = 0.0
+    if isinstance(settings, dict):
+        session_ms = float(settings.get("session.timeout.ms", 45_000))
+    span = interval + commit + session_ms / 1000 + _TAKEOVER
+    per_partition = math.ceil(span / interval)
+    for spec in config.sinks.values():
+        options = getattr(_decoded(spec, registry), "table_options", None)
+        window = getattr(options, "dedup_window", None)
+        if not isinstance(window, int) or window <= 0:
+            continue
+        key = f"{spec.path}.table_options.dedup_window"
+        why = (
+            f"{per_partition} blocks per partition in {span:g}s: checkpoint.interval "
+            f"{interval:g}s, commit interval {commit:g}s, session timeout "
+            f"{session_ms / 1000:g}s, {_TAKEOVER:g}s to take the partitions over"
+        )
+        if window < per_partition:
+            raise ConfigError(
+                key,
+                f"{window} cannot hold the blocks written between a block and its replay "
+                f"after a kill -9 ({why}); see docs/concepts/delivery.md",
+            )
+        logger.info(
+            "%s = %d holds the blocks of up to %d partition(s) writing the table across "
+            "a kill -9 (%s)",
+            key,
+            window,
+            window // per_partition,
+            why,
+        )
+
+
+def _decoded(spec: ConnectorSpec, registry: Registry) -> object | None:
+    if spec.config is None:
+        spec = decode_connector(spec, registry)
+    return spec.config
 
 
 def pipeline_from_config(config: PipelineConfig, /, **overrides: Any) -> Pipeline:

@@ -8,20 +8,28 @@ as ClickHouse's insert deduplication does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, AckToken, Lane, ManualClock
+from spate.checkpoint import Committer, PartitionTracker
+from spate.config.models import BackpressureConfig, CheckpointConfig
 from spate.metrics import Meter
+from spate.pipeline import Pipeline
 from spate.sink import (
     BatchConfig,
     Intent,
     IntentWriter,
+    ListRowBuffer,
     Offer,
     PoolConfig,
     RecordPosition,
     ShardConfig,
     SinkPool,
 )
+from spate.testing import memory_source
 from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, _UnboundedBudget
 
 LANE = Lane("t", 0)
@@ -228,3 +236,163 @@ def test_b91_rows_are_refused_while_the_intents_cannot_be_read() -> None:
     ack.release()
     pool.pump()
     assert [w.token for w in ends.written] == ["spate:p:events:0:t:0:0.0-1.0"]
+
+
+class StoringSource:
+    """A source whose asynchronous commits are only stored until ``confirm()`` (Kafka's
+    commit cadence: sent later, answered later, possibly refused)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[Lane, int] = {}
+        self.confirmed: dict[Lane, int] = {}
+
+    def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
+        self.stored.update(offsets)
+        if sync:
+            self.confirm()
+
+    def confirm(self) -> None:
+        self.confirmed.update(self.stored)
+
+    def durable_commits(self) -> dict[Lane, int]:
+        return dict(self.confirmed)
+
+
+def test_b89_intents_are_kept_until_the_source_confirms_the_commit() -> None:
+    """An asynchronous commit the source only stored does not delete the intents below
+    it: a kill -9 before the broker took it replays from the older commit, and the
+    replay needs those intents to rebuild the same blocks (no duplicates)."""
+    intents: list[tuple[str, str, Intent]] = []
+    pool, _ends, position = eo_pool(intents, max_rows=1)
+    source = StoringSource()
+    clock = ManualClock()
+    committer = Committer(
+        tracker=PartitionTracker(clock),
+        source=source,  # type: ignore[arg-type]
+        sinks={"events": pool},
+        clock=clock,
+        interval=1.0,
+        meter=Meter("p", CollectorRegistry()),
+    )
+    status: dict[int, AckStatus] = {}
+    for offset in range(100):
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert committer.commit_now(sync=False, positions={LANE: 100})
+    for offset in range(100, 300):  # the 256th intent deletes what is known committed
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert min(i.first[0] for _, _, i in intents) == 0  # the commit is not durable yet
+    source.confirm()  # the broker's answer
+    clock.advance(1.0)
+    committer.maybe_commit()
+    for offset in range(300, 520):  # the 512th deletes again
+        offer_record(pool, position, offset, 1, status)
+        pool.pump()
+    assert min(i.first[0] for _, _, i in intents) == 100
+
+
+class WatchdogClock(ManualClock):
+    """A manual clock that asks ``stop`` once ``limit`` manual seconds have passed: a
+    wedged run idles forever, and this ends it without any wall-clock bound."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__()
+        self.deadline = self.monotonic() + limit
+        self.stop: Callable[[str], None] | None = None
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.stop is not None and self.monotonic() >= self.deadline:
+            self.stop("wedged")
+
+
+class MiBEndpoints(IntentEndpoints):
+    """Every row counts as one MiB against the byte budget (no MiB is allocated)."""
+
+    def new_buffer(self, shard: int) -> ListRowBuffer:
+        return ListRowBuffer(row_bytes=MIB)
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "max_pending", "block"),
+    [
+        # Nine blocks of 32 rows (one MiB each, as a first run sealed them at the shipped
+        # max_bytes) wait together for rows: 270 MiB crosses the shipped budget's
+        # 230 MiB before any completes.
+        (5, CheckpointConfig().max_pending_batches, 32),
+        # The first run read a block in one batch; the replay reads it in ten, and
+        # max_pending_batches is 4.
+        (1, 4, 10),
+    ],
+)
+def test_b121_replaying_several_partitions_into_a_split_always_completes(
+    batch_size: int, max_pending: int, block: int
+) -> None:
+    """Three partitions replayed into a three-sink split under the shipped byte budget
+    (and a small max_pending_batches): every recorded block is rebuilt and written once,
+    every offset committed; before B121 every lane stayed paused for good."""
+    sinks = ("orders", "payments", "refunds")
+    partitions = 3
+    records = block + 3
+    intents: list[tuple[str, str, Intent]] = [
+        ("p", name, Intent(0, Lane("memory", part), (0, 0), (block - 1, 0)))
+        for name in sinks
+        for part in range(partitions)
+    ]
+    clock = WatchdogClock(limit=600.0)
+    backpressure = BackpressureConfig()  # the shipped budget
+    budget = Pipeline.new_budget(backpressure)
+    position = RecordPosition()
+    ends = MiBEndpoints(clock, intents)
+    pools = {
+        name: SinkPool(
+            name,
+            ends,
+            shards=[ShardConfig(replicas=("s0",))],
+            pipeline="p",
+            run_nonce="run2",
+            meter=Meter("p", CollectorRegistry()),
+            clock=clock,
+            budget=budget,
+            io_threads=0,
+            rng=lambda: 0.0,
+            delivery="effectively_once",
+            position=position,
+        )
+        for name in sinks
+    }
+    data = {p: [f"{p}:{o}".encode() for o in range(records)] for p in range(partitions)}
+    source, handle = memory_source(data, batch_size=batch_size)
+
+    def chains(ctx: Any) -> Any:
+        targets = [(name, ctx.sink(name)) for name in sinks]
+
+        def route(value: Any, out: Any) -> None:
+            for name, target in targets:
+                out.emit(target, (name, bytes(value)))
+
+        return ctx.chain().split().route(route)
+
+    pipeline = Pipeline(
+        "p",
+        source,
+        pools,
+        checkpoint=CheckpointConfig(interval=1.0, max_pending_batches=max_pending),
+        backpressure=backpressure,
+        clock=clock,
+        meter=Meter("p", CollectorRegistry()),
+        budget=budget,
+        handle_signals=False,
+        position=position,
+    ).chains(chains)
+    clock.stop = pipeline.request_stop
+    report = pipeline.run()
+    assert handle.committed == {Lane("memory", p): records for p in range(partitions)}, report
+    expected = sorted((n, f"{p}:{o}".encode()) for n in sinks for p in data for o in range(records))
+    assert sorted(ends.kept) == expected  # each row once
+    recorded = {w.token for w in ends.written if w.token.endswith(f"0.0-{block - 1}.0")}
+    assert len(recorded) == len(sinks) * partitions  # the recorded blocks, rebuilt

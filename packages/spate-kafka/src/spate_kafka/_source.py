@@ -19,7 +19,9 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
 * B35 — an asynchronous commit the broker rejects is counted, logged and sent again;
 * B36 — a commit on revocation that the broker cannot take (coordinator unavailable, the
   member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
-  so the revocation completes and the member rejoins instead of failing.
+  so the revocation completes and the member rejoins instead of failing;
+* B89 — :meth:`KafkaSource.durable_commits` reports only commits the broker
+  acknowledged, so block intents are never deleted ahead of a durable commit.
 
 Each batch holds the ``bytes`` librdkafka returned as its values (a tombstone as
 ``b""``); its payload views (``memoryview(message.value())``, so ``view.obj`` gives the
@@ -197,6 +199,8 @@ class KafkaSource:
         # those of partitions revoked since (their failures are reported, not re-sent).
         self._inflight_commit: dict[int, int] = {}
         self._inflight_revoked: dict[int, int] = {}
+        # What the broker acknowledged per owned partition (B89: DurableCommitSource).
+        self._durable: dict[int, int] = {}
         self._revoke_deadline: float | None = None
         self._rejected_commits = (
             meter.counter(
@@ -563,6 +567,8 @@ class KafkaSource:
             attempts += 1
             try:
                 consumer.commit(offsets=tps, asynchronous=False)
+                for tp in tps:
+                    self._durable[tp.partition] = tp.offset
                 return
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
@@ -618,7 +624,11 @@ class KafkaSource:
             else:
                 continue
             error = tp.error if tp.error is not None else err
-            if error is None or error.code() == KafkaError._NO_OFFSET:
+            if error is None:
+                if owned:
+                    self._durable[tp.partition] = tp.offset
+                continue
+            if error.code() == KafkaError._NO_OFFSET:
                 continue
             reason = error
             if error.fatal() or error.code() in _FATAL_CODES:
@@ -642,6 +652,15 @@ class KafkaSource:
             )
             self._rejected_logged_at = now
             self._rejected_unlogged = 0
+
+    def durable_commits(self) -> dict[Lane, int]:
+        """Per owned partition, the newest commit the broker acknowledged (B89).
+
+        An asynchronous commit counts once its answer came back without an error
+        (:meth:`_on_commit`), a synchronous one once it returned: effectively-once sinks
+        delete block intents below these positions only.
+        """
+        return {Lane(self._topic, p): o for p, o in self._durable.items() if p in self._assigned}
 
     # -- flow control ----------------------------------------------------------------
 
@@ -740,6 +759,7 @@ class KafkaSource:
         self._last_assignment_change = time.monotonic()
         for p in parts:
             self._pending_commit.pop(p, None)
+            self._durable.pop(p, None)
             self._set_lag(p, 0)
         with self._lag_lock:
             for p in parts:

@@ -11,12 +11,18 @@ A synchronous commit on revocation that the source refuses with a non-fatal
 ``SourceError`` (the broker unavailable, the group moved on) is counted as
 ``outcome="skipped"`` and does not fail the run: the lanes are gone either way, and the
 next owner replays from the last commit (B36).
+
+Effectively-once sinks are told which positions are durably committed
+(``on_committed``), so they delete the block intents below them (B89). A source that
+stores asynchronous commits to send later (``DurableCommitSource``, Kafka) is asked
+what its store acknowledged, on every commit and every tick; the others commit durably
+inside ``commit``, so what they took is told at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
@@ -54,6 +60,13 @@ class Committer:
         self._interval = interval
         self._next_due = clock.monotonic() + interval
         self._committed: dict[Lane, int] = {}
+        # What the source's store acknowledged, when it says so (B89), and what the sinks
+        # were last told is durable.
+        durable = getattr(source, "durable_commits", None)
+        self._durable: Callable[[], Mapping[Lane, int]] | None = (
+            durable if callable(durable) else None
+        )
+        self._told: dict[Lane, int] = {}
         self._meter = meter
         self._component = component
         self._ok = meter.counter(
@@ -76,6 +89,7 @@ class Committer:
         """Drop lanes no longer owned, so a later owner epoch commits afresh."""
         for lane in lanes:
             self._committed.pop(lane, None)
+            self._told.pop(lane, None)
 
     def due(self) -> bool:
         return self._clock.monotonic() >= self._next_due
@@ -115,6 +129,7 @@ class Committer:
         else:
             moved = {lane: pos for lane, pos in marks.items() if self._committed.get(lane) != pos}
         if not moved:
+            self._tell_durable({})
             return True
         try:
             self._source.commit(moved, sync=sync)
@@ -135,13 +150,29 @@ class Committer:
             return False
         self._ok.inc()
         self._committed.update(moved)
+        self._tell_durable(moved)
+        logger.debug("committed %s (sync=%s)", moved, sync)
+        return True
+
+    def _tell_durable(self, taken: Mapping[Lane, int]) -> None:
+        """Tell the sinks the durably committed positions that moved (B89).
+
+        ``taken`` is what the source just took. With a ``DurableCommitSource`` only what
+        its store acknowledged counts: an asynchronous Kafka commit is sent later and may
+        be refused, and intents deleted below it would be missing from a replay after a
+        kill -9 (the rows cut again under other tokens: duplicates).
+        """
+        durable = self._durable() if self._durable is not None else taken
+        told = self._told
+        moved = {lane: pos for lane, pos in durable.items() if told.get(lane) != pos}
+        if not moved:
+            return
+        told.update(moved)
         for sink in self._sinks.values():
             # Effectively-once sinks delete the block intents a commit has passed (B89).
             on_committed = getattr(sink, "on_committed", None)
             if on_committed is not None:
                 on_committed(moved)
-        logger.debug("committed %s (sync=%s)", moved, sync)
-        return True
 
     def _failed(self, lanes: int, sync: bool) -> None:
         """Count and log the commit that just raised (called inside its ``except``)."""

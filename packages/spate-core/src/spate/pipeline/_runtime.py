@@ -8,7 +8,8 @@ thread). Each loop turn (:meth:`PipelineRuntime.step`):
    ``stalled_fail_after`` (B5);
 3. works out which lanes must be paused — all of them while the byte budget is over
    ``high_ratio`` (until under ``low_ratio`` after ``min_pause``) or a batch is stalled,
-   otherwise the lanes at ``max_pending_batches`` — and tells the source (B6, B7);
+   otherwise the lanes at ``max_pending_batches``; but not, unless a batch is stalled, a
+   lane whose replayed block waits for its rows (B121) — and tells the source (B6, B7);
 4. polls (the source keeps being polled while paused, so group membership stays alive);
 5. registers each polled batch with the tracker and runs the processor on it;
 6. commits on the checkpoint cadence.
@@ -117,6 +118,12 @@ class PipelineRuntime:
         self._fetch_lag: Callable[[], Mapping[Lane, int]] | None = (
             fetch_lag if callable(fetch_lag) else None
         )
+        # Effectively-once sinks name the lanes whose replayed blocks wait for rows (B121).
+        self._replaying: list[Callable[[], frozenset[Lane]]] = []
+        for sink in self._sinks.values():
+            replaying = getattr(sink, "replaying_lanes", None)
+            if callable(replaying):
+                self._replaying.append(replaying)
         # Per owned lane: when it last returned a batch, was assigned or was resumed (B32).
         self._fetched_at: dict[Lane, float] = {}
         self._real_time = isinstance(clock, SystemClock)
@@ -513,6 +520,11 @@ class PipelineRuntime:
             logger.debug("lane %s at max_pending_batches; pausing it", lane)
         self._gated = gated
         desired = set(pending) if over_budget or self._stall is not None else gated
+        if desired and self._stall is None:
+            # A replayed block is sealed by its own rows only: its lane keeps fetching past
+            # the budget and max_pending_batches until the block completes (B121).
+            for replaying in self._replaying:
+                desired = desired - replaying()
         to_pause = desired - self._paused
         to_resume = self._paused - desired
         if to_pause:

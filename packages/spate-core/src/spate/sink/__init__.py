@@ -10,6 +10,7 @@ from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._contract import (
     LaneFlushingSink,
     Offer,
+    ReplayingSink,
     RowBatchSink,
     Sink,
     flush_lanes,
@@ -61,6 +62,7 @@ __all__ = [
     "PoolConfig",
     "PoolKeys",
     "RecordPosition",
+    "ReplayingSink",
     "RetryConfig",
     "Router",
     "RowBatchSink",

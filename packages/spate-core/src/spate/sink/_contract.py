@@ -103,6 +103,21 @@ class LaneFlushingSink(Sink, Protocol):
         ...
 
 
+class ReplayingSink(Sink, Protocol):
+    """A sink that rebuilds recorded blocks on a replay (effectively once, B89, B121).
+
+    A replayed block is sealed only by its own rows: it holds budget and pending batches
+    until the lane's records reach its recorded end. The runtime keeps such lanes
+    fetching while it pauses the others for the byte budget or ``max_pending_batches``,
+    so a replay always completes.
+    """
+
+    def replaying_lanes(self) -> frozenset[Lane]:
+        """Lanes with a replayed block that holds rows and waits for more. Pipeline
+        thread; cheap (called on loop turns while the source is paused)."""
+        ...
+
+
 class RowBatchSink(Sink, Protocol):
     """A sink that takes a source batch's rows in one call (B95).
 

@@ -919,6 +919,18 @@ class SinkPool:
                         settled.append(self._settle(batch, False))
         self._release(settled)
 
+    def replaying_lanes(self) -> frozenset[Lane]:
+        """Lanes with a replayed block that holds rows and waits for more (B121): the
+        runtime keeps them fetching while it pauses the others, so the block completes."""
+        if not self._lanes:
+            return frozenset()
+        with self._cond:
+            return frozenset(
+                lane
+                for lane, states in self._lanes.items()
+                if any(s.open is not None and s.open.plan_last and s.open.rows for s in states)
+            )
+
     def on_committed(self, positions: Mapping[Lane, int]) -> None:
         """The source committed ``positions``: intents ending below them can go (later,
         on a worker, every few hundred intents)."""

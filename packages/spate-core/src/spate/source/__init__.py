@@ -2,6 +2,7 @@
 
 from spate.source._contract import (
     BoundedSource,
+    DurableCommitSource,
     FetchLagSource,
     Progress,
     ProgressSource,
@@ -11,6 +12,7 @@ from spate.source._contract import (
 
 __all__ = [
     "BoundedSource",
+    "DurableCommitSource",
     "FetchLagSource",
     "Progress",
     "ProgressSource",

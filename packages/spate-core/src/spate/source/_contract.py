@@ -22,6 +22,11 @@ The runtime drives a source from the pipeline thread only:
 A source that can tell, per lane it fetches, how many records are waiting that ``poll``
 has not returned yet also implements :class:`FetchLagSource`; ``/healthz`` then notices a
 lane that is owned, behind and silent although spate did not pause it (B32).
+
+A source whose ``commit(..., sync=False)`` only stores positions to send later (Kafka)
+implements :class:`DurableCommitSource`: what is durably committed is then what its store
+acknowledged, not what was handed over, and effectively-once sinks forget the block intents
+below that alone (B89).
 """
 
 from __future__ import annotations
@@ -139,5 +144,20 @@ class FetchLagSource(Protocol):
         Lanes the source paused (for the runtime or because a bounded lane is done) are
         left out. Measured values, possibly a few seconds old; may be called from any
         thread and never blocks on the pipeline thread.
+        """
+        ...
+
+
+class DurableCommitSource(Protocol):
+    """Optional part of a source: which commits its store has acknowledged (B89).
+
+    A source without it commits durably inside ``commit`` (``sync`` or not); one with it
+    may only store an asynchronous commit and send it later, where it can be refused.
+    """
+
+    def durable_commits(self) -> Mapping[Lane, int]:
+        """Per owned lane, the newest position the store confirmed as committed.
+
+        Lanes with no confirmed commit in this ownership are left out. Pipeline thread.
         """
         ...
