@@ -42,7 +42,9 @@ from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
     check_deduplication,
+    claim_lane,
     forget_intents,
+    lane_epoch,
     load_intents,
     record_intent,
     state_table_sql,
@@ -415,6 +417,39 @@ class ClickHouseShardWriter:
                 below,
             ),
         )
+
+    def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
+        """Fence the lane for this owner before its intents are read (B125)."""
+        epoch: int = self._intent_call(
+            "claiming a partition",
+            lambda c: claim_lane(
+                c,
+                self.connector.database,
+                self.connector.config.state_table,
+                pipeline,
+                sink,
+                self._shard,
+                lane,
+            ),
+        )
+        return epoch
+
+    def owns_lane(self, pipeline: str, sink: str, lane: Lane, epoch: int) -> bool:
+        """Whether no later owner has claimed the lane (after an intent, before its
+        insert; B125)."""
+        latest: int = self._intent_call(
+            "checking who owns a partition",
+            lambda c: lane_epoch(
+                c,
+                self.connector.database,
+                self.connector.config.state_table,
+                pipeline,
+                sink,
+                self._shard,
+                lane,
+            ),
+        )
+        return latest <= epoch
 
     def _intent_call(self, what: str, call: Callable[[Client], _T]) -> _T:
         try:
