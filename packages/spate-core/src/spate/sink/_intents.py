@@ -78,6 +78,11 @@ class IntentWriter(Protocol):
         position order. Raises ``SinkError`` when they cannot be read. Blocks."""
         ...
 
+    def forget_intents(self, pipeline: str, sink: str, lane: Lane, below: int) -> None:
+        """Delete the intents of ``lane`` whose last offset is below ``below`` (committed:
+        never replayed again). Best effort; may raise. Blocks."""
+        ...
+
     def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
         """Durably record, on this shard, a new owner of ``lane`` and return its epoch,
         greater than every epoch recorded for the lane before (B125). Called before
@@ -105,8 +110,3 @@ def live_intents(intents: list[Intent]) -> list[Intent]:
         if not any(k.epoch > i.epoch and k.first <= i.last and i.first <= k.last for k in intents)
     ]
     return sorted(kept, key=lambda i: (i.first, i.last))
-
-    def forget_intents(self, pipeline: str, sink: str, lane: Lane, below: int) -> None:
-        """Delete the intents of ``lane`` whose last offset is below ``below`` (committed:
-        never replayed again). Best effort; may raise. Blocks."""
-        ...
