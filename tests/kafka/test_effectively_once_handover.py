@@ -45,7 +45,9 @@ def _key(i: int) -> bytes:
     return f"key-{i:08d}".encode()
 
 
-def _config(path: Path, *, bootstrap: str, topic: str, group: str, front: ChFront) -> Path:
+def _config(
+    path: Path, *, bootstrap: str, topic: str, group: str, front: ChFront, max_rows: int
+) -> Path:
     data: dict[str, Any] = {
         "pipeline": {"name": f"handover-{topic}", "delivery": "effectively_once"},
         "checkpoint": {"interval": "200ms", "drain_timeout": "1s"},
@@ -66,7 +68,7 @@ def _config(path: Path, *, bootstrap: str, topic: str, group: str, front: ChFron
                 "table": "handover",
                 "columns": ["k"],
                 "shards": [{"replicas": [front.url]}],
-                "batch": {"max_rows": 50, "linger": "200ms"},
+                "batch": {"max_rows": max_rows, "linger": "200ms"},
                 "inflight": {"max_per_shard": 4},
             }
         },
@@ -98,14 +100,23 @@ def _run_handover(
         "CREATE TABLE handover (k String) ENGINE = MergeTree ORDER BY k "
         "SETTINGS non_replicated_deduplication_window = 1000"
     )
-    config = _config(
-        tmp_path / "handover.json", bootstrap=kafka_bootstrap, topic=topic, group=group, front=front
+    # B cuts blocks of another size than A, so its tokens differ from A's held block's.
+    config_a, config_b = (
+        _config(
+            tmp_path / f"handover-{name}.json",
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            group=group,
+            front=front,
+            max_rows=max_rows,
+        )
+        for name, max_rows in (("a", 50), ("b", 37))
     )
     first = scaled(2_000, minimum=200)
     more = 200
     produce_keyed(kafka_bootstrap, topic, first, key=_key, value=_value)
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
-    member_a = _spate(log_a, config)
+    member_a = _spate(log_a, config_a)
     member_b: subprocess.Popen[bytes] | None = None
     try:
         wait_until(lambda: _counts(front)[1] == first, 120, "member A to write the first rows")
@@ -124,7 +135,7 @@ def _run_handover(
         )
         if frozen:
             member_a.send_signal(signal.SIGSTOP)
-        member_b = _spate(log_b, config)
+        member_b = _spate(log_b, config_b)
         # The owners after the hand-over (B alone while A is frozen) read the intents
         # without the held one and write every record.
         wait_until(
