@@ -420,36 +420,28 @@ class ClickHouseShardWriter:
 
     def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
         """Fence the lane for this owner before its intents are read (B125)."""
-        epoch: int = self._intent_call(
-            "claiming a partition",
-            lambda c: claim_lane(
-                c,
-                self.connector.database,
-                self.connector.config.state_table,
-                pipeline,
-                sink,
-                self._shard,
-                lane,
-            ),
-        )
-        return epoch
+        return self._lane_call("claiming a partition", claim_lane, pipeline, sink, lane)
 
     def owns_lane(self, pipeline: str, sink: str, lane: Lane, epoch: int) -> bool:
         """Whether no later owner has claimed the lane (after an intent, before its
         insert; B125)."""
-        latest: int = self._intent_call(
-            "checking who owns a partition",
-            lambda c: lane_epoch(
-                c,
-                self.connector.database,
-                self.connector.config.state_table,
-                pipeline,
-                sink,
-                self._shard,
-                lane,
-            ),
+        what = "checking who owns a partition"
+        return self._lane_call(what, lane_epoch, pipeline, sink, lane) <= epoch
+
+    def _lane_call(
+        self,
+        what: str,
+        call: Callable[[Client, str, str, str, str, int, Lane], int],
+        pipeline: str,
+        sink: str,
+        lane: Lane,
+    ) -> int:
+        connector = self.connector
+        database, table = connector.database, connector.config.state_table
+        found: int = self._intent_call(
+            what, lambda c: call(c, database, table, pipeline, sink, self._shard, lane)
         )
-        return latest <= epoch
+        return found
 
     def _intent_call(self, what: str, call: Callable[[Client], _T]) -> _T:
         try:
