@@ -242,6 +242,10 @@ class ChFront:
             while self._accepts() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
+    def release(self) -> None:
+        """Let every slow request held so far go on, also those a ``count`` fault held."""
+        self._control("release")
+
     def recover(self, timeout: float = 10.0) -> None:
         """End the fault. A refusing front cannot be reached, so it gets SIGUSR1 instead."""
         if self._last_mode == "refuse" or not self._accepts():

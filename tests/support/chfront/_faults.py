@@ -116,7 +116,8 @@ class FaultState:
 
     Each installed fault has its own release event: recovering (control endpoint, signal
     or the ``seconds`` timer) sets it and so ends the pause of slow requests at once, while
-    a fault that ends because its ``count`` is used up leaves its slow requests slow.
+    a fault that ends because its ``count`` is used up leaves its slow requests slow,
+    until :meth:`release_held` (the ``release`` control action) lets every one go.
     """
 
     def __init__(self) -> None:
@@ -124,6 +125,7 @@ class FaultState:
         self._fault = Fault()
         self._generation = 0
         self._release = threading.Event()
+        self._issued: list[threading.Event] = []
         self.affected = 0
 
     @property
@@ -161,6 +163,8 @@ class FaultState:
             if not fault.matches(kind):
                 return None
             release = self._release
+            self._issued = [e for e in self._issued if not e.is_set()]
+            self._issued.append(release)
             self.affected += 1
             if fault.remaining is not None:
                 if fault.remaining <= 1:
@@ -170,6 +174,13 @@ class FaultState:
                 else:
                     self._fault = replace(fault, remaining=fault.remaining - 1)
             return fault, release
+
+    def release_held(self) -> None:
+        """End the pause of every slow request held so far, whichever fault held it."""
+        with self._lock:
+            for release in self._issued:
+                release.set()
+            self._issued.clear()
 
     def _reset_locked(self) -> None:
         self._release.set()

@@ -652,6 +652,10 @@ class _Handler(BaseHTTPRequestHandler):
             front.recover()
             self._send_json(200, front.status())
             return
+        if action == "release":
+            front.faults.release_held()
+            self._send_json(200, front.status())
+            return
         if action != "fault":
             self._send_json(404, {"error": f"unknown control action {action!r}"})
             return

@@ -15,11 +15,18 @@ intents when the lane is assigned (:class:`~spate.sink._intents.IntentWriter`, B
 The table is a ``ReplacingMergeTree`` keyed by the block's start, read with ``FINAL``;
 intents the committed offsets have passed are deleted lazily, with a ``TTL`` as a
 backstop.
+
+Each intent row carries its owner's epoch (part of the key, so a late intent never
+replaces another owner's). A lane's owner claims it with a *fence* row — the same table,
+``first_offset`` -1 and ``last_offset`` the largest Int64, so that reading and deleting
+intents by offset never see it — before reading the intents, and checks the lane's
+greatest epoch after recording each intent (B125).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from spate.errors import ErrorClass, SinkError
@@ -39,6 +46,7 @@ INTENT_COLUMNS = (
     ("first_index", "UInt32"),
     ("last_offset", "Int64"),
     ("last_index", "UInt32"),
+    ("epoch", "UInt64"),
 )
 _NAMES = [name for name, _ in INTENT_COLUMNS]
 _TYPES = [ctype for _, ctype in INTENT_COLUMNS]
@@ -58,7 +66,7 @@ def state_table_sql(database: str, table: str) -> str:
         f"CREATE TABLE IF NOT EXISTS {qualified(database, table)} ({columns}, "
         "`written_at` DateTime DEFAULT now()) "
         "ENGINE = ReplacingMergeTree "
-        "ORDER BY (pipeline, sink, shard, topic, partition, first_offset, first_index) "
+        "ORDER BY (pipeline, sink, shard, topic, partition, first_offset, first_index, epoch) "
         f"TTL written_at + INTERVAL {STATE_TTL_DAYS} DAY"
     )
 
@@ -76,7 +84,12 @@ def record_intent(
         intent.first[1],
         intent.last[0],
         intent.last[1],
+        intent.epoch,
     ]
+    _insert_row(client, database, table, row)
+
+
+def _insert_row(client: Client, database: str, table: str, row: list[Any]) -> None:
     client.insert(
         table,
         [row],
@@ -106,18 +119,50 @@ def load_intents(
 ) -> list[Intent]:
     where, params = _where(pipeline, sink, lane)
     result = client.query(
-        "SELECT first_offset, first_index, last_offset, last_index "
+        "SELECT first_offset, first_index, last_offset, last_index, epoch "
         f"FROM {qualified(database, table)} FINAL "
         f"WHERE {where} AND shard = %(h)s AND last_offset >= %(since)s "
+        "AND first_offset >= 0 "
         "ORDER BY first_offset, first_index",
         parameters={**params, "h": shard, "since": since},
         # A replicated state table answers with every intent any replica acknowledged.
         settings={"select_sequential_consistency": 1},
     )
     return [
-        Intent(shard, lane, (int(r[0]), int(r[1])), (int(r[2]), int(r[3])))
+        Intent(shard, lane, (int(r[0]), int(r[1])), (int(r[2]), int(r[3])), int(r[4]))
         for r in result.result_rows
     ]
+
+
+_FENCE_LAST = 2**63 - 1
+"""``last_offset`` of a fence row: past every offset, so no deletion by offset takes it."""
+
+
+def lane_epoch(
+    client: Client, database: str, table: str, pipeline: str, sink: str, shard: int, lane: Lane
+) -> int:
+    """The greatest epoch recorded for ``lane`` on this shard (0: none)."""
+    where, params = _where(pipeline, sink, lane)
+    found = client.query(
+        f"SELECT max(epoch) FROM {qualified(database, table)} WHERE {where} AND shard = %(h)s",
+        parameters={**params, "h": shard},
+    ).result_rows
+    return int(found[0][0]) if found and found[0][0] is not None else 0
+
+
+def claim_lane(
+    client: Client, database: str, table: str, pipeline: str, sink: str, shard: int, lane: Lane
+) -> int:
+    """Record a fence row for a new owner of ``lane`` and return its epoch: greater than
+    every epoch recorded for the lane, and than the microseconds since the epoch, so a
+    claim after the ``TTL`` dropped older rows still outranks them."""
+    epoch = max(
+        lane_epoch(client, database, table, pipeline, sink, shard, lane) + 1,
+        time.time_ns() // 1000,
+    )
+    row = [pipeline, sink, shard, lane.stream, lane.partition, -1, 0, _FENCE_LAST, 0, epoch]
+    _insert_row(client, database, table, row)
+    return epoch
 
 
 def forget_intents(

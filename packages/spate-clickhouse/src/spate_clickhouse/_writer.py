@@ -43,7 +43,9 @@ from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
     check_deduplication,
     check_state_table,
+    claim_lane,
     forget_intents,
+    lane_epoch,
     load_intents,
     record_intent,
     state_table_sql,
@@ -423,6 +425,31 @@ class ClickHouseShardWriter:
                 below,
             ),
         )
+
+    def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
+        """Fence the lane for this owner before its intents are read (B125)."""
+        return self._lane_call("claiming a partition", claim_lane, pipeline, sink, lane)
+
+    def owns_lane(self, pipeline: str, sink: str, lane: Lane, epoch: int) -> bool:
+        """Whether no later owner has claimed the lane (after an intent, before its
+        insert; B125)."""
+        what = "checking who owns a partition"
+        return self._lane_call(what, lane_epoch, pipeline, sink, lane) <= epoch
+
+    def _lane_call(
+        self,
+        what: str,
+        call: Callable[[Client, str, str, str, str, int, Lane], int],
+        pipeline: str,
+        sink: str,
+        lane: Lane,
+    ) -> int:
+        connector = self.connector
+        database, table = connector.database, connector.config.state_table
+        found: int = self._intent_call(
+            what, lambda c: call(c, database, table, pipeline, sink, self._shard, lane)
+        )
+        return found
 
     def _intent_call(self, what: str, call: Callable[[Client], _T]) -> _T:
         try:

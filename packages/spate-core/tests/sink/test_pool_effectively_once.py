@@ -41,6 +41,7 @@ class IntentEndpoints(ScriptedEndpoints):
     def __init__(self, clock: ManualClock, intents: list[tuple[str, str, Intent]]) -> None:
         super().__init__(clock)
         self.intents = intents
+        self.epochs: dict[tuple[str, str, Lane, int], int] = {}
         self.tokens: set[str] = set()
         self.kept: list[object] = []
 
@@ -74,6 +75,14 @@ class IntentWriterDouble(ScriptedWriter):
             for p, s, i in self.ends.intents
             if (p, s, i.lane, i.shard) == (pipeline, sink, lane, self.shard) and i.last[0] >= since
         )
+
+    def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
+        key = (pipeline, sink, lane, self.shard)
+        epoch = self.ends.epochs[key] = self.ends.epochs.get(key, 0) + 1
+        return epoch
+
+    def owns_lane(self, pipeline: str, sink: str, lane: Lane, epoch: int) -> bool:
+        return self.ends.epochs.get((pipeline, sink, lane, self.shard), 0) <= epoch
 
     def forget_intents(self, pipeline: str, sink: str, lane: Lane, below: int) -> None:
         self.ends.intents[:] = [
@@ -174,7 +183,7 @@ def test_b89_a_crash_between_intent_and_insert_writes_the_block_once() -> None:
     for offset in range(2):
         offer_record(pool, position, offset, 1, status)
     pool.pump()  # intent recorded, the insert failed: crash here
-    assert [i for _, _, i in intents] == [Intent(0, LANE, (0, 0), (1, 0))]
+    assert [i for _, _, i in intents] == [Intent(0, LANE, (0, 0), (1, 0), 1)]
     assert ends.kept == []
     pool2, ends2, position2 = eo_pool(intents, max_rows=100)
     for offset in range(3):

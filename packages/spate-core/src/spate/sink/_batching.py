@@ -34,6 +34,7 @@ class PoolBatch:
         "attempts",
         "buffer",
         "done",
+        "fenced",
         "first",
         "generation",
         "intent",
@@ -78,6 +79,7 @@ class PoolBatch:
         self.limit: Position | None = None
         self.intent: Intent | None = None
         self.intent_recorded = False
+        self.fenced = False  # its owner checked, after the intent, that it owns the lane
         self.generation = 0
 
     def hold(self, ack: AckToken) -> None:

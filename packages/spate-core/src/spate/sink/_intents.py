@@ -14,6 +14,14 @@ ClickHouse drops it when the first insert had landed (docs/adr/0006).
 :class:`RecordPosition` is the cell the chain sets to the offset of the record it is
 processing; the pool reads it in ``offer``. :class:`IntentWriter` is what a connector's
 shard writer implements to keep intents (the ClickHouse connector: a state table).
+
+Ownership (B125): a lane's owner *claims* it on each shard before reading its intents,
+which gives it an epoch greater than any before; every intent carries its owner's epoch,
+and after recording an intent and before inserting the block the owner checks that no
+later epoch has claimed the lane. A revoked or frozen owner whose intent lands after the
+next owner read the intents therefore sees the newer claim and never inserts the block;
+such a late intent is void, and :func:`live_intents` drops every intent a newer epoch's
+intent overlaps (docs/adr/0006).
 """
 
 from __future__ import annotations
@@ -39,12 +47,14 @@ class RecordPosition:
 
 
 class Intent(NamedTuple):
-    """One block of one (sink, shard, lane): rows from ``first`` to ``last`` inclusive."""
+    """One block of one (sink, shard, lane): rows from ``first`` to ``last`` inclusive,
+    recorded by the owner that claimed the lane with ``epoch``."""
 
     shard: int
     lane: Lane
     first: Position
     last: Position
+    epoch: int = 0
 
     def token(self, pipeline: str, sink: str) -> str:
         """The block's ``insert_deduplication_token``: a function of its positions only."""
@@ -72,3 +82,31 @@ class IntentWriter(Protocol):
         """Delete the intents of ``lane`` whose last offset is below ``below`` (committed:
         never replayed again). Best effort; may raise. Blocks."""
         ...
+
+    def claim_lane(self, pipeline: str, sink: str, lane: Lane) -> int:
+        """Durably record, on this shard, a new owner of ``lane`` and return its epoch,
+        greater than every epoch recorded for the lane before (B125). Called before
+        :meth:`load_intents`; raises ``SinkError``. Blocks."""
+        ...
+
+    def owns_lane(self, pipeline: str, sink: str, lane: Lane, epoch: int) -> bool:
+        """Whether no owner has claimed ``lane`` on this shard after ``epoch`` (B125).
+        Called after an intent is recorded and before its block is inserted; raises
+        ``SinkError``. Blocks."""
+        ...
+
+
+def live_intents(intents: list[Intent]) -> list[Intent]:
+    """``intents`` without those a newer epoch's intent overlaps, in position order.
+
+    An owner claims a lane before reading its intents and cuts its own blocks around
+    every intent it read, so an older intent its blocks overlap is one it did not see:
+    recorded after the claim, by an owner that then found itself fenced and never
+    inserted it (B125). Replaying it would write rows the newer blocks hold.
+    """
+    kept = [
+        i
+        for i in intents
+        if not any(k.epoch > i.epoch and k.first <= i.last and i.first <= k.last for k in intents)
+    ]
+    return sorted(kept, key=lambda i: (i.first, i.last))

@@ -60,7 +60,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
-from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition
+from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
@@ -86,11 +86,13 @@ _FORGET_EVERY = 256
 
 class _LaneBlocks:
     """Effectively-once state of one (shard, lane): its open block, the position of its
-    last row and the recorded blocks still ahead of it (under the pool lock)."""
+    last row, the recorded blocks still ahead of it and the epoch this pool claimed the
+    lane with on the shard (under the pool lock)."""
 
-    __slots__ = ("last", "open", "plans")
+    __slots__ = ("epoch", "last", "open", "plans")
 
-    def __init__(self, plans: list[Intent]) -> None:
+    def __init__(self, plans: list[Intent], epoch: int) -> None:
+        self.epoch = epoch
         self.open: PoolBatch | None = None
         self.last: Position | None = None
         self.plans: deque[Intent] = deque(plans)
@@ -790,6 +792,7 @@ class SinkPool:
             batch.plan_last = intent.last
             batch.intent = intent
             batch.intent_recorded = True  # it is in the state table already
+            batch.fenced = True  # any later owner rebuilds it under the same token
             # A replay that starts inside a block keeps its token: the rows before the
             # committed offset are not offered again, and the first insert holds them all.
             batch.first = intent.first
@@ -820,7 +823,7 @@ class SinkPool:
         lane = batch.lane
         assert lane is not None
         if batch.intent is None:
-            batch.intent = Intent(shard.index, lane, batch.first, batch.last)
+            batch.intent = Intent(shard.index, lane, batch.first, batch.last, state.epoch)
         batch.token = batch.intent.token(self._pipeline, self.name)
         batch.seq = shard.next_seq
         shard.next_seq += 1
@@ -866,7 +869,10 @@ class SinkPool:
             if not isinstance(writer, IntentWriter):
                 raise SinkError(f"sink {self.name}: no intent writer", ErrorClass.FATAL)
             try:
-                plans = writer.load_intents(self._pipeline, self.name, lane, since)
+                # Claim first, then read: an intent recorded after the claim is one its
+                # owner will find fenced and never insert (B125).
+                epoch = writer.claim_lane(self._pipeline, self.name, lane)
+                plans = live_intents(writer.load_intents(self._pipeline, self.name, lane, since))
             except Exception as exc:
                 self._load_retry[lane] = now + _LOAD_RETRY
                 reason = exc.reason if isinstance(exc, SinkError) else repr(exc)
@@ -879,7 +885,7 @@ class SinkPool:
                 )
                 return None
             self._forget(writer, lane, since)
-            states.append(_LaneBlocks(plans))
+            states.append(_LaneBlocks(plans, epoch))
         self._load_retry.pop(lane, None)
         with self._cond:
             self._lanes[lane] = states
@@ -910,9 +916,10 @@ class SinkPool:
                 self._committed.pop(lane, None)
                 self._load_retry.pop(lane, None)
             for shard in self._shards:
-                # Blocks still waiting whose intent is not recorded: the next owner cuts
-                # those rows afresh, so they must never be recorded or inserted here.
-                stale = [b for b in shard.queue if b.lane in lanes and not b.intent_recorded]
+                # Blocks still waiting that were not cleared for their insert: the next
+                # owner cuts those rows afresh or rebuilds them, so they must never be
+                # recorded or inserted here (B125).
+                stale = [b for b in shard.queue if b.lane in lanes and not b.fenced]
                 for batch in stale:
                     shard.queue.remove(batch)
                     if not batch.done:
@@ -949,6 +956,38 @@ class SinkPool:
                 committed = dict(self._committed)
             for lane, offset in committed.items():
                 self._forget(writer, lane, offset)
+
+    def _fence(self, shard: Shard, writer: object, batch: PoolBatch, intent: Intent) -> None:
+        """Record ``batch``'s intent, then make sure the lane is still this pool's before
+        its insert (worker thread, lock NOT held; raises ``SinkError``).
+
+        The intent may land long after it was sent (a slow request, a frozen process).
+        If the lane was revoked meanwhile, or another member has claimed it (a frozen
+        member's session expired), that owner may have read the intents without this one
+        and cut the rows its own way: the block must not be inserted (B125). Once the
+        check passes, any later owner reads the intent and rebuilds the block under the
+        same token, so the insert may land at any time after.
+        """
+        assert isinstance(writer, IntentWriter)
+        lane = intent.lane
+        if not batch.intent_recorded:
+            if batch.generation != self._generation.get(lane, 0):
+                raise SinkError("its partition was revoked before its intent", ErrorClass.FATAL)
+            self._record_intent(shard, writer, intent)
+            batch.intent_recorded = True
+        if batch.generation != self._generation.get(lane, 0):
+            raise SinkError(
+                f"{lane} was revoked while the block's intent was recorded; the next owner "
+                "writes its rows",
+                ErrorClass.FATAL,
+            )
+        if not writer.owns_lane(self._pipeline, self.name, lane, intent.epoch):
+            raise SinkError(
+                f"{lane} was claimed by another member (this member's session expired or "
+                "it was revoked); that owner writes its rows",
+                ErrorClass.FATAL,
+            )
+        batch.fenced = True
 
     def _forget(self, writer: IntentWriter, lane: Lane, below: int) -> None:
         try:
@@ -1153,12 +1192,9 @@ class SinkPool:
         started = self._clock.monotonic()
         try:
             intent = batch.intent
-            if intent is not None and not batch.intent_recorded:
-                if batch.generation != self._generation.get(intent.lane, 0):
-                    raise SinkError("its partition was revoked before its intent", ErrorClass.FATAL)
+            if intent is not None and not batch.fenced:
                 # Only this worker touches a batch it is writing (it is in shard.writing).
-                self._record_intent(shard, writer, intent)
-                batch.intent_recorded = True
+                self._fence(shard, writer, batch, intent)
             writer.write(attempt)
         except SinkError as exc:
             error = exc
