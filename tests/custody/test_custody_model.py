@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -363,9 +362,16 @@ def kill(process: Process) -> None:
     """``kill -9``: nothing of the process runs any more; nothing is drained or closed.
 
     The spool's writer thread is stopped (what it had not written is lost, as in a kill);
-    the sinks write only when called (``io_threads=0``), so they simply stop."""
+    the sinks write only when called (``io_threads=0``), so they simply stop. The kernel
+    closes the dead process's open segment and the spool directory's lock (B114)."""
     for spool in process.spools:
         spool._stop_writer()
+        store = spool._store
+        assert isinstance(store, JsonlStore)
+        for fd in (store._file, store._owner):
+            if fd is not None:
+                os.close(fd)
+        store._file = store._owner = None
 
 
 # -- the machine ------------------------------------------------------------------------
@@ -763,9 +769,6 @@ class CustodyMachine(RuleBasedStateMachine):
             )
 
 
-@pytest.mark.xfail(
-    strict=False, reason="custody defects 1, 2, 6 of the custody issue; fixed on merge"
-)
 def test_custody_model_holds_where_features_meet() -> None:
     """B1, B2, B28, B58, B71, B89: custody across stacked tiers, tee, effectively-once,
     policies, budget, revocations and kill -9, checked after every step."""
