@@ -51,7 +51,7 @@ from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
 from spate.pipeline._status import StatusLine
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import Sink
+from spate.sink._contract import ReplayingSink, Sink
 from spate.source._contract import Source
 
 logger = logging.getLogger(__name__)
@@ -119,11 +119,9 @@ class PipelineRuntime:
             fetch_lag if callable(fetch_lag) else None
         )
         # Effectively-once sinks name the lanes whose replayed blocks wait for rows (B121).
-        self._replaying: list[Callable[[], frozenset[Lane]]] = []
-        for sink in self._sinks.values():
-            replaying = getattr(sink, "replaying_lanes", None)
-            if callable(replaying):
-                self._replaying.append(replaying)
+        self._replaying: list[Callable[[], frozenset[Lane]]] = [
+            sink.replaying_lanes for sink in self._sinks.values() if isinstance(sink, ReplayingSink)
+        ]
         # Per owned lane: when it last returned a batch, was assigned or was resumed (B32).
         self._fetched_at: dict[Lane, float] = {}
         self._real_time = isinstance(clock, SystemClock)

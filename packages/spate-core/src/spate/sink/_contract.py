@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.records import Lane
@@ -103,6 +103,7 @@ class LaneFlushingSink(Sink, Protocol):
         ...
 
 
+@runtime_checkable
 class ReplayingSink(Sink, Protocol):
     """A sink that rebuilds recorded blocks on a replay (effectively once, B89, B121).
 

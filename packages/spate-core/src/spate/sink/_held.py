@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.errors import FatalError, SinkError
@@ -112,6 +112,7 @@ class HeldErrors:
         return self._again(pending.row, pending.origin, pending.ack)
 
 
+@runtime_checkable
 class HoldingSink(Sink, Protocol):
     """A sink that accepts rows before the sink after it has encoded them (B111)."""
 
@@ -123,10 +124,9 @@ class HoldingSink(Sink, Protocol):
 
 def bind_held_errors(sink: Sink, errors: HeldErrors) -> bool:
     """Bind ``sink`` to ``errors`` when it holds rows (:class:`HoldingSink`)."""
-    bind = getattr(sink, "bind_held_errors", None)
-    if bind is None:
+    if not isinstance(sink, HoldingSink):
         return False
-    bind(errors)
+    sink.bind_held_errors(errors)
     return True
 
 
