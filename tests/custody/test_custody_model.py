@@ -88,6 +88,7 @@ from spate.testing import CaptureScript, capture_sink, memory_source
 from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
 from spate_json import SingleJsonDeserializer
 
+from tests.support.crash import died
 from tests.support.scale import current_scale, scaled
 
 STREAM = "custody"
@@ -366,12 +367,7 @@ def kill(process: Process) -> None:
     closes the dead process's open segment and the spool directory's lock (B114)."""
     for spool in process.spools:
         spool._stop_writer()
-        store = spool._store
-        assert isinstance(store, JsonlStore)
-        for fd in (store._file, store._owner):
-            if fd is not None:
-                os.close(fd)
-        store._file = store._owner = None
+        died(spool)
 
 
 # -- the machine ------------------------------------------------------------------------

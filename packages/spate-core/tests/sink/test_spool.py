@@ -44,6 +44,8 @@ from spate.testing import (
 )
 from spate.testing.conformance import ConformanceFailure, StoreConformance
 
+from tests.support.crash import died
+
 LANE = Lane("t", 0)
 
 
@@ -88,17 +90,6 @@ def offer_batch(spool: SpoolTier, acks: Acks, rows: list[object]) -> AckToken:
 
 def files(directory: Path) -> list[str]:
     return sorted(os.listdir(directory))
-
-
-def died(spool: SpoolTier) -> None:
-    """The process holding ``spool`` died (``kill -9``): the kernel closes its open
-    segment and the directory's lock (B114); nothing is flushed, cut or deleted."""
-    store = spool._store
-    assert isinstance(store, JsonlStore)
-    for fd in (store._file, store._owner):
-        if fd is not None:
-            os.close(fd)
-    store._file = store._owner = None
 
 
 def recovered(directory: Path) -> list[StoredBatch]:
