@@ -46,7 +46,12 @@ from collections.abc import Callable
 from typing import Any
 
 from spate_clickhouse._coerce import (
+    DATE32_RANGE,
+    DATE_RANGE,
     DATETIME64_SECONDS,
+    DATETIME_RANGE,
+    EPOCH,
+    F32_MAX,
     INT_RANGES,
     BadValue,
     coercer_for,
@@ -63,11 +68,6 @@ _INT_TYPES = {
     "UInt32": "uint32",
     "UInt64": "uint64",
 }
-_F32_MAX = 3.4028234663852886e38
-_DATE_RANGE = (0, 65_535)
-_DATE32_RANGE = (dt.date(1900, 1, 1).toordinal() - dt.date(1970, 1, 1).toordinal(), 120_529)
-_DATETIME_MAX = 2**32 - 1
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _INT_TEXT = r"^-?[0-9]{1,18}$"
 _FLOAT_TEXT = r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,3})?$"
 _DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
@@ -285,7 +285,7 @@ def _value(array: Any, u: ChType, target: Any) -> Converted:
     if name == "FixedString":
         return _fixed(array, next(a for a in u.args if isinstance(a, int)), target)
     if name in ("Date", "Date32"):
-        return _dates(array, _DATE_RANGE if name == "Date" else _DATE32_RANGE, target)
+        return _dates(array, DATE_RANGE if name == "Date" else DATE32_RANGE, target)
     if name == "DateTime":
         return _times(array, 0, target, seconds=True)
     if name == "DateTime64":
@@ -369,7 +369,7 @@ def _floats(array: Any, single: bool, target: Any) -> Converted:
     else:
         return _everything(array, target)
     if single:
-        big = _clean(pc.and_(pc.is_finite(doubles), pc.greater(pc.abs(doubles), _F32_MAX)))
+        big = _clean(pc.and_(pc.is_finite(doubles), pc.greater(pc.abs(doubles), F32_MAX)))
         flagged = _or(flagged, big)
     return _blank(doubles, flagged).cast(target, safe=False), flagged
 
@@ -534,7 +534,7 @@ def _times(array: Any, precision: int, target: Any, *, seconds: bool) -> Convert
         else:
             ticks = _floor_div(micros, 10 ** (6 - precision))
     if seconds:
-        lo, hi = 0, _DATETIME_MAX
+        lo, hi = DATETIME_RANGE
     else:
         per_second = 10**precision
         lo = max(DATETIME64_SECONDS[0] * per_second, -(2**63))
@@ -813,5 +813,5 @@ def _decimal(value: object) -> object:
 def _micros_of(moment: dt.datetime) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    delta = moment - _EPOCH
+    delta = moment - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

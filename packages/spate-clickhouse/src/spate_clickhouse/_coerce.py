@@ -53,11 +53,11 @@ from spate_clickhouse._types import ChType, EnumItem
 Coercer = Callable[[object], object]
 
 _UTC = dt.UTC
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH_ORDINAL = _EPOCH_DATE.toordinal()
-_F32_MAX = 3.4028234663852886e38
+F32_MAX = 3.4028234663852886e38
 
 INT_RANGES: dict[str, tuple[int, int]] = {
     "Int8": (-(2**7), 2**7 - 1),
@@ -73,12 +73,12 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "UInt128": (0, 2**128 - 1),
     "UInt256": (0, 2**256 - 1),
 }
-_DATE_RANGE = (0, 65_535)  # 1970-01-01 .. 2149-06-06
-_DATE32_RANGE = (dt.date(1900, 1, 1).toordinal() - _EPOCH_ORDINAL, 120_529)  # .. 2299-12-31
-_DATETIME_RANGE = (0, 2**32 - 1)
+DATE_RANGE = (0, 65_535)  # 1970-01-01 .. 2149-06-06
+DATE32_RANGE = (dt.date(1900, 1, 1).toordinal() - _EPOCH_ORDINAL, 120_529)  # .. 2299-12-31
+DATETIME_RANGE = (0, 2**32 - 1)
 DATETIME64_SECONDS = (
-    int((dt.datetime(1900, 1, 1, tzinfo=_UTC) - _EPOCH).total_seconds()),
-    int((dt.datetime(2300, 1, 1, tzinfo=_UTC) - _EPOCH).total_seconds()),
+    int((dt.datetime(1900, 1, 1, tzinfo=_UTC) - EPOCH).total_seconds()),
+    int((dt.datetime(2300, 1, 1, tzinfo=_UTC) - EPOCH).total_seconds()),
 )
 
 
@@ -132,7 +132,7 @@ def _int_coercer(lo: int, hi: int, label: str) -> Coercer:
 
 
 def _float_coercer(label: str) -> Coercer:
-    limit = _F32_MAX if label == "Float32" else math.inf
+    limit = F32_MAX if label == "Float32" else math.inf
 
     def coerce(value: object) -> object:
         if value.__class__ is float:
@@ -272,7 +272,7 @@ def _date_coercer(label: str, bounds: tuple[int, int]) -> Coercer:
 
 def date_bounds(name: str) -> tuple[dt.date, dt.date]:
     """First and last date of a ``Date`` or ``Date32`` column."""
-    lo, hi = _DATE_RANGE if name == "Date" else _DATE32_RANGE
+    lo, hi = DATE_RANGE if name == "Date" else DATE32_RANGE
     return dt.date.fromordinal(lo + _EPOCH_ORDINAL), dt.date.fromordinal(hi + _EPOCH_ORDINAL)
 
 
@@ -290,17 +290,17 @@ def _as_datetime(value: object, label: str) -> dt.datetime:
 
 
 def _micros_since_epoch(moment: dt.datetime) -> int:
-    delta = moment - _EPOCH if moment.tzinfo is not None else moment - _EPOCH_NAIVE
+    delta = moment - EPOCH if moment.tzinfo is not None else moment - _EPOCH_NAIVE
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def datetime_bounds(name: str, precision: int = 0) -> tuple[dt.datetime, dt.datetime]:
     """First and last instant (UTC) of a ``DateTime`` or ``DateTime64`` column."""
     if name == "DateTime":
-        lo, hi = _DATETIME_RANGE
-        return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi)
+        lo, hi = DATETIME_RANGE
+        return EPOCH + dt.timedelta(seconds=lo), EPOCH + dt.timedelta(seconds=hi)
     lo, hi = DATETIME64_SECONDS
-    return _EPOCH + dt.timedelta(seconds=lo), _EPOCH + dt.timedelta(seconds=hi, microseconds=-1)
+    return EPOCH + dt.timedelta(seconds=lo), EPOCH + dt.timedelta(seconds=hi, microseconds=-1)
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:
@@ -309,7 +309,7 @@ def _aware(moment: dt.datetime) -> dt.datetime:
 
 
 def _datetime_coercer(label: str) -> Coercer:
-    lo, hi = _DATETIME_RANGE
+    lo, hi = DATETIME_RANGE
 
     def coerce(value: object) -> object:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -323,7 +323,7 @@ def _datetime_coercer(label: str) -> Coercer:
             seconds = _micros_since_epoch(moment) // 1_000_000
         if not lo <= seconds <= hi:
             raise BadValue(f"{_describe(value)} is out of range for {label}")
-        return moment if moment is not None else _EPOCH + dt.timedelta(seconds=seconds)
+        return moment if moment is not None else EPOCH + dt.timedelta(seconds=seconds)
 
     return coerce
 
@@ -351,7 +351,7 @@ def _datetime64_coercer(precision: int, label: str) -> Coercer:
             return ticks
         if moment is not None:
             return moment
-        return _EPOCH + dt.timedelta(microseconds=ticks * 10 ** (6 - precision))
+        return EPOCH + dt.timedelta(microseconds=ticks * 10 ** (6 - precision))
 
     return coerce
 
@@ -488,9 +488,9 @@ def _value_coercer(t: ChType, binary_seen: list[bool] | None) -> Coercer:
         (width,) = (a for a in t.args if isinstance(a, int))
         return _fixed_string_coercer(width)
     if name == "Date":
-        return _date_coercer(label, _DATE_RANGE)
+        return _date_coercer(label, DATE_RANGE)
     if name == "Date32":
-        return _date_coercer(label, _DATE32_RANGE)
+        return _date_coercer(label, DATE32_RANGE)
     if name == "DateTime":
         return _datetime_coercer(label)
     if name == "DateTime64":
