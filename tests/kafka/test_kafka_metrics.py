@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from spate import Pipeline
 from spate.config import load_config
+from spate.metrics import names
+from spate.metrics._meter import Meter
 
 from tests.support.services import create_topic, produce_keyed, unique_name
 
@@ -119,3 +121,54 @@ def test_a_bounded_kafka_source_says_how_many_records_remain(kafka_bootstrap: st
         )
     )
     assert unbounded.remaining() is None
+
+
+def _lag_sums(meter: Meter) -> tuple[float, float]:
+    position = meter.totals(names.SOURCE_LAG, "lane").values()
+    committed = meter.totals(names.SOURCE_COMMITTED_LAG, "lane").values()
+    return sum(position), sum(committed)
+
+
+def test_b23_position_lag_and_committed_lag_on_the_real_broker(kafka_bootstrap: str) -> None:
+    """Reading ahead of the commit: the position lag falls to 0 as records are taken while
+    the committed lag still counts them (what a crash would replay), until the commit."""
+    from spate.config import decode
+    from spate.records import Lane
+    from spate_kafka import KafkaSource, KafkaSourceConfig
+
+    topic = unique_name("lag")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    produce_keyed(kafka_bootstrap, topic, 300)
+    meter = Meter(unique_name("lag"))
+    config = decode(
+        KafkaSourceConfig,
+        {
+            "brokers": kafka_bootstrap,
+            "topic": topic,
+            "group_id": unique_name("g"),
+            "statistics_interval": "100ms",
+        },
+        "source.kafka",
+    )
+    source = KafkaSource(config, meter=meter)
+    source.start(_Events())
+    try:
+        taken: dict[Lane, int] = {}
+        received = 0
+        deadline = time.monotonic() + 60
+        while received < 300 and time.monotonic() < deadline:
+            for batch in source.poll(0.2):
+                received += len(batch.payloads)
+                taken[batch.lane] = batch.last_offset + 1
+        assert received == 300
+        deadline = time.monotonic() + 30
+        while _lag_sums(meter) != (0, 300) and time.monotonic() < deadline:
+            source.poll(0.1)
+        assert _lag_sums(meter) == (0, 300)
+        source.commit(taken, sync=True)
+        deadline = time.monotonic() + 30
+        while _lag_sums(meter) != (0, 0) and time.monotonic() < deadline:
+            source.poll(0.1)
+        assert _lag_sums(meter) == (0, 0)
+    finally:
+        source.close()

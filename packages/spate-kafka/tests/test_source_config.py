@@ -23,13 +23,13 @@ def test_defaults_apply() -> None:
     assert cfg.commit_interval == 5.0
     assert cfg.startup_timeout == 30.0
     assert cfg.assignment_timeout is None
-    assert cfg.statistics_interval == 5.0
+    assert cfg.statistics_interval == 1.0
     assert cfg.stop_at == "never"
     settings = cfg.consumer_settings()
     assert settings["enable.auto.commit"] is False
     assert settings["enable.auto.offset.store"] is False
     assert settings["fetch.queue.backoff.ms"] == CONSUMER_DEFAULTS["fetch.queue.backoff.ms"]
-    assert settings["statistics.interval.ms"] == 5000
+    assert settings["statistics.interval.ms"] == 1000
 
 
 @pytest.mark.parametrize("missing", ["brokers", "topic", "group_id"])
@@ -161,3 +161,23 @@ def test_b44_spate_validate_names_a_mistyped_passthrough_key(tmp_path: Path) -> 
     assert result.stderr.startswith(f"{config}:7:7: source.kafka.rdkafka.sesion.timeout.ms: ")
     assert "No such configuration property" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_b43_while_unassigned_the_source_names_its_group_and_the_session_wait() -> None:
+    """The status line's "waiting for ..." names the group and how long a dead member can
+    hold the partitions (its session timeout), from the configuration in effect."""
+    from spate_kafka import KafkaSource
+
+    cfg = decode(
+        KafkaSourceConfig,
+        {
+            "brokers": "127.0.0.1:1",
+            "topic": "orders",
+            "group_id": "loader",
+            "rdkafka": {"session.timeout.ms": "12000"},
+        },
+        "source.kafka",
+    )
+    wait = KafkaSource(cfg).assignment_wait()
+    assert wait is not None
+    assert "'loader'" in wait and "orders" in wait and "session.timeout.ms, 12s" in wait

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -120,20 +121,36 @@ _COMMIT_FAILURE_LOG_INTERVAL = 10.0
 _REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
 
 
-def _partition_lag(info: Mapping[str, Any]) -> int | None:
-    """Records behind the end of a partition from librdkafka's statistics.
+def _offset(info: Mapping[str, Any], field: str) -> int | None:
+    value = info.get(field, -1)
+    return value if isinstance(value, int) and value >= 0 else None
 
-    Lag is measured against the committed offset when there is one; before the first
-    commit, against the consumed position (so a fresh group still reports its backlog).
+
+def _partition_lags(info: Mapping[str, Any], from_start: bool) -> tuple[int, int] | None:
+    """``(position lag, committed lag)`` of a partition from librdkafka's statistics.
+
+    Both count records up to the partition's end: the last stable offset when librdkafka
+    reports one (``read_committed``), else the high watermark. The position lag counts
+    from the consumer's position — the next record the pipeline takes — and says how far
+    behind the pipeline reads; the committed lag counts from the group's committed offset
+    and says how much a crash now would replay. Before the first record is taken the
+    position is where the consumer resumes: the committed offset, or without one the
+    start (``auto.offset.reset: earliest``, the low watermark) or the end of the partition.
+    None while librdkafka knows no end yet.
     """
-    lag = info.get("consumer_lag", -1)
-    if isinstance(lag, int) and lag >= 0:
-        return lag
-    high = info.get("hi_offset", -1)
-    position = info.get("app_offset", -1)
-    if isinstance(high, int) and isinstance(position, int) and high >= 0 and position >= 0:
-        return max(0, high - position)
-    return None
+    end = _offset(info, "ls_offset")
+    if end is None:
+        end = _offset(info, "hi_offset")
+    if end is None:
+        return None
+    committed = _offset(info, "committed_offset")
+    if committed is None:
+        low = _offset(info, "lo_offset")
+        committed = (low if low is not None else 0) if from_start else end
+    position = _offset(info, "app_offset")
+    if position is None:
+        position = committed
+    return max(0, end - position), max(0, end - committed)
 
 
 def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
@@ -187,7 +204,7 @@ class KafkaSource:
         self._drained = False
         self._last_assignment_change = time.monotonic()
         self._lag_lock = threading.Lock()
-        self._lag: dict[int, GaugeSeries] = {}
+        self._lag: dict[int, tuple[GaugeSeries, GaugeSeries]] = {}
         self._unfetched: dict[int, int] = {}
         self._empty_since: float | None = None
         self._revoked_in_call: set[int] = set()
@@ -195,6 +212,11 @@ class KafkaSource:
         self._client_error = ""
         """The last connection error librdkafka reported (the cause of a failed start)."""
         self._subscribed = False
+        self._from_start = str(config.consumer_settings().get("auto.offset.reset", "")).lower() in (
+            "earliest",
+            "smallest",
+            "beginning",
+        )
         # Asynchronous commits sent and not yet answered: partition -> offset (B35), and
         # those of partitions revoked since (their failures are reported, not re-sent).
         self._inflight_commit: dict[int, int] = {}
@@ -692,6 +714,8 @@ class KafkaSource:
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
+        for p in parts:  # unknown until librdkafka's next statistics (B23)
+            self._set_lag(p, math.nan)
         bounded = self._end_offsets is not None and not self._closing
         if bounded:
             self._done.difference_update(parts)
@@ -808,14 +832,26 @@ class KafkaSource:
                 continue
             if partition < 0 or partition not in self._assigned:
                 continue
-            lag = _partition_lag(info)
-            if lag is not None:
-                self._set_lag(partition, lag)
+            lags = _partition_lags(info, self._from_start)
+            if lags is not None:
+                self._set_lag(partition, *lags)
             end = self._end_offsets.get(partition) if self._end_offsets is not None else None
             unfetched = _fetch_lag(info, end)
             if unfetched is not None:
                 with self._lag_lock:
                     self._unfetched[partition] = unfetched
+
+    def assignment_wait(self) -> str | None:
+        """What the consumer waits for while it owns no partition (B43)."""
+        if self._assigned or self._drained:
+            return None
+        session = str(self._config.consumer_settings().get("session.timeout.ms"))
+        seconds = f"{int(session) / 1000:g}s" if session.isdigit() else "its session timeout"
+        return (
+            f"consumer group {self._config.group_id!r} to assign partitions of {self._topic} "
+            f"(a member that died without leaving holds its partitions until its session "
+            f"times out: session.timeout.ms, {seconds} after it died)"
+        )
 
     def fetch_lag(self) -> dict[Lane, int]:
         """Records waiting per owned partition spate is not pausing (any thread, B32)."""
@@ -833,21 +869,24 @@ class KafkaSource:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _set_lag(self, partition: int, value: int) -> None:
+    def _set_lag(self, partition: int, value: float, committed: float | None = None) -> None:
+        """Set a partition's position lag and committed lag (``committed`` defaults to
+        ``value``); NaN says "not measured yet" (B23)."""
         meter = self._meter
         if meter is None:
             return
         with self._lag_lock:
-            gauge = self._lag.get(partition)
-            if gauge is None:
-                gauge = meter.gauge(
-                    metric_names.SOURCE_LAG,
-                    component=self._component,
-                    component_type="kafka",
-                    lane=str(Lane(self._topic, partition)),
+            gauges = self._lag.get(partition)
+            if gauges is None:
+                lane = str(Lane(self._topic, partition))
+                labels = {"component": self._component, "component_type": "kafka", "lane": lane}
+                gauges = (
+                    meter.gauge(metric_names.SOURCE_LAG, **labels),
+                    meter.gauge(metric_names.SOURCE_COMMITTED_LAG, **labels),
                 )
-                self._lag[partition] = gauge
-        gauge.set(value)
+                self._lag[partition] = gauges
+        gauges[0].set(value)
+        gauges[1].set(value if committed is None else committed)
 
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:

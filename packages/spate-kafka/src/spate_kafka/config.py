@@ -51,8 +51,8 @@ class KafkaSourceConfig:
     """Brokers must answer within this time at start, or the pipeline fails naming them."""
     assignment_timeout: Duration | None = None
     """Fail when no partition has been assigned for this long (off by default)."""
-    statistics_interval: Duration = 5.0
-    """librdkafka statistics cadence, which feeds the per-partition lag gauge; 0 disables."""
+    statistics_interval: Duration = 1.0
+    """librdkafka statistics cadence, which feeds the per-partition lag gauges; 0 disables."""
     stop_at: Literal["never", "end"] = "never"
     """``end``: bounded mode — stop at the end offsets seen at start, drain, exit 0."""
     consume_batch: int = 5000

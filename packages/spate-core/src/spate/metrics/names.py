@@ -43,7 +43,16 @@ SOURCE_RECORDS = _c("spate_source_records_total", "Records polled from the sourc
 SOURCE_BYTES = _c("spate_source_bytes_total", "Payload bytes polled from the source.", "lane")
 SOURCE_POLL_SECONDS = _h("spate_source_poll_duration_seconds", "Time spent in one source poll.")
 SOURCE_LAG = _g(
-    "spate_source_lag_records", "Records behind the end of the lane; 0 when not owned.", "lane"
+    "spate_source_lag_records",
+    "Records between the consumer's position and the end of the lane; NaN until measured, "
+    "0 when not owned.",
+    "lane",
+)
+SOURCE_COMMITTED_LAG = _g(
+    "spate_source_committed_lag_records",
+    "Records between the committed position and the end of the lane (what a crash would "
+    "replay); NaN until measured, 0 when not owned.",
+    "lane",
 )
 SOURCE_DROPPED = _c(
     "spate_source_dropped_total",

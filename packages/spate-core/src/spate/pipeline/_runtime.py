@@ -52,7 +52,7 @@ from spate.pipeline._signals import ShutdownHandle
 from spate.pipeline._status import StatusLine
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import ReplayingSink, Sink
-from spate.source._contract import Source
+from spate.source._contract import AssignmentWaitSource, FetchLagSource, Source
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +114,12 @@ class PipelineRuntime:
         self._poll_timeout = poll_timeout
         self._lane_stall_after = lane_stall_after
         # Sources that implement FetchLagSource report how far behind each lane is.
-        fetch_lag = getattr(source, "fetch_lag", None)
         self._fetch_lag: Callable[[], Mapping[Lane, int]] | None = (
-            fetch_lag if callable(fetch_lag) else None
+            source.fetch_lag if isinstance(source, FetchLagSource) else None
+        )
+        # ... and AssignmentWaitSource what they wait for while no lane is assigned.
+        self._assignment_wait: Callable[[], str | None] | None = (
+            source.assignment_wait if isinstance(source, AssignmentWaitSource) else None
         )
         # Effectively-once sinks name the lanes whose replayed blocks wait for rows (B121).
         self._replaying: list[Callable[[], frozenset[Lane]]] = [
@@ -550,6 +553,7 @@ class PipelineRuntime:
                 records_out=self.tracker.record_counts()[0],
                 paused=len(self._paused),
                 lanes=len(snapshot),
+                waiting=self._assignment_wait,
             )
 
     @property

@@ -1,6 +1,7 @@
 """Source contract and source-side helpers."""
 
 from spate.source._contract import (
+    AssignmentWaitSource,
     BoundedSource,
     DurableCommitSource,
     FetchLagSource,
@@ -11,6 +12,7 @@ from spate.source._contract import (
 )
 
 __all__ = [
+    "AssignmentWaitSource",
     "BoundedSource",
     "DurableCommitSource",
     "FetchLagSource",

@@ -135,6 +135,7 @@ class ProgressSource(Protocol):
         ...
 
 
+@runtime_checkable
 class FetchLagSource(Protocol):
     """Optional part of a source: how far behind each lane it fetches is (B32)."""
 
@@ -145,6 +146,18 @@ class FetchLagSource(Protocol):
         left out. Measured values, possibly a few seconds old; may be called from any
         thread and never blocks on the pipeline thread.
         """
+        ...
+
+
+@runtime_checkable
+class AssignmentWaitSource(Protocol):
+    """Optional part of a source: what it waits for while it owns no lane (B43)."""
+
+    def assignment_wait(self) -> str | None:
+        """One phrase naming what the source waits for before lanes are assigned, and for
+        how long at most (a Kafka consumer joining its group; a member that died without
+        leaving holds its partitions until its session times out), or None when it waits
+        for nothing in particular. Pipeline thread; never blocks."""
         ...
 
 
