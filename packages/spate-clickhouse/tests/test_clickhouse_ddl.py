@@ -316,3 +316,47 @@ def test_spate_schema_ddl_from_a_protobuf_descriptor_set(
         "`coupon`      LowCardinality(Nullable(String))",
     ):
         assert expected in out, out
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        "kafka_avro_to_clickhouse.yaml",
+        "kafka_spool_clickhouse.yaml",
+        "multi_table_split.yaml",
+        "multi_table_split_orders.yaml",
+    ],
+)
+def test_b158_spate_schema_ddl_prints_every_table_of_the_shipped_union_examples(
+    example: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A top-level union of Avro records describes one record type per sink: each sink's
+    columns come from the branch that has them, computed columns are declared."""
+    code = _cli("schema", "ddl", str(EXAMPLES / example))
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert printed.out.count("CREATE TABLE IF NOT EXISTS") >= 2
+    if example == "kafka_avro_to_clickhouse.yaml":
+        assert "-- sink orders (records of spate.datagen.OrderPlaced)" in printed.out
+        assert "`placed_at`   DateTime64(3, 'UTC')," in printed.out
+        assert "-- sink refunds (records of spate.datagen.RefundIssued)" in printed.out
+
+
+def test_b158_spate_schema_ddl_on_a_union_names_the_branches_and_what_each_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    union = [
+        {"type": "record", "name": "A", "fields": [{"name": "order_id", "type": "long"}]},
+        {"type": "record", "name": "B", "fields": [{"name": "x", "type": "int"}]},
+    ]
+    avro = f"  avro:\n    mode: raw\n    schema: {{inline: '{json.dumps(union)}'}}"
+    config = _write_config(tmp_path, avro, columns="[order_id, total]")
+    code = _cli("schema", "ddl", str(config), "--sink", "orders")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "union of 2 record types and none has every column" in err
+    assert "A lacks total; B lacks order_id, total" in err
+    assert "does not describe its records" not in err

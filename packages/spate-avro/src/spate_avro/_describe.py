@@ -44,6 +44,26 @@ def record_fields(parsed: Any) -> tuple[Field, ...] | None:
     return _Describer(named).record(parsed, ()).fields
 
 
+def branch_fields(parsed: Any) -> dict[str, tuple[Field, ...]] | None:
+    """The fields of each record of a union of records, by the record's full name; None
+    for anything else."""
+    if not isinstance(parsed, list):
+        return None
+    branches = [b for b in parsed if b != "null"]
+    if not branches or not all(
+        isinstance(b, dict) and b.get("type") in ("record", "error") for b in branches
+    ):
+        return None
+    named = _named_types(parsed, {})
+    out: dict[str, tuple[Field, ...]] = {}
+    for branch in branches:
+        name = str(branch.get("name", ""))
+        namespace = branch.get("namespace")
+        full = name if "." in name or not namespace else f"{namespace}.{name}"
+        out[full] = _Describer(named).record(branch, ()).fields
+    return out
+
+
 class _Describer:
     def __init__(self, named: dict[str, Any]) -> None:
         self._named = named

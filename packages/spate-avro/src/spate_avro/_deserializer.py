@@ -33,7 +33,7 @@ from spate.schema import Field, SchemaChanges
 
 from spate_avro._config import RegistrySettings
 from spate_avro._confluent import ConfluentDeserializer
-from spate_avro._describe import record_fields
+from spate_avro._describe import branch_fields, record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
 
@@ -78,6 +78,11 @@ class AvroDeserializer:
         """The fields of the records (the reader schema's, else the writer schema's when
         there is one), for table DDL; None for a union of records or an unknown schema."""
         return record_fields(self._described) if self._described is not None else None
+
+    def branch_fields(self) -> dict[str, tuple[Field, ...]] | None:
+        """The fields of each record type of a union of records, by full name (for the
+        DDL of a sink that takes one of them); None otherwise."""
+        return branch_fields(self._described) if self._described is not None else None
 
     def deserialize(self, payload: bytes | memoryview) -> object:  # pragma: no cover - abstract
         raise NotImplementedError

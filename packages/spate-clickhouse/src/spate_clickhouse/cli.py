@@ -25,16 +25,19 @@ from spate.config import ConnectorSpec, decode_connector
 from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.plugins import default_registry
-from spate.schema import Field, record_fields_of
+from spate.schema import Field, branch_fields_of, record_fields_of
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
 from spate_clickhouse._intents import state_table_sql
 from spate_clickhouse.config import ClickHouseSinkConfig
 
+Branches = Mapping[str, tuple[Field, ...]]
 
-def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
+
+def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None, Branches | None]:
     config = load_config(config_path)
     fields = None
+    branches = None
     if config.deserializer is not None:
         spec = config.deserializer
         factory = default_registry().factory(spec.kind, spec.tag, path=spec.path)
@@ -50,11 +53,41 @@ def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None]:
         deserializer = factory.build(spec.config, context)
         try:
             fields = record_fields_of(deserializer)
+            branches = branch_fields_of(deserializer) if fields is None else None
         finally:
             close = getattr(deserializer, "close", None)
             if callable(close):
                 close()
-    return config, fields
+    return config, fields, branches
+
+
+def _branch_for(config: ClickHouseSinkConfig, branches: Branches) -> tuple[str, ...]:
+    """The record types of a union that have every column of the sink whose type is not
+    declared, with the same types; raises ``DdlError`` naming the real reason if none."""
+    wanted = [
+        spec.name
+        for spec, entry in zip(config.column_specs, config.columns, strict=True)
+        if not isinstance(entry, dict)
+    ]
+    having = [name for name, fields in branches.items() if set(wanted) <= {f.name for f in fields}]
+    if not having:
+        missing = "; ".join(
+            f"{name.rsplit('.', 1)[-1]} lacks "
+            + ", ".join(c for c in wanted if c not in {f.name for f in fields})
+            for name, fields in branches.items()
+        )
+        raise DdlError(
+            f"the records are a union of {len(branches)} record types and none has every "
+            f"column of this sink ({missing}); declare the types of the columns the chain "
+            f"computes, as {{column: Type}}"
+        )
+    types = {tuple(repr(f.type) for f in branches[name] if f.name in wanted) for name in having}
+    if len(types) > 1:
+        raise DdlError(
+            f"the record types {', '.join(having)} all have this sink's columns, with "
+            f"different types; declare the column types as {{column: Type}}"
+        )
+    return tuple(having)
 
 
 def clickhouse_sinks(specs: Mapping[str, ConnectorSpec]) -> Iterator[tuple[str, ConnectorSpec]]:
@@ -101,7 +134,7 @@ class SchemaCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         try:
-            config, fields = _record_fields(args.config)
+            config, fields, branches = _record_fields(args.config)
         except ConfigError as exc:
             sys.stderr.write(f"{exc}\n")
             return 2
@@ -126,13 +159,17 @@ class SchemaCommand:
             if not isinstance(config_, ClickHouseSinkConfig):  # pragma: no cover - decoded
                 raise TypeError(f"{spec.path}: not a ClickHouse sink section")
             configs.append(config_)
+            described, of = fields, ""
             try:
-                statements.append(create_table_sql(config_, fields))
+                if described is None and branches:
+                    having = _branch_for(config_, branches)
+                    described, of = branches[having[0]], f" (records of {' or '.join(having)})"
+                statements.append((of, create_table_sql(config_, described)))
             except DdlError as exc:
                 sys.stderr.write(f"{spec.path}: {exc}\n")
                 return 2
-        for name, statement in zip(sinks, statements, strict=True):
-            sys.stdout.write(f"-- sink {name}\n{statement};\n\n")
+        for name, (of, statement) in zip(sinks, statements, strict=True):
+            sys.stdout.write(f"-- sink {name}{of}\n{statement};\n\n")
         if config.pipeline.delivery == "effectively_once":  # type: ignore[attr-defined]
             states = {(c.database_name, c.state_table) for c in configs}
             for database, table in sorted(states):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -95,6 +95,24 @@ class DescribesRecords(Protocol):
         """The top-level fields of every record, or None when they are not known yet
         (a registry schema not fetched, records of several types)."""
         ...
+
+
+@runtime_checkable
+class DescribesBranches(Protocol):
+    """A deserializer whose records are of several types (a union of Avro records): it
+    describes each type, so a sink that takes one of them can still be described."""
+
+    def branch_fields(self) -> Mapping[str, tuple[Field, ...]] | None:
+        """The top-level fields of each record type by its name, or None when the records
+        are not a union of known record types."""
+        ...
+
+
+def branch_fields_of(component: object) -> Mapping[str, tuple[Field, ...]] | None:
+    """``component.branch_fields()`` when it describes its record types, else None."""
+    if isinstance(component, DescribesBranches):
+        return component.branch_fields()
+    return None
 
 
 def record_fields_of(component: object) -> tuple[Field, ...] | None:
