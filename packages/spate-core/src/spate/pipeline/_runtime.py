@@ -46,6 +46,7 @@ from spate.flow._watermark import Hysteresis
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, GaugeSeries, Meter
 from spate.ops._contract import BatchProcessor, Stalled
+from spate.ops._skiplog import report_due as report_skips_due
 from spate.pipeline._drain import write_out
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
@@ -394,6 +395,7 @@ class PipelineRuntime:
         if now >= self._gauges_due:
             self._gauges_due = now + _GAUGE_INTERVAL
             self._update_gauges()
+            report_skips_due(self.name)
         if not batches and not self.should_stop() and took < self._poll_timeout / 2:
             self._idle(self._poll_timeout - took)
         return not self.should_stop()
