@@ -23,6 +23,17 @@ _STANDARD = frozenset(
     vars(logging.LogRecord("n", logging.INFO, "p", 1, "m", None, None)).keys()
 ) | {"message", "asctime", "taskName"}
 
+# Libraries whose own lines repeat what spate reports itself with the endpoint and the
+# outcome (a failed ClickHouse write: urllib3's "Retrying ...", clickhouse-connect's
+# "Unexpected Http Driver Exception"; httpx's line per request): below ``debug`` only
+# their lines at these levels and above are shown.
+THIRD_PARTY_LEVELS = {
+    "urllib3": logging.ERROR,
+    "clickhouse_connect": logging.ERROR,
+    "httpx": logging.WARNING,
+    "httpcore": logging.WARNING,
+}
+
 _BARE = re.compile(r"^[A-Za-z0-9_.:/@+\-\[\],]+$")
 
 
@@ -57,7 +68,11 @@ class KeyValueFormatter(logging.Formatter):
 def configure_logging(
     level: str = "info", stream: TextIO | None = None
 ) -> logging.StreamHandler[TextIO]:
-    """Send every log record at ``level`` and above to ``stream`` (stderr) as key=value."""
+    """Send every log record at ``level`` and above to ``stream`` (stderr) as key=value.
+
+    Below ``debug``, the libraries in :data:`THIRD_PARTY_LEVELS` show only their errors
+    (httpx and httpcore their warnings): spate logs the same events once, with the
+    endpoint and what happens next."""
     if level.lower() not in LEVELS:
         raise ValueError(f"unknown log level {level!r} (expected one of {', '.join(LEVELS)})")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -69,4 +84,6 @@ def configure_logging(
     handler._spate_cli = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name, quiet in THIRD_PARTY_LEVELS.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if level.lower() == "debug" else quiet)
     return handler
