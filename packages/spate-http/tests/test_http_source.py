@@ -355,6 +355,7 @@ def test_b131_query_values_reach_the_api_and_never_the_logs_errors_or_metrics(
     app = Readings(overlap=4, step=4, page_size=2)
     app.fail_next(Reply(404, b"no"))
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")  # the command quiets it below debug
     with ApiServer(app) as server:
         source, context = build(
             f"{server.url}/readings?appid={key}&units=metric#",
