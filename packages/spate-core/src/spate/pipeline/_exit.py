@@ -33,10 +33,14 @@ class ExitReport:
     """Records of batches that failed (a sink gave up or abandoned them)."""
     batches_in: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
-    """Records left out on purpose, by reason (B3, B42): skipped by an error policy
+    """Records taken in and left out on purpose, by reason (B3, B42): skipped by an error policy
     (``malformed``, ``schema_unavailable``, ``error``, ``record_error``), routed nowhere
     under ``unrouted='skip'`` (``unrouted``), or filtered (``filter``, ``flat_map_empty``,
     ``empty``)."""
+    source_dropped: dict[str, int] = field(default_factory=dict)
+    """Items a source left out before handing them over, by reason (B42): duplicates of
+    an overlapping poll, responses or records it could not read. They are not among
+    :attr:`records_in`."""
     abandoned_batches: int = 0
     """Batches left unresolved or failed at the end: replayed by the next owner."""
     revoked_batches_dropped: int = 0
@@ -69,6 +73,10 @@ class ExitReport:
         reasons = ", ".join(f"{why}={n}" for why, n in sorted(self.dropped.items()))
         dropped = f"dropped={self.records_dropped}" + (f" ({reasons})" if reasons else "")
         why = f" ({self.reason})" if with_reason else ""
+        if self.source_dropped:
+            before = ", ".join(f"{w}={n}" for w, n in sorted(self.source_dropped.items()))
+            total = sum(self.source_dropped.values())
+            dropped += f" source_dropped={total} ({before})"
         return (
             f"pipeline {self.pipeline} {self.state}{why}: "
             f"records in={self.records_in} delivered={self.records_delivered} {dropped} "

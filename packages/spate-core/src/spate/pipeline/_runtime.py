@@ -593,8 +593,13 @@ class PipelineRuntime:
         delivered, failed = self.tracker.record_counts()
         dropped: dict[str, int] = {}
         for family in names.DROPPED_FAMILIES:
-            for why, count in self._meter.totals(family, "reason").items():
-                dropped[why] = dropped.get(why, 0) + int(count)
+            if family is not names.SOURCE_DROPPED:
+                for why, count in self._meter.totals(family, "reason").items():
+                    dropped[why] = dropped.get(why, 0) + int(count)
+        source_dropped = {
+            why: int(count)
+            for why, count in self._meter.totals(names.SOURCE_DROPPED, "reason").items()
+        }
         self._closing = True
         try:
             self._source.close()
@@ -632,6 +637,7 @@ class PipelineRuntime:
             records_failed=failed,
             batches_in=self.batches_in,
             dropped=dropped,
+            source_dropped=source_dropped,
             abandoned_batches=unfinished,
             revoked_batches_dropped=self._revoke_abandoned,
             abandoned_rows=abandoned_rows,

@@ -25,6 +25,7 @@ them through :class:`RestartPolicy`), the pipeline's own drain (B14).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -253,21 +254,7 @@ class Supervisor:
 
     def _report(self, reason: str, ran_for: float, last: ExitReport | None = None) -> ExitReport:
         if last is not None:
-            return ExitReport(
-                pipeline=last.pipeline,
-                state="failed",
-                reason=reason,
-                records_in=last.records_in,
-                records_delivered=last.records_delivered,
-                records_failed=last.records_failed,
-                batches_in=last.batches_in,
-                abandoned_batches=last.abandoned_batches,
-                revoked_batches_dropped=last.revoked_batches_dropped,
-                abandoned_rows=last.abandoned_rows,
-                final_watermarks=last.final_watermarks,
-                committed=last.committed,
-                duration_seconds=last.duration_seconds,
-            )
+            return dataclasses.replace(last, state="failed", reason=reason)
         return ExitReport(
             pipeline=self.name, state="failed", reason=reason, duration_seconds=ran_for
         )

@@ -1,0 +1,22 @@
+"""The run's summary line adds up (B42): ``in`` counts what the source handed over,
+``delivered`` and ``dropped`` what became of it; what a source left out before intake
+(duplicates of an overlapping poll) is counted apart, so ``dropped`` never exceeds ``in``."""
+
+from __future__ import annotations
+
+from spate.pipeline import ExitReport
+
+
+def test_b42_source_drops_are_counted_apart_from_the_records_taken_in() -> None:
+    report = ExitReport(
+        pipeline="collector",
+        state="completed",
+        reason="source drained",
+        records_in=60,
+        records_delivered=60,
+        dropped={},
+        source_dropped={"duplicate": 114},
+    )
+    line = report.summary()
+    assert "records in=60 delivered=60 dropped=0 source_dropped=114 (duplicate=114)" in line
+    assert report.records_dropped <= report.records_in
