@@ -197,6 +197,7 @@ class _Cli:
                 command = worker_command(config, chain=args.chain, log_level=args.log_level)
                 return ProcessParent(cfg, processes, command).run()
             if slot is not None:
+                slot.label_logs()
                 cfg = slot.config(cfg)
                 slot.watch_parent()
             chains = load_chain(args.chain) if args.chain is not None else None
@@ -240,6 +241,8 @@ class _Cli:
             self.error(f"{type(exc).__name__}: {one_line(exc)}")
             return EXIT_FAILED
         # The runtime logged the summary line when the drain ended.
+        if slot is not None:
+            slot.report(report)
         if report.exit_code != 0:
             self._last_words(slot, report.reason)
             if isinstance(runner, SupervisedRun) and runner.supervisor.gave_up:

@@ -33,6 +33,7 @@ Does not own: the pipeline (each worker is an ordinary ``spate run``), the resta
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -46,6 +47,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -61,6 +63,7 @@ from spate.config.models import PipelineConfig, SupervisorConfig
 from spate.errors import ConfigError
 from spate.metrics import names
 from spate.metrics._meter import Meter
+from spate.pipeline._exit import ExitReport
 from spate.pipeline._supervisor import RestartPolicy
 from spate.plugins._factory import SharedByProcesses
 
@@ -237,6 +240,33 @@ class WorkerSlot:
 
         threading.Thread(target=watch, name="spate-parent-watch", daemon=True).start()
 
+    def label_logs(self) -> None:
+        """Mark every log line of this worker with ``worker=<index>`` (the parent's and
+        the siblings' lines share one stream)."""
+        index = self.index
+
+        def label(record: logging.LogRecord) -> bool:
+            record.worker = index
+            return True
+
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(label)
+
+    def report(self, report: ExitReport) -> None:
+        """Leave this run's counts for the parent's total (one line per run, appended:
+        a restarted worker's earlier runs count too)."""
+        line = json.dumps(
+            {
+                "records_in": report.records_in,
+                "records_delivered": report.records_delivered,
+                "records_failed": report.records_failed,
+                "dropped": report.dropped,
+                "source_dropped": report.source_dropped,
+            }
+        )
+        with (self.directory / f"worker-{self.index}.reports").open("a") as out:
+            out.write(line + "\n")
+
     def last_words(self, text: str) -> None:
         """Leave the reason this worker is ending for the parent's give-up line."""
         _write_atomically(self.directory / f"worker-{self.index}.last", text)
@@ -355,7 +385,9 @@ class ProcessParent:
             for worker in self.workers:
                 self._start(worker)
             self._supervise()
-            return self._drain()
+            code = self._drain()
+            self._log_total()
+            return code
         finally:
             restore()
             if admin is not None:
@@ -543,6 +575,54 @@ class ProcessParent:
             return 1
         logger.info("pipeline %s: every worker completed", self.cfg.pipeline.name)
         return 0
+
+    def _log_total(self) -> None:
+        """One line summing the workers' run reports (each worker logged its own)."""
+        total: dict[str, Any] = {"dropped": {}, "source_dropped": {}}
+        runs = 0
+        for worker in self.workers:
+            path = self._dir / f"worker-{worker.index}.reports"
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    counts = json.loads(line)
+                except ValueError:
+                    continue  # a worker killed while writing
+                runs += 1
+                for key, value in counts.items():
+                    if isinstance(value, dict):
+                        into = total.setdefault(key, {})
+                        for why, n in value.items():
+                            into[why] = into.get(why, 0) + int(n)
+                    else:
+                        total[key] = total.get(key, 0) + int(value)
+        ended = sum(w.starts for w in self.workers)
+        summary = ExitReport(
+            pipeline=self.cfg.pipeline.name,
+            state="completed",
+            reason="",
+            records_in=total.get("records_in", 0),
+            records_delivered=total.get("records_delivered", 0),
+            records_failed=total.get("records_failed", 0),
+            dropped=total["dropped"],
+            source_dropped=total["source_dropped"],
+        )
+        counts = summary.counts()
+        unreported = max(ended - runs, 0)
+        logger.info(
+            "pipeline %s: total of %d worker(s), %d run(s): %s%s",
+            self.cfg.pipeline.name,
+            len(self.workers),
+            runs,
+            counts,
+            f" ({unreported} run(s) ended without a report (killed): their counts are "
+            "missing from the total)"
+            if unreported
+            else "",
+        )
 
 
 class _WorkersCollector(Collector):

@@ -70,16 +70,23 @@ class ExitReport:
     def summary(self, *, with_reason: bool = True) -> str:
         """One line for logs and the CLI (``with_reason=False`` when the reason was logged)."""
         marks = ", ".join(f"{lane}={pos}" for lane, pos in sorted(self.final_watermarks.items()))
+        why = f" ({self.reason})" if with_reason else ""
+        return (
+            f"pipeline {self.pipeline} {self.state}{why}: {self.counts()} "
+            f"abandoned_batches={self.abandoned_batches} "
+            f"abandoned_rows={self.abandoned_rows} watermarks=[{marks}]"
+        )
+
+    def counts(self) -> str:
+        """The record counts of :meth:`summary`: ``records in=... delivered=... dropped=...
+        (by reason) [source_dropped=... (by reason)] failed=...``."""
         reasons = ", ".join(f"{why}={n}" for why, n in sorted(self.dropped.items()))
         dropped = f"dropped={self.records_dropped}" + (f" ({reasons})" if reasons else "")
-        why = f" ({self.reason})" if with_reason else ""
         if self.source_dropped:
             before = ", ".join(f"{w}={n}" for w, n in sorted(self.source_dropped.items()))
             total = sum(self.source_dropped.values())
             dropped += f" source_dropped={total} ({before})"
         return (
-            f"pipeline {self.pipeline} {self.state}{why}: "
             f"records in={self.records_in} delivered={self.records_delivered} {dropped} "
-            f"failed={self.records_failed} abandoned_batches={self.abandoned_batches} "
-            f"abandoned_rows={self.abandoned_rows} watermarks=[{marks}]"
+            f"failed={self.records_failed}"
         )
