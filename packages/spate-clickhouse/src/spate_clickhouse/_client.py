@@ -33,6 +33,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+class _RepeatedFailure(logging.Filter):
+    """Drops clickhouse-connect's bare "Unexpected Http Driver Exception" warning: the
+    exception it announces reaches spate, which reports it once with the endpoint and
+    what happens next (a retry, a failed start)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Unexpected Http Driver Exception"
+
+
+for _name in (
+    "clickhouse_connect.driver._backend.http_sync",
+    "clickhouse_connect.driver.httpclient",
+):
+    logging.getLogger(_name).addFilter(_RepeatedFailure())
+
 _MEMORY = (":memory:", "memory")
 
 

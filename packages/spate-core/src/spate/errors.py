@@ -19,7 +19,9 @@ Upholds B28 (record errors are classified, never crash) and B29 (clear start-up 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Sequence
+from typing import TypeVar
 
 from spate._secrets import redact
 
@@ -232,3 +234,18 @@ class AckError(FatalError):
 
     def __init__(self, reason: str) -> None:
         super().__init__("ack", reason)
+
+
+_E = TypeVar("_E", bound=SpateError)
+
+
+def bare(exc: _E, logger: logging.Logger, what: str) -> _E:
+    """``exc`` for re-raising at a public entry point (``load_config``,
+    ``Pipeline.from_config``, ``Pipeline.run``) as the ``spate`` command reports it: its own
+    one-line message without the chain of library exceptions behind it, which can run to
+    screens for an unreachable endpoint. The chain goes to ``logger`` at DEBUG. Raise the
+    result ``from None``."""
+    logger.debug("%s failed", what, exc_info=exc)
+    exc.__cause__ = None
+    exc.__suppress_context__ = True
+    return exc.with_traceback(None)

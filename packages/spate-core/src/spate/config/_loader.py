@@ -28,6 +28,7 @@ install command (B26, B29).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import tomllib
@@ -50,7 +51,9 @@ from spate.config.models import (
     PipelineSection,
     SupervisorConfig,
 )
-from spate.errors import ConfigError, MissingConnectorError
+from spate.errors import ConfigError, MissingConnectorError, SpateError, bare
+
+logger = logging.getLogger(__name__)
 
 RESERVED_SINK_NAMES = frozenset({"", "sink"})
 """Sink names a ``sinks:`` map may not use (``sink`` names the single-sink form)."""
@@ -108,14 +111,17 @@ def load_config(
     the first problem.
     """
     path = Path(source)
-    return parse_config(
-        _read(path),
-        file=str(path),
-        env=env,
-        resolver=resolver,
-        check_connectors=check_connectors,
-        syntax=_syntax(path),
-    )
+    try:
+        return parse_config(
+            _read(path),
+            file=str(path),
+            env=env,
+            resolver=resolver,
+            check_connectors=check_connectors,
+            syntax=_syntax(path),
+        )
+    except SpateError as exc:
+        raise bare(exc, logger, "loading the configuration") from None
 
 
 def _syntax(path: Path) -> Syntax:

@@ -32,7 +32,7 @@ from spate.config.models import (
     DeadLetterSettings,
     PipelineConfig,
 )
-from spate.errors import ConfigError
+from spate.errors import ConfigError, SpateError, bare
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.ops._compile import compile_chain
@@ -197,15 +197,18 @@ class Pipeline:
         ``config`` is a loaded :class:`~spate.config.PipelineConfig` or the path of a
         YAML file, loaded with :func:`~spate.config.load_config`.
         """
-        if isinstance(config, str | os.PathLike):
-            config = load_config(config, resolver=overrides.get("registry"))
-        elif not isinstance(config, PipelineConfig):
+        if not isinstance(config, str | os.PathLike | PipelineConfig):
             raise TypeError(
                 "Pipeline.from_config takes a PipelineConfig or the path of a YAML file, "
                 f"got {type(config).__name__}"
             )
-        assembly = importlib.import_module("spate._assembly")
-        pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
+        try:
+            if isinstance(config, str | os.PathLike):
+                config = load_config(config, resolver=overrides.get("registry"))
+            assembly = importlib.import_module("spate._assembly")
+            pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
+        except SpateError as exc:
+            raise bare(exc, logger, "building the pipeline") from None
         return pipeline
 
     def _build_processor(self) -> BatchProcessor:
@@ -260,6 +263,8 @@ class Pipeline:
         self._ran = True
         try:
             return self._run()
+        except SpateError as exc:
+            raise bare(exc, logger, "start-up") from None
         finally:
             # However the run ended — completed, drained on a signal, failed, or never
             # started — the deserializer's resources (a registry fetch thread) go too.
