@@ -113,7 +113,7 @@ sinks:
     ("body", "meant"),
     [("batch:\n      max_row: 5", "max_rows"), ("tabel: x", "table"), ("max_byte: 1", "max_bytes")],
 )
-def test_b17_unknown_key_offers_the_close_valid_key(body: str, meant: str) -> None:
+def test_b17_b45_unknown_key_offers_the_close_valid_key(body: str, meant: str) -> None:
     text = f"source:\n  memory: {{}}\nsink:\n  capture:\n    {body}\n"
     with pytest.raises(ConfigError) as info:
         _parse(text)

@@ -251,7 +251,7 @@ def test_b26_the_builtin_extras_table_matches_the_front_door() -> None:
         ("sink", "clickhouse-embeded", "clickhouse"),
     ],
 )
-def test_b26_a_typo_gets_did_you_mean_and_no_install_command(
+def test_b26_b45_a_typo_gets_did_you_mean_and_no_install_command(
     tmp_path: Path, front_door: bool, kind: str, typo: str, close: str
 ) -> None:
     if front_door:
@@ -266,7 +266,7 @@ def test_b26_a_typo_gets_did_you_mean_and_no_install_command(
     assert "pip install" not in str(info.value)
 
 
-def test_b26_an_unknown_name_lists_the_installed_ones(plugin_dir: tuple[Path, str]) -> None:
+def test_b26_b45_an_unknown_name_lists_the_installed_ones(plugin_dir: tuple[Path, str]) -> None:
     root, module = plugin_dir
     install_dist(root, "acme-x", entry_points={"spate.sinks": {"echo": f"{module}:EchoFactory"}})
     with pytest.raises(MissingConnectorError) as info:
