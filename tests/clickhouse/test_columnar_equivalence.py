@@ -9,7 +9,9 @@ must hold identical rows, and the deserializer counters (records decoded, skippe
 empty payloads that hold no record) must be identical.
 
 The fields are integers of several widths, floats, strings, booleans, nullable unions,
-millisecond timestamps and arrays of integers for both encodings; for JSON every column
+millisecond timestamps and arrays of integers for both encodings; for JSON also 64-bit
+and wider integers (``UInt64``, ``(U)Int128/256``, ``Decimal(38, 0)``, drawn up to and
+beyond 64 bits) and named tuples whose ``Nullable`` element's key may be absent; every column
 also draws values of the other JSON kinds and values out of its range (:data:`ODD`:
 floats with fractions or beyond the column, numeric and non-numeric text, dates and
 times with offsets, UUIDs, booleans, nulls, arrays, objects), into sinks that skip
@@ -87,6 +89,27 @@ KINDS: Kinds = {
     ),
 }
 
+BIG = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(-(2**80), 2**80),
+    st.sampled_from([2**63, 2**64 - 1, 2**64, -(2**63) - 1, 2**100, -(2**127), 2**128 - 1]),
+)
+"""Integers of 64 bits and wider."""
+
+
+def _one_kind(values: list[int]) -> bool:
+    """Whether one Arrow type holds every integer of a JSON array as orjson reads them:
+    integers (within 64 bits: all in Int64 or all in UInt64) or floats (wider ones). An
+    array mixing them is a record error on the columnar path only, as documented in
+    ``docs/concepts/columnar.md``."""
+    ints = [v for v in values if -(2**63) <= v <= 2**64 - 1]
+    if ints and len(ints) != len(values):
+        return False
+    return not ints or min(ints) >= 0 or max(ints) < 2**63
+
+
+BIGS = st.lists(BIG, max_size=3).filter(_one_kind)
+
 ODD = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
     st.sampled_from([300, -1, 2**31, 2**32, 2**40, 0, 1]),
@@ -115,11 +138,36 @@ ODD = st.one_of(
     st.none(),
     st.lists(st.integers(-300, 300), max_size=2),
     st.fixed_dictionaries({"a": st.integers(-3, 3)}),
+    BIG,
+    BIGS,
+    st.fixed_dictionaries(
+        {"a": st.integers(-3, 3)}, optional={"b": st.none() | st.text(max_size=2)}
+    ),
 )
 """JSON values of every kind, many out of range or of the wrong kind for a column: the
 row path refuses them as record errors or converts them, and the columnar path must do
-the same (B87, B28). Integers stay within 64 bits (see ``docs/concepts/columnar.md``)."""
-JSON_KINDS: Kinds = {k: (ch, avro, values | ODD) for k, (ch, avro, values) in KINDS.items()}
+the same (B87, B28). Integers reach beyond 64 bits (orjson reads one up to 2^64 - 1 as
+an integer, a wider one as a float)."""
+
+_PAIR = st.fixed_dictionaries(
+    {"a": st.integers(-(2**31), 2**31 - 1)}, optional={"b": st.none() | st.text(max_size=3)}
+)
+JSON_ONLY: Kinds = {
+    "u64": ("UInt64", None, st.integers(0, 2**64 - 1)),
+    "i128": ("Int128", None, BIG),
+    "u128": ("UInt128", None, BIG),
+    "i256": ("Int256", None, BIG),
+    "u256": ("UInt256", None, BIG),
+    "big_dec": ("Decimal(38, 0)", None, BIG),
+    "bigs": ("Array(Int128)", None, BIGS),
+    "pair": ("Tuple(a Int32, b Nullable(String))", None, _PAIR),
+    "pairs": ("Array(Tuple(a Int32, b Nullable(String)))", None, st.lists(_PAIR, max_size=2)),
+}
+"""Columns only the JSON test draws: wide integers (values up to and beyond 64 bits) and
+named tuples whose ``Nullable`` element's key may be absent from the object."""
+JSON_KINDS: Kinds = {
+    k: (ch, avro, values | ODD) for k, (ch, avro, values) in {**KINDS, **JSON_ONLY}.items()
+}
 
 _UTC = dt.UTC
 _POINT = {
@@ -561,19 +609,27 @@ def test_b87_json_rows_and_columns_store_identical_tables(
     from spate_json import JsonConfig, JsonDeserializerFactory
 
     kinds, records, bad = case
-    payloads = [orjson.dumps(r) for r in records]
+    payloads = [_json(r) for r in records]
     if framing == "ndjson":  # several records per payload
         payloads = [b"\n".join(payloads[i : i + 3]) + b"\n" for i in range(0, len(payloads), 3)]
         bad = [(i % len(payloads), how) for i, how in bad]
     config = decode(JsonConfig, {"framing": framing}, "deserializer.json")
     _same(
         front,
-        {"events": _table_spec(kinds)},
+        {"events": _table_spec(kinds, JSON_KINDS)},
         _corrupt(payloads, bad),
         JsonDeserializerFactory,
         config,
         on_record_error="skip",
     )
+
+
+def _json(record: dict[str, Any]) -> bytes:
+    """``record`` as compact JSON (orjson writes no integer wider than 64 bits)."""
+    try:
+        return orjson.dumps(record)
+    except TypeError:
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _json_pipeline(
@@ -644,6 +700,25 @@ def test_b86_columnar_json_fail_policy_stops_at_the_bad_record_without_committin
         ("LowCardinality(String)", "x", 0),
         ("UUID", "6ba7b810-9dad-11d1-80b4-00c04fd430c8", 0),
         ("String", 5, 1),  # a record error under the sink's default on_record_error: fail
+        ("UInt64", 2**64 - 1, 0),  # an integer beyond Int64 (B138)
+        ("Int128", 2**63, 0),
+        ("Decimal(38, 0)", 2**64 - 1, 0),
+        ("Float64", 2**63 + 1, 0),
+        ("String", 2**63, 1),
+        ("Int64", 2**63, 1),
+        ("Array(UInt64)", [2**64 - 1, 1], 0),
+        ("Int128", 2**100, 0),  # wider than 64 bits: a float on both paths
+        ("Int128", 1e30, 0),  # range-checked, stored exactly (B138)
+        ("Int256", -(2**70), 0),
+        ("UInt128", -1, 1),
+        ("UInt256", 3.5, 1),
+        ("Int128", "-12", 0),
+        ("Nullable(Int256)", None, 0),
+        ("Array(Int128)", [1, -(2**63)], 0),
+        ("Map(String, UInt128)", {"a": 1, "b": 2**64 - 1}, 0),
+        ("Tuple(a Int64, b Nullable(String))", {"a": 1}, 0),  # absent: NULL (B139)
+        ("Tuple(a Int64, b String)", {"a": 1}, 1),  # absent, not Nullable: refused
+        ("Array(Tuple(a Int64, b Nullable(Int8)))", [{"a": 1}, {"a": 2, "b": 3}], 0),
     ],
 )
 def test_b87_json_values_mean_the_same_on_both_paths_for_each_column_type(
@@ -651,7 +726,7 @@ def test_b87_json_values_mean_the_same_on_both_paths_for_each_column_type(
 ) -> None:
     from spate_json import JsonConfig, JsonDeserializerFactory
 
-    payloads = [orjson.dumps({"id": i, "c0": value}) for i in range(3)]
+    payloads = [_json({"id": i, "c0": value}) for i in range(3)]
     config = decode(JsonConfig, {}, "deserializer.json")
     tables = {"events": (["id", "c0"], ["Int64", chtype])}
     _same(front, tables, payloads, JsonDeserializerFactory, config, exit_code=exit_code)

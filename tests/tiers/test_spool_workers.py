@@ -1,13 +1,15 @@
 """A spool under ``spate run --processes 2`` on the real broker: one owner per directory (B114).
 
-Two workers, two partitions each, read a four-partition topic into a spool
-(``ack: spooled``) in front of a file sink whose directory does not exist yet, so the
-terminal cannot start and every record stays spooled while the offsets are committed.
-Worker 1 is killed with SIGKILL and restarted by the parent; only then does the terminal
-come up. Each worker spools in its own ``<dir>/w<index>``, so the restarted worker
-replays only its own batches: every record reaches the file exactly once (nothing was
-re-read from Kafka, as everything had been committed before the kill), no segment is
-cut or deleted by the restart, and the spool directories are empty after the drain.
+Two workers, two partitions each, read a four-partition topic of JSON records into a
+spool (``ack: spooled``) in front of a ClickHouse sink on the HTTP front over chDB whose
+table does not exist yet, so the terminal cannot start and every record stays spooled
+while the offsets are committed. Worker 1 is killed with SIGKILL and restarted by the
+parent; only then is the table created and the terminal comes up. Each worker spools in
+its own ``<dir>/w<index>``, so the restarted worker replays only its own batches: the
+table holds every record exactly once — a raw ``count()`` on a table that deduplicates
+nothing (nothing was re-read from Kafka, as everything had been committed before the
+kill) — no segment is cut or deleted by the restart, and the spool directories are empty
+after the drain.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from spate.testing import read_file_sink
 
+from tests.support.chfront_fixtures import FrontFactory
 from tests.support.delivery import wait_until
 from tests.support.scale import scaled
 from tests.support.services import (
@@ -47,12 +49,16 @@ def _segments(directory: Path) -> dict[str, int]:
 
 
 def test_b114_a_restarted_worker_replays_only_its_own_spool(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path
 ) -> None:
     topic, group = unique_name("spoolw"), unique_name("spoolw-g")
     create_topic(kafka_bootstrap, topic, 4)
     count = scaled(20_000, minimum=2_000)
-    spool, out = tmp_path / "spool", tmp_path / "out"
+    front = chfront()
+    client = front.client()
+    client.command("CREATE DATABASE IF NOT EXISTS spoolw")
+    table = "spoolw.rows"
+    spool = tmp_path / "spool"
     config = tmp_path / "spool.yaml"
     config.write_text(
         json.dumps(
@@ -61,6 +67,7 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
                 "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
                 "admin": {"listen": "none"},
                 "supervisor": {"initial_backoff": "200ms"},
+                "deserializer": {"json": {"framing": "single"}},
                 "source": {
                     "kafka": {
                         "brokers": kafka_bootstrap,
@@ -78,7 +85,15 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
                         "tiers": [
                             {"spool": {"dir": str(spool), "ack": "spooled", "max_records": 500}}
                         ],
-                        "terminal": {"file": {"path": str(out / "rows.jsonl")}},
+                        "terminal": {
+                            "clickhouse": {
+                                "database": "spoolw",
+                                "table": "rows",
+                                "columns": ["k"],
+                                "shards": [{"replicas": [front.url]}],
+                                "batch": {"max_rows": 2000, "linger": "200ms"},
+                            }
+                        },
                     }
                 },
             }
@@ -102,7 +117,7 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
             60,
             "two partitions for each worker",
         )
-        produce_keyed(kafka_bootstrap, topic, count)
+        produce_keyed(kafka_bootstrap, topic, count, value=lambda i: b'{"k": "v%d"}' % i)
         ends = end_offsets(kafka_bootstrap, topic)
         wait_until(
             lambda: committed_offsets(kafka_bootstrap, group, topic) == ends,
@@ -127,8 +142,18 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
         # Every segment is as it was (all were complete before the kill): the restart
         # cut, deleted and adopted nothing of its sibling's.
         assert _segments(spool) == before
-        out.mkdir()  # the terminal can start now
-        wait_until(lambda: len(read_file_sink(out / "rows.jsonl")) >= count, 180, "all rows")
+        assert "the next tier cannot start" in text()
+        # The terminal can start now; the table deduplicates no insert, so a raw count
+        # sees every row written twice.
+        client.command(
+            f"CREATE TABLE {table} (k String) ENGINE = MergeTree ORDER BY k"
+            " SETTINGS non_replicated_deduplication_window = 0"
+        )
+
+        def held() -> int:
+            return int(client.query(f"SELECT count() FROM {table}").result_rows[0][0])
+
+        wait_until(lambda: held() >= count, 180, "all rows")
         parent.send_signal(signal.SIGTERM)
         code = parent.wait(120)
     except AssertionError as exc:
@@ -138,7 +163,8 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
             parent.kill()
             parent.wait()
     assert code == 0, text()[-3000:]
-    rows = Counter(read_file_sink(out / "rows.jsonl"))
+    rows = Counter(k for (k,) in client.query(f"SELECT k FROM {table}").result_rows)
+    assert held() == count, f"{held()} rows held for {count} records"
     assert set(rows) == {f"v{i}" for i in range(count)}
     twice = [row for row, n in rows.items() if n > 1]
     assert not twice, f"{len(twice)} rows written twice, e.g. {twice[:3]}"

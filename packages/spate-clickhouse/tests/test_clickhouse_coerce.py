@@ -93,6 +93,9 @@ def refused(type_name: str, value: object) -> str:
         ("Map(LowCardinality(String), Array(UInt8))", {"k": (1,)}, {"k": [1]}),
         ("Tuple(Int32, String)", [1, "a"], (1, "a")),
         ("Tuple(a Int32, b String)", {"b": "x", "a": 2}, (2, "x")),
+        ("Tuple(a Int32, b Nullable(String))", {"a": 2}, (2, None)),  # B139
+        ("Int128", 2**127 - 1, 2**127 - 1),
+        ("UInt256", 1e30, 10**30 + 19884624838656),
         ("IPv4", "10.0.0.1", "10.0.0.1"),  # unchecked type: passed through
     ],
 )
@@ -133,6 +136,9 @@ def test_values_are_written_in_their_columns_form(
         ("Array(Int32)", [1, "x"], "whole number"),
         ("Map(String, Int64)", [("a", 1)], "a mapping"),
         ("Tuple(Int32, String)", (1,), "a tuple of 2 values"),
+        ("Tuple(a Int32, b String)", {"a": 2}, "the tuple has no element 'b'"),
+        ("UInt128", -1, "out of range"),
+        ("Int256", 2**255, "out of range"),
         ("Array(String)", [b"\xff"], "not UTF-8"),
     ],
 )

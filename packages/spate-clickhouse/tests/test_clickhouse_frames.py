@@ -177,6 +177,14 @@ _CH_TYPES = [
     "Array(Nullable(Float32))",
     "Map(String, Int8)",
     "Tuple(a Int8, b String)",
+    "Int128",
+    "UInt128",
+    "Nullable(Int256)",
+    "UInt256",
+    "Array(Int128)",
+    "Decimal(38, 0)",
+    "Decimal(19, 0)",
+    "Tuple(a Int8, b Nullable(String))",
 ]
 _TEXTS = st.one_of(
     st.text(max_size=5),
@@ -221,11 +229,19 @@ _FRAMES = {
         pl.Decimal(12, 3),
         st.decimals(-(10**8), 10**8, places=3, allow_nan=False, allow_infinity=False),
     ),
+    "uint": (
+        pl.UInt64,
+        st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**63, 2**64 - 1])),
+    ),
     "bool": (pl.Boolean, st.booleans()),
     "ints": (pl.List(pl.Int64), st.lists(st.integers(-300, 300), max_size=3)),
     "object": (
         pl.Struct({"a": pl.Int64, "b": pl.String}),
         st.fixed_dictionaries({"a": st.integers(-200, 200), "b": st.text(max_size=3)}),
+    ),
+    "partial": (  # an object without the key "b"
+        pl.Struct({"a": pl.Int64}),
+        st.fixed_dictionaries({"a": st.integers(-200, 200)}),
     ),
 }
 

@@ -16,7 +16,8 @@ Pairs and what the kernels do (everything else is flagged):
 
 ==========================  ====================================================
 integer columns             integers in range; integral floats in range; booleans;
-                            text of at most 18 ASCII digits (with a ``-``)
+                            text of at most 18 ASCII digits (with a ``-``);
+                            ``(U)Int128/256`` as little-endian fixed-size binary
 ``Float32/64``              floats (Float32: finite ones up to its largest), integers,
                             booleans, plain decimal text
 ``Decimal(P, S)``           integers and floats that have at most S places (the
@@ -68,6 +69,15 @@ _INT_TYPES = {
     "UInt32": "uint32",
     "UInt64": "uint64",
 }
+_WIDE_INTS = {
+    "Int128": (16, True),
+    "Int256": (32, True),
+    "UInt128": (16, False),
+    "UInt256": (32, False),
+}
+"""Integers wider than Arrow's: their width in bytes and whether they are signed. They
+are sent as fixed-size binary, little-endian two's complement, which ClickHouse reads
+into these columns exactly."""
 _INT_TEXT = r"^-?[0-9]{1,18}$"
 _FLOAT_TEXT = r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,3})?$"
 _DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
@@ -102,6 +112,8 @@ def arrow_type(t: ChType) -> Any:
     name = u.name
     if name in _INT_TYPES:
         return getattr(pa, _INT_TYPES[name])()
+    if name in _WIDE_INTS:
+        return pa.binary(_WIDE_INTS[name][0])
     if name in ("Float32", "BFloat16"):
         return pa.float32()
     if name == "Float64":
@@ -270,6 +282,13 @@ def _value(array: Any, u: ChType, target: Any) -> Converted:
     kind = array.type
     if name in _INT_TYPES:
         return _integers(array, INT_RANGES[name], target)
+    if name in _WIDE_INTS:
+        return _wide_integers(array, _WIDE_INTS[name][1], target)
+    if pa.types.is_uint64(kind) and name not in ("Float32", "Float64", "BFloat16", "Decimal"):
+        # beyond Int64 no date, time, Enum or Bool takes it: the row path decides those
+        big = _in_range(array, 0, 2**63 - 1)
+        out, flagged = _value(_blank(array, big).cast(pa.int64()), u, target)
+        return out, _or(flagged, big)
     if name in ("Float32", "Float64", "BFloat16"):
         return _floats(array, name != "Float64", target)
     if name == "Decimal":
@@ -354,6 +373,46 @@ def _integers(array: Any, bounds: tuple[int, int], target: Any) -> Converted:
     return _everything(array, target)
 
 
+def _wide_integers(array: Any, signed: bool, target: Any) -> Converted:
+    """Integers into ``(U)Int128/256``: every 64-bit integer fits (a negative one but
+    into an unsigned column); other kinds as into ``Int64``, and what does not fit an
+    ``Int64`` is decided by the row path (B138)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_unsigned_integer(kind):
+        low = array.cast(pa.uint64()).view(pa.int64())
+        return _words(low, None, target), None
+    numbers, flagged = _integers(array, INT_RANGES["Int64"], pa.int64())
+    negative = _clean(pc.less(numbers, 0))
+    if not signed:
+        flagged = _or(flagged, negative)
+        numbers = _blank(numbers, negative)
+        negative = None
+    return _words(numbers, negative, target), flagged
+
+
+def _words(low: Any, negative: Any, target: Any) -> Any:
+    """Fixed-size binary values of ``target``'s width from 64-bit words: ``low`` and,
+    above it, ``-1`` where ``negative`` is true and 0 elsewhere (the sign extension)."""
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(low)
+    words = target.byte_width // 8
+    if negative is None:
+        high = pa.repeat(pa.scalar(0, pa.int64()), n)
+    else:
+        high = pc.if_else(negative, pa.scalar(-1, pa.int64()), pa.scalar(0, pa.int64()))
+    parts = pa.concat_arrays([low.fill_null(0), *([high] * (words - 1))])
+    k = pl.int_range(words * n, dtype=pl.Int64, eager=True)
+    interleaved = parts.take(((k % words) * n + k // words).to_arrow())
+    out = pa.FixedSizeBinaryArray.from_buffers(target, n, [None, interleaved.buffers()[1]])
+    return _blank(out, low.is_null()) if low.null_count else out
+
+
 def _floats(array: Any, single: bool, target: Any) -> Converted:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -388,11 +447,11 @@ def _decimals(array: Any, u: ChType, target: Any) -> Converted:
     whole = 10.0 ** (precision - scale)
     if pa.types.is_integer(kind):
         flagged = None
-        if precision - scale <= 18:  # wider columns take every int64
-            bound = 10 ** (precision - scale)
+        if precision - scale <= 19:  # wider columns take every int64 and uint64
+            bound = 10 ** (precision - scale)  # a bound the array's type cannot hold is none
             flagged = _in_range(array, -bound + 1, bound - 1)
         wide = pa.decimal128(38, 0) if target.bit_width == 128 else pa.decimal256(76, 0)
-        return _blank(array, flagged).cast(pa.int64()).cast(wide).cast(target), flagged
+        return _blank(array, flagged).cast(wide).cast(target), flagged
     if pa.types.is_floating(kind):
         doubles = array.cast(pa.float64())
         factor = 10.0**scale
@@ -681,11 +740,14 @@ def _tuples(array: Any, u: ChType, target: Any) -> Converted:
     if not pa.types.is_struct(kind) or not elements or any(e.field is None for e in elements):
         return _everything(array, target)  # the row path takes a mapping for named tuples
     have = {f.name for f in kind}
-    if any(e.field not in have for e in elements):
+    if any(e.field not in have and not e.nullable for e in elements):
         return _everything(array, target)
     children = []
     flagged = None
-    for element in elements:
+    for element, field in zip(elements, target, strict=True):
+        if element.field not in have:  # an absent key of a Nullable element is NULL (B139)
+            children.append(pa.nulls(len(array), field.type))
+            continue
         child, child_flagged = _convert(array.field(element.field), element)
         children.append(child)
         flagged = _or(flagged, child_flagged)
@@ -798,6 +860,13 @@ def _arrow_value(t: ChType) -> Callable[[object], object]:
 
     elif name == "Decimal":
         convert = _decimal
+    elif name in _WIDE_INTS:
+        width, signed = _WIDE_INTS[name]
+
+        def convert(value: object) -> object:
+            assert isinstance(value, int)
+            return value.to_bytes(width, "little", signed=signed)
+
     else:
         convert = _same
     if not nullable:

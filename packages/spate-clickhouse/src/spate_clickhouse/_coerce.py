@@ -29,7 +29,8 @@ The forms written per type (what a coercer returns):
 ``Enum8/16``                 ``int`` value (from the name or the value)
 ``Nullable(T)``              ``None`` or T's form; ``LowCardinality(T)``: T's form
 ``Array(T)``, ``Map(K, V)``  ``list`` / ``dict`` of the element forms
-``Tuple(...)``               ``tuple`` of the element forms (a mapping for named ones)
+``Tuple(...)``               ``tuple`` of the element forms (a mapping for named ones;
+                             an absent key is NULL for a ``Nullable`` element)
 ===========================  =====================================================
 
 Other types (JSON, Variant, IPv4, ...) are passed through unchecked.
@@ -437,16 +438,26 @@ def _map_coercer(key: Coercer, val: Coercer) -> Coercer:
     return coerce
 
 
-def _tuple_coercer(elements: Sequence[Coercer], names: Sequence[str | None]) -> Coercer:
+def _tuple_coercer(
+    elements: Sequence[Coercer], names: Sequence[str | None], nullable: Sequence[bool]
+) -> Coercer:
+    """A named tuple takes a mapping as a row does: an absent key is NULL for a
+    ``Nullable`` element and refused for any other (B139)."""
     count = len(elements)
     named = all(n is not None for n in names) and count > 0
+    parts = list(zip(elements, names, nullable, strict=True))
 
     def coerce(value: object) -> object:
         if named and isinstance(value, Mapping):
-            try:
-                return tuple(c(value[n]) for c, n in zip(elements, names, strict=True))
-            except KeyError as exc:
-                raise BadValue(f"the tuple has no element {exc}") from None
+            out = []
+            for c, n, may_be_null in parts:
+                if n in value:
+                    out.append(c(value[n]))
+                elif may_be_null:
+                    out.append(None)
+                else:
+                    raise BadValue(f"the tuple has no element {n!r}")
+            return tuple(out)
         if isinstance(value, (list, tuple)) and len(value) == count:
             return tuple(c(v) for c, v in zip(elements, value, strict=True))
         raise _bad(value, f"a tuple of {count} values")
@@ -511,7 +522,11 @@ def _value_coercer(t: ChType, binary_seen: list[bool] | None) -> Coercer:
         return _map_coercer(coercer_for(key_t), coercer_for(val_t))
     if name == "Tuple":
         elements = t.type_args()
-        return _tuple_coercer([coercer_for(e) for e in elements], [e.field for e in elements])
+        return _tuple_coercer(
+            [coercer_for(e) for e in elements],
+            [e.field for e in elements],
+            [e.nullable for e in elements],
+        )
     return _identity
 
 

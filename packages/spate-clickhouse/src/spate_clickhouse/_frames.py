@@ -99,9 +99,26 @@ def _struct_entries(df: Any, columns: Sequence[Column], present: set[str]) -> tu
     if not exprs:
         return df, names
     try:
-        return df.with_columns(exprs), names
-    except pl.exceptions.PolarsError:  # fields of different types: ClickHouse decides
+        out = df.with_columns(exprs)
+    except pl.exceptions.PolarsError:  # fields of different types: the row path decides
         return df, [n for n in names if _entries(df.schema[n])]
+    if any(_wider_than_arrow(out.schema[n]) for n in names):
+        # Int64 and UInt64 fields make Int128 values, which Arrow has no type for
+        return df, [n for n in names if _entries(df.schema[n])]
+    return out, names
+
+
+def _wider_than_arrow(dtype: Any) -> bool:
+    """Whether a polars type holds 128-bit integers at any depth."""
+    import polars as pl
+
+    if dtype == pl.Int128 or str(dtype) == "UInt128":
+        return True
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return _wider_than_arrow(dtype.inner)
+    if isinstance(dtype, pl.Struct):
+        return any(_wider_than_arrow(f.dtype) for f in dtype.fields)
+    return False
 
 
 def _entries(dtype: Any) -> bool:

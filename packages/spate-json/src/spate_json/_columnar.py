@@ -24,6 +24,10 @@ again. A value Arrow still cannot take (a value whose JSON type differs from the
 field's in other records of the batch) is split off into a frame of its own; one that
 Arrow refuses even alone is a record error for that record.
 
+Integers Arrow reads as doubles (in a field that also holds fractions, or beyond int64,
+which orjson reads exactly up to 2^64 - 1) are read again, off the fast path, as
+``int64`` or ``uint64`` where the reference holds only integers there (B138).
+
 A batch with a record nested :data:`DEPTH_LIMIT` levels or more also goes to the
 reference: orjson refuses documents nested deeper than 1024 levels (Arrow's reader does
 not), and a record it accepts that is nested that deep is a record error here, as no
@@ -254,6 +258,41 @@ def _same_kinds(read: object, value: object) -> bool:
     return True
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+_UINT64_MAX = 2**64 - 1
+
+
+def _get(value: object, name: str) -> object:
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def _integer_type(t: Any, values: list[object]) -> Any:
+    """``t`` with each float (at any depth) whose ``values`` are all ``int`` made
+    ``int64``, or ``uint64`` when one is beyond int64 and none is negative (orjson reads
+    an integer up to 2^64 - 1 as an ``int``); other types as they are."""
+    import pyarrow as pa
+
+    if pa.types.is_floating(t):
+        present = [v for v in values if v is not None]
+        ints = [v for v in present if type(v) is int]
+        if not ints or len(ints) != len(present):
+            return t
+        lo, hi = min(ints), max(ints)
+        if _INT64[0] <= lo and hi <= _INT64[1]:
+            return pa.int64()
+        if lo >= 0 and hi <= _UINT64_MAX:
+            return pa.uint64()
+        return t
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [pa.field(f.name, _integer_type(f.type, [_get(v, f.name) for v in values])) for f in t]
+        )
+    if pa.types.is_list(t):
+        items = [x for v in values if isinstance(v, list) for x in v]
+        return pa.list_(_integer_type(t.value_type, items))
+    return t
+
+
 def _one_object_a_line(body: bytes, lines: int) -> bool:
     """Whether each of the ``lines`` newline-separated lines of ``body`` opens with ``{``
     and closes with ``}``, with no carriage return anywhere (C-speed scans only)."""
@@ -398,12 +437,38 @@ class ColumnarJsonDecoder:
             return None
         # Arrow reads a field holding integers and fractions (or an integer beyond int64)
         # as doubles: an integer would become a float the row path never sees. Checked
-        # per record against the reference's values (off the fast path only).
-        if any(map(_whole_floats, table.columns)) and (
-            values is None or not all(map(_same_kinds, table.to_pylist(), values))
-        ):
-            return None
+        # per record against the reference's values (off the fast path only); a field
+        # whose values are all integers is read again as int64 or uint64 (B138).
+        if any(map(_whole_floats, table.columns)):
+            if values is None:
+                return None
+            if not all(map(_same_kinds, table.to_pylist(), values)):
+                table = self._as_integers(buffer, table, values)
+                if table is None or not all(map(_same_kinds, table.to_pylist(), values)):
+                    return None
         return self._frame(table)
+
+    def _as_integers(self, buffer: Any, table: Any, values: list[object]) -> Any:
+        """The lines read again with every float field whose values are all integers
+        (in the reference's ``values``) as ``int64`` or ``uint64``, or None."""
+        pa = self._pa
+        fields = [
+            pa.field(f.name, _integer_type(f.type, [_get(v, f.name) for v in values]))
+            for f in table.schema
+        ]
+        if all(f.type == g.type for f, g in zip(fields, table.schema, strict=True)):
+            return None
+        options = self._pj.ParseOptions(
+            explicit_schema=pa.schema(fields),
+            newlines_in_values=False,
+            unexpected_field_behavior=self._lines.unexpected_field_behavior,
+        )
+        try:
+            return self._pj.read_json(
+                pa.BufferReader(buffer), read_options=self._read_options, parse_options=options
+            )
+        except (pa.ArrowInvalid, ValueError):
+            return None
 
     def _read(self, buffer: Any) -> Any:
         """The Arrow table of the lines, or None when the reader refuses them."""
@@ -514,8 +579,9 @@ class ColumnarJsonDecoder:
             return _malformed(exc)
         if any(map(_whole_floats, table.columns)):
             return DeserError(
-                "JSON record cannot be read as columns (an integer beyond 64 bits, or "
-                "integers and fractions in one array, would be read as floats)",
+                "JSON record cannot be read as columns (integers and fractions in one "
+                "array, or negative integers and integers beyond Int64 in one array, "
+                "would be read as floats)",
                 DeserErrorKind.MALFORMED,
             )
         return DeserError(
