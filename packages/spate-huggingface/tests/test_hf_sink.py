@@ -17,7 +17,8 @@ import httpx
 import pytest
 from spate import AckStatus, ManualClock
 from spate.errors import SinkError
-from spate_huggingface import CommitGate, HubError
+from spate.sink.writebehind import CommitGate
+from spate_huggingface import HubError
 
 from tests.support.hub import HubServer, parse_commit
 
@@ -45,7 +46,7 @@ def test_b78_one_commit_per_window_with_hive_paths_and_every_row_once(hub: HubSe
         second = _readings(4, start=10)
         feeder.batch(second)
         sink.tick()  # the first window ended: one commit, its acks delivered
-        assert sink.flush(time.monotonic() + 30)
+        assert sink.flush(clock.monotonic() + 30)  # flush deadlines are on the pipeline clock
     finally:
         sink.close()
     assert len(hub.commits) == 2
@@ -166,7 +167,7 @@ def test_b80_a_stalled_commit_times_out_releases_the_gate_and_is_retried(hub: Hu
     finally:
         sink.close()
     assert hub.attempts == 2 and token.status is AckStatus.DELIVERED
-    gate = CommitGate(hub.endpoint, REPO, "main")
+    gate = CommitGate(f"{hub.endpoint}/datasets/{REPO}@main", 0.0)
     assert gate.acquire(0.0), "the gate is still held after the commit"
     gate.release()
 

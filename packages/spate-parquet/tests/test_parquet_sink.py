@@ -25,8 +25,8 @@ from spate._clock import ManualClock
 from spate.checkpoint._ack import AckStatus
 from spate.config import decode
 from spate.records import Lane
+from spate.sink.writebehind import CommitGate
 from spate_parquet import (
-    CommitGate,
     LocalStore,
     ManifestStore,
     ParquetSinkConfig,
