@@ -135,29 +135,48 @@ def _ack(lane: Lane = LANE) -> AckToken:
     return AckToken(lane, 0, seq, seq, 1, lambda token: None)
 
 
+def _flushed(sink: ToySink, within: float = 60.0) -> tuple[AckToken, bool]:
+    """One batch's row in a window of its own; then a flush with ``within`` seconds of
+    the sink's clock. Returns the batch's ack and what the flush returned."""
+    ack = _ack()
+    sink.add(LANE, ack)
+    return ack, sink.flush(sink.clock.monotonic() + within)
+
+
 def _retryable(n: int) -> list[Outcome]:
     return [SinkError(f"outage {i}", ErrorClass.RETRYABLE) for i in range(n)]
 
 
-def test_b156_retries_wait_the_backoff_on_the_pipeline_clock() -> None:
+@pytest.mark.parametrize(
+    ("failed_writes", "failed_commits", "log"),
+    [
+        # initial 1s, then 2s (multiplier 2, no jitter): the clock moved only by sleeping.
+        (2, 0, [("write", 100.0), ("write", 101.0), ("write", 103.0), ("commit", 103.0)]),
+        # B155: a failed commit is retried with its write.
+        (0, 1, [("write", 100.0), ("commit", 100.0), ("write", 101.0), ("commit", 101.0)]),
+    ],
+    ids=["write", "commit"],
+)
+def test_b156_retries_wait_the_backoff_on_the_pipeline_clock(
+    failed_writes: int, failed_commits: int, log: list[tuple[str, float]]
+) -> None:
     clock = ManualClock(start=100.0)
     sink = ToySink(clock)
-    sink.writes = _retryable(2)
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert sink.flush(clock.monotonic() + 60)
-    # initial 1s, then 2s (multiplier 2, no jitter): the clock moved only by sleeping.
-    assert sink.log == [("write", 100.0), ("write", 101.0), ("write", 103.0), ("commit", 103.0)]
-    assert ack.status is AckStatus.DELIVERED and sink.write_retries == 2
+    sink.writes = _retryable(failed_writes)
+    sink.commits = _retryable(failed_commits)
+    ack, flushed = _flushed(sink)
+    assert flushed
+    assert sink.log == log
+    assert ack.status is AckStatus.DELIVERED
+    assert sink.write_retries == failed_writes + failed_commits
 
 
 def test_b156_a_flush_deadline_before_the_next_retry_returns_false_without_writing() -> None:
     clock = ManualClock(start=100.0)
     sink = ToySink(clock)
     sink.writes = _retryable(1)
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert not sink.flush(clock.monotonic() + 0.5)  # the retry is due at 101
+    ack, flushed = _flushed(sink, 0.5)
+    assert not flushed  # the retry is due at 101
     assert sink.log == [("write", 100.0)] and clock.monotonic() == 100.0
     assert ack.status is AckStatus.PENDING
     assert sink.flush(clock.monotonic() + 5)
@@ -168,9 +187,8 @@ def test_b12_retries_that_run_out_fail_the_window_once() -> None:
     clock = ManualClock()
     sink = ToySink(clock, retry=RetryConfig(initial=1.0, max=1.0, jitter=0.0, max_attempts=3))
     sink.writes = _retryable(5)
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert sink.flush(clock.monotonic() + 60)
+    ack, flushed = _flushed(sink)
+    assert flushed
     assert [what for what, _ in sink.log] == ["write"] * 3
     assert ack.status is AckStatus.FAILED and ack.fault is None
     assert sink.windows_failed == 1 and len(sink.unwritten) == 1
@@ -187,22 +205,10 @@ def test_b155_a_failure_that_cannot_pass_fails_the_acks_after_one_attempt(
     clock = ManualClock()
     sink = ToySink(clock)
     sink.writes = [error]
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert sink.flush(clock.monotonic() + 60)  # nothing propagates out of the engine
+    ack, flushed = _flushed(sink)
+    assert flushed  # nothing propagates out of the engine
     assert sink.log == [("write", clock.monotonic())]
     assert ack.status is AckStatus.FAILED and sink.write_retries == 0
-
-
-def test_b155_a_failed_commit_is_retried_with_the_write() -> None:
-    clock = ManualClock(start=0.0)
-    sink = ToySink(clock)
-    sink.commits = _retryable(1)
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert sink.flush(clock.monotonic() + 60)
-    assert sink.log == [("write", 0.0), ("commit", 0.0), ("write", 1.0), ("commit", 1.0)]
-    assert ack.status is AckStatus.DELIVERED
 
 
 def test_b11_an_open_breaker_holds_the_next_attempt_until_it_half_opens() -> None:
@@ -210,9 +216,8 @@ def test_b11_an_open_breaker_holds_the_next_attempt_until_it_half_opens() -> Non
     breaker = BreakerConfig(failure_threshold=2, open_for=60.0)
     sink = ToySink(clock, breaker=breaker)
     sink.writes = _retryable(3)
-    ack = _ack()
-    sink.add(LANE, ack)
-    assert sink.flush(clock.monotonic() + 1000)
+    ack, flushed = _flushed(sink, 1000)
+    assert flushed
     # Failures at 0 and 1 open the breaker at 1: the third attempt waits for 61, not
     # for its backoff (1 + 2); it fails, the breaker opens again until 121.
     writes = [at for what, at in sink.log if what == "write"]
