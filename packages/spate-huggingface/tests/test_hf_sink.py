@@ -254,3 +254,29 @@ def test_b29_an_unknown_repository_fails_start_naming_it(hub: HubServer) -> None
             sink.start()
     finally:
         sink.close()
+
+
+@pytest.mark.parametrize("breaker", [True, False], ids=["breaker", "no-breaker"])
+def test_b156_an_open_breaker_holds_the_next_commit_until_it_half_opens(
+    hub: HubServer, breaker: bool
+) -> None:
+    """Two failed commits open a breaker of threshold 2: the third waits its ``open_for``
+    on the pipeline clock, not the 10ms backoff. Inline (no io threads) on a ManualClock,
+    whose ``sleep`` advances it, so the wait is exact; without a breaker only the backoff
+    spaces the attempts."""
+    clock = ManualClock()
+    hub.fail_commits(2)
+    extra = {"breaker": {"failure_threshold": 2, "open_for": "10m"}} if breaker else {}
+    sink = make_sink(body(hub, **extra), clock=clock, io_threads=0)
+    try:
+        token = Feeder(sink).batch(_readings(3))
+        started = clock.monotonic()
+        assert sink.flush(started + 3 * HOUR)
+    finally:
+        sink.close()
+    assert hub.attempts == 3 and token.status is AckStatus.DELIVERED
+    waited = clock.monotonic() - started
+    if breaker:
+        assert 600.0 <= waited <= 600.0 + 0.05  # open_for, plus the first retry's backoff
+    else:
+        assert waited <= 0.1  # two backoffs of at most 10ms and 20ms

@@ -101,6 +101,7 @@ class HuggingFaceSink(WindowedWriter[Window]):
             backoff=Backoff(config.retry.as_retry()),
             join_timeout=config.request_timeout + 5.0,
             gate=CommitGate(self._hub.where, config.gate_timeout, when_held="retry"),
+            breaker=config.breaker,
         )
         self._open: dict[int, Window] = {}
         self._ready = False

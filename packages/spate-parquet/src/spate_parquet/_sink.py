@@ -126,6 +126,7 @@ class ParquetSink(WindowedWriter[Window]):
             backoff=Backoff(config.retry),
             join_timeout=30.0,
             gate=self._gate,
+            breaker=config.breaker,
         )
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
