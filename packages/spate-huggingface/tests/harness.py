@@ -38,10 +38,15 @@ def body(hub: HubServer, **overrides: object) -> dict[str, object]:
 
 
 def make_sink(
-    config: Mapping[str, Any], clock: Clock | None = None, name: str = "hub", start: bool = True
+    config: Mapping[str, Any],
+    clock: Clock | None = None,
+    name: str = "hub",
+    start: bool = True,
+    io_threads: int = 1,
 ) -> HuggingFaceSink:
+    """``io_threads=0``: commits happen inline, on the caller's thread."""
     decoded = decode(HuggingFaceSinkConfig, dict(config), f"sinks.{name}.huggingface")
-    sink = build_sink(decoded, conformance_context(name, clock=clock))
+    sink = build_sink(decoded, conformance_context(name, clock=clock, io_threads=io_threads))
     if start:
         sink.start()
     return sink

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from spate import AckStatus, ManualClock
 from spate.errors import SinkError
-from spate_huggingface import CommitGate, HubError
+from spate.sink.writebehind import CommitGate
+from spate_huggingface import HubError
 
 from tests.support.hub import HubServer, parse_commit
 
@@ -45,7 +46,7 @@ def test_b78_one_commit_per_window_with_hive_paths_and_every_row_once(hub: HubSe
         second = _readings(4, start=10)
         feeder.batch(second)
         sink.tick()  # the first window ended: one commit, its acks delivered
-        assert sink.flush(time.monotonic() + 30)
+        assert sink.flush(clock.monotonic() + 30)  # flush deadlines are on the pipeline clock
     finally:
         sink.close()
     assert len(hub.commits) == 2
@@ -166,7 +167,7 @@ def test_b80_a_stalled_commit_times_out_releases_the_gate_and_is_retried(hub: Hu
     finally:
         sink.close()
     assert hub.attempts == 2 and token.status is AckStatus.DELIVERED
-    gate = CommitGate(hub.endpoint, REPO, "main")
+    gate = CommitGate(f"{hub.endpoint}/datasets/{REPO}@main", 0.0)
     assert gate.acquire(0.0), "the gate is still held after the commit"
     gate.release()
 
@@ -253,3 +254,29 @@ def test_b29_an_unknown_repository_fails_start_naming_it(hub: HubServer) -> None
             sink.start()
     finally:
         sink.close()
+
+
+@pytest.mark.parametrize("breaker", [True, False], ids=["breaker", "no-breaker"])
+def test_b156_an_open_breaker_holds_the_next_commit_until_it_half_opens(
+    hub: HubServer, breaker: bool
+) -> None:
+    """Two failed commits open a breaker of threshold 2: the third waits its ``open_for``
+    on the pipeline clock, not the 10ms backoff. Inline (no io threads) on a ManualClock,
+    whose ``sleep`` advances it, so the wait is exact; without a breaker only the backoff
+    spaces the attempts."""
+    clock = ManualClock()
+    hub.fail_commits(2)
+    extra = {"breaker": {"failure_threshold": 2, "open_for": "10m"}} if breaker else {}
+    sink = make_sink(body(hub, **extra), clock=clock, io_threads=0)
+    try:
+        token = Feeder(sink).batch(_readings(3))
+        started = clock.monotonic()
+        assert sink.flush(started + 3 * HOUR)
+    finally:
+        sink.close()
+    assert hub.attempts == 3 and token.status is AckStatus.DELIVERED
+    waited = clock.monotonic() - started
+    if breaker:
+        assert 600.0 <= waited <= 600.0 + 0.05  # open_for, plus the first retry's backoff
+    else:
+        assert waited <= 0.1  # two backoffs of at most 10ms and 20ms

@@ -20,10 +20,11 @@ from spate_parquet import ParquetSink, ParquetSinkConfig, S3Store, build_sink
 
 
 def make_sink(
-    body: Mapping[str, Any], name: str = "lake", clock: Clock | None = None
+    body: Mapping[str, Any], name: str = "lake", clock: Clock | None = None, io_threads: int = 1
 ) -> ParquetSink:
+    """``io_threads=0``: files are written inline, on the caller's thread."""
     config = decode(ParquetSinkConfig, dict(body), "sinks.lake.parquet")
-    sink = build_sink(config, conformance_context(name, clock=clock))
+    sink = build_sink(config, conformance_context(name, clock=clock, io_threads=io_threads))
     sink.start()
     return sink
 

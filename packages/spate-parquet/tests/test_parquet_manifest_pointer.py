@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate_parquet import CommitGate, LocalStore, ManifestStore, Part, S3Store
+from spate.sink.writebehind import CommitGate
+from spate_parquet import LocalStore, ManifestStore, Part, S3Store
 from spate_parquet._manifest import POINTER
 
 from .harness import Feeder, lake_store, make_sink

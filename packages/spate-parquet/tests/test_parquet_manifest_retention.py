@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate_parquet import CommitGate, LocalStore, ManifestStore, Part
+from spate.sink.writebehind import CommitGate
+from spate_parquet import LocalStore, ManifestStore, Part
 from spate_parquet._manifest import VERSIONS
 
 from .harness import Feeder, lake_store, make_sink
@@ -137,7 +138,8 @@ def test_b104_versions_within_the_grace_period_are_kept(
 _KILLED_WRITER = """
 import os, signal, sys
 from spate.config import decode
-from spate_parquet import CommitGate, ManifestStore, ParquetSinkConfig, Part, S3Store
+from spate.sink.writebehind import CommitGate
+from spate_parquet import ManifestStore, ParquetSinkConfig, Part, S3Store
 
 bucket, endpoint = sys.argv[1], sys.argv[2]
 config = decode(

@@ -24,9 +24,10 @@ import pytest
 from spate._clock import ManualClock
 from spate.checkpoint._ack import AckStatus
 from spate.config import decode
+from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
+from spate.sink.writebehind import CommitGate
 from spate_parquet import (
-    CommitGate,
     LocalStore,
     ManifestStore,
     ParquetSinkConfig,
@@ -572,3 +573,39 @@ def test_b52_an_empty_flush_changes_no_manifest(tmp_path: Path) -> None:
     sink.close()
     assert local_files(tmp_path) == before
     assert json.loads(before["t.parts/_manifest.json"])["version"] == 1
+
+
+@pytest.mark.parametrize("breaker", [True, False], ids=["breaker", "no-breaker"])
+def test_b156_an_open_breaker_holds_the_next_write_until_it_half_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breaker: bool
+) -> None:
+    """Two failed writes (a 503 each) open a breaker of threshold 2: the third waits its
+    ``open_for`` on the pipeline clock. Inline on a ManualClock, so the wait is exact."""
+    original = LocalStore.put
+    failures: list[str] = []
+
+    def put(self: LocalStore, key: str, data: bytes) -> None:
+        if len(failures) < 2:
+            failures.append(key)
+            raise SinkError(f"PUT {key}: 503 SlowDown", ErrorClass.RETRYABLE)
+        original(self, key, data)
+
+    monkeypatch.setattr(LocalStore, "put", put)
+    clock = ManualClock()
+    body: dict[str, Any] = {"path": str(tmp_path), "retry": {"initial": "10ms", "max": "50ms"}}
+    if breaker:
+        body["breaker"] = {"failure_threshold": 2, "open_for": "10m"}
+    sink = make_sink(body, clock=clock, io_threads=0)
+    try:
+        token = Feeder(sink).batch(LANES[0], 0, [{"id": i} for i in range(3)])
+        started = clock.monotonic()
+        assert sink.flush(started + 3600)
+    finally:
+        sink.close()
+    assert len(failures) == 2 and token.status is AckStatus.DELIVERED
+    assert [r["id"] for r in parquet_rows(local_files(tmp_path))] == [0, 1, 2]
+    waited = clock.monotonic() - started
+    if breaker:
+        assert 600.0 <= waited <= 600.0 + 0.05  # open_for, plus the first retry's backoff
+    else:
+        assert waited <= 0.1  # two backoffs of at most 10ms and 20ms

@@ -15,13 +15,12 @@ from spate_huggingface._encode import (
     build_encoder,
 )
 from spate_huggingface._factory import HuggingFaceSinkFactory, build_sink, resolve_token
-from spate_huggingface._hub import CommitFile, CommitGate, HubClient, HubError, commit_payload
+from spate_huggingface._hub import CommitFile, HubClient, HubError, commit_payload
 from spate_huggingface._sink import HuggingFaceSink
 from spate_huggingface.config import CommitRetryConfig, EncoderConfig, HuggingFaceSinkConfig
 
 __all__ = [
     "CommitFile",
-    "CommitGate",
     "CommitRetryConfig",
     "CsvEncoder",
     "EncoderConfig",

@@ -19,10 +19,11 @@ The token is sent only in the ``Authorization`` header; errors name the endpoint
 repository and the status and quote the Hub's answer, which ``SinkError`` scrubs of
 registered secrets (the token is one), so it never reaches a log line (B67).
 
-:class:`CommitGate` serializes the commits of one repository and branch within a
-process (B80): simultaneous flushes queue, each holding the gate for one request, which
-``request_timeout`` bounds (a request that makes no progress for that long fails with a
-transport error and lets the gate go).
+The sink commits through the core commit gate (``spate.sink.writebehind.CommitGate``)
+named by :attr:`HubClient.where`, which serializes the commits of one repository and
+branch within a process (B80): simultaneous flushes queue, each holding the gate for one
+request, which ``request_timeout`` bounds (a request that makes no progress for that
+long fails with a transport error and lets the gate go).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import datetime as dt
 import email.utils
 import json
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -178,22 +178,3 @@ class HubClient:
             status,
             retry_after(response.headers),
         )
-
-
-class CommitGate:
-    """One lock per (endpoint, repository, branch) in this process (B80)."""
-
-    _gates: dict[tuple[str, str, str], threading.Lock] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, endpoint: str, repo: str, branch: str) -> None:
-        key = (endpoint.rstrip("/"), repo, branch)
-        with CommitGate._registry_lock:
-            self._lock = CommitGate._gates.setdefault(key, threading.Lock())
-
-    def acquire(self, timeout: float) -> bool:
-        """Take the gate, waiting at most ``timeout`` seconds; False if it stayed held."""
-        return self._lock.acquire(timeout=timeout)
-
-    def release(self) -> None:
-        self._lock.release()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -33,10 +32,11 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer
-from spate_parquet import RowShaper, WindowedWriter, parse_schema, safe
+from spate.sink.writebehind import CommitGate, WindowedWriter
+from spate_parquet import RowShaper, parse_schema, safe
 
 from spate_huggingface._encode import FileEncoder, build_encoder
-from spate_huggingface._hub import CommitFile, CommitGate, HubClient, HubError, commit_payload
+from spate_huggingface._hub import CommitFile, HubClient, HubError, commit_payload
 from spate_huggingface.config import HuggingFaceSinkConfig, template_columns
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Window:
     acks: list[AckToken] = field(default_factory=list)
     lanes: set[Lane] = field(default_factory=set)
     settled: bool = False
-    """Its acks were released (guarded by the sink's condition lock)."""
+    """Its acks were released (guarded by the write-behind engine's lock)."""
     files: list[CommitFile] | None = None
     """The encoded files, once built (a retried commit sends the same)."""
 
@@ -85,9 +85,6 @@ class HuggingFaceSink(WindowedWriter[Window]):
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
         self._clock = clock
-        self._init_writer(
-            io_threads > 0, Backoff(config.retry.as_retry()), config.request_timeout + 5.0
-        )
         self._shaper = RowShaper(parse_schema(config.schema))
         self._encoder = (
             encoder if encoder is not None else build_encoder(config.encoder, self._shaper.schema)
@@ -96,7 +93,16 @@ class HuggingFaceSink(WindowedWriter[Window]):
         self._hub = HubClient(
             config.endpoint, config.repo, config.branch, token, config.request_timeout
         )
-        self._gate = CommitGate(config.endpoint, config.repo, config.branch)
+        # One commit at a time per repository and branch in this process (B80); a gate
+        # held past gate_timeout fails the attempt, which is retried after the backoff.
+        self._init_writer(
+            clock=clock,
+            threaded=io_threads > 0,
+            backoff=Backoff(config.retry.as_retry()),
+            join_timeout=config.request_timeout + 5.0,
+            gate=CommitGate(self._hub.where, config.gate_timeout, when_held="retry"),
+            breaker=config.breaker,
+        )
         self._open: dict[int, Window] = {}
         self._ready = False
         self.commits = 0
@@ -128,11 +134,8 @@ class HuggingFaceSink(WindowedWriter[Window]):
     # -- rows (pipeline thread) ------------------------------------------------------
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
-        if self._pending() >= self.config.max_pending:
-            if not self._threaded:
-                self._drain_inline(time.monotonic())
-            if self._pending() >= self.config.max_pending:
-                return Offer.REJECTED
+        if not self._has_room(self.config.max_pending, self._clock.monotonic()):
+            return Offer.REJECTED
         values = self._shaper.shape(row)
         parts = tuple(_partition(values.get(c)) for c in self._columns)
         bucket = int(self._row_time(values) // self.config.window)
@@ -172,8 +175,7 @@ class HuggingFaceSink(WindowedWriter[Window]):
         now = self._clock.time()
         for bucket in [b for b in self._open if (b + 1) * self.config.window <= now]:
             self._seal(bucket)
-        if not self._threaded:
-            self._drain_inline(time.monotonic())
+        self._write_due()
 
     # -- the write queue's hooks ---------------------------------------------------------
 
@@ -205,9 +207,13 @@ class HuggingFaceSink(WindowedWriter[Window]):
     # -- commits (writer thread, or inline without io threads) -----------------------
 
     def _write_window(self, window: Window) -> None:
+        """Encode the window's files (once: a retried commit sends the same bytes)."""
         if window.files is None:
             window.files = self._files(window)
-        self.last_commit = self._commit(window, window.files)
+
+    def _commit_window(self, window: Window) -> None:
+        """Send the one commit (under the repository's commit gate, B80)."""
+        self.last_commit = self._commit(window, window.files or [])
         self.commits += 1
 
     def _bounds(self, window: Window) -> tuple[dt.datetime, dt.datetime]:
@@ -240,19 +246,7 @@ class HuggingFaceSink(WindowedWriter[Window]):
             f"{window.rows} rows in {len(files)} file(s) for the window "
             f"{start.isoformat()} to {end.isoformat()}, committed by the spate sink {self.name}."
         )
-        body = commit_payload(summary, description, files)
-        if not self._gate.acquire(self.config.gate_timeout):
-            raise HubError(
-                f"the commit gate of {self._hub.where} stayed held for "
-                f"{self.config.gate_timeout:.0f}s",
-                ErrorClass.RETRYABLE,
-                None,
-                None,
-            )
-        try:
-            return self._hub.commit(body)
-        finally:
-            self._gate.release()
+        return self._hub.commit(commit_payload(summary, description, files))
 
 
 def _partition(value: object) -> str:

@@ -27,7 +27,7 @@ from typing import Literal
 from spate import NO_SECRET, Secret
 from spate.config import Duration
 from spate.errors import ErrorPolicy
-from spate.sink.config import RetryConfig
+from spate.sink.config import BreakerConfig, RetryConfig
 from spate_parquet import SchemaError, parse_schema
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -155,6 +155,9 @@ class HuggingFaceSinkConfig:
     same repository and branch in this process) before the attempt counts as failed."""
     retry: CommitRetryConfig = field(default_factory=CommitRetryConfig)
     """Backoff between commit attempts."""
+    breaker: BreakerConfig | None = None
+    """After ``failure_threshold`` failed commits in a row, wait ``open_for`` before one
+    trial commit (B11, B156); none when absent (only ``retry`` spaces the attempts)."""
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """What the chain does with a row that does not fit the schema or the path (B28)."""
 

@@ -11,17 +11,15 @@ from spate_parquet._audit import AuditFailure
 from spate_parquet._encode import Encoder, safe
 from spate_parquet._factory import ParquetSinkFactory, build_sink
 from spate_parquet._gate import StoreGate
-from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
+from spate_parquet._manifest import Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, SchemaError, parse_schema
 from spate_parquet._sink import ParquetSink
 from spate_parquet._store import LocalStore, S3Store, Store, open_store
-from spate_parquet._writer import WindowedWriter
 from spate_parquet.config import AuditConfig, ParquetSinkConfig, S3Config
 
 __all__ = [
     "AuditConfig",
     "AuditFailure",
-    "CommitGate",
     "Encoder",
     "LocalStore",
     "Manifest",
@@ -36,7 +34,6 @@ __all__ = [
     "SchemaError",
     "Store",
     "StoreGate",
-    "WindowedWriter",
     "build_sink",
     "open_store",
     "parse_schema",

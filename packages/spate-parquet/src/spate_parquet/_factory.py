@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from spate.plugins import BuildContext
+from spate.sink.writebehind import CommitGate
 
 from spate_parquet._gate import StoreGate, open_coordination_store
-from spate_parquet._manifest import CommitGate
 from spate_parquet._sink import ParquetSink
 from spate_parquet.config import ParquetSinkConfig
 

@@ -25,8 +25,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spate.errors import ConfigError
-
-from spate_parquet._manifest import CommitGate, Manifest
+from spate.sink.writebehind import CommitGate
 
 if TYPE_CHECKING:
     from spate.plugins import BuildContext
@@ -73,8 +72,8 @@ class StoreGate(CommitGate):
 
         await self._store.delete(Keyspace.TTL, self.key, revision)
 
-    def run(self, publish: Callable[[], Manifest]) -> Manifest:
-        def across_processes() -> Manifest:
+    def run(self, commit: Callable[[], T]) -> T:
+        def across_processes() -> T:
             deadline = time.monotonic() + self.timeout
             try:
                 revision = self._run(self._acquire(deadline))
@@ -93,7 +92,7 @@ class StoreGate(CommitGate):
                         self.timeout,
                     )
             try:
-                return publish()
+                return commit()
             finally:
                 if revision is not None:
                     try:

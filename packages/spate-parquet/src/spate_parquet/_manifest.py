@@ -43,13 +43,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spate.errors import ErrorClass, SinkError
+from spate.sink.writebehind import CommitGate
 
 from spate_parquet._store import Store
 
@@ -172,43 +172,6 @@ class Manifest:
         )
 
 
-class CommitGate:
-    """Serializes the manifest updates of one destination within a process.
-
-    Correctness never depends on the gate (versions are created with a compare-and-set),
-    it only keeps writers in one process from racing and retrying. A writer that waits
-    longer than ``timeout`` for it proceeds without it, so a stalled holder cannot stop
-    publishing.
-    """
-
-    _gates: dict[str, threading.Lock] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, destination: str, timeout: float) -> None:
-        with CommitGate._registry_lock:
-            self._lock = CommitGate._gates.setdefault(destination, threading.Lock())
-        self.destination = destination
-        self.timeout = timeout
-
-    def run(self, publish: Callable[[], Manifest]) -> Manifest:
-        """Call ``publish`` holding the gate (or without it after ``timeout``)."""
-        held = self._lock.acquire(timeout=self.timeout)
-        if not held:
-            logger.warning(
-                "commit gate of %s held longer than %.1fs; publishing without it",
-                self.destination,
-                self.timeout,
-            )
-        try:
-            return publish()
-        finally:
-            if held:
-                self._lock.release()
-
-    def close(self) -> None:
-        """Release what the gate holds (nothing for the in-process gate)."""
-
-
 class ManifestStore:
     """Reads and publishes the manifest of one table under a :class:`Store`."""
 
@@ -216,7 +179,7 @@ class ManifestStore:
         self,
         store: Store,
         table: str,
-        gate: CommitGate,
+        gate: CommitGate | None,
         clock: Callable[[], float] = time.time,
         *,
         keep: int = 0,
@@ -255,7 +218,10 @@ class ManifestStore:
             current = newer
 
     def publish(self, part: Part, schema: str) -> Manifest:
-        """Add ``part`` in a new version (through the gate) and return that version."""
+        """Add ``part`` in a new version (through the gate, if this store has one; the
+        sink's write-behind engine runs it under its own) and return that version."""
+        if self._gate is None:
+            return self._publish_and_clean(part, schema)
         return self._gate.run(lambda: self._publish_and_clean(part, schema))
 
     def _publish_and_clean(self, part: Part, schema: str) -> Manifest:

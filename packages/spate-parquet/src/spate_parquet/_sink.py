@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -36,14 +35,14 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
+from spate.sink.writebehind import CommitGate, WindowedWriter
 
 from spate_parquet._audit import AuditFailure, Auditor
 from spate_parquet._encode import Encoder, parse_key, safe
 from spate_parquet._frames import ROW_COLUMN, prepare_frame, runs, seconds
-from spate_parquet._manifest import CommitGate, Manifest, ManifestStore, Part
+from spate_parquet._manifest import Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, parse_schema
 from spate_parquet._store import Store, open_store
-from spate_parquet._writer import WindowedWriter
 from spate_parquet.config import ParquetSinkConfig
 
 logger = logging.getLogger(__name__)
@@ -72,7 +71,9 @@ class Window:
     row_bytes: int = 64
     """Estimated in-memory size of one row (from the window's first row)."""
     settled: bool = False
-    """Its acks were released (guarded by the sink's condition lock)."""
+    """Its acks were released (guarded by the write-behind engine's lock)."""
+    publish: tuple[Part, str] | None = None
+    """In manifest mode, the written part and its schema, for the commit."""
 
     def holds(self, lanes: Collection[Lane]) -> bool:
         return self.lane in lanes
@@ -103,7 +104,6 @@ class ParquetSink(WindowedWriter[Window]):
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
         self._clock = clock
-        self._init_writer(io_threads > 0, Backoff(config.retry), join_timeout=30.0)
         self._store: Store = open_store(config)
         self._shaper = RowShaper(parse_schema(config.schema))
         self._encoder = Encoder(config, self._shaper.schema)
@@ -111,15 +111,23 @@ class ParquetSink(WindowedWriter[Window]):
         self._manifest: ManifestStore | None = None
         self._gate: CommitGate | None = None
         if config.publish == "manifest":
-            commit_gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
-            self._gate = commit_gate
+            # The engine runs each publish under the gate (after the part is durable).
+            self._gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
             self._manifest = ManifestStore(
                 self._store,
                 config.table,
-                commit_gate,
+                None,
                 keep=config.keep_manifests,
                 grace=config.manifest_grace,
             )
+        self._init_writer(
+            clock=clock,
+            threaded=io_threads > 0,
+            backoff=Backoff(config.retry),
+            join_timeout=30.0,
+            gate=self._gate,
+            breaker=config.breaker,
+        )
         self._root = f"{config.table}.parts/" if config.publish == "manifest" else ""
         self._open: dict[_WindowKey, Window] = {}
         self._covered: dict[tuple[Lane, str], int] = {}
@@ -183,10 +191,8 @@ class ParquetSink(WindowedWriter[Window]):
         return self._ready
 
     def close(self) -> None:
-        self._stop_writer()
+        self._stop_writer()  # closes the commit gate too
         self._store.close()
-        if self._gate is not None:
-            self._gate.close()
         self._ready = False
 
     # -- rows (pipeline thread) ------------------------------------------------------
@@ -235,11 +241,9 @@ class ParquetSink(WindowedWriter[Window]):
 
     def _room(self) -> bool:
         """Whether another window may be sealed now (``max_pending``)."""
-        if self._pending() >= self._max_pending:
-            if not self._threaded:
-                self._drain_inline(time.monotonic() + self.config.gate_timeout)
-            if self._pending() >= self._max_pending:
-                return False
+        deadline = self._clock.monotonic() + self.config.gate_timeout
+        if not self._has_room(self._max_pending, deadline):
+            return False
         self._check_room = False
         return True
 
@@ -530,8 +534,7 @@ class ParquetSink(WindowedWriter[Window]):
             bucket = int(self._clock.time() // cfg.window)
             for key in [k for k in self._open if k[2] < bucket]:
                 self._seal(key)
-        if not self._threaded:
-            self._drain_inline(time.monotonic())
+        self._write_due()
 
     # -- the write queue's hooks ---------------------------------------------------------
 
@@ -583,11 +586,12 @@ class ParquetSink(WindowedWriter[Window]):
         key = self._encoder.file_key(
             self._root + window.directory, window.lane, window.first, window.last, data
         )
+        self._store.put(key, data)
         if self._manifest is None:
-            self._store.put(key, data)
-        else:
-            self._store.put(key, data)
-            part = Part(
+            self.files_written += 1
+            return
+        window.publish = (
+            Part(
                 key,
                 table.num_rows,
                 len(data),
@@ -596,8 +600,17 @@ class ParquetSink(WindowedWriter[Window]):
                 window.first,
                 window.last,
                 0,
-            )
-            self.last_manifest = self._manifest.publish(part, _schema_text(table.schema))
+            ),
+            _schema_text(table.schema),
+        )
+
+    def _commit_window(self, window: Window) -> None:
+        """Publish the durable part in a new manifest version (B52, B128); the engine runs
+        this under the commit gate and releases the acks after it."""
+        if self._manifest is None or window.publish is None:
+            return
+        part, schema = window.publish
+        self.last_manifest = self._manifest.publish(part, schema)
         self.files_written += 1
 
     def _audit_failed(self, window: Window, failure: AuditFailure) -> None:

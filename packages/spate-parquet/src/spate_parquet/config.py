@@ -35,7 +35,7 @@ from typing import Literal
 from spate import NO_SECRET, Secret
 from spate.config import ByteSize, Duration, tls_file_errors
 from spate.errors import ErrorPolicy
-from spate.sink.config import RetryConfig
+from spate.sink.config import BreakerConfig, RetryConfig
 
 from spate_parquet._schema import SchemaError, parse_schema
 
@@ -172,6 +172,9 @@ class ParquetSinkConfig:
     """Endpoint and credentials for ``s3://`` paths."""
     retry: RetryConfig = field(default_factory=RetryConfig)
     """Backoff between attempts of a failed write (B12)."""
+    breaker: BreakerConfig | None = None
+    """After ``failure_threshold`` failed writes in a row, wait ``open_for`` before one
+    trial write (B11, B156); none when absent (only ``retry`` spaces the attempts)."""
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """What the chain does with a row that does not fit the schema (B28)."""
 

@@ -1,0 +1,476 @@
+"""The write-behind engine of windowed sinks, and the one commit gate (ADR 0012).
+
+A windowed sink (Parquet, Hugging Face, or a third-party file or lake sink) keeps rows
+in open windows on the pipeline thread and cuts them where its input says; it hands a
+sealed window to :class:`WindowedWriter`, which owns everything after the cut:
+
+* **the queue and the writer thread**: one thread (or the pipeline thread itself, inline,
+  when the pipeline has no io threads) takes the sealed windows in order and writes each;
+* **retries on the pipeline clock** (B12): a write that fails with a RETRYABLE
+  ``SinkError`` is queued again at the front after the :class:`~spate.sink.Backoff`
+  delay, measured on the pipeline's :class:`~spate.Clock` (a test drives it with a
+  ``ManualClock``); any other failure, or a retryable one once the attempts run out,
+  fails the window;
+* **a breaker** (B11), optional: after ``failure_threshold`` retryable failures in a row
+  the writer waits ``open_for`` before one trial write;
+* **the commit gate**: what makes a written window visible (a manifest, a Hub commit)
+  runs through :class:`CommitGate`, which serializes the commits of one destination in
+  the process;
+* **ack settlement** (B2, B4, B39): each window is the holder of its acks
+  (``ack.retain(window)``, done by the sink when a row joins it) and the engine releases
+  them once, whoever gets there first: delivered after the write *and* the commit
+  returned, failed when the write fails for good, or by :meth:`WindowedWriter.abandon`
+  and close for every window not yet written.
+
+The sink supplies what differs, as protected hooks: how its open windows are sealed
+(all, or those holding some lanes), how one window is written and committed, and what a
+failed window undoes. Connectors subclass :class:`WindowedWriter`, call
+:meth:`~WindowedWriter._init_writer` in ``__init__``, :meth:`~WindowedWriter._queue` for
+each sealed window, and get ``flush``, ``flush_lanes`` and ``abandon`` of the
+:class:`~spate.sink.Sink` contract.
+
+The :class:`~spate.sink.SinkPool` (ClickHouse, Kafka) is a different engine on purpose
+for now: it seals batches on time and routes them over shards and replicas; see ADR 0012
+for what the two share and what is left to fold.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable, Collection, Hashable
+from dataclasses import dataclass
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
+
+from spate._clock import Clock
+from spate.checkpoint._ack import AckToken, release_all
+from spate.errors import ErrorClass, SinkError
+from spate.records import Lane
+from spate.sink._breaker import Breaker
+from spate.sink._retry import Backoff
+from spate.sink.config import BreakerConfig
+
+__all__ = ["CommitGate", "SealedWindow", "WindowedWriter"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_POLL = 0.25
+"""Longest real wait of the writer thread for a due retry: a ``ManualClock`` moved by a
+test is seen within this, as the flush wait sees it."""
+
+
+class CommitGate:
+    """Serializes the commits of one destination within a process (B52, B80).
+
+    Every gate built for the same ``destination`` string shares one lock, so writers of
+    one manifest, or of one repository and branch, commit one at a time. A writer that
+    waits longer than ``timeout`` either commits without the gate
+    (``when_held="proceed"``: the commit is correct without it, a compare-and-set for
+    instance, and a stalled holder must not stop publishing) or fails the attempt with a
+    RETRYABLE ``SinkError`` (``when_held="retry"``: the engine tries again after its
+    backoff).
+
+    Subclasses may add a gate across processes (``spate_parquet.StoreGate``) by
+    overriding :meth:`run` and :meth:`close`.
+    """
+
+    _gates: ClassVar[dict[str, threading.Lock]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        destination: str,
+        timeout: float,
+        *,
+        when_held: Literal["proceed", "retry"] = "proceed",
+    ) -> None:
+        with CommitGate._registry_lock:
+            self._lock = CommitGate._gates.setdefault(destination, threading.Lock())
+        self.destination = destination
+        self.timeout = timeout
+        self.when_held = when_held
+
+    def acquire(self, timeout: float) -> bool:
+        """Take the gate, waiting at most ``timeout`` seconds; False if it stayed held."""
+        return self._lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        """Give back a gate taken with :meth:`acquire`."""
+        self._lock.release()
+
+    def run(self, commit: Callable[[], T]) -> T:
+        """Call ``commit`` holding the gate; what happens after ``timeout`` is
+        ``when_held``'s. Called on a writer thread; blocks."""
+        held = self.acquire(self.timeout)
+        if not held:
+            if self.when_held == "retry":
+                raise SinkError(
+                    f"the commit gate of {self.destination} stayed held for {self.timeout:.0f}s",
+                    ErrorClass.RETRYABLE,
+                )
+            logger.warning(
+                "commit gate of %s held longer than %.1fs; committing without it",
+                self.destination,
+                self.timeout,
+            )
+        try:
+            return commit()
+        finally:
+            if held:
+                self.release()
+
+    def close(self) -> None:
+        """Release what the gate holds (nothing for the in-process gate)."""
+
+
+class SealedWindow(Hashable, Protocol):
+    """What the engine needs of a window: its acks, its settlement flag, its lanes.
+
+    The window is the holder of its acks by identity (``eq=False`` dataclasses hash by
+    identity), so two windows with equal contents are two holders.
+    """
+
+    acks: list[AckToken]
+    settled: bool
+    """Its acks were released (guarded by the engine's lock)."""
+
+    def holds(self, lanes: Collection[Lane]) -> bool:
+        """Whether the window holds rows of any of ``lanes``."""
+        ...
+
+
+W = TypeVar("W", bound=SealedWindow)
+
+
+@dataclass(slots=True)
+class _Job(Generic[W]):
+    window: W
+    attempts: int = 0
+    not_before: float = 0.0
+    """When the next attempt may start, on the pipeline clock."""
+
+
+class WindowedWriter(Generic[W]):
+    """The queue, the writer thread, the retries and the ack settlement of a windowed sink.
+
+    Subclasses call :meth:`_init_writer` in ``__init__`` and implement
+    :meth:`_take_open`, :meth:`_seal_all`, :meth:`_seal_lanes`, :meth:`_write_window`,
+    :meth:`_rows` and :meth:`_describe`; :meth:`_commit_window`, :meth:`_unwritten` and
+    :meth:`_retry_delay` are optional.
+    """
+
+    name: str
+
+    def _init_writer(
+        self,
+        *,
+        clock: Clock,
+        threaded: bool,
+        backoff: Backoff,
+        join_timeout: float,
+        gate: CommitGate | None = None,
+        breaker: BreakerConfig | None = None,
+    ) -> None:
+        """Set the engine up: ``threaded`` (a writer thread, else writes happen inline on
+        the pipeline thread during ``tick``/``flush``), the ``backoff`` between attempts,
+        how long ``close`` waits for the writer thread, the commit ``gate`` that
+        :meth:`_commit_window` runs under, and an optional ``breaker``."""
+        self._wb_clock = clock
+        self._threaded = threaded
+        self._backoff = backoff
+        self._join_timeout = join_timeout
+        self._commit_gate = gate
+        self._breaker = Breaker(breaker, f"sink {self.name}") if breaker is not None else None
+        self._jobs: collections.deque[_Job[W]] = collections.deque()
+        self._busy = 0
+        """Jobs being written (0 or 1)."""
+        self._writing: W | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.write_retries = 0
+        """Write attempts that failed and were tried again."""
+        self.windows_failed = 0
+        """Windows whose write failed for good (their acks were released failed)."""
+
+    # -- hooks -----------------------------------------------------------------------
+
+    def _take_open(self) -> list[W]:
+        """Every open (unsealed) window, forgotten by the sink (pipeline thread)."""
+        raise NotImplementedError
+
+    def _seal_all(self) -> None:
+        """Seal every open window (each through :meth:`_queue`)."""
+        raise NotImplementedError
+
+    def _seal_lanes(self, lanes: Collection[Lane]) -> None:
+        """Seal the open windows holding rows of ``lanes``."""
+        raise NotImplementedError
+
+    def _write_window(self, window: W) -> None:
+        """Write one window durably; raise ``SinkError`` when it could not be.
+
+        Called on the writer thread (or inline); may block. May settle the window itself
+        (then nothing more happens to it: no commit, no second settlement).
+        """
+        raise NotImplementedError
+
+    def _commit_window(self, window: W) -> None:
+        """Make a written window visible (a manifest, a repository commit); raise
+        ``SinkError`` when it could not be. Runs under the commit gate, after
+        :meth:`_write_window`; a retry runs both again. Nothing by default."""
+
+    def _rows(self, window: W) -> int:
+        """The rows a window holds (what :meth:`abandon` counts)."""
+        raise NotImplementedError
+
+    def _describe(self, window: W) -> str:
+        """The window in a log line (``write of …``)."""
+        raise NotImplementedError
+
+    def _unwritten(self, window: W) -> None:
+        """A window's acks are being released failed (called under the engine's lock)."""
+
+    def _retry_delay(self, exc: SinkError, attempts: int) -> float:
+        """The wait before the next attempt after ``attempts`` failed ones."""
+        return self._backoff.delay(attempts)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _start_writer(self, thread_name: str) -> None:
+        """Start the writer thread (nothing without io threads). Called by ``start``."""
+        if self._threaded and self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+            self._thread.start()
+
+    def _stop_writer(self) -> None:
+        """Fail what is not written (B4) and stop the writer thread. Called by ``close``."""
+        self.abandon()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self._join_timeout)
+            self._thread = None
+        if self._commit_gate is not None:
+            self._commit_gate.close()
+
+    # -- the queue (pipeline thread) -------------------------------------------------
+
+    def _queue(self, window: W) -> None:
+        """Hand a sealed window to the writer."""
+        with self._cond:
+            self._jobs.append(_Job(window))
+            self._cond.notify_all()
+
+    def _pending(self) -> int:
+        """Sealed windows not yet written."""
+        return len(self._jobs) + self._busy
+
+    def _has_room(self, limit: int, deadline: float) -> bool:
+        """Whether fewer than ``limit`` sealed windows wait; without a writer thread the
+        queue is written inline first, until ``deadline`` (pipeline clock)."""
+        if self._pending() >= limit and not self._threaded:
+            self._drain_inline(deadline)
+        return self._pending() < limit
+
+    def _write_due(self) -> None:
+        """Write inline what is due now (no writer thread); called from ``tick``."""
+        if not self._threaded:
+            self._drain_inline(self._wb_clock.monotonic())
+
+    def flush(self, deadline: float) -> bool:
+        """Seal every window and wait until each is written or failed, or ``deadline``
+        (on the pipeline clock). Pipeline thread; blocks."""
+        self._seal_all()
+        return self._wait(lambda: bool(self._jobs) or self._busy > 0, deadline)
+
+    def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
+        """Seal the windows holding rows of ``lanes`` and wait until written (B40, B15).
+
+        Other windows stay open, so their files are cut where the input says.
+        """
+        wanted = set(lanes)
+        self._seal_lanes(wanted)
+
+        def pending() -> bool:
+            writing = self._writing
+            if writing is not None and writing.holds(wanted):
+                return True
+            return any(job.window.holds(wanted) for job in self._jobs)
+
+        return self._wait(pending, deadline)
+
+    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
+        """Wait until ``pending()`` is false (checked under the lock), or ``deadline``."""
+        if not self._threaded:
+            return self._drain_inline(deadline)
+        clock = self._wb_clock
+        with self._cond:
+            while pending():
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, _POLL))
+        return True
+
+    def abandon(self) -> int:
+        """Fail the acks of every window not yet written (B4); return their rows."""
+        windows = self._take_open()
+        with self._cond:
+            windows.extend(job.window for job in self._jobs)
+            self._jobs.clear()
+            if self._writing is not None:
+                windows.append(self._writing)  # its write may still land: failing is safe
+            self._cond.notify_all()
+        for window in windows:
+            self._settle(window, ok=False)
+        return sum(self._rows(w) for w in windows)
+
+    # -- writing (writer thread, or inline without io threads) -----------------------
+
+    def _due(self, job: _Job[W], now: float) -> float:
+        """When ``job`` may be tried: its backoff, or later while the breaker is open."""
+        breaker = self._breaker
+        if breaker is not None and not breaker.available(now):
+            reopens = breaker.reopens_at()
+            if reopens is not None:
+                return max(job.not_before, reopens)
+        return job.not_before
+
+    def _run(self) -> None:
+        clock = self._wb_clock
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    if self._jobs:
+                        now = clock.monotonic()
+                        wait = self._due(self._jobs[0], now) - now
+                        if wait <= 0:
+                            break
+                        self._cond.wait(min(wait, _POLL))
+                    else:
+                        self._cond.wait()
+                job = self._jobs.popleft()
+                self._busy += 1
+                self._writing = job.window
+            try:
+                self._attempt(job)
+            except Exception:  # a bug in the engine itself: keep the writer alive, say so
+                logger.exception("sink %s: writer error", self.name)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._writing = None
+                    self._cond.notify_all()
+
+    def _drain_inline(self, deadline: float) -> bool:
+        """Write the queued jobs on this thread; False if ``deadline`` came first.
+
+        Waits for a retry with the clock's ``sleep`` (a ``ManualClock`` advances).
+        """
+        clock = self._wb_clock
+        while self._jobs:
+            job = self._jobs[0]
+            now = clock.monotonic()
+            wait = self._due(job, now) - now
+            if wait > 0:
+                if now + wait > deadline:
+                    return False
+                clock.sleep(wait)
+            self._jobs.popleft()
+            self._busy += 1
+            self._writing = job.window
+            try:
+                self._attempt(job)
+            finally:
+                self._busy -= 1
+                self._writing = None
+        return True
+
+    def _attempt(self, job: _Job[W]) -> None:
+        """Write and commit one window; on a failure that can pass, queue it again after
+        a backoff; settle its acks once it is written or failed for good."""
+        window = job.window
+        if window.settled:
+            return  # abandoned while queued
+        job.attempts += 1
+        breaker = self._breaker
+        if breaker is not None:
+            with self._cond:
+                breaker.acquire(self._wb_clock.monotonic())
+        try:
+            self._write_window(window)
+            if not window.settled:  # the write may settle it (an audit's skip or fail)
+                if self._commit_gate is not None:
+                    self._commit_gate.run(lambda: self._commit_window(window))
+                else:
+                    self._commit_window(window)
+        except SinkError as exc:
+            retryable = exc.error_class is ErrorClass.RETRYABLE
+            self._breaker_result(ok=not retryable)
+            if retryable and not self._backoff.exhausted(job.attempts):
+                self._retry(job, exc)
+                return
+            self._failed(window, job.attempts, exc.reason)
+            return
+        except Exception as exc:
+            self._breaker_result(ok=True)  # the destination answered: a bug, not an outage
+            logger.exception("sink %s: %s failed", self.name, self._describe(window))
+            self._failed(window, job.attempts, f"{type(exc).__name__}: {exc}")
+            return
+        self._breaker_result(ok=True)
+        self._settle(window, ok=True)
+
+    def _breaker_result(self, ok: bool) -> None:
+        breaker = self._breaker
+        if breaker is None:
+            return
+        with self._cond:
+            if ok:
+                breaker.success()
+            else:
+                breaker.failure(self._wb_clock.monotonic())
+
+    def _retry(self, job: _Job[W], exc: SinkError) -> None:
+        delay = self._retry_delay(exc, job.attempts)
+        self.write_retries += 1
+        logger.warning(
+            "sink %s: %s failed (attempt %d), retrying in %.1fs: %s",
+            self.name,
+            self._describe(job.window),
+            job.attempts,
+            delay,
+            exc.reason,
+        )
+        job.not_before = self._wb_clock.monotonic() + delay
+        with self._cond:
+            self._jobs.appendleft(job)
+            self._cond.notify_all()
+
+    def _failed(self, window: W, attempts: int, reason: str) -> None:
+        self.windows_failed += 1
+        logger.error(
+            "sink %s: %s failed after %d attempt(s); its records stay upstream: %s",
+            self.name,
+            self._describe(window),
+            attempts,
+            reason,
+        )
+        self._settle(window, ok=False)
+
+    def _settle(self, window: W, ok: bool) -> None:
+        """Release the window's acks once, whoever gets there first (writer or abandon)."""
+        with self._cond:
+            if window.settled:
+                return
+            window.settled = True
+            if not ok:
+                self._unwritten(window)
+        release_all(window.acks, ok, window)
