@@ -50,6 +50,7 @@ COLUMNAR_LIBRARIES = {
     "polars",
     "pyarrow",
     "jetliner",
+    "ptars",
     "spate-avro-native",
     "xxhash",
     "polars-runtime-32",
