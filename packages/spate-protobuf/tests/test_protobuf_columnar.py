@@ -193,7 +193,8 @@ def _normal(value: Any) -> Any:
     unknown enum numbers as their text (a frame's enum column holds names), NaN as a
     marker (NaN != NaN), datetimes in UTC."""
     if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items()}
+        # No message of the schema is empty: an empty dict is an empty map, [] in a frame.
+        return {k: _normal(v) for k, v in value.items()} if value else []
     if isinstance(value, list):
         if value and all(isinstance(v, dict) and set(v) == {"key", "value"} for v in value):
             return {e["key"]: _normal(e["value"]) for e in value}
@@ -215,7 +216,7 @@ def _row_normal(value: Any, enum_names: bool) -> Any:
             elif enum_names and k == "colours":
                 v = [str(x) if isinstance(x, int) else x for x in v]
             out[k] = _row_normal(v, enum_names)
-        return out
+        return out if out else []  # an empty map, as in _normal
     if isinstance(value, list):
         return [_row_normal(v, enum_names) for v in value]
     return _normal(value)
@@ -318,3 +319,20 @@ def test_a_type_with_no_columnar_form_keeps_rows(kit: Any, order_set: Path) -> N
             deser.deserialize_batch([b""])
     finally:
         deser.close()
+
+
+def test_well_known_fields_given_twice_merge_as_on_the_row_path_b142(
+    decoders: dict[str, Any], classes: Any
+) -> None:
+    """Two messages concatenated are one message: a ``Timestamp`` or a wrapper given twice
+    merges its fields (the property test found ptars keeping only the last one)."""
+    cls = classes["columnar.v1.Kinds"]
+    first, second = cls(), cls()
+    first.wrapped.value = -336_320_964_332
+    first.at.seconds = 1_700_000_000
+    second.wrapped.SetInParent()  # an empty wrapper: merging keeps the first value
+    second.at.nanos = 5_000
+    payloads = [first.SerializeToString() + second.SerializeToString()]
+    row, columnar = _both_paths(decoders["raw"], payloads, True)
+    _assert_same(row, columnar)
+    assert row[0]["wrapped"] == -336_320_964_332

@@ -62,6 +62,24 @@ _NO_COLUMNS = frozenset(
     for name in ("Duration", "Struct", "Value", "ListValue", "Any", "Empty", "FieldMask")
 )
 _TIMESTAMP = "google.protobuf.Timestamp"
+_WRAPPERS = {
+    f"google.protobuf.{name}": kind
+    for name, kind in (
+        ("DoubleValue", "TYPE_DOUBLE"),
+        ("FloatValue", "TYPE_FLOAT"),
+        ("Int64Value", "TYPE_INT64"),
+        ("UInt64Value", "TYPE_UINT64"),
+        ("Int32Value", "TYPE_INT32"),
+        ("UInt32Value", "TYPE_UINT32"),
+        ("BoolValue", "TYPE_BOOL"),
+        ("StringValue", "TYPE_STRING"),
+        ("BytesValue", "TYPE_BYTES"),
+    )
+}
+_PLAIN = "spate_columnar_plain"
+_MIN_SECONDS = -62_135_596_801
+_MAX_SECONDS = 253_402_300_800
+"""A ``Timestamp`` whose seconds lie beyond these is out of range whatever its nanos."""
 _MIN_MICROS = -62_135_596_800_000_000
 """``datetime(1, 1, 1, tzinfo=UTC)`` in microseconds since the epoch."""
 _MAX_MICROS = 253_402_300_799_999_999
@@ -162,6 +180,60 @@ def _wrapper(descriptor: Descriptor) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(name + ".Batch"))
 
 
+def _plain_pool(descriptor: Descriptor) -> Any:
+    """A pool holding the files ``descriptor`` reaches with ``Timestamp`` and the wrappers
+    replaced by look-alike plain messages (same fields, same wire format).
+
+    ptars reads those well-known types as single values, and so takes the last occurrence
+    of such a field where the row path merges the occurrences (a message concatenated
+    with another); as plain messages they merge like every message, and
+    :func:`_single` makes them values afterwards, with the row path's rounding and range.
+    """
+    from spate_protobuf._schema import compile_files
+
+    plain = descriptor_pb2.FileDescriptorProto(
+        name=f"{_PLAIN}.proto", package=_PLAIN, syntax="proto3"
+    )
+    Field = descriptor_pb2.FieldDescriptorProto
+    timestamp = plain.message_type.add(name="Timestamp")
+    timestamp.field.add(name="seconds", number=1, type=Field.TYPE_INT64, label=1)
+    timestamp.field.add(name="nanos", number=2, type=Field.TYPE_INT32, label=1)
+    for full_name, kind in _WRAPPERS.items():
+        wrapper = plain.message_type.add(name=full_name.rpartition(".")[2])
+        wrapper.field.add(name="value", number=1, type=getattr(Field, kind), label=1)
+    renamed = {
+        f".{name}": f".{_PLAIN}.{name.rpartition('.')[2]}" for name in (_TIMESTAMP, *_WRAPPERS)
+    }
+    files = [plain]
+    for file in _reached(descriptor.file):
+        if file.name.startswith("google/protobuf/"):
+            continue
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        stack = list(proto.message_type)
+        while stack:
+            message = stack.pop()
+            stack.extend(message.nested_type)
+            for field in message.field:
+                if field.type_name in renamed:
+                    field.type_name = renamed[field.type_name]
+        proto.dependency.append(plain.name)
+        files.append(proto)
+    return compile_files(files)
+
+
+def _reached(file: Any) -> list[Any]:
+    """``file`` and every file it imports, transitively."""
+    found: dict[str, Any] = {}
+    stack = [file]
+    while stack:
+        current = stack.pop()
+        if current.name not in found:
+            found[current.name] = current
+            stack.extend(current.dependencies)
+    return list(found.values())
+
+
 class ColumnarProtobufDecoder:
     """Decodes message bodies of one type into frames (see the module docstring).
 
@@ -176,12 +248,11 @@ class ColumnarProtobufDecoder:
         reason = no_columnar_form(descriptor)
         if reason is not None:
             raise ValueError(f"no columnar form: {reason}")
-        config = ptars.PtarsConfig(
-            timestamp_unit="us",
-            timestamp_tz="UTC",
-            enum_repr="string" if enums_as_names else "int32",
-        )
-        self._handler = ptars.HandlerPool([descriptor.file], config).get_for_message(descriptor)
+        config = ptars.PtarsConfig(enum_repr="string" if enums_as_names else "int32")
+        plain = _plain_pool(descriptor)
+        self._handler = ptars.HandlerPool(
+            [plain.FindFileByName(descriptor.file.name)], config
+        ).get_for_message(plain.FindMessageTypeByName(descriptor.full_name))
         self._parse = message_type.parse
         self._reference = reference
         self._descriptor = descriptor
@@ -247,8 +318,7 @@ class ColumnarProtobufDecoder:
         table, bodies, positions = self._read(bodies, positions, errors)
         if table is None:
             return []
-        columns = pa.StructArray.from_arrays(table.columns, fields=list(table.schema))
-        suspects = _suspects(self._checks, columns, None)
+        suspects = _suspects(self._checks, _struct_of(table), None)
         if suspects:
             keep = sorted(set(range(len(positions))) - suspects)
             redone: list[bytes] = []
@@ -270,7 +340,10 @@ class ColumnarProtobufDecoder:
             errors.sort(key=_first)
         else:
             frame_rows = positions
-        df = pl.from_arrow(table)
+        if isinstance(table, pa.Table):
+            table = table.combine_chunks().to_batches()[0]
+        finished = _message(_struct_of(table), self._descriptor)
+        df = pl.from_arrow(pa.RecordBatch.from_struct_array(finished))
         assert isinstance(df, pl.DataFrame)
         if rows is None and not suspects and len(frame_rows) == count:  # all, in order
             index = pl.int_range(0, len(positions), dtype=pl.UInt32, eager=True)
@@ -450,12 +523,96 @@ def _element_parents(lists: Any, parents: Any) -> Any:
     return indices if parents is None else parents.take(indices)
 
 
+def _micros(timestamps: Any) -> Any:
+    """``Timestamp`` structs (seconds, nanos) as microseconds since the epoch, the
+    nanoseconds rounded toward zero as on the row path (wrapping for seconds far out of
+    range, which :func:`_out_of_range` flags first)."""
+    import pyarrow.compute as pc
+
+    seconds, nanos = timestamps.flatten()
+    return pc.add(pc.multiply(seconds, 1_000_000), pc.cast(pc.divide(nanos, 1000), "int64"))
+
+
 def _out_of_range(timestamps: Any) -> Any:
+    """Where a ``Timestamp`` struct lies outside ``datetime``'s range (a record error on
+    the row path); null where the struct is null."""
+    import pyarrow.compute as pc
+
+    seconds = timestamps.flatten()[0]
+    micros = _micros(timestamps)
+    far = pc.or_(pc.less(seconds, _MIN_SECONDS), pc.greater(seconds, _MAX_SECONDS))
+    outside = pc.or_(pc.less(micros, _MIN_MICROS), pc.greater(micros, _MAX_MICROS))
+    return pc.or_(far, outside)
+
+
+def _struct_of(batch: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+
+
+# -- the frame's columns from ptars' --------------------------------------------------------
+
+
+def _message(array: Any, descriptor: Descriptor) -> Any:
+    """A struct array of ``descriptor`` read by ptars, in the frame's form: timestamps
+    from their (seconds, nanos) structs, wrappers their values, maps lists of entries."""
+    import pyarrow as pa
+
+    children = array.flatten()
+    out = [_value(child, field) for child, field in zip(children, descriptor.fields, strict=True)]
+    names = [field.name for field in descriptor.fields]
+    mask = array.is_null() if array.null_count else None
+    return pa.StructArray.from_arrays(out, names=names, mask=mask)
+
+
+def _value(array: Any, field: FieldDescriptor) -> Any:
+    import pyarrow as pa
+
+    message = field.message_type
+    if message is None:
+        return array
+    if message.GetOptions().map_entry:
+        entries = pa.StructArray.from_arrays(
+            [array.keys, _single(array.items, message.fields_by_name["value"])],
+            names=["key", "value"],
+        )
+        return _relist(array, entries)
+    if _is_repeated(field):
+        return _relist(array, _single(array.flatten(), field))
+    return _single(array, field)
+
+
+def _relist(lists: Any, values: Any) -> Any:
+    """``values`` (the flattened elements of ``lists``, converted) as a list array with
+    the offsets and nulls of ``lists``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    micros = pc.cast(timestamps, pa.int64())
-    return pc.or_(pc.less(micros, _MIN_MICROS), pc.greater(micros, _MAX_MICROS))
+    offsets = lists.offsets
+    if lists.offset or (len(offsets) and offsets[0].as_py()):
+        offsets = pc.subtract(offsets, offsets[0])
+    mask = lists.is_null() if lists.null_count else None
+    return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+
+def _single(array: Any, field: FieldDescriptor) -> Any:
+    """One value of ``field`` per element of ``array`` (no list level)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    message = field.message_type
+    if message is None:
+        return array
+    name = message.full_name
+    if name == _TIMESTAMP:
+        micros = _micros(array)
+        if array.null_count:
+            micros = pc.if_else(array.is_null(), None, micros)
+        return micros.cast(pa.timestamp("us", "UTC"))
+    if name in _WRAPPERS:
+        return array.flatten()[0]
+    return _message(array, message)
 
 
 def _out_of_range_rows(lists: Any, parents: Any) -> set[int]:
