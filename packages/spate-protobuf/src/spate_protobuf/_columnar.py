@@ -23,6 +23,13 @@ range (a record error on the row path). Each such record goes through the row pa
 deserializer: its error is the record's error, else upb's canonical encoding of the
 message (one member per ``oneof``, one entry per key) is what ptars reads for that row.
 
+``Timestamp`` and the wrappers are handed to ptars as look-alike plain messages (see
+:func:`_plain_pool`): ptars reads the well-known types as single values and so keeps the
+last occurrence of a field given twice, where the row path merges the occurrences. As
+plain messages they merge like any message; the frame's timestamps are then computed
+from their seconds and nanos with the row path's rounding (toward zero) and range check,
+and a wrapper column is its ``value``.
+
 A message type has a columnar form when every type it reaches is declared in a
 ``proto3`` file, is not recursive, and uses no field whose value the row path turns into
 a Python object with no column type: ``Duration`` (a ``timedelta`` wider than 64-bit
