@@ -62,7 +62,9 @@ def classes(kit: Any, kinds_set: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def decoders(kit: Any, kinds_set: Path, classes: Any) -> Iterator[dict[str, Any]]:
+def decoders(
+    kit: Any, kinds_set: Path, classes: Any, order_classes: Any
+) -> Iterator[dict[str, Any]]:
     with SchemaRegistryServer() as registry:
         schema_id = registry.register(
             "kinds-value", classes.serialized("columnar/v1/kinds.proto"), "PROTOBUF"
@@ -89,11 +91,14 @@ def decoders(kit: Any, kinds_set: Path, classes: Any) -> Iterator[dict[str, Any]
             ),
         }
         built["schema_id"] = schema_id
+        built["order_id"] = registry.register(
+            "orders-value", order_classes.serialized("shop/v1/order.proto"), "PROTOBUF"
+        )
         try:
             yield built
         finally:
             for name, deser in built.items():
-                if name != "schema_id":
+                if not name.endswith("_id"):
                     deser.close()
 
 
@@ -336,3 +341,14 @@ def test_well_known_fields_given_twice_merge_as_on_the_row_path_b142(
     row, columnar = _both_paths(decoders["raw"], payloads, True)
     _assert_same(row, columnar)
     assert row[0]["wrapped"] == -336_320_964_332
+
+
+def test_a_confluent_type_with_no_columnar_form_stops_the_batch_not_its_records(
+    kit: Any, decoders: dict[str, Any], order_classes: Any
+) -> None:
+    """Records of a type with no columnar form are not bad records: the batch raises
+    (the frame chain stops naming the type) instead of skipping them."""
+    order = order_classes["shop.v1.Order"](order_id=1).SerializeToString()
+    with pytest.raises(DeserError, match=r"shop\.v1\.Order has no columnar form") as raised:
+        decoders["confluent"].deserialize_batch([kit.confluent(decoders["order_id"], [1], order)])
+    assert raised.value.kind is DeserErrorKind.SCHEMA_UNAVAILABLE

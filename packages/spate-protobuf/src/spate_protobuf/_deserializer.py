@@ -252,6 +252,12 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
                     raise
                 errors.extend((row, exc) for row in rows)
                 continue
+            if decoder is None:  # not a record error: every record of the type is good
+                raise DeserError(
+                    f"schema id {_schema_id(key, 0)[0]}: "
+                    f"{_no_columns(self._types[key])}; use a row chain",
+                    DeserErrorKind.SCHEMA_UNAVAILABLE,
+                )
             group_frames, group_errors = decoder.decode(bodies)
             errors.extend((rows[i], exc) for i, exc in group_errors)
             positions = pl.Series(rows, dtype=pl.UInt32)
@@ -265,7 +271,8 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         return frames, errors
 
     def _columnar_for(self, key: bytes, start: int) -> Any:
-        """The columnar decoder of one schema id and message-index path (built once)."""
+        """The columnar decoder of one schema id and message-index path (built once); None
+        when its message type has no columnar form."""
         decoder = self._columnar.get(key)
         if decoder is not None:
             return decoder
@@ -274,12 +281,8 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         message_type = self._types.get(key)
         if message_type is None:
             message_type = self._types[bytes(key)] = self._type_for(b"\0" + key, start)
-        reason = no_columnar_form(message_type.descriptor)
-        if reason is not None:
-            raise DeserError(
-                f"schema id {_schema_id(key, 0)[0]}: {_no_columns(message_type)}",
-                DeserErrorKind.SCHEMA_UNAVAILABLE,
-            )
+        if no_columnar_form(message_type.descriptor) is not None:
+            return None
         decoder = self._columnar[bytes(key)] = ColumnarProtobufDecoder(
             message_type, body_reference(message_type), self._enums_as_names
         )
