@@ -105,8 +105,8 @@ def columnar_unavailable() -> str | None:
         return None
     return (
         f"columnar Protobuf decoding is not available: {', '.join(missing)} not installed "
-        "(spate-protobuf's columnar extra); from a spate checkout: "
-        'pip install "./packages/spate-protobuf[columnar]"'
+        "(spate-protobuf's columnar extra); from a spate checkout: pip install "
+        './packages/spate-core ./packages/spate-avro "./packages/spate-protobuf[columnar]"'
     )
 
 
