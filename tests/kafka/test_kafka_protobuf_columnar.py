@@ -11,7 +11,6 @@ bad records included (B3).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,9 +24,9 @@ from google.protobuf import (
     text_format,
     timestamp_pb2,
 )
-from spate import Pipeline, load_config
 
 from tests.support.chfront_fixtures import ChFront
+from tests.support.columnar_run import run_yaml
 from tests.support.scale import scaled
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
@@ -75,15 +74,6 @@ sink:
     shards: [{replicas: ["%(front)s"]}]
     batch: {linger: 100ms}
 """
-
-
-class _Seen(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.columnar = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.columnar = self.columnar or "runs on the columnar path" in record.getMessage()
 
 
 def _order_class(descriptors: Path) -> Any:
@@ -147,19 +137,9 @@ def test_b142_protobuf_from_kafka_runs_columnar_keeps_good_records_and_commits_t
             "front": front.url,
         }
     )
-    seen = _Seen()
-    logger = logging.getLogger("spate")
-    logger.addHandler(seen)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        pipeline = Pipeline.from_config(load_config(str(path)), handle_signals=False)
-        report = pipeline.run()
-    finally:
-        logger.removeHandler(seen)
-        logger.setLevel(old_level)
+    pipeline, report, columnar = run_yaml(path)
     assert report.exit_code == 0, report
-    assert seen.columnar
+    assert columnar
     ids = [r[0] for r in client.query("SELECT order_id FROM orders ORDER BY order_id").result_rows]
     assert ids == [i for i in range(count) if i not in bad]
     row = client.query(

@@ -193,15 +193,7 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
                 "4-byte schema id and the message indexes)",
                 DeserErrorKind.MALFORMED,
             )
-        # The common case, one top-level type: a single 0 after the id.
-        if data[5] == 0:
-            key, start = data[1:6], 6
-        else:
-            try:
-                _, start = read_indexes(data, 5)
-            except ValueError as exc:
-                raise _malformed(exc) from None
-            key = data[1:start]
+        key, start = _type_key(data)
         message_type = self._types.get(key)
         if message_type is None:
             message_type = self._type_for(data, start)
@@ -229,15 +221,11 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
             if len(data) < 6 or data[0] != CONFLUENT_MAGIC:
                 errors.append((index, _refusal(self.deserialize, data)))
                 continue
-            if data[5] == 0:
-                key, start = data[1:6], 6
-            else:
-                try:
-                    _, start = read_indexes(data, 5)
-                except ValueError as exc:
-                    errors.append((index, _malformed(exc)))
-                    continue
-                key = data[1:start]
+            try:
+                key, start = _type_key(data)
+            except DeserError as exc:
+                errors.append((index, exc))
+                continue
             group = groups.get(key)
             if group is None:
                 group = groups[key] = (start, [], [])
@@ -309,6 +297,18 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
 def _all_bytes(payloads: Sequence[bytes | memoryview]) -> bool:
     """Whether every payload is ``bytes`` (a Kafka batch's values): one C-level pass."""
     return set(map(type, payloads)) <= {bytes}
+
+
+def _type_key(data: bytes) -> tuple[bytes, int]:
+    """A framed payload's message type key (the schema id and the message indexes, as
+    bytes) and where the message starts; ``MALFORMED`` when the index array is cut short."""
+    if data[5] == 0:  # the common case, one top-level type: a single 0 after the id
+        return data[1:6], 6
+    try:
+        _, start = read_indexes(data, 5)
+    except ValueError as exc:
+        raise _malformed(exc) from None
+    return data[1:start], start
 
 
 def _whole(payload: bytes | memoryview) -> bytes:
