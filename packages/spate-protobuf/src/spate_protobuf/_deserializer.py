@@ -210,10 +210,6 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         ready stalls the whole batch (``DeserError(NOT_READY)`` is raised, B21). A message
         type with no columnar form raises ``DeserError(SCHEMA_UNAVAILABLE)`` naming why.
         """
-        import polars as pl
-
-        from spate_protobuf._columnar import ROW_COLUMN
-
         groups: dict[bytes, tuple[int, list[bytes], list[int]]] = {}
         errors: list[tuple[int, DeserError]] = []
         for index, payload in enumerate(payloads):  # whole ``bytes`` or byte views
@@ -248,13 +244,7 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
                 )
             group_frames, group_errors = decoder.decode(bodies)
             errors.extend((rows[i], exc) for i, exc in group_errors)
-            positions = pl.Series(rows, dtype=pl.UInt32)
-            for name, df in group_frames:
-                df.replace_column(
-                    df.get_column_index(ROW_COLUMN),
-                    positions.gather(df.get_column(ROW_COLUMN)).alias(ROW_COLUMN),
-                )
-                frames.append((name, df))
+            frames.extend(self._in_batch(group_frames, rows))
         errors.sort(key=lambda item: item[0])
         return frames, errors
 
