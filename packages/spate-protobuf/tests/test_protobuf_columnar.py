@@ -352,3 +352,20 @@ def test_a_confluent_type_with_no_columnar_form_stops_the_batch_not_its_records(
     with pytest.raises(DeserError, match=r"shop\.v1\.Order has no columnar form") as raised:
         decoders["confluent"].deserialize_batch([kit.confluent(decoders["order_id"], [1], order)])
     assert raised.value.kind is DeserErrorKind.SCHEMA_UNAVAILABLE
+
+
+def test_large_messages_decode_as_on_the_row_path_b142(
+    decoders: dict[str, Any], classes: Any
+) -> None:
+    """Messages of 16 KiB and more (a three-byte length in the batch check) among small
+    ones, a bad one after them."""
+    cls = classes["columnar.v1.Kinds"]
+    payloads = [
+        cls(text="x" * 20_000, i32=1).SerializeToString(),
+        cls(i32=2).SerializeToString(),
+        cls(blob=b"\x01" * 3_000_000).SerializeToString(),
+        b"\x0a\x05ab",
+    ]
+    row, columnar = _both_paths(decoders["raw"], payloads, True)
+    _assert_same(row, columnar)
+    assert isinstance(columnar[3], tuple)  # the truncated one is a record error

@@ -156,10 +156,13 @@ def _varint(n: int) -> bytes:
 
 class _Heads(dict[int, bytes]):
     """The wrapper's tag and length in front of a message of each size (field 1,
-    length-delimited), made once per size."""
+    length-delimited), kept for the sizes below 16 KiB (a two-byte length at most; larger
+    messages are rare, and their sizes would grow the table without bound)."""
 
     def __missing__(self, size: int) -> bytes:
-        head = self[size] = b"\x0a" + _varint(size)
+        head = b"\x0a" + _varint(size)
+        if size < 1 << 14:
+            self[size] = head
         return head
 
 
