@@ -353,8 +353,7 @@ class ColumnarProtobufDecoder:
         if isinstance(table, pa.Table):
             table = table.combine_chunks().to_batches()[0]
         finished = _message(_struct_of(table), self._descriptor)
-        df = pl.from_arrow(pa.RecordBatch.from_struct_array(finished))
-        assert isinstance(df, pl.DataFrame)
+        df = pl.DataFrame(pa.RecordBatch.from_struct_array(finished))
         if rows is None and not suspects and len(frame_rows) == count:  # all, in order
             index = pl.int_range(0, len(positions), dtype=pl.UInt32, eager=True)
         else:
@@ -379,9 +378,9 @@ class ColumnarProtobufDecoder:
     def _read(
         self, bodies: Sequence[bytes], positions: list[int], errors: list[tuple[int, DeserError]]
     ) -> tuple[Any, Sequence[bytes], list[int]]:
-        """ptars' record batch of ``bodies`` (valid for upb), the bodies and positions it
-        holds; a body
-        ptars refuses alone is a record error for that record alone (none is known)."""
+        """ptars' record batch of ``bodies`` (all valid for upb), with the bodies and the
+        positions it holds: a body ptars refuses alone is a record error for that record
+        alone (no such body is known)."""
         try:
             return self._handler.list_to_record_batch(bodies), bodies, positions
         except ValueError:
