@@ -1,16 +1,18 @@
 """Protobuf from the real broker into ClickHouse on the columnar path (B142, B87).
 
-Raw Protobuf messages (a descriptor set written by the test, no protoc needed) with bad
-payloads among them (a truncated message, bytes that are no message, a string that is
-not UTF-8) go through a YAML-only pipeline (``stop_at: end``, no chain) into the
-ClickHouse HTTP front over chDB. The run must say it ran columnar, store every good
-record once with the row path's values (enum names, the timestamp's microseconds, the
-repeated field, the map), count the bad ones as skipped, and commit the partitions' ends,
-bad records included (B3).
+Protobuf messages, raw (a descriptor set written by the test, no protoc needed) and
+Confluent-framed (the schema from the registry test server), with bad payloads among
+them (a truncated message, bytes that are no message, a string that is not UTF-8), go
+through a YAML-only pipeline (``stop_at: end``, no chain) into the ClickHouse HTTP front
+over chDB. The run must say it ran columnar, store every good record once with the row
+path's values (enum names, the timestamp's microseconds, the repeated field, the map),
+count the bad ones as skipped, and commit the partitions' ends, bad records included
+(B3).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +30,7 @@ from google.protobuf import (
 from tests.support.chfront_fixtures import ChFront
 from tests.support.columnar_run import run_yaml
 from tests.support.scale import scaled
+from tests.support.schema_registry import SchemaRegistryServer
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
 pytest.importorskip("polars")
@@ -66,7 +69,7 @@ admin: {listen: none}
 source:
   kafka: {brokers: "%(brokers)s", topic: %(topic)s, group_id: %(group)s, stop_at: end}
 deserializer:
-  protobuf: {mode: raw, descriptor_set: "%(descriptors)s", message: colorders.Order}
+  protobuf: %(deserializer)s
 sink:
   clickhouse:
     table: orders
@@ -76,8 +79,8 @@ sink:
 """
 
 
-def _order_class(descriptors: Path) -> Any:
-    """Write the descriptor set the pipeline reads; return the ``Order`` class."""
+def _order_class(descriptors: Path) -> tuple[Any, descriptor_pb2.FileDescriptorProto]:
+    """Write the descriptor set a raw pipeline reads; return the ``Order`` class and its file."""
     file = text_format.Parse(PROTO, descriptor_pb2.FileDescriptorProto())
     timestamp = descriptor_pb2.FileDescriptorProto()
     timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
@@ -87,15 +90,35 @@ def _order_class(descriptors: Path) -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(timestamp)
     pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("colorders.Order"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("colorders.Order")), file
 
 
+@pytest.mark.parametrize("mode", ["raw", "confluent"])
 def test_b142_protobuf_from_kafka_runs_columnar_keeps_good_records_and_commits_the_end(
-    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path
+    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, mode: str
+) -> None:
+    with SchemaRegistryServer() as registry:
+        _run(kafka_bootstrap, chfront, tmp_path, mode, registry)
+
+
+def _run(
+    kafka_bootstrap: str,
+    chfront: Callable[..., ChFront],
+    tmp_path: Path,
+    mode: str,
+    registry: SchemaRegistryServer,
 ) -> None:
     count = scaled(20_000, minimum=2_000)
     descriptors = tmp_path / "orders.pb"
-    order = _order_class(descriptors)
+    order, file = _order_class(descriptors)
+    if mode == "raw":
+        section = f'{{mode: raw, descriptor_set: "{descriptors}", message: colorders.Order}}'
+        frame = b""
+    else:
+        serialized = base64.b64encode(file.SerializeToString()).decode("ascii")
+        schema_id = registry.register("orders-value", serialized, "PROTOBUF")
+        section = f'{{mode: confluent, registry: {{url: "{registry.url}"}}, fetch_wait: 5s}}'
+        frame = b"\x00" + schema_id.to_bytes(4, "big") + b"\x00"
 
     def encode(i: int) -> bytes:
         message = order(
@@ -103,13 +126,13 @@ def test_b142_protobuf_from_kafka_runs_columnar_keeps_good_records_and_commits_t
         )
         message.placed_at.seconds, message.placed_at.nanos = 1_700_000_000 + i, 123_456_789
         message.labels["k"] = str(i)
-        wire: bytes = message.SerializeToString()
+        wire: bytes = frame + message.SerializeToString()
         return wire
 
     bad = {
         7: encode(7)[:-3],
-        500: b"\xff\xff\xff\xff",
-        1999: b"\x12\x02\xff\xfe",  # region (field 2) holding bytes that are not UTF-8
+        500: frame + b"\xff\xff\xff\xff",
+        1999: frame + b"\x12\x02\xff\xfe",  # region (field 2) holding bytes that are not UTF-8
     }
 
     def value(i: int) -> bytes:
@@ -133,7 +156,7 @@ def test_b142_protobuf_from_kafka_runs_columnar_keeps_good_records_and_commits_t
             "brokers": kafka_bootstrap,
             "topic": topic,
             "group": group,
-            "descriptors": descriptors,
+            "deserializer": section,
             "front": front.url,
         }
     )
