@@ -369,3 +369,25 @@ def test_large_messages_decode_as_on_the_row_path_b142(
     row, columnar = _both_paths(decoders["raw"], payloads, True)
     _assert_same(row, columnar)
     assert isinstance(columnar[3], tuple)  # the truncated one is a record error
+
+
+def test_fields_of_another_wire_type_and_unknown_fields_read_as_on_the_row_path_b142(
+    decoders: dict[str, Any], classes: Any
+) -> None:
+    """A known field in the wrong wire type is an unknown field for upb; unknown fields,
+    groups among them, are skipped; a repeated scalar may come unpacked."""
+    good = classes["columnar.v1.Kinds"](i32=5, text="x").SerializeToString()
+    extras = [
+        b"\x0a\x01x",  # i32 (1) length-delimited
+        b"\x70\x05",  # text (14) as a varint
+        b"\x90\x01\x05",  # inner (18) as a varint
+        b"\xe5\x01\x00\x00\x00\x00",  # at (28) as fixed32
+        b"\x98\x01\x07\x98\x01\x08",  # numbers (19) unpacked
+        b"\x9b\x06\x08\x01\x9c\x06",  # an unknown group (99)
+        b"\x90\x03\x05",  # an unknown varint (50)
+    ]
+    payloads = [good + extra for extra in extras]
+    for name, names in (("raw", True), ("raw-numbers", False)):
+        row, columnar = _both_paths(decoders[name], payloads, names)
+        _assert_same(row, columnar)
+        assert not any(isinstance(value, tuple) for value in row.values())
