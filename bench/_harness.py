@@ -78,6 +78,10 @@ def compare(
         print(f"{name} cpu: median {statistics.median(cpu[name]):.2f}s; runs {cpu_listed}")
     ratio = statistics.median(times["baseline"]) / statistics.median(times["framework"])
     print(f"{label}: {ratio:.2f}")
+    # Each interleaved pair's own ratio: how far one run strays from the median's.
+    pairs = [b / f for b, f in zip(times["baseline"], times["framework"], strict=True) if f > 0]
+    if pairs:
+        print(f"{label} spread: {min(pairs):.2f}..{max(pairs):.2f} over {len(pairs)} pairs")
     cpu_ratio = statistics.median(cpu["baseline"]) / statistics.median(cpu["framework"])
     print(f"cpu {label}: {cpu_ratio:.2f}")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")

@@ -31,13 +31,21 @@ Data: spate-datagen's storefront events — the example configuration's top-leve
   ``polars.from_dicts(decoded, infer_schema_length=None)`` per batch, the same frame the
   framework returns (``pyarrow.Table.from_pylist`` would infer its columns from the first
   record only and miss the other events' fields). Target: 3x orjson into columns.
+* Protobuf columnar (with ``spate[columnar]``): spate-protobuf's ``mode: raw``
+  ``deserialize_batch`` (one polars DataFrame per batch: upb checks the batch, ptars
+  decodes it into Arrow) on batches of the flagship's ``consume_batch``, against the row
+  path's decode of the same batches (``deserialize`` per payload, into dicts), both on
+  the payloads' ``bytes`` as a Kafka batch hands them over (``takes_bytes``). At least 5
+  interleaved runs (``SPATE_BENCH_RUNS`` raises it); the spread of the pairs' ratios is
+  printed. Target: 5x the row path. ``protobuf-columnar`` runs only this comparison.
 
 Both sides keep every decoded value of a 10,000-record batch in a list (then drop it,
 as a sink would after writing). Runs are interleaved, each side at least 3 times after a
 warm-up (``bench/_harness.py``); the script prints each side's median, ``ratio:``
 (framework throughput / baseline throughput; 1.0 = no overhead) and the peak RSS.
 Size with ``SPATE_BENCH_RECORDS`` (default 1,000,000) and ``SPATE_BENCH_RUNS``; name
-formats (``avro``, ``avro-columnar``, ``json``, ``protobuf``) to run only those::
+formats (``avro``, ``avro-columnar``, ``json``, ``protobuf``, ``protobuf-columnar``) to run
+only those::
 
     .venv/bin/python bench/deser.py
     .venv/bin/python bench/deser.py json
@@ -215,7 +223,7 @@ def _batches(total: int, distinct: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-FORMATS = ("avro", "avro-columnar", "json", "protobuf")
+FORMATS = ("avro", "avro-columnar", "json", "protobuf", "protobuf-columnar")
 
 
 def main() -> None:
@@ -384,6 +392,32 @@ def main() -> None:
             "protobuf: spate-protobuf raw vs Message.FromString + MessageToDict",
             proto_framework,
             proto_baseline,
+        )
+    proto_columnar = chosen & {"protobuf", "protobuf-columnar"}
+    if proto_columnar and getattr(proto_deser, "columnar", None) is not None:
+        proto_batch = proto_deser.deserialize_batch  # type: ignore[attr-defined]
+        proto_row = proto_deser.deserialize
+
+        def protobuf_columnar() -> int:
+            for start, size in columnar_batches:
+                held = proto_batch(proto[start : start + size])
+                if held[1] or len(held[0]) != 1:
+                    raise SystemExit("columnar Protobuf decoding refused records")
+                del held
+            return total
+
+        def protobuf_rows() -> int:
+            for start, size in columnar_batches:
+                held = [proto_row(p) for p in proto[start : start + size]]
+                del held
+            return total
+
+        compare(
+            f"protobuf columnar: deserialize_batch (polars frame) vs the row path's "
+            f"deserialize, batches of {columnar_size:,}",
+            protobuf_columnar,
+            protobuf_rows,
+            runs=max(5, env_int("SPATE_BENCH_RUNS", 5)),
         )
 
 

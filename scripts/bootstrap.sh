@@ -49,6 +49,7 @@ extras=(
   -e "packages/spate-clickhouse[embedded,columnar]"
   -e "$avro"
   -e "packages/spate-json[columnar]"
+  -e "packages/spate-protobuf[columnar]"
 )
 if [ "${SPATE_BOOTSTRAP_PLAN:-0}" = 1 ]; then
   echo "native=$native"

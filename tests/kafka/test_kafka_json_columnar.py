@@ -9,15 +9,14 @@ partition's end, bad records included (B3, B86).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
-from spate import Pipeline, load_config
 
 from tests.support.chfront_fixtures import ChFront
+from tests.support.columnar_run import run_yaml
 from tests.support.scale import scaled
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
@@ -40,15 +39,6 @@ sink:
     shards: [{replicas: ["%(front)s"]}]
     batch: {linger: 100ms}
 """
-
-
-class _Seen(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.columnar = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.columnar = self.columnar or "runs on the columnar path" in record.getMessage()
 
 
 def test_b86_json_from_kafka_runs_columnar_keeps_good_records_and_commits_the_end(
@@ -92,19 +82,9 @@ def test_b86_json_from_kafka_runs_columnar_keeps_good_records_and_commits_the_en
             "front": front.url,
         }
     )
-    seen = _Seen()
-    logger = logging.getLogger("spate")
-    logger.addHandler(seen)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        pipeline = Pipeline.from_config(load_config(str(path)), handle_signals=False)
-        report = pipeline.run()
-    finally:
-        logger.removeHandler(seen)
-        logger.setLevel(old_level)
+    pipeline, report, columnar = run_yaml(path)
     assert report.exit_code == 0, report
-    assert seen.columnar
+    assert columnar
     skipped = set(bad) | {empty}
     ids = [r[0] for r in client.query("SELECT order_id FROM orders ORDER BY order_id").result_rows]
     assert ids == [i for i in range(count) if i not in skipped]

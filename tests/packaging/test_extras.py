@@ -50,6 +50,7 @@ COLUMNAR_LIBRARIES = {
     "polars",
     "pyarrow",
     "jetliner",
+    "ptars",
     "spate-avro-native",
     "xxhash",
     "polars-runtime-32",
@@ -252,19 +253,21 @@ def test_b26_kafka_extra_lists_kafka_avro_json_plugins_and_no_clickhouse(
 
 
 def test_b26_columnar_extra_brings_the_columnar_libraries_and_the_row_extras_do_not() -> None:
-    """``spate[columnar]`` pins the columnar extras of spate-avro, spate-clickhouse and
-    spate-json; the row extras (kafka, clickhouse, avro, json) name no columnar library."""
+    """``spate[columnar]`` pins the columnar extras of spate-avro, spate-clickhouse,
+    spate-json and spate-protobuf; the row extras (kafka, clickhouse, avro, json,
+    protobuf) name no columnar library."""
     root = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     extras = root["optional-dependencies"]
     assert extras["columnar"] == [
         f"spate-avro[columnar]=={VERSION}",
         f"spate-clickhouse[columnar]=={VERSION}",
         f"spate-json[columnar]=={VERSION}",
+        f"spate-protobuf[columnar]=={VERSION}",
     ]
-    for name in ("kafka", "clickhouse", "avro", "json"):
+    for name in ("kafka", "clickhouse", "avro", "json", "protobuf"):
         assert not any("[columnar]" in dep for dep in extras[name]), extras[name]
     wanted: set[str] = set()
-    for package in ("spate-avro", "spate-clickhouse", "spate-json"):
+    for package in ("spate-avro", "spate-clickhouse", "spate-json", "spate-protobuf"):
         meta = tomllib.loads((REPO_ROOT / "packages" / package / "pyproject.toml").read_text())
         project = meta["project"]
         assert not any(

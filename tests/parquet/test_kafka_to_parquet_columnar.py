@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from pathlib import Path
 
 import fastavro
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
-from spate import Pipeline, load_config
 
+from tests.support.columnar_run import run_yaml
 from tests.support.scale import scaled
 from tests.support.services import create_topic, unique_name
 
@@ -47,16 +46,6 @@ sink:
 """
 
 
-class _Seen(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.columnar = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "columnar path" in record.getMessage():
-            self.columnar = True
-
-
 def _run(tmp: Path, brokers: str, topic: str, lake: Path) -> bool:
     name = unique_name("pq")
     path = tmp / f"{name}.yaml"
@@ -71,18 +60,9 @@ def _run(tmp: Path, brokers: str, topic: str, lake: Path) -> bool:
             "path": lake,
         }
     )
-    seen = _Seen()
-    spate_logger = logging.getLogger("spate")
-    spate_logger.addHandler(seen)
-    level = spate_logger.level
-    spate_logger.setLevel(logging.INFO)
-    try:
-        report = Pipeline.from_config(load_config(path), handle_signals=False).run()
-    finally:
-        spate_logger.removeHandler(seen)
-        spate_logger.setLevel(level)
+    _, report, columnar = run_yaml(path)
     assert report.exit_code == 0, report.summary()
-    return seen.columnar
+    return columnar
 
 
 def test_b53_avro_to_parquet_runs_on_columns_and_replays_to_the_same_files(

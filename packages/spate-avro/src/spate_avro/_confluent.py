@@ -135,6 +135,22 @@ class ConfluentDeserializer:
         if self._refused:
             self._refused.discard(schema_id)
 
+    @staticmethod
+    def _in_batch(
+        group_frames: list[tuple[str | None, Any]], rows: list[int]
+    ) -> list[tuple[str | None, Any]]:
+        """The frames of one schema's group of a batch, their ``__spate_row`` (a position
+        in the group) made each record's position in the whole batch (``rows[i]``)."""
+        import polars as pl
+
+        positions = pl.Series(rows, dtype=pl.UInt32)
+        for _, df in group_frames:
+            df.replace_column(
+                df.get_column_index("__spate_row"),
+                positions.gather(df.get_column("__spate_row")).alias("__spate_row"),
+            )
+        return group_frames
+
     def close(self) -> None:
         """Stop the registry client's fetch thread (the pipeline calls it at the end)."""
         self._client.close()

@@ -231,9 +231,7 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
         Each id resolves through the registry as on the row path; an id that is not ready
         stalls the whole batch (``DeserError(NOT_READY)`` is raised, B21).
         """
-        import polars as pl
-
-        from spate_avro._columnar import ROW_COLUMN, ColumnarAvroDecoder
+        from spate_avro._columnar import ColumnarAvroDecoder
 
         groups: dict[int, list[int]] = {}
         errors: list[tuple[int, DeserError]] = []
@@ -260,13 +258,7 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
                 decoder = self._columnar[schema_id] = ColumnarAvroDecoder(writer, decode)
             group_frames, group_errors = decoder.decode([payloads[r] for r in rows], 5)
             errors.extend((rows[i], exc) for i, exc in group_errors)
-            positions = pl.Series(rows, dtype=pl.UInt32)
-            for name, df in group_frames:
-                df.replace_column(
-                    df.get_column_index(ROW_COLUMN),
-                    positions.gather(df.get_column(ROW_COLUMN)).alias(ROW_COLUMN),
-                )
-                frames.append((name, df))
+            frames.extend(self._in_batch(group_frames, rows))
         errors.sort(key=lambda item: item[0])
         return frames, errors
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
@@ -89,12 +90,16 @@ class ProtobufDeserializer:
 
     many: ClassVar[bool] = False
     takes_bytes: ClassVar[bool] = True
-    """Whole ``bytes`` payloads are parsed as they are, without a view per record."""
+    """Whole ``bytes`` payloads are parsed as they are, without a view per record (and
+    ``deserialize_batch`` reads them as they are, B97)."""
 
     def __init__(self, on_error: ErrorPolicy, described: tuple[Field, ...] | None = None) -> None:
         self.on_error = on_error
         """The record error policy; the deserializer stage reads it (B28)."""
         self._described = described
+        self.columnar: Any = None
+        """Truthy when batches can be decoded as columns (``spate[columnar]`` and a message
+        type with a columnar form, see ``spate_protobuf._columnar``); None keeps rows."""
 
     def record_fields(self) -> tuple[Field, ...] | None:
         """The fields of the records, for table DDL (None when not known at start-up)."""
@@ -115,11 +120,14 @@ class RawProtobufDeserializer(ProtobufDeserializer):
         message_type: MessageType,
         on_error: ErrorPolicy,
         described: tuple[Field, ...] | None = None,
+        columnar: Any = None,
     ) -> None:
         super().__init__(on_error, described)
         self._parse = message_type.parse
         self._convert = message_type.convert
         self.message_type = message_type
+        self.columnar = columnar
+        """A :class:`~spate_protobuf._columnar.ColumnarProtobufDecoder` or None."""
 
     def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread; never blocks."""
@@ -130,6 +138,14 @@ class RawProtobufDeserializer(ProtobufDeserializer):
             return self._convert(self._parse(data))
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
+
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
+        """The whole batch as columns: ``(frames, errors)`` (see ``spate_protobuf._columnar``)."""
+        if self.columnar is None:
+            raise RuntimeError(_no_columns(self.message_type))
+        if not _all_bytes(payloads):
+            payloads = [_whole(p) for p in payloads]
+        return self.columnar.decode(payloads)
 
 
 class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer):
@@ -155,6 +171,7 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         ConfluentDeserializer.__init__(self, client, settings, schema_changes)
         self._enums_as_names = enums_as_names
         self._types: dict[bytes, MessageType] = {}
+        self._columnar: dict[bytes, Any] = {}
 
     def deserialize(self, payload: bytes | memoryview) -> object:
         """Decode one payload on the pipeline thread.
@@ -176,15 +193,7 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
                 "4-byte schema id and the message indexes)",
                 DeserErrorKind.MALFORMED,
             )
-        # The common case, one top-level type: a single 0 after the id.
-        if data[5] == 0:
-            key, start = data[1:6], 6
-        else:
-            try:
-                _, start = read_indexes(data, 5)
-            except ValueError as exc:
-                raise _malformed(exc) from None
-            key = data[1:start]
+        key, start = _type_key(data)
         message_type = self._types.get(key)
         if message_type is None:
             message_type = self._type_for(data, start)
@@ -193,6 +202,69 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
             return message_type.convert(message_type.parse(data[start:]))
         except DECODE_ERRORS as exc:
             raise _malformed(exc) from None
+
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> Any:
+        """The batch as columns, one frame per message type: ``(frames, errors)``.
+
+        Each schema id resolves through the registry as on the row path; an id that is not
+        ready stalls the whole batch (``DeserError(NOT_READY)`` is raised, B21). A message
+        type with no columnar form raises ``DeserError(SCHEMA_UNAVAILABLE)`` naming why.
+        """
+        groups: dict[bytes, tuple[int, list[bytes], list[int]]] = {}
+        errors: list[tuple[int, DeserError]] = []
+        for index, payload in enumerate(payloads):  # whole ``bytes`` or byte views
+            data = _whole(payload)
+            if len(data) < 6 or data[0] != CONFLUENT_MAGIC:
+                errors.append((index, _refusal(self.deserialize, data)))
+                continue
+            try:
+                key, start = _type_key(data)
+            except DeserError as exc:
+                errors.append((index, exc))
+                continue
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (start, [], [])
+            group[1].append(data[start:])
+            group[2].append(index)
+        frames: list[tuple[str | None, Any]] = []
+        for key, (start, bodies, rows) in groups.items():
+            try:
+                decoder = self._columnar_for(key, start)
+            except DeserError as exc:
+                if exc.kind is DeserErrorKind.NOT_READY:
+                    raise
+                errors.extend((row, exc) for row in rows)
+                continue
+            if decoder is None:  # not a record error: every record of the type is good
+                raise DeserError(
+                    f"schema id {_schema_id(key, 0)[0]}: "
+                    f"{_no_columns(self._types[key])}; use a row chain",
+                    DeserErrorKind.SCHEMA_UNAVAILABLE,
+                )
+            group_frames, group_errors = decoder.decode(bodies)
+            errors.extend((rows[i], exc) for i, exc in group_errors)
+            frames.extend(self._in_batch(group_frames, rows))
+        errors.sort(key=lambda item: item[0])
+        return frames, errors
+
+    def _columnar_for(self, key: bytes, start: int) -> Any:
+        """The columnar decoder of one schema id and message-index path (built once); None
+        when its message type has no columnar form."""
+        decoder = self._columnar.get(key)
+        if decoder is not None:
+            return decoder
+        from spate_protobuf._columnar import ColumnarProtobufDecoder, no_columnar_form
+
+        message_type = self._types.get(key)
+        if message_type is None:
+            message_type = self._types[bytes(key)] = self._type_for(b"\0" + key, start)
+        if no_columnar_form(message_type.descriptor) is not None:
+            return None
+        decoder = self._columnar[bytes(key)] = ColumnarProtobufDecoder(
+            message_type, body_reference(message_type), self._enums_as_names
+        )
+        return decoder
 
     def _type_for(self, data: Any, start: int) -> MessageType:
         schema_id: int = _schema_id(data, 1)[0]
@@ -210,3 +282,63 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
 
     def close(self) -> None:
         ConfluentDeserializer.close(self)
+
+
+def _all_bytes(payloads: Sequence[bytes | memoryview]) -> bool:
+    """Whether every payload is ``bytes`` (a Kafka batch's values): one C-level pass."""
+    return set(map(type, payloads)) <= {bytes}
+
+
+def _type_key(data: bytes) -> tuple[bytes, int]:
+    """A framed payload's message type key (the schema id and the message indexes, as
+    bytes) and where the message starts; ``MALFORMED`` when the index array is cut short."""
+    if data[5] == 0:  # the common case, one top-level type: a single 0 after the id
+        return data[1:6], 6
+    try:
+        _, start = read_indexes(data, 5)
+    except ValueError as exc:
+        raise _malformed(exc) from None
+    return data[1:start], start
+
+
+def _whole(payload: bytes | memoryview) -> bytes:
+    """A payload as ``bytes`` (the parsers need them; a Kafka batch's values already are)."""
+    if type(payload) is bytes:
+        return payload
+    data: Any = whole_payload(payload)
+    return data if type(data) is bytes else bytes(data)
+
+
+def _refusal(deserialize: Any, data: bytes) -> DeserError:
+    """The row path's error for a payload it refuses before any schema lookup."""
+    try:
+        deserialize(data)
+    except DeserError as exc:
+        return exc
+    raise RuntimeError("the row path accepts a payload with a wrong Confluent header")
+
+
+def body_reference(message_type: MessageType) -> Any:
+    """The row path's decode of one message body (the columnar decoder's reference)."""
+    parse, convert = message_type.parse, message_type.convert
+
+    def reference(body: bytes) -> object:
+        try:
+            return convert(parse(body))
+        except DECODE_ERRORS as exc:
+            raise _malformed(exc) from None
+
+    return reference
+
+
+def _no_columns(message_type: MessageType) -> str:
+    from spate_protobuf._columnar import columnar_unavailable, no_columnar_form
+
+    missing = columnar_unavailable()
+    if missing is not None:
+        return missing
+    reason = no_columnar_form(message_type.descriptor)
+    return (
+        f"{message_type.descriptor.full_name} has no columnar form ({reason}): "
+        "batches decode as rows"
+    )

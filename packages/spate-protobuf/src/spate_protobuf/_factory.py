@@ -18,14 +18,17 @@ from spate import BuildContext, ConfigError
 from spate.schema import Field
 from spate_avro import SchemaRegistryClient, open_registry
 
+from spate_protobuf._columnar import columnar_unavailable, no_columnar_form
 from spate_protobuf._config import ProtobufConfig
 from spate_protobuf._deserializer import (
     ConfluentProtobufDeserializer,
     ProtobufDeserializer,
     RawProtobufDeserializer,
+    body_reference,
 )
 from spate_protobuf._schema import (
     FileSchema,
+    MessageType,
     compile_files,
     decode_serialized,
     describe,
@@ -106,7 +109,10 @@ class ProtobufDeserializerFactory:
                 key = "message" if "message type" in str(exc) else "descriptor_set"
                 raise ConfigError(f"{base}.{key}", str(exc)) from None
             return RawProtobufDeserializer(
-                message_type, config.on_error, describe(message_type.descriptor, enums_as_names)
+                message_type,
+                config.on_error,
+                describe(message_type.descriptor, enums_as_names),
+                _columnar(message_type, enums_as_names),
             )
         client, prewarmed = open_registry(
             config,
@@ -121,10 +127,23 @@ class ProtobufDeserializerFactory:
             types = list(prewarmed[0].file.message_types_by_name.values())
             if len(types) == 1:
                 described = describe(types[0], enums_as_names)
-        return ConfluentProtobufDeserializer(
+        deserializer = ConfluentProtobufDeserializer(
             client,
             config,
             described=described,
             enums_as_names=enums_as_names,
             schema_changes=context.schema_changes,
         )
+        if columnar_unavailable() is None:
+            deserializer.columnar = True  # decoders are built per message type on first use
+        return deserializer
+
+
+def _columnar(message_type: MessageType, enums_as_names: bool) -> Any:
+    """The columnar decoder of a raw message type when ``spate[columnar]`` is installed
+    and the type has a columnar form, else None (the pipeline keeps rows)."""
+    if columnar_unavailable() is not None or no_columnar_form(message_type.descriptor):
+        return None
+    from spate_protobuf._columnar import ColumnarProtobufDecoder
+
+    return ColumnarProtobufDecoder(message_type, body_reference(message_type), enums_as_names)

@@ -73,7 +73,9 @@ _RUNTIME_FILES = {
 
 
 def _timestamp(m: Any) -> datetime:
-    return _EPOCH + timedelta(seconds=m.seconds, microseconds=m.nanos // 1000)
+    # Nanoseconds to microseconds toward zero, as for a Duration and on the columnar path
+    # (a negative ``nanos`` is out of the type's range; each path must read it alike).
+    return _EPOCH + timedelta(seconds=m.seconds, microseconds=int(m.nanos / 1000))
 
 
 def _duration(m: Any) -> timedelta:

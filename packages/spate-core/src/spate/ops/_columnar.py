@@ -72,7 +72,8 @@ class FrameProcessor:
         if decode is None or getattr(deserializer, "columnar", True) is None:
             raise ValueError(
                 "frame operators need a columnar deserializer (Avro records or unions of "
-                "records, JSON single or ndjson objects, with spate[columnar] installed); "
+                "records, JSON single or ndjson objects, Protobuf messages of a type with a "
+                "columnar form, with spate[columnar] installed); "
                 "use a row chain (ctx.chain())"
             )
         self._decode = decode
