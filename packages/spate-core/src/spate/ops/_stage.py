@@ -22,9 +22,12 @@ B95) is not offered row by row: the loop collects its rows with their record ind
 and after the loop :meth:`ChainRuntime.offer_collected` has the sink check them
 (``prepare_rows``; the rows it cannot take are record errors for their records alone, under
 the sink's policy) and offers the rest in one call. A refusal stalls the batch with the
-prepared rows as its cursor (:class:`HeldRows`); the resume offers them again, then goes
-on with whatever stalled the loop itself (B96). A sink whose record policy is
-``dead_letter`` is offered row by row (a dead letter is offered where its record stands).
+prepared rows as its cursor (:class:`HeldBatch`); the resume offers them again, then goes
+on with whatever stalled the loop itself (B96). The columnar path
+(:mod:`spate.ops._columnar`) checks and offers its frames through the same two routines,
+:meth:`ChainRuntime.check_prepared` and :meth:`ChainRuntime.offer_held`. A sink whose
+record policy is ``dead_letter`` is offered row by row (a dead letter is offered where its
+record stands).
 
 A sink that holds rows (a memory tier, a tee's backlog) is bound to the chain's record
 policy for its index (:mod:`spate.sink._held`, B111): the chain keeps :attr:`ChainRuntime.cell`
@@ -92,13 +95,23 @@ class Cursor:
         return bool(self.frames or self.emits)
 
 
-@dataclass(slots=True)
-class HeldRows:
-    """A batch's prepared rows not yet taken by their sinks: ``(sink index, prepared,
-    rows)`` from ``next`` on, then ``after`` — the loop's own stall, or None (B96)."""
+OfferHeld = Callable[[Lane, AckToken], Offer]
+"""One held offer, made with the batch's lane and ack: a sink's ``offer_rows`` or
+``offer_frame`` bound to what it prepared."""
 
-    items: list[tuple[int, object, int]]
-    after: Stalled | None
+Prepare = Callable[[], tuple[Any, Sequence[tuple[int, Any]]]]
+"""A sink's check of a batch's rows or frame: ``(prepared, [(position, reason), …])``."""
+
+
+@dataclass(slots=True)
+class HeldBatch:
+    """A batch's prepared work not yet taken by its sinks: ``(sink index, offer, rows)``
+    from ``next`` on — rows or a frame a sink checked — then ``after``: the loop's own
+    stall, or None. A refusal stalls with it as the cursor; the resume offers the same
+    item again (B7, B8, B96)."""
+
+    items: list[tuple[int, OfferHeld, int]]
+    after: Stalled | None = None
     next: int = 0
 
 
@@ -516,46 +529,83 @@ class ChainRuntime:
             ) from exc
         return result is not Offer.REJECTED
 
+    def check_prepared(
+        self,
+        index: int,
+        prepare: Prepare,
+        records: Sequence[int] | None,
+        count: int,
+        batch: PayloadBatch,
+    ) -> tuple[Any, Sequence[int] | None, int]:
+        """Have sink ``index`` check ``count`` rows of ``batch`` — collected rows or a frame
+        (``prepare``: its ``prepare_rows`` or ``prepare_frame``) — for one offer.
+
+        Each row the sink cannot take is a record error for its own record
+        (``records[position]``; the batch's first when unknown) under the sink's policy
+        (B28); a ``SinkError`` is a whole-batch problem, never one record's (B20).
+        Returns what the sink prepared, the records of its rows and their count.
+        """
+        try:
+            prepared, bad = prepare()
+        except SinkError as exc:
+            raise self._batch_failed(index, exc, batch) from exc
+        if not bad:
+            return prepared, records, count
+        for position, reason in bad:
+            record = records[position] if records is not None else 0
+            self.sink_error(index, SinkError(reason, ErrorClass.RECORD), batch, record)
+        if records is not None:
+            dropped = {position for position, _ in bad}
+            records = [r for i, r in enumerate(records) if i not in dropped]
+        return prepared, records, count - len(bad)
+
+    def offer_held(self, held: HeldBatch, batch: PayloadBatch, ack: AckToken) -> Stalled | None:
+        """Offer what is still held, in order; stall at a refusal with ``held`` as the
+        cursor (B7, B8, B96), else return ``held.after``. Both paths' one offer loop."""
+        items = held.items
+        lane = batch.lane
+        while held.next < len(items):
+            index, offer, count = items[held.next]
+            try:
+                result = offer(lane, ack)
+            except SinkError as exc:
+                raise self._offer_failed(index, exc) from exc
+            if result is Offer.REJECTED:
+                return Stalled(held, "sink_full", self.sink_names[index])
+            if count:
+                self.m_out[index].inc(count)
+            held.next += 1
+        return held.after
+
     def offer_collected(
         self, collected: Collected, batch: PayloadBatch, ack: AckToken, after: Stalled | None
     ) -> Stalled | None:
         """Hand each batched sink the rows the loop collected for it (B95): record errors
         for the rows it cannot take, then one offer of the rest; ``after`` (the loop's own
         stall) is returned once every sink took its rows."""
-        items: list[tuple[int, object, int]] = []
+        items: list[tuple[int, OfferHeld, int]] = []
+        keys = batch.keys
         for index, rows in enumerate(collected):
             if rows is None or not rows[0]:
                 continue
             values, records = rows
-            keys = list(map(batch.keys.__getitem__, records))
-            try:
-                prepared, bad = self.sinks[index].prepare_rows(values, keys, batch.lane)  # type: ignore[attr-defined]
-            except SinkError as exc:  # a whole-batch problem (B20): never one record's
-                raise self._offer_failed(index, exc) from exc
-            for position, reason in bad:
-                error = SinkError(reason, ErrorClass.RECORD)
-                self.sink_error(index, error, batch, records[position], ack)
-            if len(values) > len(bad):
-                items.append((index, prepared, len(values) - len(bad)))
+            sink: Any = self.sinks[index]
+            prepare = functools.partial(
+                sink.prepare_rows, values, list(map(keys.__getitem__, records)), batch.lane
+            )
+            prepared, _, count = self.check_prepared(index, prepare, records, len(values), batch)
+            if count:
+                items.append((index, functools.partial(sink.offer_rows, prepared), count))
         if not items:
             return after
-        return self.offer_held(HeldRows(items, after), batch, ack)
+        return self.offer_held(HeldBatch(items, after), batch, ack)
 
-    def offer_held(self, held: HeldRows, batch: PayloadBatch, ack: AckToken) -> Stalled | None:
-        """Offer the prepared rows still held; stall again at a refusal (B96)."""
-        items = held.items
-        lane = batch.lane
-        while held.next < len(items):
-            index, prepared, count = items[held.next]
-            try:
-                result = self.sinks[index].offer_rows(prepared, lane, ack)  # type: ignore[attr-defined]
-            except SinkError as exc:
-                raise self._offer_failed(index, exc) from exc
-            if result is Offer.REJECTED:
-                return Stalled(held, "sink_full", self.sink_names[index])
-            self.m_out[index].inc(count)
-            held.next += 1
-        return held.after
+    def _batch_failed(self, sink_index: int, exc: SinkError, batch: PayloadBatch) -> FatalError:
+        return FatalError(
+            f"sink {self.sink_labels[sink_index]}",
+            f"cannot write the batch at {batch_where(batch)}: {exc.reason} "
+            f"({exc.error_class.value})",
+        )
 
     def describe(self) -> str:
         return self.spec.describe()
@@ -591,6 +641,11 @@ def _record_policy(sink: Sink, default: ErrorPolicy | None) -> ErrorPolicy:
         return default
     found = getattr(sink, "on_record_error", ErrorPolicy.FAIL)
     return found if isinstance(found, ErrorPolicy) else ErrorPolicy.FAIL
+
+
+def batch_where(batch: PayloadBatch) -> str:
+    """Where a whole batch is, for messages: its lane and offsets."""
+    return f"{batch.lane} offsets {batch.first_offset}..{batch.last_offset}"
 
 
 def _where(batch: PayloadBatch, index: int) -> str:
