@@ -40,7 +40,14 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import DeserError, DeserErrorKind, FatalError
 from spate.ops._contract import Stalled
 from spate.ops._frames import FrameOp, FrameSpec
-from spate.ops._stage import ChainRuntime, HeldBatch, OfferHeld, batch_where, deser_inputs
+from spate.ops._stage import (
+    ChainRuntime,
+    HeldBatch,
+    Letters,
+    OfferHeld,
+    batch_where,
+    deser_inputs,
+)
 from spate.records import PayloadBatch
 from spate.sink._contract import Sink
 
@@ -153,8 +160,11 @@ class FrameProcessor:
         if empty:  # payloads that hold no record, counted as on the row path (B87)
             rt.m_deser_empty.inc(empty)
             rt.m_deser_drop_empty.inc(empty)
+        if rt.dead_letter is not None:
+            rt.dead_letter.seen(len(batch))  # once per batch, as on the row path (B72)
+        letters: Letters = []
         for index, error in errors:
-            rt.deser_error(error, batch, index)
+            rt.deser_error(error, batch, index, letters=letters)
         decoded = sum(df.height for _, df in frames)
         if decoded:
             rt.m_deser_ok.inc(decoded)
@@ -162,7 +172,9 @@ class FrameProcessor:
         items: list[tuple[int, OfferHeld, int]] = []
         for branch, df in frames:
             df = self._apply(self.spec.ops, df, batch)
-            self._route(branch, df, batch, items)
+            self._route(branch, df, batch, items, letters)
+        if letters:
+            rt.hold_letters(letters, batch, items)
         return HeldBatch(items)
 
     def _route(
@@ -171,6 +183,7 @@ class FrameProcessor:
         df: Any,
         batch: PayloadBatch,
         items: list[tuple[int, OfferHeld, int]],
+        letters: Letters,
     ) -> None:
         rt = self._rt
         routed: Any = None
@@ -193,7 +206,7 @@ class FrameProcessor:
                 everything = True
             sub = self._apply(route.ops, sub, batch)
             if sub.height:
-                self._prepare_for(sink_index, sub, batch, items)
+                self._prepare_for(sink_index, sub, batch, items, letters)
         if everything:
             return
         missed = df.height if routed is None else int((~routed).sum())
@@ -215,13 +228,16 @@ class FrameProcessor:
         df: Any,
         batch: PayloadBatch,
         items: list[tuple[int, OfferHeld, int]],
+        letters: Letters,
     ) -> None:
         sink: Any = self._sinks[sink_index]
         rows: list[int] | None = (
             df.get_column(ROW_COLUMN).to_list() if ROW_COLUMN in df.columns else None
         )
         prepare = functools.partial(sink.prepare_frame, df)
-        frame, records, count = self._rt.check_prepared(sink_index, prepare, rows, df.height, batch)
+        frame, records, count = self._rt.check_prepared(
+            sink_index, prepare, rows, df.height, batch, letters
+        )
         if not count:
             return
         keys: list[bytes | None] | None = None

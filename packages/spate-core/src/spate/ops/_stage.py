@@ -102,6 +102,10 @@ OfferHeld = Callable[[Lane, AckToken], Offer]
 Prepare = Callable[[], tuple[Any, Sequence[tuple[int, Any]]]]
 """A sink's check of a batch's rows or frame: ``(prepared, [(position, reason), …])``."""
 
+Letters = list[tuple[int, Stage, str, str]]
+"""Dead letters found while a whole batch is prepared (the columnar path):
+``(record index, stage, reason, message)``, offered after its frames (B71)."""
+
 
 @dataclass(slots=True)
 class HeldBatch:
@@ -326,15 +330,20 @@ class ChainRuntime:
         index: int,
         ack: AckToken | None = None,
         frames: tuple[Frame, ...] = (),
+        letters: Letters | None = None,
     ) -> Stalled | None:
         """A record the deserializer could not decode: count it; raise under ``fail``;
-        under ``dead_letter`` offer it to the dead-letter sink (a stall when refused).
+        under ``dead_letter`` offer it to the dead-letter sink (a stall when refused), or
+        add it to ``letters`` when given.
 
         The error's own ``policy``, when it has one, wins over ``on_error``.
         """
         policy = self.deser_policy if exc.policy is None else exc.policy
         if policy is ErrorPolicy.DEAD_LETTER:
             self.m_deser_dead_letter.inc()
+            if letters is not None:
+                letters.append((index, "deserializer", exc.kind.value, exc.reason))
+                return None
             return self.to_dead_letter(
                 "deserializer", exc.kind.value, exc.reason, batch, index, ack, frames, ()
             )
@@ -416,10 +425,12 @@ class ChainRuntime:
         ack: AckToken | None = None,
         frames: tuple[Frame, ...] = (),
         rest: tuple[tuple[int, object], ...] = (),
+        letters: Letters | None = None,
     ) -> Stalled | None:
         """A sink refused a row with ``SinkError``: record errors follow the sink's policy.
 
-        ``rest`` are the emits of the record still to offer after this one (a split).
+        ``rest`` are the emits of the record still to offer after this one (a split);
+        ``letters``, when given, takes a dead letter instead of an offer.
         """
         if exc.error_class is ErrorClass.RECORD:
             policy = self.record_policies[sink_index]
@@ -430,6 +441,9 @@ class ChainRuntime:
                 return None
             if policy is ErrorPolicy.DEAD_LETTER:
                 message = f"sink {self.sink_labels[sink_index]}: {exc.reason}"
+                if letters is not None:
+                    letters.append((index, "sink", "record_error", message))
+                    return None
                 return self.to_dead_letter(
                     "sink", "record_error", message, batch, index, ack, frames, rest
                 )
@@ -536,14 +550,16 @@ class ChainRuntime:
         records: Sequence[int] | None,
         count: int,
         batch: PayloadBatch,
+        letters: Letters | None = None,
     ) -> tuple[Any, Sequence[int] | None, int]:
         """Have sink ``index`` check ``count`` rows of ``batch`` — collected rows or a frame
         (``prepare``: its ``prepare_rows`` or ``prepare_frame``) — for one offer.
 
         Each row the sink cannot take is a record error for its own record
         (``records[position]``; the batch's first when unknown) under the sink's policy
-        (B28); a ``SinkError`` is a whole-batch problem, never one record's (B20).
-        Returns what the sink prepared, the records of its rows and their count.
+        (B28), a dead letter going to ``letters`` when given; a ``SinkError`` is a
+        whole-batch problem, never one record's (B20). Returns what the sink prepared, the
+        records of its rows and their count.
         """
         try:
             prepared, bad = prepare()
@@ -552,8 +568,11 @@ class ChainRuntime:
         if not bad:
             return prepared, records, count
         for position, reason in bad:
+            if records is None and letters is not None:
+                self._unknown_record(index, reason, batch)
             record = records[position] if records is not None else 0
-            self.sink_error(index, SinkError(reason, ErrorClass.RECORD), batch, record)
+            error = SinkError(reason, ErrorClass.RECORD)
+            self.sink_error(index, error, batch, record, letters=letters)
         if records is not None:
             dropped = {position for position, _ in bad}
             records = [r for i, r in enumerate(records) if i not in dropped]
@@ -571,11 +590,29 @@ class ChainRuntime:
             except SinkError as exc:
                 raise self._offer_failed(index, exc) from exc
             if result is Offer.REJECTED:
-                return Stalled(held, "sink_full", self.sink_names[index])
+                name = "dead_letter" if index == DEAD_LETTER_SINK else self.sink_names[index]
+                return Stalled(held, "sink_full", name)
             if count:
                 self.m_out[index].inc(count)
             held.next += 1
         return held.after
+
+    def hold_letters(
+        self, letters: Letters, batch: PayloadBatch, items: list[tuple[int, OfferHeld, int]]
+    ) -> None:
+        """Add a batch's dead letters to its held offers, in record order whatever stage
+        found each, so the limits count runs as the row path does (B71, B72)."""
+        letters.sort(key=_first)
+        for index, stage, reason, message in letters:
+            row = self._dead_letter_row(stage, reason, message, batch, index)
+            offer = functools.partial(self._offer_letter, row, batch, index)
+            items.append((DEAD_LETTER_SINK, offer, 0))
+
+    def _offer_letter(
+        self, row: object, batch: PayloadBatch, index: int, lane: Lane, ack: AckToken
+    ) -> Offer:
+        accepted = self.offer_dead_letter(row, batch.keys[index], batch, index, ack)
+        return Offer.ACCEPTED if accepted else Offer.REJECTED
 
     def offer_collected(
         self, collected: Collected, batch: PayloadBatch, ack: AckToken, after: Stalled | None
@@ -599,6 +636,17 @@ class ChainRuntime:
         if not items:
             return after
         return self.offer_held(HeldBatch(items, after), batch, ack)
+
+    def _unknown_record(self, index: int, reason: object, batch: PayloadBatch) -> None:
+        """A frame row the sink refused has no record (the frame operators made it from
+        several, or dropped the row column): it cannot be dead-lettered."""
+        if self.record_policies[index] is ErrorPolicy.DEAD_LETTER:
+            raise FatalError(
+                f"sink {self.sink_labels[index]}",
+                f"cannot write a row of the batch at {batch_where(batch)}: {reason}; the "
+                "frame operators dropped the record it came from (__spate_row), so it cannot "
+                "be dead-lettered (on_record_error is dead_letter)",
+            )
 
     def _batch_failed(self, sink_index: int, exc: SinkError, batch: PayloadBatch) -> FatalError:
         return FatalError(
@@ -651,6 +699,10 @@ def batch_where(batch: PayloadBatch) -> str:
 def _where(batch: PayloadBatch, index: int) -> str:
     offset = batch.offsets[index] if index < len(batch.offsets) else "?"
     return f"{batch.lane} offset {offset}"
+
+
+def _first(letter: tuple[int, Stage, str, str]) -> int:
+    return letter[0]
 
 
 def _no_many(payload: memoryview | bytes) -> list[Any]:
