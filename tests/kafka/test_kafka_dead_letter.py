@@ -235,6 +235,36 @@ def _metric(meter: Meter, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def _check_letters(
+    letters: list[tuple[bytes, bytes, dict[str, str]]],
+    bad: dict[bytes, str],
+    positions: dict[bytes, tuple[int, int]],
+    schema_id: int,
+    meter: Meter,
+    topic: str,
+) -> None:
+    """The dead-letter topic holds exactly the ``bad`` records (key -> kind), each with
+    its original value and its ``spate.error.*`` headers, and the metrics count them."""
+    assert sorted(k for k, _, _ in letters) == sorted(bad)
+    by_kind: dict[str, int] = {}
+    for key, value, headers in letters:
+        kind = bad[key]
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        partition, offset = positions[key]
+        assert value == _value(schema_id, int(key[1:]))  # the original payload, unchanged
+        assert (headers["spate.error.stage"], headers["spate.error.reason"]) == EXPECTED[kind]
+        assert headers["spate.error.source.topic"] == topic
+        assert headers["spate.error.source.partition"] == str(partition)
+        assert headers["spate.error.source.offset"] == str(offset)
+        assert int(headers["spate.error.source.timestamp"]) > 0
+        assert headers["spate.error.pipeline"] == "dlq-e2e"
+        assert headers["spate.error.message"]
+    for kind in set(bad.values()):
+        stage, reason = EXPECTED[kind]
+        labels = {"stage": stage, "reason": reason, "component_type": "dead_letter"}
+        assert _metric(meter, "spate_dead_letter_records_total", **labels) == by_kind[kind], kind
+
+
 def _spate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(SPATE), *args],
@@ -304,32 +334,7 @@ def test_bad_records_reach_the_dead_letter_topic_and_replay_delivers_them_b71_b7
         assert len(_table_keys(clickhouse_url, table)) == len(good)
 
         letters = _dlq_records(kafka_bootstrap, dlq)
-        assert sorted(k for k, _, _ in letters) == sorted(bad)
-        by_kind: dict[str, int] = {}
-        for key, value, headers in letters:
-            i = int(key[1:])
-            kind = bad[key]
-            by_kind[kind] = by_kind.get(kind, 0) + 1
-            partition, offset = positions[key]
-            assert value == _value(schema_id, i)  # the original payload, unchanged
-            assert (headers["spate.error.stage"], headers["spate.error.reason"]) == EXPECTED[kind]
-            assert headers["spate.error.source.topic"] == topic
-            assert headers["spate.error.source.partition"] == str(partition)
-            assert headers["spate.error.source.offset"] == str(offset)
-            assert int(headers["spate.error.source.timestamp"]) > 0
-            assert headers["spate.error.pipeline"] == "dlq-e2e"
-            assert headers["spate.error.message"]
-        for kind, (stage, reason) in EXPECTED.items():
-            assert (
-                _metric(
-                    meter,
-                    "spate_dead_letter_records_total",
-                    stage=stage,
-                    reason=reason,
-                    component_type="dead_letter",
-                )
-                == by_kind[kind]
-            ), kind
+        _check_letters(letters, bad, positions, schema_id, meter, topic)
 
         # Offsets are committed to the end, and never ahead of both writes (B71).
         assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(
@@ -612,32 +617,7 @@ def test_columnar_bad_records_reach_the_dead_letter_topic_b71_b148(
     keys = table_keys()
     assert sorted(keys) == sorted(b"k%d" % i for i in range(count) if b"k%d" % i not in bad)
     letters = _dlq_records(kafka_bootstrap, dlq)
-    assert sorted(k for k, _, _ in letters) == sorted(bad)
-    by_kind: dict[str, int] = {}
-    for key, value, headers in letters:
-        kind = bad[key]
-        by_kind[kind] = by_kind.get(kind, 0) + 1
-        partition, offset = positions[key]
-        assert value == _value(schema_id, int(key[1:]))  # the original payload, unchanged
-        assert (headers["spate.error.stage"], headers["spate.error.reason"]) == EXPECTED[kind]
-        assert headers["spate.error.source.topic"] == topic
-        assert headers["spate.error.source.partition"] == str(partition)
-        assert headers["spate.error.source.offset"] == str(offset)
-        assert int(headers["spate.error.source.timestamp"]) > 0
-        assert headers["spate.error.pipeline"] == "dlq-e2e"
-        assert headers["spate.error.message"]
-    for kind in ("truncated", "overflow"):
-        stage, reason = EXPECTED[kind]
-        assert (
-            _metric(
-                meter,
-                "spate_dead_letter_records_total",
-                stage=stage,
-                reason=reason,
-                component_type="dead_letter",
-            )
-            == by_kind[kind]
-        ), kind
+    _check_letters(letters, bad, positions, schema_id, meter, topic)
     assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
     sampler.sample()
     assert len(sampler.samples) >= 2

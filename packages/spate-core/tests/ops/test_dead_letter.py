@@ -19,15 +19,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from spate import AckStatus, DeserError, ErrorPolicy, FatalError, ManualClock
 from spate.config import DeadLetterSettings
-from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.ops import ChainContext, compile_chain
 from spate.ops._deadletter import HEADER_NAMES, DeadLetter
-from spate.sink import BatchConfig, InflightConfig, PoolConfig, ShardConfig, SinkPool
+from spate.sink import BatchConfig, InflightConfig, PoolConfig
 from spate.testing import scripted_pool
 
 from .test_chain import Acks, JsonDeser, counter, make_batch, ops_metric, run_to_end
-from .test_frames import FrameEndpoints
+from .test_frames import FrameEndpoints, make_pool
 
 PATHS = ["rows", "columns"]
 """The row path and the columnar path (``columns``)."""
@@ -142,25 +141,16 @@ def _setup(
 ) -> Rig:
     clock = ManualClock()
     meter = Meter("p", CollectorRegistry())
-    config = PoolConfig(on_record_error=ErrorPolicy.DEAD_LETTER)
+    policy = ErrorPolicy.DEAD_LETTER
     pool: Any
     ends: Any
     if path == "columns":
         pytest.importorskip("polars")
-        ends = RefusingFrames(clock)
-        pool = SinkPool(
-            "sink",
-            ends,
-            shards=[ShardConfig(replicas=("s0",))],
-            pipeline="p",
-            run_nonce="run1",
-            meter=meter,
-            clock=clock,
-            budget=InflightBudget(1 << 30),
-            io_threads=0,
-            config=config,
+        pool, ends, _ = make_pool(
+            clock=clock, meter=meter, endpoints=RefusingFrames(clock), on_record_error=policy
         )
     else:
+        config = PoolConfig(on_record_error=policy)
         pool, ends = scripted_pool(clock=clock, meter=meter, config=config)
         ends.reject(lambda row: row == 99)  # a value its column cannot take
     dlq_pool, dlq_ends = scripted_pool("dead_letter", clock=clock, meter=meter, config=dlq_config)
@@ -171,12 +161,24 @@ def _setup(
     return Rig(clock, meter, pool, ends, dlq_pool, dlq_ends, dead_letter, path == "columns")
 
 
-@pytest.mark.parametrize("interpreted", [False, True])
-@pytest.mark.parametrize("kind", ["try_map", "chain"])
+@pytest.mark.parametrize(
+    ("kind", "interpreted"),
+    [
+        ("try_map", False),
+        ("try_map", True),
+        ("chain", False),
+        ("chain", True),
+        ("frames", False),  # the columnar path: a frame chain
+        ("none", False),  # the columnar path: no chain
+    ],
+)
 def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
     kind: str, interpreted: bool
 ) -> None:
-    rig = _setup(kafka=True)
+    """On the columnar path (B148) the record the deserializer cannot decode and the value
+    the sink's ``prepare_frame`` refuses are dead-lettered with the row path's headers and
+    counts; it has no per-record operator, so the boom record is a good one there."""
+    rig = _setup(kafka=True, path="columns" if kind in ("frames", "none") else "rows")
     processor = rig.processor(_chain(kind), interpreted=interpreted)
     acks = Acks()
     ack = acks.new(len(PAYLOADS))
@@ -184,79 +186,37 @@ def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
     assert processor.process(batch, ack) is None
     ack.release()
     assert rig.pool.flush(rig.clock.monotonic() + 5)
-    assert rig.ends.rows() == [1, 3, 4]
+    assert rig.rows() == ([1, 2, 3, 4] if rig.columnar else [1, 3, 4])
     # The good rows are written, but the batch waits for its dead letters (B71).
     assert acks.status == []
     assert ack.holders == 1
     assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
     assert acks.status == [AckStatus.DELIVERED]
 
-    letters = rig.dlq_ends.rows()
-    assert [(key, value) for key, value, _ in letters] == [
-        (b"k1", b"{not json"),
-        (b"k2", b'{"n": 2, "boom": true}'),
-        (b"k4", b'{"n": 99}'),
+    expected = [
+        (b"k1", b"{not json", b"deserializer", b"malformed", b"101"),
+        (b"k2", b'{"n": 2, "boom": true}', b"operator", b"RuntimeError", b"102"),
+        (b"k4", b'{"n": 99}', b"sink", b"record_error", b"104"),
     ]
+    if rig.columnar:
+        del expected[1]
+    letters = rig.dlq_ends.rows()
+    assert [(key, value) for key, value, _ in letters] == [e[:2] for e in expected]
     headers = [dict(h) for _, _, h in letters]
     assert all(list(h) == list(HEADER_NAMES) for h in headers)
-    assert [h["spate.error.stage"] for h in headers] == [b"deserializer", b"operator", b"sink"]
-    assert [h["spate.error.reason"] for h in headers] == [
-        b"malformed",
-        b"RuntimeError",
-        b"record_error",
-    ]
-    assert [h["spate.error.source.offset"] for h in headers] == [b"101", b"102", b"104"]
+    assert [h["spate.error.stage"] for h in headers] == [e[2] for e in expected]
+    assert [h["spate.error.reason"] for h in headers] == [e[3] for e in expected]
+    assert [h["spate.error.source.offset"] for h in headers] == [e[4] for e in expected]
     assert headers[0]["spate.error.source.topic"] == b"orders"
     assert headers[0]["spate.error.source.partition"] == b"3"
     assert headers[0]["spate.error.pipeline"] == b"p"
     assert b"invalid JSON" in headers[0]["spate.error.message"]
-    for stage, reason in (
-        ("deserializer", "malformed"),
-        ("operator", "RuntimeError"),
-        ("sink", "record_error"),
-    ):
-        assert rig.dead_letters(stage, reason) == 1
-
-
-@pytest.mark.parametrize("chain", ["frames", "none"])
-def test_b71_bad_records_on_the_columnar_path_go_to_the_dead_letter_sink_and_hold_the_batch(
-    chain: str,
-) -> None:
-    """A frame chain, and no chain at all (the columnar flagship), with a dead-letter sink:
-    the record the deserializer cannot decode and the value the sink's ``prepare_frame``
-    refuses go to the dead-letter sink with the row path's headers and counts; the batch
-    is delivered only once they are written (B71, B148)."""
-    rig = _setup(kafka=True, path="columns")
-    processor = rig.processor(_chain(chain))
-    acks = Acks()
-    ack = acks.new(len(PAYLOADS))
-    assert processor.process(make_batch(PAYLOADS), ack) is None
-    ack.release()
-    assert rig.pool.flush(rig.clock.monotonic() + 5)
-    assert rig.rows() == [1, 2, 3, 4]
-    assert acks.status == []  # the good rows are written; the dead letters are not yet
-    assert ack.holders == 1
-    assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
-    assert acks.status == [AckStatus.DELIVERED]
-
-    letters = rig.dlq_ends.rows()
-    assert [(key, value) for key, value, _ in letters] == [
-        (b"k1", b"{not json"),
-        (b"k4", b'{"n": 99}'),
-    ]
-    headers = [dict(h) for _, _, h in letters]
-    assert all(list(h) == list(HEADER_NAMES) for h in headers)
-    assert [h["spate.error.stage"] for h in headers] == [b"deserializer", b"sink"]
-    assert [h["spate.error.reason"] for h in headers] == [b"malformed", b"record_error"]
-    assert [h["spate.error.source.offset"] for h in headers] == [b"101", b"104"]
-    assert headers[0]["spate.error.source.topic"] == b"orders"
-    assert headers[0]["spate.error.source.partition"] == b"3"
-    assert headers[0]["spate.error.pipeline"] == b"p"
-    assert b"invalid JSON" in headers[0]["spate.error.message"]
-    assert headers[1]["spate.error.message"] == b"sink sink: 99 does not fit"
-    assert rig.dead_letters("deserializer", "malformed") == 1
-    assert rig.dead_letters("sink", "record_error") == 1
-    assert ops_metric(rig.meter, "spate_operator_records_out_total", sink="sink") == 4
+    if rig.columnar:
+        assert headers[-1]["spate.error.message"] == b"sink sink: 99 does not fit"
+    for _, _, stage, reason, _ in expected:
+        assert rig.dead_letters(stage.decode(), reason.decode()) == 1
+    outs = ops_metric(rig.meter, "spate_operator_records_out_total", sink="sink")
+    assert outs == len(rig.rows())
 
 
 def test_b71_a_frame_row_of_no_known_record_is_not_dead_lettered_as_another() -> None:

@@ -94,10 +94,17 @@ class FrameDeser:
         return [(None, df)], errors
 
 
-def make_pool(shards: int = 1, **cfg: Any) -> tuple[SinkPool, FrameEndpoints, Meter]:
-    clock = ManualClock()
-    meter = Meter("p", CollectorRegistry())
-    endpoints = FrameEndpoints(clock)
+def make_pool(
+    shards: int = 1,
+    *,
+    clock: ManualClock | None = None,
+    meter: Meter | None = None,
+    endpoints: FrameEndpoints | None = None,
+    **cfg: Any,
+) -> tuple[SinkPool, FrameEndpoints, Meter]:
+    clock = clock if clock is not None else ManualClock()
+    meter = meter if meter is not None else Meter("p", CollectorRegistry())
+    endpoints = endpoints if endpoints is not None else FrameEndpoints(clock)
     pool = SinkPool(
         "sink",
         endpoints,
