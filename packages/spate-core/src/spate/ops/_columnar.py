@@ -24,6 +24,12 @@ source batch stays one batch with one ack. Per batch it
 4. offers each prepared frame with ``sink.offer_frame`` (all or nothing per frame); a
    refusal stalls the batch and the runtime resumes it at the same frame later (B7, B8).
 
+Under the ``dead_letter`` policy the record errors of steps 1 and 3 become dead letters
+(:mod:`spate.ops._deadletter`): built once the batch is prepared, in record order whatever
+step found each (so the limits count runs as on the row path, B72), and offered after the
+frames with the same ack, so the batch is delivered only once they are written (B71,
+B148).
+
 Steps 3 and 4 are the row path's own routines (:meth:`ChainRuntime.check_prepared` and
 :meth:`ChainRuntime.offer_held` with a :class:`~spate.ops._stage.HeldBatch`), so a
 record error and a refusal behave the same on both paths.
