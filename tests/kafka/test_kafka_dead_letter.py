@@ -235,6 +235,14 @@ def _metric(meter: Meter, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def _orders_table(url: str, prefix: str) -> str:
+    """A new ``(id Int64, qty UInt8, attrs String)`` table named with ``prefix``."""
+    table = prefix + unique_name("t").replace("-", "_")
+    sql = f"CREATE TABLE {table} (id Int64, qty UInt8, attrs String) ENGINE = MergeTree ORDER BY id"
+    _query(url, sql)
+    return table
+
+
 def _check_letters(
     letters: list[tuple[bytes, bytes, dict[str, str]]],
     bad: dict[bytes, str],
@@ -281,11 +289,7 @@ def test_bad_records_reach_the_dead_letter_topic_and_replay_delivers_them_b71_b7
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path
 ) -> None:
     topic, dlq, group = unique_name("dlq-src"), unique_name("dlq"), unique_name("g")
-    table = "dlq_" + unique_name("t").replace("-", "_")
-    _query(
-        clickhouse_url,
-        f"CREATE TABLE {table} (id Int64, qty UInt8, attrs String) ENGINE = MergeTree ORDER BY id",
-    )
+    table = _orders_table(clickhouse_url, "dlq_")
     count = scaled(3000, minimum=400)
     with SchemaRegistryServer() as registry:
         schema_id = registry.register("orders-value", SCHEMA)
@@ -567,11 +571,7 @@ def test_columnar_bad_records_reach_the_dead_letter_topic_b71_b148(
     and counts; every other record is in ClickHouse, and no committed offset passes a
     record that is in neither place (B71, B148, sampled while the run goes)."""
     topic, dlq, group = unique_name("dlq-col"), unique_name("dlq"), unique_name("g")
-    table = "dlq_col_" + unique_name("t").replace("-", "_")
-    _query(
-        clickhouse_url,
-        f"CREATE TABLE {table} (id Int64, qty UInt8, attrs String) ENGINE = MergeTree ORDER BY id",
-    )
+    table = _orders_table(clickhouse_url, "dlq_col_")
     count = scaled(3000, minimum=400)
     # No per-record operator on this path: bad attrs and negative ids are good records.
     bad = {b"k%d" % i: _kind(i) for i in range(count) if _kind(i) in ("truncated", "overflow")}
