@@ -235,6 +235,44 @@ def _metric(meter: Meter, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def _orders_table(url: str, prefix: str) -> str:
+    """A new ``(id Int64, qty UInt8, attrs String)`` table named with ``prefix``."""
+    table = prefix + unique_name("t").replace("-", "_")
+    sql = f"CREATE TABLE {table} (id Int64, qty UInt8, attrs String) ENGINE = MergeTree ORDER BY id"
+    _query(url, sql)
+    return table
+
+
+def _check_letters(
+    letters: list[tuple[bytes, bytes, dict[str, str]]],
+    bad: dict[bytes, str],
+    positions: dict[bytes, tuple[int, int]],
+    schema_id: int,
+    meter: Meter,
+    topic: str,
+) -> None:
+    """The dead-letter topic holds exactly the ``bad`` records (key -> kind), each with
+    its original value and its ``spate.error.*`` headers, and the metrics count them."""
+    assert sorted(k for k, _, _ in letters) == sorted(bad)
+    by_kind: dict[str, int] = {}
+    for key, value, headers in letters:
+        kind = bad[key]
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        partition, offset = positions[key]
+        assert value == _value(schema_id, int(key[1:]))  # the original payload, unchanged
+        assert (headers["spate.error.stage"], headers["spate.error.reason"]) == EXPECTED[kind]
+        assert headers["spate.error.source.topic"] == topic
+        assert headers["spate.error.source.partition"] == str(partition)
+        assert headers["spate.error.source.offset"] == str(offset)
+        assert int(headers["spate.error.source.timestamp"]) > 0
+        assert headers["spate.error.pipeline"] == "dlq-e2e"
+        assert headers["spate.error.message"]
+    for kind in set(bad.values()):
+        stage, reason = EXPECTED[kind]
+        labels = {"stage": stage, "reason": reason, "component_type": "dead_letter"}
+        assert _metric(meter, "spate_dead_letter_records_total", **labels) == by_kind[kind], kind
+
+
 def _spate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(SPATE), *args],
@@ -251,11 +289,7 @@ def test_bad_records_reach_the_dead_letter_topic_and_replay_delivers_them_b71_b7
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path
 ) -> None:
     topic, dlq, group = unique_name("dlq-src"), unique_name("dlq"), unique_name("g")
-    table = "dlq_" + unique_name("t").replace("-", "_")
-    _query(
-        clickhouse_url,
-        f"CREATE TABLE {table} (id Int64, qty UInt8, attrs String) ENGINE = MergeTree ORDER BY id",
-    )
+    table = _orders_table(clickhouse_url, "dlq_")
     count = scaled(3000, minimum=400)
     with SchemaRegistryServer() as registry:
         schema_id = registry.register("orders-value", SCHEMA)
@@ -304,32 +338,7 @@ def test_bad_records_reach_the_dead_letter_topic_and_replay_delivers_them_b71_b7
         assert len(_table_keys(clickhouse_url, table)) == len(good)
 
         letters = _dlq_records(kafka_bootstrap, dlq)
-        assert sorted(k for k, _, _ in letters) == sorted(bad)
-        by_kind: dict[str, int] = {}
-        for key, value, headers in letters:
-            i = int(key[1:])
-            kind = bad[key]
-            by_kind[kind] = by_kind.get(kind, 0) + 1
-            partition, offset = positions[key]
-            assert value == _value(schema_id, i)  # the original payload, unchanged
-            assert (headers["spate.error.stage"], headers["spate.error.reason"]) == EXPECTED[kind]
-            assert headers["spate.error.source.topic"] == topic
-            assert headers["spate.error.source.partition"] == str(partition)
-            assert headers["spate.error.source.offset"] == str(offset)
-            assert int(headers["spate.error.source.timestamp"]) > 0
-            assert headers["spate.error.pipeline"] == "dlq-e2e"
-            assert headers["spate.error.message"]
-        for kind, (stage, reason) in EXPECTED.items():
-            assert (
-                _metric(
-                    meter,
-                    "spate_dead_letter_records_total",
-                    stage=stage,
-                    reason=reason,
-                    component_type="dead_letter",
-                )
-                == by_kind[kind]
-            ), kind
+        _check_letters(letters, bad, positions, schema_id, meter, topic)
 
         # Offsets are committed to the end, and never ahead of both writes (B71).
         assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(
@@ -550,3 +559,66 @@ def test_a_dead_letter_table_that_is_down_holds_commits_until_it_is_back_b71(
     assert sorted(int(k[1:]) for k in _table_keys(clickhouse_url, good)) == [
         i for i in range(count) if i % 20 != 10
     ]
+
+
+@pytest.mark.timeout(600)
+def test_columnar_bad_records_reach_the_dead_letter_topic_b71_b148(
+    kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path
+) -> None:
+    """The columnar path (a frame chain) with a Kafka dead-letter topic: truncated Avro
+    (the batch decoder's record error) and a ``qty`` its ``UInt8`` column cannot take
+    (the sink's ``prepare_frame`` refuses it) reach the topic with the row path's headers
+    and counts; every other record is in ClickHouse, and no committed offset passes a
+    record that is in neither place (B71, B148, sampled while the run goes)."""
+    topic, dlq, group = unique_name("dlq-col"), unique_name("dlq"), unique_name("g")
+    table = _orders_table(clickhouse_url, "dlq_col_")
+    count = scaled(3000, minimum=400)
+    # No per-record operator on this path: bad attrs and negative ids are good records.
+    bad = {b"k%d" % i: _kind(i) for i in range(count) if _kind(i) in ("truncated", "overflow")}
+    with SchemaRegistryServer() as registry:
+        schema_id = registry.register("orders-value", SCHEMA)
+        create_topic(kafka_bootstrap, topic, PARTITIONS)
+        create_topic(kafka_bootstrap, dlq, 1)
+        positions = produce_keyed(
+            kafka_bootstrap, topic, count, value=lambda i: _value(schema_id, i)
+        )
+        config = _config(
+            tmp_path / "c.json",
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            group=group,
+            dlq=dlq,
+            ch=clickhouse_url,
+            table=table,
+            registry=registry.url,
+            stop_at="never",
+        )
+
+        def table_keys() -> list[bytes]:
+            text = _query(clickhouse_url, f"SELECT id FROM {table} FORMAT TSV")
+            return [b"k%d" % abs(int(line)) for line in text.split()]
+
+        def delivered() -> list[bytes]:
+            return table_keys() + [k for k, _, _ in _dlq_records(kafka_bootstrap, dlq)]
+
+        sampler = DeliverySampler(kafka_bootstrap, group, topic, positions, delivered)
+        sampler.start(every=0.2)
+        ends = end_offsets(kafka_bootstrap, topic)
+        try:
+            exit_code, meter = _run(
+                config,
+                lambda ctx: ctx.frames().sink(),
+                until=lambda: committed_offsets(kafka_bootstrap, group, topic) == ends,
+            )
+        finally:
+            sampler.stop()
+        assert exit_code == 0
+
+    keys = table_keys()
+    assert sorted(keys) == sorted(b"k%d" % i for i in range(count) if b"k%d" % i not in bad)
+    letters = _dlq_records(kafka_bootstrap, dlq)
+    _check_letters(letters, bad, positions, schema_id, meter, topic)
+    assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
+    sampler.sample()
+    assert len(sampler.samples) >= 2
+    assert not sampler.violations(), sampler.violations()[:3]

@@ -94,10 +94,17 @@ class FrameDeser:
         return [(None, df)], errors
 
 
-def make_pool(shards: int = 1, **cfg: Any) -> tuple[SinkPool, FrameEndpoints, Meter]:
-    clock = ManualClock()
-    meter = Meter("p", CollectorRegistry())
-    endpoints = FrameEndpoints(clock)
+def make_pool(
+    shards: int = 1,
+    *,
+    clock: ManualClock | None = None,
+    meter: Meter | None = None,
+    endpoints: FrameEndpoints | None = None,
+    **cfg: Any,
+) -> tuple[SinkPool, FrameEndpoints, Meter]:
+    clock = clock if clock is not None else ManualClock()
+    meter = meter if meter is not None else Meter("p", CollectorRegistry())
+    endpoints = endpoints if endpoints is not None else FrameEndpoints(clock)
     pool = SinkPool(
         "sink",
         endpoints,
@@ -407,9 +414,10 @@ def test_b13_a_router_placing_by_a_column_gets_the_frames_column_at_once() -> No
     assert placed == {i: router.route({"n": i}, None, LANE) for i in range(30)}
 
 
-def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows() -> None:
-    """B71: dead letters are a row-path feature; a frame chain says so at build, and a
-    pipeline without a chain stays on the row path when a dead-letter sink is set."""
+def test_b71_a_frame_chain_and_the_columnar_flagship_take_a_dead_letter_sink() -> None:
+    """B71: a frame chain builds with a dead-letter sink, and a pipeline without a chain
+    stays on the columnar path when one is set (the dead letters are tested in
+    ``test_dead_letter``)."""
     from spate.config import DeadLetterSettings
     from spate.ops._columnar import FrameProcessor
     from spate.ops._deadletter import DeadLetter
@@ -423,17 +431,14 @@ def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows(
     dead_letter = DeadLetter(
         dlq, DeadLetterSettings(), meter=meter, pipeline="p", kafka_format=False
     )
-    with pytest.raises(ValueError, match=r"frame chain .* dead-letter"):
-        compile_chain(
-            lambda ctx: ctx.frames().sink(), deserializer=BothDeser(), sinks={"sink": pool},
-            meter=meter, pipeline="p", dead_letter=dead_letter,
-        )  # fmt: skip
+    chained = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=BothDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p", dead_letter=dead_letter,
+    )  # fmt: skip
+    assert isinstance(chained, FrameProcessor)
     plain = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
-                          pipeline="p")  # fmt: skip
+                          pipeline="p", dead_letter=dead_letter)  # fmt: skip
     assert isinstance(plain, FrameProcessor)
-    rows = compile_chain(None, deserializer=BothDeser(), sinks={"sink": pool}, meter=meter,
-                         pipeline="p", dead_letter=dead_letter)  # fmt: skip
-    assert not isinstance(rows, FrameProcessor)
 
 
 def test_b90_a_frame_chain_is_refused_under_effectively_once() -> None:

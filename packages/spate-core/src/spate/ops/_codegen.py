@@ -56,7 +56,7 @@ from spate.ops._contract import Stalled
 from spate.ops._deser import NO_RECORD
 from spate.ops._interp import Interpreter, as_cursor, has_not_ready
 from spate.ops._split import RouteOut
-from spate.ops._stage import DESER_FRAME, ChainRuntime, Collected, Cursor, HeldRows
+from spate.ops._stage import DESER_FRAME, ChainRuntime, Collected, Cursor, HeldBatch
 from spate.records import PayloadBatch, RecordMeta
 from spate.sink._contract import Offer
 
@@ -392,7 +392,7 @@ class FusedChain:
         (B96).
         """
         rt = self.rt
-        if resume.__class__ is HeldRows:
+        if resume.__class__ is HeldBatch:
             return rt.offer_held(resume, batch, ack)
         if not self._batched:
             return self._process(batch, ack, resume, None)

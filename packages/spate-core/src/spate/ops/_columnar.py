@@ -23,38 +23,43 @@ source batch stays one batch with one ack. Per batch it
    ``on_record_error``;
 4. offers each prepared frame with ``sink.offer_frame`` (all or nothing per frame); a
    refusal stalls the batch and the runtime resumes it at the same frame later (B7, B8).
+
+Under the ``dead_letter`` policy the record errors of steps 1 and 3 become dead letters
+(:mod:`spate.ops._deadletter`): built once the batch is prepared, in record order whatever
+step found each (so the limits count runs as on the row path, B72), and offered after the
+frames with the same ack, so the batch is delivered only once they are written (B71,
+B148).
+
+Steps 3 and 4 are the row path's own routines (:meth:`ChainRuntime.check_prepared` and
+:meth:`ChainRuntime.offer_held` with a :class:`~spate.ops._stage.HeldBatch`), so a
+record error and a refusal behave the same on both paths.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from spate.checkpoint._ack import AckToken
-from spate.errors import DeserError, DeserErrorKind, ErrorClass, FatalError, SinkError
+from spate.errors import DeserError, DeserErrorKind, FatalError
 from spate.ops._contract import Stalled
 from spate.ops._frames import FrameOp, FrameSpec
-from spate.ops._stage import ChainRuntime, deser_inputs
+from spate.ops._stage import (
+    ChainRuntime,
+    HeldBatch,
+    Letters,
+    OfferHeld,
+    batch_where,
+    deser_inputs,
+)
 from spate.records import PayloadBatch
-from spate.sink._contract import Offer, Sink
+from spate.sink._contract import Sink
 
 logger = logging.getLogger(__name__)
 
 ROW_COLUMN = "__spate_row"
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Prepared frames not yet accepted: ``(sink index, frame, keys)`` from ``next``."""
-
-    items: list[tuple[int, Any, list[bytes | None] | None]]
-    next: int = 0
-
-
-def _where(batch: PayloadBatch) -> str:
-    return f"{batch.lane} offsets {batch.first_offset}..{batch.last_offset}"
 
 
 class FrameProcessor:
@@ -125,7 +130,7 @@ class FrameProcessor:
                 self._rt.m_err_fail.inc()
                 raise FatalError(
                     self._rt.component,
-                    f"{op.label} raised on the batch at {_where(batch)}: {exc!r}",
+                    f"{op.label} raised on the batch at {batch_where(batch)}: {exc!r}",
                 ) from exc
             if op.kind == "filter" and df.height < before:
                 self._rt.m_drop_filter.inc(before - df.height)
@@ -136,28 +141,25 @@ class FrameProcessor:
     def process(
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:
-        pending = resume if isinstance(resume, _Pending) else self._prepare(batch)
-        if pending is None:
-            self._rt.m_deser_not_ready.inc()
+        rt = self._rt
+        if resume.__class__ is HeldBatch:
+            return rt.offer_held(resume, batch, ack)
+        held = self._prepare(batch)
+        if held is None:
+            rt.m_deser_not_ready.inc()
             return Stalled(None, "not_ready")
-        items = pending.items
-        sinks = self._sinks
-        lane = batch.lane
-        while pending.next < len(items):
-            index, frame, keys = items[pending.next]
-            if sinks[index].offer_frame(frame, keys, lane, ack) is Offer.REJECTED:  # type: ignore[attr-defined]
-                return Stalled(pending, "sink_full", self._rt.sink_names[index])
-            pending.next += 1
-        return None
+        return rt.offer_held(held, batch, ack)
 
-    def _prepare(self, batch: PayloadBatch) -> _Pending | None:
+    def _prepare(self, batch: PayloadBatch) -> HeldBatch | None:
         rt = self._rt
         try:
             decoded = self._decode(deser_inputs(batch, self._takes_bytes))
         except DeserError as exc:
             if exc.kind is DeserErrorKind.NOT_READY:
                 return None
-            raise FatalError(rt.deser_component, f"cannot decode {_where(batch)}: {exc}") from exc
+            raise FatalError(
+                rt.deser_component, f"cannot decode {batch_where(batch)}: {exc}"
+            ) from exc
         frames, errors = decoded[0], decoded[1]
         if any(error.kind is DeserErrorKind.NOT_READY for _, error in errors):
             return None  # B21: decode the whole batch again later, drop nothing
@@ -165,24 +167,30 @@ class FrameProcessor:
         if empty:  # payloads that hold no record, counted as on the row path (B87)
             rt.m_deser_empty.inc(empty)
             rt.m_deser_drop_empty.inc(empty)
+        if rt.dead_letter is not None:
+            rt.dead_letter.seen(len(batch))  # once per batch, as on the row path (B72)
+        letters: Letters = []
         for index, error in errors:
-            rt.deser_error(error, batch, index)
+            rt.deser_error(error, batch, index, letters=letters)
         decoded = sum(df.height for _, df in frames)
         if decoded:
             rt.m_deser_ok.inc(decoded)
             rt.m_in.inc(decoded)
-        items: list[tuple[int, Any, list[bytes | None] | None]] = []
+        items: list[tuple[int, OfferHeld, int]] = []
         for branch, df in frames:
             df = self._apply(self.spec.ops, df, batch)
-            self._route(branch, df, batch, items)
-        return _Pending(items)
+            self._route(branch, df, batch, items, letters)
+        if letters:
+            rt.hold_letters(letters, batch, items)
+        return HeldBatch(items)
 
     def _route(
         self,
         branch: str | None,
         df: Any,
         batch: PayloadBatch,
-        items: list[tuple[int, Any, list[bytes | None] | None]],
+        items: list[tuple[int, OfferHeld, int]],
+        letters: Letters,
     ) -> None:
         rt = self._rt
         routed: Any = None
@@ -205,7 +213,7 @@ class FrameProcessor:
                 everything = True
             sub = self._apply(route.ops, sub, batch)
             if sub.height:
-                self._prepare_for(sink_index, sub, batch, items)
+                self._prepare_for(sink_index, sub, batch, items, letters)
         if everything:
             return
         missed = df.height if routed is None else int((~routed).sum())
@@ -226,33 +234,21 @@ class FrameProcessor:
         sink_index: int,
         df: Any,
         batch: PayloadBatch,
-        items: list[tuple[int, Any, list[bytes | None] | None]],
+        items: list[tuple[int, OfferHeld, int]],
+        letters: Letters,
     ) -> None:
-        rt = self._rt
-        sink = self._sinks[sink_index]
+        sink: Any = self._sinks[sink_index]
         rows: list[int] | None = (
             df.get_column(ROW_COLUMN).to_list() if ROW_COLUMN in df.columns else None
         )
-        try:
-            frame, bad = sink.prepare_frame(df)  # type: ignore[attr-defined]
-        except SinkError as exc:
-            raise FatalError(
-                rt.sink_names[sink_index],
-                f"cannot write the batch at {_where(batch)}: {exc.reason}",
-            ) from exc
-        if bad:
-            for position, reason in bad:
-                index = rows[position] if rows is not None else 0
-                rt.sink_error(sink_index, SinkError(reason, ErrorClass.RECORD), batch, index)
-            if rows is not None:
-                dropped = {position for position, _ in bad}
-                rows = [r for i, r in enumerate(rows) if i not in dropped]
-        count = len(frame)
+        prepare = functools.partial(sink.prepare_frame, df)
+        frame, records, count = self._rt.check_prepared(
+            sink_index, prepare, rows, df.height, batch, letters
+        )
         if not count:
             return
-        rt.m_out[sink_index].inc(count)
         keys: list[bytes | None] | None = None
         if getattr(sink, "frame_needs_keys", False):
             source_keys = batch.keys
-            keys = [source_keys[r] for r in rows] if rows is not None else [None] * count
-        items.append((sink_index, frame, keys))
+            keys = [source_keys[r] for r in records] if records is not None else [None] * count
+        items.append((sink_index, functools.partial(sink.offer_frame, frame, keys), count))

@@ -65,13 +65,6 @@ def compile_chain(
                 "yet; use a row chain (ctx.chain())"
             )
         frames = None  # the no-chain pipeline runs on rows, where positions are known
-    if frames is not None and dead_letter is not None:
-        if chain is not None:
-            raise ValueError(
-                "a frame chain (ctx.frames()) cannot send records to a dead-letter sink yet; "
-                "use a row chain (ctx.chain()) or remove dead_letter"
-            )
-        frames = None  # the no-chain pipeline runs on rows, where dead letters work
     if frames is not None:
         return _compile_frames(
             frames,
@@ -83,6 +76,7 @@ def compile_chain(
             record_policy=record_policy,
             component=component,
             deser_component=deser_component,
+            dead_letter=dead_letter,
         )
     if chain is None:
         if len(sinks) != 1:
@@ -164,6 +158,7 @@ def _compile_frames(
     record_policy: ErrorPolicy | None,
     component: str,
     deser_component: str,
+    dead_letter: DeadLetter | None,
 ) -> BatchProcessor:
     from spate.ops._builder import SplitTerminal
     from spate.ops._columnar import FrameProcessor
@@ -181,6 +176,7 @@ def _compile_frames(
         record_policy=record_policy,
         component=component,
         deser_component=deser_component,
+        dead_letter=dead_letter,
     )
     processor = FrameProcessor(spec, rt, deserializer, sinks)
     logger.info("pipeline %s runs on the columnar path: %s", pipeline, processor.describe())

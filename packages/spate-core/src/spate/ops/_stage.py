@@ -22,9 +22,12 @@ B95) is not offered row by row: the loop collects its rows with their record ind
 and after the loop :meth:`ChainRuntime.offer_collected` has the sink check them
 (``prepare_rows``; the rows it cannot take are record errors for their records alone, under
 the sink's policy) and offers the rest in one call. A refusal stalls the batch with the
-prepared rows as its cursor (:class:`HeldRows`); the resume offers them again, then goes
-on with whatever stalled the loop itself (B96). A sink whose record policy is
-``dead_letter`` is offered row by row (a dead letter is offered where its record stands).
+prepared rows as its cursor (:class:`HeldBatch`); the resume offers them again, then goes
+on with whatever stalled the loop itself (B96). The columnar path
+(:mod:`spate.ops._columnar`) checks and offers its frames through the same two routines,
+:meth:`ChainRuntime.check_prepared` and :meth:`ChainRuntime.offer_held`. A sink whose
+record policy is ``dead_letter`` is offered row by row (a dead letter is offered where its
+record stands).
 
 A sink that holds rows (a memory tier, a tee's backlog) is bound to the chain's record
 policy for its index (:mod:`spate.sink._held`, B111): the chain keeps :attr:`ChainRuntime.cell`
@@ -92,13 +95,27 @@ class Cursor:
         return bool(self.frames or self.emits)
 
 
-@dataclass(slots=True)
-class HeldRows:
-    """A batch's prepared rows not yet taken by their sinks: ``(sink index, prepared,
-    rows)`` from ``next`` on, then ``after`` — the loop's own stall, or None (B96)."""
+OfferHeld = Callable[[Lane, AckToken], Offer]
+"""One held offer, made with the batch's lane and ack: a sink's ``offer_rows`` or
+``offer_frame`` bound to what it prepared."""
 
-    items: list[tuple[int, object, int]]
-    after: Stalled | None
+Prepare = Callable[[], tuple[Any, Sequence[tuple[int, Any]]]]
+"""A sink's check of a batch's rows or frame: ``(prepared, [(position, reason), …])``."""
+
+Letters = list[tuple[int, Stage, str, str]]
+"""Dead letters found while a whole batch is prepared (the columnar path):
+``(record index, stage, reason, message)``, offered after its frames (B71)."""
+
+
+@dataclass(slots=True)
+class HeldBatch:
+    """A batch's prepared work not yet taken by its sinks: ``(sink index, offer, rows)``
+    from ``next`` on — rows or a frame a sink checked — then ``after``: the loop's own
+    stall, or None. A refusal stalls with it as the cursor; the resume offers the same
+    item again (B7, B8, B96)."""
+
+    items: list[tuple[int, OfferHeld, int]]
+    after: Stalled | None = None
     next: int = 0
 
 
@@ -313,15 +330,20 @@ class ChainRuntime:
         index: int,
         ack: AckToken | None = None,
         frames: tuple[Frame, ...] = (),
+        letters: Letters | None = None,
     ) -> Stalled | None:
         """A record the deserializer could not decode: count it; raise under ``fail``;
-        under ``dead_letter`` offer it to the dead-letter sink (a stall when refused).
+        under ``dead_letter`` offer it to the dead-letter sink (a stall when refused), or
+        add it to ``letters`` when given.
 
         The error's own ``policy``, when it has one, wins over ``on_error``.
         """
         policy = self.deser_policy if exc.policy is None else exc.policy
         if policy is ErrorPolicy.DEAD_LETTER:
             self.m_deser_dead_letter.inc()
+            if letters is not None:
+                letters.append((index, "deserializer", exc.kind.value, exc.reason))
+                return None
             return self.to_dead_letter(
                 "deserializer", exc.kind.value, exc.reason, batch, index, ack, frames, ()
             )
@@ -403,10 +425,12 @@ class ChainRuntime:
         ack: AckToken | None = None,
         frames: tuple[Frame, ...] = (),
         rest: tuple[tuple[int, object], ...] = (),
+        letters: Letters | None = None,
     ) -> Stalled | None:
         """A sink refused a row with ``SinkError``: record errors follow the sink's policy.
 
-        ``rest`` are the emits of the record still to offer after this one (a split).
+        ``rest`` are the emits of the record still to offer after this one (a split);
+        ``letters``, when given, takes a dead letter instead of an offer.
         """
         if exc.error_class is ErrorClass.RECORD:
             policy = self.record_policies[sink_index]
@@ -417,6 +441,9 @@ class ChainRuntime:
                 return None
             if policy is ErrorPolicy.DEAD_LETTER:
                 message = f"sink {self.sink_labels[sink_index]}: {exc.reason}"
+                if letters is not None:
+                    letters.append((index, "sink", "record_error", message))
+                    return None
                 return self.to_dead_letter(
                     "sink", "record_error", message, batch, index, ack, frames, rest
                 )
@@ -516,46 +543,117 @@ class ChainRuntime:
             ) from exc
         return result is not Offer.REJECTED
 
+    def check_prepared(
+        self,
+        index: int,
+        prepare: Prepare,
+        records: Sequence[int] | None,
+        count: int,
+        batch: PayloadBatch,
+        letters: Letters | None = None,
+    ) -> tuple[Any, Sequence[int] | None, int]:
+        """Have sink ``index`` check ``count`` rows of ``batch`` — collected rows or a frame
+        (``prepare``: its ``prepare_rows`` or ``prepare_frame``) — for one offer.
+
+        Each row the sink cannot take is a record error for its own record
+        (``records[position]``; the batch's first when unknown) under the sink's policy
+        (B28), a dead letter going to ``letters`` when given; a ``SinkError`` is a
+        whole-batch problem, never one record's (B20). Returns what the sink prepared, the
+        records of its rows and their count.
+        """
+        try:
+            prepared, bad = prepare()
+        except SinkError as exc:
+            raise self._batch_failed(index, exc, batch) from exc
+        if not bad:
+            return prepared, records, count
+        for position, reason in bad:
+            if records is None and letters is not None:
+                self._unknown_record(index, reason, batch)
+            record = records[position] if records is not None else 0
+            error = SinkError(reason, ErrorClass.RECORD)
+            self.sink_error(index, error, batch, record, letters=letters)
+        if records is not None:
+            dropped = {position for position, _ in bad}
+            records = [r for i, r in enumerate(records) if i not in dropped]
+        return prepared, records, count - len(bad)
+
+    def offer_held(self, held: HeldBatch, batch: PayloadBatch, ack: AckToken) -> Stalled | None:
+        """Offer what is still held, in order; stall at a refusal with ``held`` as the
+        cursor (B7, B8, B96), else return ``held.after``. Both paths' one offer loop."""
+        items = held.items
+        lane = batch.lane
+        while held.next < len(items):
+            index, offer, count = items[held.next]
+            try:
+                result = offer(lane, ack)
+            except SinkError as exc:
+                raise self._offer_failed(index, exc) from exc
+            if result is Offer.REJECTED:
+                name = "dead_letter" if index == DEAD_LETTER_SINK else self.sink_names[index]
+                return Stalled(held, "sink_full", name)
+            if count:
+                self.m_out[index].inc(count)
+            held.next += 1
+        return held.after
+
+    def hold_letters(
+        self, letters: Letters, batch: PayloadBatch, items: list[tuple[int, OfferHeld, int]]
+    ) -> None:
+        """Add a batch's dead letters to its held offers, in record order whatever stage
+        found each, so the limits count runs as the row path does (B71, B72)."""
+        letters.sort(key=_first)
+        for index, stage, reason, message in letters:
+            row = self._dead_letter_row(stage, reason, message, batch, index)
+            offer = functools.partial(self._offer_letter, row, batch, index)
+            items.append((DEAD_LETTER_SINK, offer, 0))
+
+    def _offer_letter(
+        self, row: object, batch: PayloadBatch, index: int, lane: Lane, ack: AckToken
+    ) -> Offer:
+        accepted = self.offer_dead_letter(row, batch.keys[index], batch, index, ack)
+        return Offer.ACCEPTED if accepted else Offer.REJECTED
+
     def offer_collected(
         self, collected: Collected, batch: PayloadBatch, ack: AckToken, after: Stalled | None
     ) -> Stalled | None:
         """Hand each batched sink the rows the loop collected for it (B95): record errors
         for the rows it cannot take, then one offer of the rest; ``after`` (the loop's own
         stall) is returned once every sink took its rows."""
-        items: list[tuple[int, object, int]] = []
+        items: list[tuple[int, OfferHeld, int]] = []
+        keys = batch.keys
         for index, rows in enumerate(collected):
             if rows is None or not rows[0]:
                 continue
             values, records = rows
-            keys = list(map(batch.keys.__getitem__, records))
-            try:
-                prepared, bad = self.sinks[index].prepare_rows(values, keys, batch.lane)  # type: ignore[attr-defined]
-            except SinkError as exc:  # a whole-batch problem (B20): never one record's
-                raise self._offer_failed(index, exc) from exc
-            for position, reason in bad:
-                error = SinkError(reason, ErrorClass.RECORD)
-                self.sink_error(index, error, batch, records[position], ack)
-            if len(values) > len(bad):
-                items.append((index, prepared, len(values) - len(bad)))
+            sink: Any = self.sinks[index]
+            prepare = functools.partial(
+                sink.prepare_rows, values, list(map(keys.__getitem__, records)), batch.lane
+            )
+            prepared, _, count = self.check_prepared(index, prepare, records, len(values), batch)
+            if count:
+                items.append((index, functools.partial(sink.offer_rows, prepared), count))
         if not items:
             return after
-        return self.offer_held(HeldRows(items, after), batch, ack)
+        return self.offer_held(HeldBatch(items, after), batch, ack)
 
-    def offer_held(self, held: HeldRows, batch: PayloadBatch, ack: AckToken) -> Stalled | None:
-        """Offer the prepared rows still held; stall again at a refusal (B96)."""
-        items = held.items
-        lane = batch.lane
-        while held.next < len(items):
-            index, prepared, count = items[held.next]
-            try:
-                result = self.sinks[index].offer_rows(prepared, lane, ack)  # type: ignore[attr-defined]
-            except SinkError as exc:
-                raise self._offer_failed(index, exc) from exc
-            if result is Offer.REJECTED:
-                return Stalled(held, "sink_full", self.sink_names[index])
-            self.m_out[index].inc(count)
-            held.next += 1
-        return held.after
+    def _unknown_record(self, index: int, reason: object, batch: PayloadBatch) -> None:
+        """A frame row the sink refused has no record (the frame operators made it from
+        several, or dropped the row column): it cannot be dead-lettered."""
+        if self.record_policies[index] is ErrorPolicy.DEAD_LETTER:
+            raise FatalError(
+                f"sink {self.sink_labels[index]}",
+                f"cannot write a row of the batch at {batch_where(batch)}: {reason}; the "
+                "frame operators dropped the record it came from (__spate_row), so it cannot "
+                "be dead-lettered (on_record_error is dead_letter)",
+            )
+
+    def _batch_failed(self, sink_index: int, exc: SinkError, batch: PayloadBatch) -> FatalError:
+        return FatalError(
+            f"sink {self.sink_labels[sink_index]}",
+            f"cannot write the batch at {batch_where(batch)}: {exc.reason} "
+            f"({exc.error_class.value})",
+        )
 
     def describe(self) -> str:
         return self.spec.describe()
@@ -593,9 +691,18 @@ def _record_policy(sink: Sink, default: ErrorPolicy | None) -> ErrorPolicy:
     return found if isinstance(found, ErrorPolicy) else ErrorPolicy.FAIL
 
 
+def batch_where(batch: PayloadBatch) -> str:
+    """Where a whole batch is, for messages: its lane and offsets."""
+    return f"{batch.lane} offsets {batch.first_offset}..{batch.last_offset}"
+
+
 def _where(batch: PayloadBatch, index: int) -> str:
     offset = batch.offsets[index] if index < len(batch.offsets) else "?"
     return f"{batch.lane} offset {offset}"
+
+
+def _first(letter: tuple[int, Stage, str, str]) -> int:
+    return letter[0]
 
 
 def _no_many(payload: memoryview | bytes) -> list[Any]:
