@@ -1498,3 +1498,32 @@ def test_b114_workers_spool_apart_and_adopt_what_no_worker_of_the_layout_reads(
     found = sorted(r for s in single.recover() for r in s.records)
     single.close()
     assert found == [b"single", b"w0", b"w1", b"w2", b"w3"]
+
+
+def test_b114_an_adopted_batch_is_released_apart_from_the_adopters_own(tmp_path: Path) -> None:
+    """Every run numbers its segments from 1, so an adopted segment and the adopter's own
+    share a number, and their first batches a position: releasing one directory's batch
+    releases that batch alone. The other is still replayed after a restart, and releasing
+    it later is no error (found by the custody model: a worker count changed from 3 to
+    1 under ``ack: spooled``; the batch of the wrong segment was noted released)."""
+    from spate.sink._store import adopted_directories, worker_directory
+
+    root = str(tmp_path)
+    for j, nonce in ((0, "aaaa"), (1, "zzzz")):  # the adopted segment sorts last
+        store = JsonlStore(os.path.join(root, f"w{j}"), nonce=nonce)
+        store.recover()
+        store.append([b"w%d" % j])
+        store.sync()
+        store.close()
+    worker = JsonlStore(worker_directory(root, (0, 1)), adopt=adopted_directories(root, (0, 1)))
+    refs = {s.records[0]: s.ref for s in worker.recover()}
+    assert sorted(refs) == [b"w0", b"w1"]
+    assert refs[b"w0"].segment == refs[b"w1"].segment
+    worker.release(refs[b"w0"])
+    worker.close()
+    again = JsonlStore(worker_directory(root, (0, 1)))
+    found = again.recover()
+    assert [s.records for s in found] == [[b"w1"]]
+    again.release(found[0].ref)
+    again.close()
+    assert not JsonlStore(worker_directory(root, (0, 1))).recover()

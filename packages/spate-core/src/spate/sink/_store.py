@@ -306,7 +306,9 @@ class JsonlStore:
         self.nonce = nonce if nonce else uuid.uuid4().hex[:12]
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
-        self._segments: dict[int, _Segment] = {}
+        # Keyed by number and origin: an adopted directory numbers its segments from 1
+        # too, so a number alone names two segments after an adoption (B114).
+        self._segments: dict[tuple[int, str], _Segment] = {}
         self._current: _Segment | None = None
         self._file: int | None = None
         self._next_number = 1
@@ -348,7 +350,7 @@ class JsonlStore:
                     continue
                 seg = _Segment(number, path, origin, size, {b.ref.position for b in batches})
                 seg.appended = len(batches)
-                self._segments[number] = seg
+                self._segments[number, origin] = seg
                 found.extend(batches)
                 self._next_number = max(self._next_number, number + 1)
             for name in os.listdir(self.directory):
@@ -519,7 +521,7 @@ class JsonlStore:
                 ErrorClass.RETRYABLE,
             ) from exc
         seg = _Segment(number, path, self.nonce)
-        self._segments[number] = seg
+        self._segments[number, self.nonce] = seg
         self._current = seg
         return seg
 
@@ -542,13 +544,13 @@ class JsonlStore:
         _unlink(seg.path)
         _unlink(_released_path(seg.path))
         _fsync_dir(self.directory)
-        del self._segments[seg.number]
+        del self._segments[seg.number, seg.origin]
 
     # -- releasing -----------------------------------------------------------------------
 
     def release(self, ref: BatchRef) -> None:
         with self._lock:
-            seg = self._segments.get(ref.segment)
+            seg = self._segments.get((ref.segment, ref.origin))
             if seg is None or ref.position not in seg.batches:
                 raise RuntimeError(f"spool {self.directory}: batch {ref} released twice")
             seg.batches.discard(ref.position)
