@@ -1,10 +1,11 @@
 # Everyday entry points. Every target installs what it needs itself (idempotently).
-.PHONY: help venv lint format typecheck docs test test-full soak services-up services-down services-status demo demo-collector bench clean
+.PHONY: help venv lint format typecheck docs test test-unit test-full soak services-up services-down services-status demo demo-collector bench clean
 
 help:
 	@echo "make demo         run the flagship pipeline on embedded defaults"
 	@echo "make demo-collector  poll an API into a Hugging Face dataset (local test servers)"
 	@echo "make test         set up everything and run lint, types, docs and the test suite"
+	@echo "make test-unit    the tests that need no service (no Kafka, NATS, S3 or ClickHouse front), in minutes"
 	@echo "make test-full    the same with the full test volumes named in the issues"
 	@echo "make soak         the flagship for 30 min under injected faults (SOAK_MINUTES)"
 	@echo "make services-up  start Kafka, NATS, S3 (moto) and the ClickHouse HTTP front on 127.0.0.1"
@@ -29,6 +30,10 @@ docs: venv
 
 test:
 	scripts/test.sh
+
+test-unit: venv
+	SPATE_TEST_SCALE=$${SPATE_TEST_SCALE:-0.1} .venv/bin/python -m pytest -q \
+		-m "not integration and not e2e and not packaging" $(ARGS)
 
 test-full:
 	SPATE_TEST_SCALE=1 scripts/test.sh

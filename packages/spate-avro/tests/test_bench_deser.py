@@ -18,12 +18,14 @@ def test_deser_bench_reports_a_ratio_for_avro_json_and_protobuf() -> None:
     polars = importlib.util.find_spec("polars") is not None
     avro_columnar = polars and importlib.util.find_spec("jetliner") is not None
     json_columnar = polars and importlib.util.find_spec("pyarrow") is not None
+    protobuf_columnar = polars and importlib.util.find_spec("ptars") is not None
     expected = [
         "== avro",
         *(["== avro columnar"] if avro_columnar else []),
         "== json",
         *(["== json columnar", "== json columnar into columns"] if json_columnar else []),
         "== protobuf",
+        *(["== protobuf columnar"] if protobuf_columnar else []),
     ]
     assert titles == expected
     sides = len(expected)

@@ -28,7 +28,7 @@ from spate_parquet._manifest import POINTER
 from .harness import Feeder, lake_store, make_sink
 
 LANE = Lane("orders", 0)
-PLACES = ["local", "s3"]
+PLACES = ["local", pytest.param("s3", marks=pytest.mark.integration)]
 
 
 def _part(n: int) -> Part:

@@ -107,7 +107,7 @@ def test_b104_old_versions_go_while_two_writers_publish_and_a_reader_polls(
     store.close()
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.integration)])
 def test_b104_versions_within_the_grace_period_are_kept(
     where: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
