@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from spate.config import decode
 from spate.sink._writer import WriteBatch
-from spate_clickhouse._client import parse_endpoint
 from spate_clickhouse._encoder import ColumnBuffer
+from spate_clickhouse._endpoint import parse_endpoint
 from spate_clickhouse._frames import arrow_stream
 from spate_clickhouse._writer import ClickHouseConnector, ClickHouseShardWriter
 from spate_clickhouse.config import ClickHouseSinkConfig

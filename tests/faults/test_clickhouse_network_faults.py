@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from spate_clickhouse._client import connect, parse_endpoint
+from spate_clickhouse._client import connect
+from spate_clickhouse._endpoint import parse_endpoint
 from spate_clickhouse.config import ClickHouseSinkConfig
 
 from tests.clickhouse.sinkkit import BuiltSink, Driver, GaugeWatcher, build_sink

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from spate import Lane
-from spate._assembly import assemble
 from spate.config import load_config
+from spate.pipeline._builder import assemble
 from spate.plugins import default_registry
 from spate.testing import MemorySource
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from spate import ConfigError, SystemClock
-from spate._assembly import assemble
 from spate.config import parse_config
 from spate.metrics._meter import Meter
 from spate.pipeline import Pipeline
+from spate.pipeline._builder import assemble
 from spate.testing import capture_sink, memory_source
 from spate_avro import SchemaRegistryClient
 

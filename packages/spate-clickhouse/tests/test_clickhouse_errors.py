@@ -96,7 +96,8 @@ def test_b29_chdb_url_without_chdb_names_spates_extra(
     """Without chDB, ``chdb://`` fails at connect with spate's own install hint."""
     import sys
 
-    from spate_clickhouse._client import connect, parse_endpoint
+    from spate_clickhouse._client import connect
+    from spate_clickhouse._endpoint import parse_endpoint
 
     monkeypatch.setitem(sys.modules, "chdb", None)  # as if not installed
     endpoint = parse_endpoint(f"chdb://{tmp_path}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from spate._assembly import assemble
 from spate.config import parse_config
 from spate.errors import ConfigError
+from spate.pipeline._builder import assemble
 
 
 def _config(window: int, interval: str) -> str:

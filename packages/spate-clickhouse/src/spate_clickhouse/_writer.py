@@ -36,8 +36,9 @@ from spate.schema import Field
 from spate.sink import WriteBatch
 from spate.sink._intents import Intent
 
-from spate_clickhouse._client import Endpoint, connect, parse_endpoint
+from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
+from spate_clickhouse._endpoint import Endpoint, parse_endpoint
 from spate_clickhouse._errors import code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (

@@ -42,6 +42,7 @@ from spate.config import Duration, tls_file_errors
 from spate.errors import ErrorPolicy
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
 
+from spate_clickhouse._endpoint import EndpointError, parse_endpoint
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
 RESERVED_SETTINGS: frozenset[str] = frozenset(
@@ -289,8 +290,6 @@ class ClickHouseSinkConfig:
             seen.add(name)
 
     def _shard_errors(self) -> Iterator[tuple[str, str]]:
-        from spate_clickhouse._client import EndpointError, parse_endpoint
-
         if not self.shards:
             yield "shards", "at least one shard with one replica is required"
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +26,10 @@ from spate.admin._server import AdminServer
 from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
 from spate.errors import ConfigError
+from spate.flow._budget import InflightBudget
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.ops._deadletter import is_kafka_sink
-from spate.pipeline._builder import Pipeline, close_deserializer, new_run_nonce
 from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
 from spate.schema import Field, SchemaChanges, record_fields_of
@@ -37,31 +37,37 @@ from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
 
-ChainsFn = Callable[[Any], Any]
-
 
 @dataclass(frozen=True, slots=True)
-class Assembly:
-    """A pipeline built from configuration and the admin server that runs with it."""
+class Parts:
+    """Every component of a configuration, built and checked, for
+    :func:`spate.pipeline._builder.assemble` to wire into a pipeline."""
 
-    pipeline: Pipeline
+    config: PipelineConfig
+    source: Any
+    sinks: dict[str, Any]
+    deserializer: Any
+    dead_letter: Any
+    dead_letter_settings: Any
+    position: RecordPosition | None
+    clock: Clock
+    meter: Meter
+    run_nonce: str
+    budget: InflightBudget
     admin: AdminServer | None
     """None when ``admin.listen`` is ``none``."""
-    config: PipelineConfig
 
 
-def assemble(
+def build_parts(
     config: PipelineConfig,
     *,
     registry: Registry | None = None,
-    chains: ChainsFn | None = None,
     clock: Clock | None = None,
     meter: Meter | None = None,
     run_nonce: str | None = None,
-    handle_signals: bool = True,
     worker: tuple[int, int] | None = None,
-) -> Assembly:
-    """Build every component of ``config`` through ``registry`` and wire the pipeline.
+) -> Parts:
+    """Build every component of ``config`` through ``registry``.
 
     Connector sections loaded without checking (``spec.config is None``) are decoded
     here. Raises ``ConfigError`` / ``MissingConnectorError`` for what the configuration
@@ -76,7 +82,7 @@ def assemble(
         coordinated = config.coordination is not None
         meter = Meter(name, declare=names.ALL_FAMILIES if coordinated else names.PIPELINE_FAMILIES)
     run_nonce = run_nonce if run_nonce is not None else new_run_nonce()
-    budget = Pipeline.new_budget(config.backpressure)
+    budget = InflightBudget(config.backpressure.max_inflight_bytes)
     schema_changes = SchemaChanges()
     delivery = config.pipeline.delivery
     position = RecordPosition() if delivery == "effectively_once" else None
@@ -127,28 +133,6 @@ def assemble(
             dead_letter = build(config.dead_letter)
             kafka = is_kafka_sink(dl_settings, config.dead_letter.tag)
             dl_settings = dataclasses.replace(dl_settings, format="kafka" if kafka else "row")
-        pipeline = Pipeline(
-            name,
-            source,
-            sinks,
-            deserializer=deserializer,
-            checkpoint=config.checkpoint,
-            backpressure=config.backpressure,
-            clock=clock,
-            meter=meter,
-            run_nonce=run_nonce,
-            budget=budget,
-            handle_signals=handle_signals,
-            gc_threshold=config.pipeline.gc_threshold,
-            source_type=config.source.tag,
-            status_interval=config.pipeline.status_interval,
-            lane_stall_after=config.admin.lane_stall_after,
-            dead_letter=dead_letter,
-            dead_letter_settings=dl_settings,
-            position=position,
-        )
-        if chains is not None:
-            pipeline.chains(chains)
         admin = None
         if config.admin.listen != "none":
             admin = AdminServer(
@@ -158,12 +142,40 @@ def assemble(
                 pipeline=name,
                 metrics_auth=config.admin.metrics_auth,
             )
-            pipeline.add_service(admin.start, admin.stop)
     except BaseException:
         # The pipeline that would own (and close) the deserializer never came to be.
         close_deserializer(deserializer, name)
         raise
-    return Assembly(pipeline=pipeline, admin=admin, config=config)
+    return Parts(
+        config=config,
+        source=source,
+        sinks=sinks,
+        deserializer=deserializer,
+        dead_letter=dead_letter,
+        dead_letter_settings=dl_settings,
+        position=position,
+        clock=clock,
+        meter=meter,
+        run_nonce=run_nonce,
+        budget=budget,
+        admin=admin,
+    )
+
+
+def close_deserializer(deserializer: object, pipeline: str) -> None:
+    """Call the deserializer's optional ``close()``; log (never raise) what it raises."""
+    close = getattr(deserializer, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        logger.exception("closing the deserializer of pipeline %s failed", pipeline)
+
+
+def new_run_nonce() -> str:
+    """A token unique to this process run (dedup tokens never repeat across runs, B9)."""
+    return uuid.uuid4().hex[:12]
 
 
 def _check_effectively_once(config: PipelineConfig, sinks: dict[str, Any]) -> None:
@@ -232,8 +244,3 @@ def _decoded(spec: ConnectorSpec, registry: Registry) -> object | None:
     if spec.config is None:
         spec = decode_connector(spec, registry)
     return spec.config
-
-
-def pipeline_from_config(config: PipelineConfig, /, **overrides: Any) -> Pipeline:
-    """``Pipeline.from_config(cfg)``: :func:`assemble` and return the pipeline."""
-    return assemble(config, **overrides).pipeline

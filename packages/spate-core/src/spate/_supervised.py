@@ -10,7 +10,7 @@ supervisor's counters). The pipelines themselves are built without an admin serv
 one thread each, isolated from each other (B65).
 
 Does not own: the restart rules (``spate.pipeline._supervisor``), the assembly of one
-pipeline (``spate._assembly``).
+pipeline (``spate.pipeline._builder.assemble``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from spate._assembly import ChainsFn, assemble
 from spate.admin._server import AdminServer
 from spate.config.models import PipelineConfig, SupervisorConfig
 from spate.metrics._meter import Meter
-from spate.pipeline._builder import Pipeline
+from spate.pipeline._builder import ChainsFn, Pipeline, assemble
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
 from spate.pipeline._supervisor import Supervisor

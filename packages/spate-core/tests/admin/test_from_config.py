@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from spate import Pipeline
-from spate._assembly import assemble
 from spate.config import parse_config
 from spate.errors import MissingConnectorError
 from spate.pipeline import PipelineHealth
+from spate.pipeline._builder import assemble
 from spate.plugins import Registry
 from spate.testing import read_file_sink
 

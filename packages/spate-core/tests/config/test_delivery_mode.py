@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spate._assembly import assemble
 from spate.config import parse_config
 from spate.errors import ConfigError
+from spate.pipeline._builder import assemble
 
 
 def _config(out: Path, delivery: str) -> str:

@@ -340,7 +340,7 @@ class MarkedStoreFactory:
 def test_b27_a_third_party_spool_store_is_used_through_its_entry_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spate._assembly import assemble
+    from spate.pipeline._builder import assemble
     from spate.plugins import Registry
 
     from tests.support.fake_plugins import install_dist

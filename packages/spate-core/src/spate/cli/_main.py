@@ -28,7 +28,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from spate import __version__
-from spate._assembly import assemble
 from spate._secrets import redact
 from spate._supervised import SupervisedRun, run_side_by_side, supervise
 from spate.admin._probes import HealthView
@@ -41,7 +40,7 @@ from spate.cli._scaffold import KINDS, ScaffoldError, new_connector
 from spate.config._loader import load_configs
 from spate.config.models import PipelineConfig
 from spate.errors import ConfigError, PluginError, SpateError
-from spate.pipeline._builder import Pipeline
+from spate.pipeline._builder import Pipeline, assemble
 from spate.pipeline._exit import ExitReport
 from spate.plugins._registry import Registry, default_registry
 

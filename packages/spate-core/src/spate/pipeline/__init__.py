@@ -1,6 +1,7 @@
 """The pipeline: code-level constructor, runtime loop, drain, signals and exit report."""
 
-from spate.pipeline._builder import Pipeline, new_run_nonce
+from spate._assembly import new_run_nonce
+from spate.pipeline._builder import Pipeline
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime

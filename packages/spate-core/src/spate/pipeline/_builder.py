@@ -16,15 +16,16 @@ so several pipelines can share a process (docs/concepts/architecture.md).
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from spate._assembly import build_parts, close_deserializer, new_run_nonce
 from spate._clock import Clock, SystemClock
+from spate.admin._server import AdminServer
 from spate.config._loader import load_config
 from spate.config.models import (
     BackpressureConfig,
@@ -42,6 +43,7 @@ from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import NotStartedHealth, PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
+from spate.plugins._registry import Registry
 from spate.sink._contract import Sink
 from spate.sink._intents import RecordPosition
 from spate.source._contract import Source
@@ -205,8 +207,7 @@ class Pipeline:
         try:
             if isinstance(config, str | os.PathLike):
                 config = load_config(config, resolver=overrides.get("registry"))
-            assembly = importlib.import_module("spate._assembly")
-            pipeline: Pipeline = assembly.pipeline_from_config(config, **overrides)
+            pipeline = assemble(config, **overrides).pipeline
         except SpateError as exc:
             raise bare(exc, logger, "building the pipeline") from None
         return pipeline
@@ -332,17 +333,58 @@ class Pipeline:
             gc.set_threshold(*gc_before)
 
 
-def close_deserializer(deserializer: object, pipeline: str) -> None:
-    """Call the deserializer's optional ``close()``; log (never raise) what it raises."""
-    close = getattr(deserializer, "close", None)
-    if close is None:
-        return
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """A pipeline built from configuration and the admin server that runs with it."""
+
+    pipeline: Pipeline
+    admin: AdminServer | None
+    """None when ``admin.listen`` is ``none``."""
+    config: PipelineConfig
+
+
+def assemble(
+    config: PipelineConfig,
+    *,
+    registry: Registry | None = None,
+    chains: ChainsFn | None = None,
+    clock: Clock | None = None,
+    meter: Meter | None = None,
+    run_nonce: str | None = None,
+    handle_signals: bool = True,
+    worker: tuple[int, int] | None = None,
+) -> Assembly:
+    """Build every component of ``config`` (:func:`spate._assembly.build_parts`) and wire
+    the pipeline, with ``chains`` and the admin server as a service of the run."""
+    parts = build_parts(
+        config, registry=registry, clock=clock, meter=meter, run_nonce=run_nonce, worker=worker
+    )
     try:
-        close()
-    except Exception:
-        logger.exception("closing the deserializer of pipeline %s failed", pipeline)
-
-
-def new_run_nonce() -> str:
-    """A token unique to this process run (dedup tokens never repeat across runs, B9)."""
-    return uuid.uuid4().hex[:12]
+        pipeline = Pipeline(
+            config.pipeline.name,
+            parts.source,
+            parts.sinks,
+            deserializer=parts.deserializer,
+            checkpoint=config.checkpoint,
+            backpressure=config.backpressure,
+            clock=parts.clock,
+            meter=parts.meter,
+            run_nonce=parts.run_nonce,
+            budget=parts.budget,
+            handle_signals=handle_signals,
+            gc_threshold=config.pipeline.gc_threshold,
+            source_type=config.source.tag,
+            status_interval=config.pipeline.status_interval,
+            lane_stall_after=config.admin.lane_stall_after,
+            dead_letter=parts.dead_letter,
+            dead_letter_settings=parts.dead_letter_settings,
+            position=parts.position,
+        )
+        if chains is not None:
+            pipeline.chains(chains)
+        if parts.admin is not None:
+            pipeline.add_service(parts.admin.start, parts.admin.stop)
+    except BaseException:
+        close_deserializer(parts.deserializer, config.pipeline.name)
+        raise
+    return Assembly(pipeline=pipeline, admin=parts.admin, config=config)
