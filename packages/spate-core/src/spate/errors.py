@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from spate._secrets import redact
 
@@ -44,6 +44,22 @@ class ErrorPolicy(enum.Enum):
     SKIP = "skip"
     FAIL = "fail"
     DEAD_LETTER = "dead_letter"
+
+
+PolicyLike = ErrorPolicy | Literal["skip", "fail", "dead_letter"]
+
+
+def as_policy(policy: PolicyLike, what: str) -> ErrorPolicy:
+    """``"skip"``/``"fail"`` or an :class:`ErrorPolicy` → :class:`ErrorPolicy`."""
+    if isinstance(policy, ErrorPolicy):
+        return policy
+    if policy == "skip":
+        return ErrorPolicy.SKIP
+    if policy == "fail":
+        return ErrorPolicy.FAIL
+    if policy == "dead_letter":
+        return ErrorPolicy.DEAD_LETTER
+    raise ValueError(f"{what}: policy must be 'skip', 'fail' or 'dead_letter', got {policy!r}")
 
 
 class SpateError(Exception):

@@ -22,25 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from spate.errors import ErrorPolicy
+from spate.errors import ErrorPolicy, PolicyLike, as_policy
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-PolicyLike = ErrorPolicy | Literal["skip", "fail", "dead_letter"]
-
-
-def as_policy(policy: PolicyLike, what: str) -> ErrorPolicy:
-    """``"skip"``/``"fail"`` or an :class:`ErrorPolicy` → :class:`ErrorPolicy`."""
-    if isinstance(policy, ErrorPolicy):
-        return policy
-    if policy == "skip":
-        return ErrorPolicy.SKIP
-    if policy == "fail":
-        return ErrorPolicy.FAIL
-    if policy == "dead_letter":
-        return ErrorPolicy.DEAD_LETTER
-    raise ValueError(f"{what}: policy must be 'skip', 'fail' or 'dead_letter', got {policy!r}")
 
 
 class StepKind(enum.Enum):

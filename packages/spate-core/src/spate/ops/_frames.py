@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spate.errors import ErrorPolicy
-from spate.ops._builder import PolicyLike, as_policy
+from spate.errors import ErrorPolicy, PolicyLike, as_policy
 
 FrameOpKind = Literal["select", "with_columns", "filter", "map_batches"]
 
