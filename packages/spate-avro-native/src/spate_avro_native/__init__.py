@@ -10,4 +10,6 @@ are read in place and the GIL is released while scanning.
 
 from spate_avro_native._native import MAX_DEPTH, ZERO_SIZE_ITEMS, Program, scan
 
-__all__ = ["MAX_DEPTH", "ZERO_SIZE_ITEMS", "Program", "scan"]
+__version__ = "0.1.0"
+
+__all__ = ["MAX_DEPTH", "ZERO_SIZE_ITEMS", "Program", "__version__", "scan"]

@@ -36,6 +36,7 @@ __all__ = [
     "DistributedRouter",
     "RowEncoder",
     "TimeoutsConfig",
+    "__version__",
     "build_sink",
     "classify",
     "classify_code",

@@ -27,6 +27,7 @@ __all__ = [
     "DatagenSourceFactory",
     "Manifest",
     "StorefrontEvent",
+    "__version__",
     "encode_avro",
     "encode_json",
     "manifest_of",

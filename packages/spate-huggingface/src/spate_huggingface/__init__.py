@@ -19,6 +19,8 @@ from spate_huggingface._hub import CommitFile, HubClient, HubError, commit_paylo
 from spate_huggingface._sink import HuggingFaceSink
 from spate_huggingface.config import CommitRetryConfig, EncoderConfig, HuggingFaceSinkConfig
 
+__version__ = "0.1.0"
+
 __all__ = [
     "CommitFile",
     "CommitRetryConfig",
@@ -32,6 +34,7 @@ __all__ = [
     "HuggingFaceSinkFactory",
     "JsonLinesEncoder",
     "ParquetFileEncoder",
+    "__version__",
     "build_encoder",
     "build_sink",
     "commit_payload",

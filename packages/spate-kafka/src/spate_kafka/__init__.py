@@ -23,4 +23,5 @@ __all__ = [
     "KafkaSource",
     "KafkaSourceConfig",
     "KafkaSourceFactory",
+    "__version__",
 ]

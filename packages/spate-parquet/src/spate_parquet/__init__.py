@@ -17,6 +17,8 @@ from spate_parquet._sink import ParquetSink
 from spate_parquet._store import LocalStore, S3Store, Store, open_store
 from spate_parquet.config import AuditConfig, ParquetSinkConfig, S3Config
 
+__version__ = "0.1.0"
+
 __all__ = [
     "AuditConfig",
     "AuditFailure",
@@ -34,6 +36,7 @@ __all__ = [
     "SchemaError",
     "Store",
     "StoreGate",
+    "__version__",
     "build_sink",
     "open_store",
     "parse_schema",

@@ -1,0 +1,39 @@
+"""Every distribution's top-level module states its public API: a ``__all__`` whose every
+name exists, with ``__version__`` equal to the installed distribution's version."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _distributions() -> list[tuple[str, str]]:
+    """``(distribution, top-level module)`` of every package in the repository."""
+    found = []
+    for project in sorted(ROOT.glob("packages/*/pyproject.toml")):
+        name = tomllib.loads(project.read_text())["project"]["name"]
+        modules = [
+            p.name for p in (project.parent / "src").iterdir() if (p / "__init__.py").exists()
+        ]
+        assert len(modules) == 1, (name, modules)
+        found.append((name, modules[0]))
+    return found
+
+
+@pytest.mark.parametrize(("distribution", "module"), _distributions())
+def test_every_distribution_exports_its_names_and_version(distribution: str, module: str) -> None:
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError:
+        pytest.skip(f"{distribution} is not installed here (spate-avro-native needs cargo)")
+    exported = loaded.__all__
+    assert "__version__" in exported, f"{module}.__all__ lacks __version__"
+    assert loaded.__version__ == metadata.version(distribution)
+    missing = [name for name in exported if not hasattr(loaded, name)]
+    assert not missing, f"{module}.__all__ names what it lacks: {missing}"
