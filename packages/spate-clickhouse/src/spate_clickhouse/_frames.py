@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from spate.errors import ErrorClass, SinkError
-from spate.ops._arrow import plain_column
-from spate.ops._arrow import plain_table as _plain
+from spate.ops import plain_column
+from spate.ops import plain_table as _plain
 
 from spate_clickhouse._arrowvalues import arrow_type, convert_column
 from spate_clickhouse._encoder import Column

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink._intents import Intent
+from spate.sink import Intent
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
 from spate.schema import Field
-from spate.sink import WriteBatch
-from spate.sink._intents import Intent
+from spate.sink import Intent, WriteBatch
 
 from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder

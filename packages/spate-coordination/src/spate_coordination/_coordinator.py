@@ -51,9 +51,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from spate._clock import Clock, SystemClock
-from spate.metrics import Meter, names
-from spate.metrics._meter import CounterSeries, GaugeSeries, HistogramSeries
+from spate import Clock, SystemClock
+from spate.metrics import CounterSeries, GaugeSeries, HistogramSeries, Meter, names
 from spate.plugins import BuildContext
 
 from spate_coordination._leader import Leader, LeaderReport

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from spate._clock import Clock
+from spate import Clock
 
 from spate_coordination._assign import assign
 from spate_coordination._membership import Lease

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from spate._clock import Clock
+from spate import Clock
 
 from spate_coordination._records import MEMBER_PREFIX, LeaseRecord, key_tail
 from spate_coordination._store import (

@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from spate._clock import Clock, SystemClock
+from spate import Clock, SystemClock
 
 from spate_coordination._store import Entry, Keyspace, WatchEvent, check_key, check_prefix
 

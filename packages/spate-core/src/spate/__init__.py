@@ -4,7 +4,8 @@ The public API is what ``__all__`` lists; everything else is internal.
 """
 
 from spate._clock import Clock, ManualClock, SystemClock
-from spate._secrets import NO_SECRET, Secret, display_url, redact, register_secret
+from spate._locks import lock_exclusive
+from spate._secrets import NO_SECRET, REDACTED, Secret, display_url, redact, register_secret
 from spate.checkpoint import AckStatus, AckToken
 from spate.config import PipelineConfig, SupervisorConfig, load_config, load_configs
 from spate.errors import (
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NO_RECORD",
     "NO_SECRET",
+    "REDACTED",
     "AckError",
     "AckStatus",
     "AckToken",
@@ -77,6 +79,7 @@ __all__ = [
     "display_url",
     "load_config",
     "load_configs",
+    "lock_exclusive",
     "redact",
     "register_secret",
 ]

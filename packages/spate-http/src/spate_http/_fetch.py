@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from spate.metrics._meter import CounterSeries
+from spate.metrics import CounterSeries
 
 from spate_http._extract import MISSING, Extractor, KeyMaker, RecordProblem, lookup, parse_json
 from spate_http._query import mask_urls, masked_url

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Collection
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from spate._secrets import REDACTED, display_url, register_secret
+from spate import REDACTED, display_url, register_secret
 
 _URL = re.compile(r"https?://[^\s'\"<>]+")
 _lock = threading.Lock()

@@ -23,10 +23,9 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 
 import httpx
-from spate._clock import Clock
+from spate import Clock
 from spate.errors import ErrorClass, SourceError
-from spate.metrics import names
-from spate.metrics._meter import CounterSeries, Meter
+from spate.metrics import CounterSeries, Meter, names
 from spate.records import Lane, PayloadBatch
 from spate.source import SourceEvents
 

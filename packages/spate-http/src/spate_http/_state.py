@@ -29,7 +29,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import NamedTuple
 
-from spate._locks import lock_exclusive
+from spate import lock_exclusive
 from spate.errors import ErrorClass, SourceError
 
 from spate_http.config import Window

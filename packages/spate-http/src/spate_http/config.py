@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from spate import Secret
-from spate.config import Duration
-from spate.config._units import parse_duration
+from spate.config import Duration, parse_duration
 
 from spate_http._query import masked_url
 

@@ -27,8 +27,8 @@ import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from spate._clock import Clock
-from spate.checkpoint._ack import AckToken
+from spate import Clock
+from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from spate.errors import ErrorClass, SinkError
-from spate.ops._arrow import plain_column
+from spate.ops import plain_column
 
 ROW_COLUMN = "__spate_row"
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from spate._clock import Clock
-from spate.checkpoint._ack import AckToken
+from spate import Clock
+from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes

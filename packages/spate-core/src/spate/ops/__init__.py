@@ -4,6 +4,7 @@ Users describe a chain with :class:`ChainContext` (``ctx.chain().map(f).sink()``
 runtime compiles it with :func:`compile_chain` into a :class:`BatchProcessor`.
 """
 
+from spate.ops._arrow import plain_column, plain_table
 from spate.ops._builder import (
     Chain,
     ChainContext,
@@ -33,5 +34,7 @@ __all__ = [
     "Stalled",
     "build_chain",
     "compile_chain",
+    "plain_column",
+    "plain_table",
     "whole_payload",
 ]

@@ -1,0 +1,184 @@
+"""The import structure holds: connectors use only spate's public API, and no package has
+an import cycle among its modules (module-level imports; a ``TYPE_CHECKING`` block and an
+import inside a function are not counted)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "packages" / "spate-core" / "src"
+
+
+def _sources() -> Iterator[tuple[Path, Path]]:
+    """``(file, its package's src directory)`` for every package source file."""
+    for src in sorted(ROOT.glob("packages/*/src")):
+        for path in sorted(src.rglob("*.py")):
+            yield path, src
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _top_level_imports(
+    tree: ast.Module, module: str, is_package: bool
+) -> Iterator[tuple[str, list[str], int]]:
+    """``(imported module, names, line)`` of the imports run when the module loads."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for inner in ast.walk(node) if not isinstance(node, ast.FunctionDef | ast.ClassDef) else ():
+            if isinstance(inner, ast.ImportFrom):
+                base = inner.module or ""
+                if inner.level:
+                    anchor = module.split(".")
+                    anchor = anchor if is_package else anchor[:-1]
+                    anchor = anchor[: len(anchor) - inner.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                yield base, [a.name for a in inner.names], inner.lineno
+            elif isinstance(inner, ast.Import):
+                for alias in inner.names:
+                    yield alias.name, [], inner.lineno
+
+
+def test_connectors_import_only_public_spate_names() -> None:
+    wrong = []
+    for path, src in _sources():
+        if src == CORE:
+            continue
+        tree = ast.parse(path.read_text())
+        module = _module_name(path, src)
+        for imported, names, line in _top_level_imports(tree, module, path.name == "__init__.py"):
+            if imported != "spate" and not imported.startswith("spate."):
+                continue
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if any(part.startswith("_") for part in imported.split(".")):
+                wrong.append(f"{where}: imports private module {imported}")
+                continue
+            hidden = [n for n in names if not _public(imported, n)]
+            if hidden:
+                wrong.append(f"{where}: {', '.join(hidden)} not in {imported}.__all__")
+    assert not wrong, "\n".join(wrong)
+
+
+def _public(module: str, name: str) -> bool:
+    """Whether ``name`` is public in ``module``: listed in its ``__all__``, or, in a module
+    without one, not underscored; or a public submodule."""
+    loaded = importlib.import_module(module)
+    listed = getattr(loaded, "__all__", None)
+    if listed is not None and name in listed:
+        return True
+    if listed is None and not name.startswith("_") and hasattr(loaded, name):
+        return True
+    return not name.startswith("_") and _is_module(module, name)
+
+
+def _is_module(package: str, name: str) -> bool:
+    try:
+        importlib.import_module(f"{package}.{name}")
+    except ImportError:
+        return False
+    return True
+
+
+def test_no_package_has_an_import_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for path, src in _sources():
+        module = _module_name(path, src)
+        tree = ast.parse(path.read_text())
+        edges = graph.setdefault(module, set())
+        for imported, names, _line in _top_level_imports(tree, module, path.name == "__init__.py"):
+            top = module.split(".")[0]
+            if imported.split(".")[0] != top:
+                continue
+            for target in (*(f"{imported}.{n}" for n in names), imported):
+                if target != module:
+                    edges.add(target)
+    known = set(graph)
+    graph = {m: {t for t in targets if t in known} for m, targets in graph.items()}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# spate-core's layers, lowest first: a module imports its own layer and those below only.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("spate._secrets", "spate._clock", "spate._locks"),
+    ("spate.errors", "spate.records", "spate.schema"),
+    ("spate.config", "spate.metrics"),
+    ("spate.checkpoint", "spate.flow", "spate.source", "spate.admin"),
+    ("spate.sink",),
+    ("spate.ops",),
+    ("spate.plugins",),
+    ("spate._assembly",),
+    ("spate.pipeline",),
+    ("spate._supervised", "spate.testing"),
+    ("spate",),
+    ("spate.cli",),
+)
+
+
+def _layer(module: str) -> int:
+    group = ".".join(module.split(".")[:2])
+    for depth, members in enumerate(LAYERS):
+        if group in members:
+            return depth
+    raise AssertionError(f"{module} is in no layer of LAYERS; add its group {group}")
+
+
+def test_core_modules_import_only_their_layer_and_below() -> None:
+    upward = []
+    for path, src in _sources():
+        if src != CORE:
+            continue
+        module = _module_name(path, src)
+        own = _layer(module)
+        for imported, _names, line in _top_level_imports(
+            ast.parse(path.read_text()), module, path.name == "__init__.py"
+        ):
+            if imported != "spate" and not imported.startswith("spate."):
+                continue
+            if _layer(imported) > own:
+                upward.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {imported}")
+    assert not upward, "imports up a layer:\n" + "\n".join(upward)
