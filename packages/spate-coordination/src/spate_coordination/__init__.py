@@ -21,7 +21,12 @@ from spate_coordination._coordinator import (
     SplitEventKind,
 )
 from spate_coordination._memory import MemoryStore
-from spate_coordination._plugins import MemoryStoreFactory, NatsStoreFactory
+from spate_coordination._plugins import (
+    MemoryStoreFactory,
+    NatsStoreFactory,
+    memory_store_factory,
+    nats_store_factory,
+)
 from spate_coordination._records import JsonValue, Progress, SplitSpec
 from spate_coordination._states import (
     SplitState,
@@ -79,6 +84,8 @@ __all__ = [
     "__version__",
     "assign",
     "load_coordination_config",
+    "memory_store_factory",
+    "nats_store_factory",
     "read_split_states",
     "retry_quarantined",
 ]

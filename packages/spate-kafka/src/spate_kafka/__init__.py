@@ -4,6 +4,7 @@
 ``sink: {kafka: {brokers, topic, ...}}`` — see :class:`KafkaSinkConfig`.
 """
 
+from spate_kafka._dlq import DlqCommand
 from spate_kafka._factory import KafkaSinkFactory, KafkaSourceFactory
 from spate_kafka._security import KafkaSaslConfig, KafkaSecurityConfig
 from spate_kafka._sink import KafkaShardWriter, KafkaSinkConfig, KafkaSinkConnector
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CONSUMER_DEFAULTS",
+    "DlqCommand",
     "KafkaSaslConfig",
     "KafkaSecurityConfig",
     "KafkaShardWriter",
