@@ -67,6 +67,15 @@ from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
 from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore, pack_lengths, unpack_lengths
+from spate.sink._tier_frames import (
+    FRAME_TAG,
+    check_storable,
+    decode_frame,
+    encode_frame,
+    frame_needs_keys,
+    frame_rows,
+    takes_frames,
+)
 from spate.sink.config import RetryConfig
 
 logger = logging.getLogger(__name__)
@@ -337,6 +346,16 @@ def decode_records(
             raise ValueError(f"a record starting with {payload[:1]!r} is neither JSON nor packed")
 
 
+def _load(batch: _Batch, records: Iterable[bytes]) -> None:
+    """Fill a replayed batch from its stored records (rows, or frames: B151)."""
+    for payload in records:
+        if payload[:1] == FRAME_TAG.to_bytes(1, "little"):
+            batch.add_frame(*decode_frame(payload))
+        else:
+            for rows, keys, lane in decode_records((payload,)):
+                batch.extend(rows, keys, lane)
+
+
 def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
     """:func:`encode_record` with the standard library's encoder."""
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
@@ -383,6 +402,10 @@ class _Batch:
     """The lane of the last run."""
     encoded: dict[int, bytes] = field(default_factory=dict)
     """Rows that are not ``bytes``, encoded as they were offered (by index)."""
+    frames: list[tuple[object, list[bytes | None] | None, Lane]] = field(default_factory=list)
+    """Prepared frames with their keys and lane (a batch holds rows or frames, B151)."""
+    frame_rows: int = 0
+    """Rows of ``frames``."""
     records: list[bytes] = field(default_factory=list)
     """The encoded rows, from sealing until they are durable."""
     acks: list[AckToken] = field(default_factory=list)
@@ -391,7 +414,8 @@ class _Batch:
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
-    """Rows already offered to the next tier (a prefix of ``rows``)."""
+    """Rows already offered to the next tier (a prefix of ``rows``), or frames of a
+    frame batch (a prefix of ``frames``)."""
     prepared: tuple[int, object] | None = None
     """The next tier's prepared rows from ``handed`` on, which it refused for now."""
     failed: bool = False
@@ -422,9 +446,20 @@ class _Batch:
         self.rows.extend(rows)
         self.keys.extend(keys)
 
+    @property
+    def count(self) -> int:
+        """The records of the batch (rows, or the rows of its frames)."""
+        return len(self.rows) + self.frame_rows
+
+    def add_frame(self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane) -> None:
+        """Append one prepared frame of ``lane`` (with its keys when the next tier needs them)."""
+        self.frames.append((frame, None if keys is None else list(keys), lane))
+        self.frame_rows += frame_rows(frame)
+
     def drop_rows(self) -> None:
         """Forget the rows (handed on for good, or left to the next run's replay)."""
         self.rows, self.keys, self.runs, self.lane = [], [], [], None
+        self.frames, self.frame_rows = [], 0
         self.prepared = None
 
     def hold(self, ack: AckToken) -> None:
@@ -552,8 +587,7 @@ class SpoolTier:
         for stored in found:
             batch = _Batch(ref=stored.ref, replayed=True)
             try:
-                for rows, keys, lane in decode_records(stored.records):
-                    batch.extend(rows, keys, lane)
+                _load(batch, stored.records)
             except ValueError as exc:
                 raise SpoolCorruptError(
                     f"spool {self.config.dir}: batch {stored.ref}", f"unreadable record ({exc})"
@@ -563,8 +597,8 @@ class SpoolTier:
             self._handing.append(batch)
             with self._lock:
                 self._inflight.add(batch)
-                self._held_records += len(batch.rows)
-            replayed += len(batch.rows)
+                self._held_records += batch.count
+            replayed += batch.count
         self._replaying = len(found)
         self._started = True
         self._gauges()
@@ -602,7 +636,7 @@ class SpoolTier:
         raises ``SinkError(RECORD)`` for the chain's record error policy).
         """
         batch = self._open
-        if batch is None or self._handing or self._notice:
+        if batch is None or self._handing or self._notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -671,7 +705,7 @@ class SpoolTier:
         if not rows:
             return ACCEPTED
         batch = self._open
-        if batch is None or self._handing or self._notice:
+        if batch is None or self._handing or self._notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -694,8 +728,64 @@ class SpoolTier:
                 return ACCEPTED
             batch = self._open = _Batch(created=self._clock.monotonic())
 
-    def _opened(self) -> _Batch | None:
-        """The open batch after handing on what waits; None while the spool is full."""
+    # -- columnar path (B151) ------------------------------------------------------------
+
+    @property
+    def takes_frames(self) -> bool:
+        """Whether the spool takes frames: when the next tier does."""
+        return takes_frames(self.next)
+
+    @property
+    def frame_needs_keys(self) -> bool:
+        """Whether :meth:`offer_frame` needs the records' keys (the next tier does)."""
+        return frame_needs_keys(self.next)
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The next tier's check of a frame: ``(prepared frame, bad rows)``; hold nothing.
+
+        Called by the chain on the pipeline thread; a value the next tier cannot take is
+        a record error for its own record now, not when the spooled frame is handed on.
+        The prepared frame is what the spool stores and hands on (an Arrow table, or a
+        tee's tables); one the spool cannot store raises ``SinkError(FATAL)``.
+        """
+        prepared, bad = self.next.prepare_frame(frame)  # type: ignore[attr-defined]
+        check_storable(prepared)
+        return prepared, bad
+
+    def offer_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
+    ) -> Offer:
+        """Take a prepared frame into the open batch whole, or refuse it while the spool
+        is full (B7, B57). Pipeline thread; never blocks on I/O.
+
+        The frame is stored as it is (Arrow IPC, with its keys and lane) when the batch
+        seals on ``max_records`` (counting the frames' rows; a frame is never split), a
+        tick or a drain; it is handed on whole, under the batch's identity (B56).
+        ``shards`` is not kept: the next tier places the rows again, by its router.
+        """
+        if not frame_rows(frame):
+            return ACCEPTED
+        batch = self._open
+        if batch is None or self._handing or self._notice or batch.rows:
+            batch = self._opened(frames=True)
+            if batch is None:
+                return REJECTED
+        batch.add_frame(frame, keys, lane)
+        batch.hold(ack)
+        if batch.count >= self._max_records:
+            self._seal()
+        return ACCEPTED
+
+    def _opened(self, frames: bool = False) -> _Batch | None:
+        """The open batch after handing on what waits; None while the spool is full.
+
+        ``frames``: the batch takes frames (an open batch of the other kind is sealed:
+        a batch holds rows or frames, B151)."""
         if self._notice:
             self._take_durable()
             if self._stalled and not self._retry_write():
@@ -703,6 +793,9 @@ class SpoolTier:
         if self._handing:
             self._hand_on()
         batch = self._open
+        if batch is not None and batch.count and bool(batch.frames) is not frames:
+            self._seal()
+            batch = None
         if batch is None:
             # Checked once per batch: a batch that fits starts, so the spool can pass
             # max_bytes by at most one batch. Sealed batches the writer has not appended
@@ -792,7 +885,7 @@ class SpoolTier:
         self._write_error = None
         self._stalled = self._notice = self._sync_wanted = False
         for b in pending:
-            rows += len(b.rows)
+            rows += b.count
             b.release_acks(False)
         while self._handing:
             b = self._handing.popleft()
@@ -801,7 +894,7 @@ class SpoolTier:
             b.token.release(False)
         with self._lock:
             waiting, self._retrying = self._retrying, []
-            self._held_records -= sum(len(b.rows) for b in waiting)
+            self._held_records -= sum(b.count for b in waiting)
         for b in waiting:
             b.drop_rows()
         rows += self.next.abandon()
@@ -851,7 +944,12 @@ class SpoolTier:
         (tick, flush) wait until every queued batch is appended and fsynced (until
         ``deadline`` at most); False when that did not happen."""
         batch = self._open
-        if batch is not None and batch.rows:
+        if batch is not None and batch.frames:
+            self._open = None
+            batch.records = [encode_frame(f, keys, lane) for f, keys, lane in batch.frames]
+            self._m_flushes.inc()
+            self._enqueue(batch)
+        elif batch is not None and batch.rows:
             self._open = None
             batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
             batch.encoded = {}
@@ -1012,7 +1110,7 @@ class SpoolTier:
             failed, self._unsynced = self._unsynced, []
             rows = 0
             for batch in failed:
-                rows += len(batch.rows)
+                rows += batch.count
                 batch.release_acks(False)
             logger.error(
                 "spool %s: %d rows could not be made durable; their source batches fail",
@@ -1046,7 +1144,7 @@ class SpoolTier:
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)
-                self._held_records += len(batch.rows)
+                self._held_records += batch.count
             if spooled:
                 batch.release_acks(True)
         with self._cond:
@@ -1061,7 +1159,7 @@ class SpoolTier:
             0,
             ref.segment,
             ref.position,
-            len(batch.rows),
+            batch.count,
             functools.partial(self._resolved, batch),
         )
 
@@ -1108,7 +1206,10 @@ class SpoolTier:
             assert token is not None and batch.ref is not None
             if batch.handed == 0 and begin is not None and batch.ref.origin:
                 begin(batch.ref.identity)
-            if not self._offer_runs(batch, token, batched):
+            if batch.frames:
+                if not self._offer_frames(batch, token):
+                    return
+            elif not self._offer_runs(batch, token, batched):
                 return
             if end is not None and batch.ref.origin:
                 end()
@@ -1174,6 +1275,34 @@ class SpoolTier:
                     return False
                 i += 1
             batch.handed = stop
+        return True
+
+    def _offer_frames(self, batch: _Batch, token: AckToken) -> bool:
+        """Offer ``batch``'s frames from ``batch.handed`` on, each whole as it was prepared
+        when offered to the spool; False once the next tier refuses one (B151).
+
+        A frame the next tier raises a record error for (a value its router cannot place)
+        fails the batch, as a bad spooled row does (B102); its other frames go on."""
+        frames = batch.frames
+        offer = self.next.offer_frame  # type: ignore[attr-defined]
+        while batch.handed < len(frames):
+            frame, keys, lane = frames[batch.handed]
+            try:
+                offered = offer(frame, keys, lane, token)
+            except SinkError as exc:
+                if exc.error_class is not ErrorClass.RECORD:
+                    raise
+                logger.error(
+                    "spool %s: the next tier refused a spooled frame of batch %s: %s",
+                    self.name,
+                    batch.ref,
+                    exc.reason,
+                )
+                batch.failed = True
+                offered = ACCEPTED
+            if offered is REJECTED:
+                return False
+            batch.handed += 1
         return True
 
     def _retry_due(self) -> None:
