@@ -36,7 +36,7 @@ from spate.sink import (
 )
 from spate.sink._contract import Sink
 from spate.sink._store import read_records
-from spate.sink._tier_frames import TeeFrame, decode_frame, encode_frame
+from spate.sink._tier_frames import decode_frame, encode_frame
 from spate.testing._scripted import ScriptedEndpoints, WriteAttempt
 
 pl = pytest.importorskip("polars")
@@ -195,7 +195,7 @@ def test_b151_a_spooled_pipeline_runs_columnar_and_stores_frames_as_arrow(
     records = read_records(str(tmp_path / segment))
     assert [r[:1] for r in records] == [b"\x02", b"\x02"]
     frame, keys, lane = decode_frame(records[0])
-    assert frame.column("n").to_pylist() == [1, 2, 3] and keys is None and lane == LANE  # type: ignore[attr-defined]
+    assert frame.get_column("n").to_list() == [1, 2, 3] and keys is None and lane == LANE  # type: ignore[attr-defined]
     assert results == {}
     spool.tick()
     spool.tick()
@@ -243,7 +243,8 @@ def test_b151_b56_b9_a_replayed_frame_batch_reaches_the_pool_under_the_same_toke
 def test_b151_b55_a_torn_frame_batch_is_cut_and_a_corrupt_one_fails_start_up(
     tmp_path: Path,
 ) -> None:
-    """The store's framing and CRCs cover frame records as they cover rows (B55)."""
+    """The store's framing and CRCs cover frame records as they cover rows (B55); a
+    replayed frame reaches the next tier as a frame."""
     clock = ManualClock()
     pool, _ = frame_pool(clock)
     pool.start()
@@ -278,34 +279,58 @@ def test_b151_b55_a_torn_frame_batch_is_cut_and_a_corrupt_one_fails_start_up(
         broken.start()
 
 
-def test_b151_b28_a_value_the_terminal_refuses_is_its_own_records_error_when_prepared(
+def test_b151_b102_rows_the_terminal_refuses_when_the_frame_is_handed_on_fail_the_batch(
     tmp_path: Path,
 ) -> None:
-    """The spool prepares a frame with the next tier's check: a refused value is a
-    record error for its record alone, under the policy, before anything is spooled;
-    the batch's other records are spooled and delivered."""
+    """The spool stores the chain's frame and the next tier checks it when it is handed
+    on (the terminal may be down when the spool takes custody): its bad rows are left
+    out, the frame's other rows are written once, and the batch counts as failed, so it
+    stays in the spool (B102)."""
     clock = ManualClock()
     pool, endpoints = frame_pool(clock, bad=2)
     spool = spool_over(tmp_path, pool, clock)
     spool.start()
-    meter = Meter("p", CollectorRegistry())
-    proc = processor(spool, meter)
+    proc = processor(spool)
     results: dict[int, AckStatus] = {}
     ack = new_ack(results, 1)
     assert proc.process(batch([1, 2, 3]), ack) is None
     ack.release()
     spool.tick()
-    spool.tick()
+    assert spool.flush(clock.monotonic() + 5)
     assert written(endpoints) == [1, 3]
-    assert results == {1: AckStatus.DELIVERED}
-    dropped = metric(
-        meter,
-        "spate_operator_dropped_total",
-        component="chain",
-        component_type="operators",
-        reason="record_error",
-    )
-    assert dropped == 1  # offset 1 alone, charged once
+    assert results == {1: AckStatus.FAILED}
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")]  # replayed next start
+
+
+def test_b151_b56_the_spool_takes_frames_while_the_terminal_cannot_start(
+    tmp_path: Path,
+) -> None:
+    """With ``ack: spooled`` and the terminal down, frames are spooled and acked; once
+    the terminal starts they are handed on (nothing asks the terminal meanwhile)."""
+    clock = ManualClock()
+    pool, endpoints = frame_pool(clock)
+    down = [True]
+    start = pool.start
+
+    def start_when_up() -> None:
+        if down[0]:
+            raise RuntimeError("connection refused")
+        start()
+
+    pool.start = start_when_up  # type: ignore[method-assign]
+    spool = spool_over(tmp_path, pool, clock, ack="spooled")
+    spool.start()
+    proc = processor(spool)
+    results: dict[int, AckStatus] = {}
+    ack = new_ack(results, 1)
+    assert proc.process(batch([1, 2]), ack) is None
+    ack.release()
+    spool.tick()
+    assert results == {1: AckStatus.DELIVERED} and written(endpoints) == []
+    down[0] = False
+    spool.tick()
+    spool.tick()
+    assert written(endpoints) == [1, 2]
 
 
 def test_b151_b54_a_row_batch_and_a_frame_batch_never_share_a_spooled_batch(
@@ -318,8 +343,8 @@ def test_b151_b54_a_row_batch_and_a_frame_batch_never_share_a_spooled_batch(
     spool = spool_over(tmp_path, pool, clock)
     spool.start()
     ack = new_ack({}, 1)
-    table = pa.table({"n": [7, 8]})
-    assert spool.offer_frame(table, None, LANE, ack) is not None
+    frame = pl.DataFrame({"n": [7, 8]})
+    assert spool.offer_frame(frame, None, LANE, ack) is not None
     assert spool._open is not None and spool._open.count == 2
     assert spool.offer(b"raw", None, LANE, ack) is not None
     assert spool._open is not None and spool._open.count == 1 and not spool._open.frames
@@ -328,13 +353,14 @@ def test_b151_b54_a_row_batch_and_a_frame_batch_never_share_a_spooled_batch(
     spool.close()
 
 
-def test_b151_a_tee_frame_and_keys_survive_the_frame_record() -> None:
+def test_b151_a_frame_its_keys_and_lane_survive_the_frame_record() -> None:
     keys: list[bytes | None] = [b"a", None, b"ccc"]
-    frame = TeeFrame((pa.table({"n": [1, 2, 3]}), pa.table({"m": ["x", "y", "z"]})), 3)
+    frame = pl.DataFrame({"n": [1, 2, 3], "s": ["x", None, "z"], "l": [[1], [], [2, 3]]})
     decoded, got, lane = decode_frame(encode_frame(frame, keys, Lane("topic", 7)))
-    assert isinstance(decoded, TeeFrame) and decoded.rows == 3
-    assert [p.to_pydict() for p in decoded.parts] == [p.to_pydict() for p in frame.parts]  # type: ignore[attr-defined]
+    assert isinstance(decoded, pl.DataFrame) and decoded.equals(frame)
     assert got == keys and lane == Lane("topic", 7)
+    unkeyed, none, _ = decode_frame(encode_frame(frame, None, LANE))
+    assert unkeyed.equals(frame) and none is None  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         decode_frame(encode_frame(frame, keys, LANE)[:-5])
 

@@ -69,7 +69,6 @@ from spate.sink._retry import Backoff
 from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore, pack_lengths, unpack_lengths
 from spate.sink._tier_frames import (
     FRAME_TAG,
-    check_storable,
     decode_frame,
     encode_frame,
     frame_needs_keys,
@@ -741,16 +740,13 @@ class SpoolTier:
         return frame_needs_keys(self.next)
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
-        """The next tier's check of a frame: ``(prepared frame, bad rows)``; hold nothing.
+        """The chain's frame as it is, with no bad rows; hold nothing (B151).
 
-        Called by the chain on the pipeline thread; a value the next tier cannot take is
-        a record error for its own record now, not when the spooled frame is handed on.
-        The prepared frame is what the spool stores and hands on (an Arrow table, or a
-        tee's tables); one the spool cannot store raises ``SinkError(FATAL)``.
-        """
-        prepared, bad = self.next.prepare_frame(frame)  # type: ignore[attr-defined]
-        check_storable(prepared)
-        return prepared, bad
+        The spool stores the frame itself: the next tier checks it (``prepare_frame``)
+        only when the spool hands it on, since with ``ack: spooled`` the spool takes
+        custody while the next tier is down and cannot check anything (as with rows,
+        B102)."""
+        return frame, []
 
     def offer_frame(
         self,
@@ -760,13 +756,13 @@ class SpoolTier:
         ack: AckToken,
         shards: Sequence[int] | None = None,
     ) -> Offer:
-        """Take a prepared frame into the open batch whole, or refuse it while the spool
-        is full (B7, B57). Pipeline thread; never blocks on I/O.
+        """Take a frame into the open batch whole, or refuse it while the spool is full
+        (B7, B57). Pipeline thread; never blocks on I/O.
 
-        The frame is stored as it is (Arrow IPC, with its keys and lane) when the batch
-        seals on ``max_records`` (counting the frames' rows; a frame is never split), a
-        tick or a drain; it is handed on whole, under the batch's identity (B56).
-        ``shards`` is not kept: the next tier places the rows again, by its router.
+        The frame is stored (Arrow IPC, with its keys and lane) when the batch seals on
+        ``max_records`` (counting the frames' rows; a frame is never split), a tick or a
+        drain; it is handed on whole, under the batch's identity (B56). ``shards`` is not
+        kept: the next tier places the rows itself.
         """
         if not frame_rows(frame):
             return ACCEPTED
@@ -1278,32 +1274,57 @@ class SpoolTier:
         return True
 
     def _offer_frames(self, batch: _Batch, token: AckToken) -> bool:
-        """Offer ``batch``'s frames from ``batch.handed`` on, each whole as it was prepared
-        when offered to the spool; False once the next tier refuses one (B151).
+        """Offer ``batch``'s frames from ``batch.handed`` on, each whole; False once the
+        next tier refuses one for now (B151).
 
-        A frame the next tier raises a record error for (a value its router cannot place)
-        fails the batch, as a bad spooled row does (B102); its other frames go on."""
+        The next tier prepares each frame here. Rows it refuses as bad are one record
+        error each (logged with the batch): the frame's other rows go on and the batch
+        counts as failed, so it stays in the spool, as with rows (B102). A frame it
+        refuses for now is offered again later as prepared, not prepared again; a frame
+        it cannot take at all (``SinkError`` from ``prepare_frame``, or a record error
+        from ``offer_frame``) fails the batch and the other frames go on."""
         frames = batch.frames
-        offer = self.next.offer_frame  # type: ignore[attr-defined]
+        nxt = self.next
         while batch.handed < len(frames):
             frame, keys, lane = frames[batch.handed]
+            pending = batch.prepared
+            if pending is not None and pending[0] == batch.handed:
+                prepared, keys = pending[1]  # type: ignore[misc]
+            else:
+                try:
+                    prepared, bad = nxt.prepare_frame(frame)  # type: ignore[attr-defined]
+                except SinkError as exc:
+                    self._refused_frame(batch, exc.reason)
+                    batch.handed += 1
+                    continue
+                if bad:
+                    self._refused_frame(batch, f"{len(bad)} rows, the first: {bad[0][1]}")
+                    if keys is not None:
+                        dropped = {position for position, _ in bad}
+                        keys = [k for i, k in enumerate(keys) if i not in dropped]
             try:
-                offered = offer(frame, keys, lane, token)
+                offered = nxt.offer_frame(prepared, keys, lane, token)  # type: ignore[attr-defined]
             except SinkError as exc:
                 if exc.error_class is not ErrorClass.RECORD:
                     raise
-                logger.error(
-                    "spool %s: the next tier refused a spooled frame of batch %s: %s",
-                    self.name,
-                    batch.ref,
-                    exc.reason,
-                )
-                batch.failed = True
+                self._refused_frame(batch, exc.reason)
                 offered = ACCEPTED
             if offered is REJECTED:
+                batch.prepared = (batch.handed, (prepared, keys))
                 return False
+            batch.prepared = None
             batch.handed += 1
         return True
+
+    def _refused_frame(self, batch: _Batch, reason: str) -> None:
+        """The next tier refused rows of a spooled frame as bad: the batch fails (B102)."""
+        logger.error(
+            "spool %s: the next tier refused spooled rows of batch %s: %s",
+            self.name,
+            batch.ref,
+            reason,
+        )
+        batch.failed = True
 
     def _retry_due(self) -> None:
         """Queue failed batches whose backoff passed ahead of newer ones, oldest first."""
