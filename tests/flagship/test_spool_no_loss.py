@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spate.sink._spool import decode_records
+from spate.sink._spool_codec import FRAME_TAG, decode_frame, decode_records
 from spate.sink._store import read_records
-from spate.sink._tier_frames import FRAME_TAG, decode_frame
 
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.no_loss import (

@@ -35,8 +35,8 @@ from spate.sink import (
     TeeSink,
 )
 from spate.sink._contract import Sink
+from spate.sink._spool_codec import decode_frame, encode_frame
 from spate.sink._store import read_records
-from spate.sink._tier_frames import decode_frame, encode_frame
 from spate.testing._scripted import ScriptedEndpoints, WriteAttempt
 
 pl = pytest.importorskip("polars")

@@ -15,24 +15,19 @@ and signatures — ``takes_frames``, ``frame_needs_keys``, ``prepare_frame(frame
   (B102).
 
 This module holds the pieces the tiers share: :func:`takes_frames`, the held frame
-(:class:`HeldFrame`), the tee's prepared frame (:class:`TeeFrame`) and the spool's record
-for a frame (:func:`encode_frame`, :func:`decode_frame`: the frame as an Arrow IPC
-stream, with its lane and keys, inside the store's CRC-checked batch).
+(:class:`HeldFrame`) and the tee's prepared frame (:class:`TeeFrame`); the spool's
+record for a frame is in :mod:`spate.sink._spool_codec`.
 
 Does not own: batching, acks or the store (the tiers and :mod:`spate.sink._store` do).
 """
 
 from __future__ import annotations
 
-import io
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
 from spate.sink._contract import Sink
-from spate.sink._store import pack_lengths, unpack_lengths
 
 
 def takes_frames(sink: Sink) -> bool:
@@ -87,76 +82,3 @@ class HeldFrame:
 def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: object) -> object:
     """``sink.offer_frame`` for a held frame (the frame-taking sink's own signature)."""
     return sink.offer_frame(held.frame, held.keys, lane, ack, held.shards)  # type: ignore[attr-defined]
-
-
-# -- the spool's frame record ----------------------------------------------------------
-
-FRAME_TAG = 2
-"""The first byte of a frame record (a JSON record starts with ``{``, a packed run with 1)."""
-
-_HEAD = struct.Struct("<BBIqIQ")
-"""The tag, flags (1: keys follow), the row count, the lane's partition, the length of
-its stream name and of the Arrow IPC stream."""
-
-_NO_KEY = 0xFFFFFFFF
-
-
-def encode_frame(frame: object, keys: Sequence[bytes | None] | None, lane: Lane) -> bytes:
-    """One record for a chain's frame (a polars DataFrame): the header, the lane's stream
-    name, the frame as an Arrow IPC stream, then the keys (lengths, then the bytes, as a
-    packed run has them) when given. ``SinkError(FATAL)`` for a frame Arrow cannot hold."""
-    import polars as pl
-
-    if not isinstance(frame, pl.DataFrame):
-        raise SinkError(
-            f"a spool stores polars frames, not {type(frame).__name__}", ErrorClass.FATAL
-        )
-    out = io.BytesIO()
-    try:
-        frame.write_ipc_stream(out)
-    except Exception as exc:  # polars raises its own errors for Object columns and the like
-        raise SinkError(f"a frame cannot be spooled: {exc}", ErrorClass.FATAL) from exc
-    data = out.getvalue()
-    rows = frame.height
-    stream = lane.stream.encode()
-    head = _HEAD.pack(FRAME_TAG, keys is not None, rows, lane.partition, len(stream), len(data))
-    if keys is None:
-        return b"".join([head, stream, data])
-    lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], rows)
-    return b"".join([head, stream, data, lengths, *(k for k in keys if k is not None)])
-
-
-def decode_frame(payload: bytes) -> tuple[object, list[bytes | None] | None, Lane]:
-    """Inverse of :func:`encode_frame`: ``(frame, keys, lane)``; ``ValueError`` if malformed."""
-    import polars as pl
-
-    try:
-        _, keyed, rows, partition, size, length = _HEAD.unpack_from(payload)
-    except struct.error as exc:
-        raise ValueError(f"frame record too short: {exc}") from exc
-    at = _HEAD.size
-    lane = Lane(payload[at : at + size].decode(), partition)
-    at += size
-    if at + length > len(payload):
-        raise ValueError("frame record shorter than its header says")
-    try:
-        frame = pl.read_ipc_stream(io.BytesIO(payload[at : at + length]))
-    except Exception as exc:  # polars' own error types
-        raise ValueError(f"unreadable Arrow stream: {exc}") from exc
-    at += length
-    if frame.height != rows:
-        raise ValueError(f"frame record of {rows} rows holds {frame.height}")
-    keys: list[bytes | None] | None = None
-    if keyed:
-        lengths = unpack_lengths(payload[at : at + 4 * rows])
-        at += 4 * rows
-        if len(lengths) != rows:
-            raise ValueError("frame record shorter than its header says")
-        keys = [None] * rows
-        for i, n in enumerate(lengths):
-            if n != _NO_KEY:
-                keys[i] = payload[at : at + n]
-                at += n
-    if at != len(payload):
-        raise ValueError(f"frame record of {len(payload)} bytes holds {at}")
-    return frame, keys, lane
