@@ -39,14 +39,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
-from spate.sink._tier_frames import (
-    HeldFrame,
-    frame_bytes,
-    frame_needs_keys,
-    frame_rows,
-    offer_held,
-    takes_frames,
-)
+from spate.sink._tier_frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
 from spate.sink._writer import estimate_row_bytes
 
 logger = logging.getLogger(__name__)
@@ -78,7 +71,7 @@ _Held = tuple[object, bytes | None, Lane, AckToken, int, Origin | None]
 """A held row: row, key, lane, source ack, estimated size, the record it came from."""
 
 
-class MemoryTier:
+class MemoryTier(ForwardsFrames):
     """A :class:`~spate.sink.Sink` holding rows in memory in front of ``next``."""
 
     def __init__(
@@ -143,16 +136,6 @@ class MemoryTier:
         return ACCEPTED
 
     # -- columnar path (B152) ------------------------------------------------------------
-
-    @property
-    def takes_frames(self) -> bool:
-        """Whether the tier takes frames: when the next tier does."""
-        return takes_frames(self.next)
-
-    @property
-    def frame_needs_keys(self) -> bool:
-        """Whether :meth:`offer_frame` needs the records' keys (the next tier does)."""
-        return frame_needs_keys(self.next)
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """The next tier's check of a frame (record errors now, for their own records)."""

@@ -70,7 +70,7 @@ from spate.sink._spool_codec import (
     encode_record,
 )
 from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore
-from spate.sink._tier_frames import frame_needs_keys, frame_rows, takes_frames
+from spate.sink._tier_frames import ForwardsFrames, frame_rows
 from spate.sink.config import RetryConfig
 
 logger = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class SpoolRows:
     encoded: dict[int, bytes]
 
 
-class SpoolTier:
+class SpoolTier(ForwardsFrames):
     """A :class:`~spate.sink.Sink` that spools batches durably in front of ``next``."""
 
     def __init__(
@@ -483,16 +483,6 @@ class SpoolTier:
             batch = self._open = _Batch(created=self._clock.monotonic())
 
     # -- columnar path (B151) ------------------------------------------------------------
-
-    @property
-    def takes_frames(self) -> bool:
-        """Whether the spool takes frames: when the next tier does."""
-        return takes_frames(self.next)
-
-    @property
-    def frame_needs_keys(self) -> bool:
-        """Whether :meth:`offer_frame` needs the records' keys (the next tier does)."""
-        return frame_needs_keys(self.next)
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """The chain's frame as it is, with no bad rows; hold nothing (B151).

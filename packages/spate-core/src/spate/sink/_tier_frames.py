@@ -82,3 +82,20 @@ class HeldFrame:
 def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: object) -> object:
     """``sink.offer_frame`` for a held frame (the frame-taking sink's own signature)."""
     return sink.offer_frame(held.frame, held.keys, lane, ack, held.shards)  # type: ignore[attr-defined]
+
+
+class ForwardsFrames:
+    """What a tier in front of one next sink says about frames: it takes them, and needs
+    their keys, when the next sink does (the spool, the memory tier; B151, B152)."""
+
+    next: Sink
+
+    @property
+    def takes_frames(self) -> bool:
+        """Whether the tier takes frames: when the next tier does."""
+        return takes_frames(self.next)
+
+    @property
+    def frame_needs_keys(self) -> bool:
+        """Whether ``offer_frame`` needs the records' keys (the next tier does)."""
+        return frame_needs_keys(self.next)
