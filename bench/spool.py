@@ -15,6 +15,14 @@ are interleaved (``SPATE_BENCH_RUNS``, default 5); the report adds fsyncs per se
 the spool runs. Run::
 
     make services-up && .venv/bin/python bench/spool.py
+
+``--columnar`` (``spate[columnar]``): the columnar flagship (``bench/e2e.py``'s data,
+``examples/kafka_avro_to_clickhouse_columnar.py``'s frame chain, chDB) with
+``examples/kafka_spool_clickhouse.yaml`` — a spool (``ack: spooled``, ``fsync: batch``)
+in front of each table, a fresh directory per run — against the same YAML with each
+``tiered`` sink replaced by its terminal, interleaved, at least five runs each
+(``SPATE_BENCH_RUNS``). The load average (``uptime``) is printed before and after: on a
+shared machine the figures are as measured under that load.
 """
 
 from __future__ import annotations
@@ -119,7 +127,79 @@ def run(brokers: str, topic: str, spooled: bool) -> int:
     return null.rows
 
 
+def uptime() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"uptime: load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def without_tiers(spooled: Path, into: Path) -> Path:
+    """``spooled`` with each ``tiered`` sink replaced by its terminal (all else equal)."""
+    import yaml
+
+    config = yaml.safe_load(spooled.read_text())
+    for name, sink in config["sinks"].items():
+        if "tiered" in sink:
+            config["sinks"][name] = sink["tiered"]["terminal"]
+    path = into / "without-spool.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def columnar() -> int:
+    """``--columnar``: the columnar flagship with the spool against it without."""
+    import e2e
+    from spate import load_config
+
+    brokers = bootstrap()
+    count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
+    topic = f"bench-storefront-{count}"
+    e2e.ensure_data(brokers, topic, count)
+    spooled_yaml = e2e.ROOT / "examples" / "kafka_spool_clickhouse.yaml"
+    chains = e2e.load_example("kafka_avro_to_clickhouse_columnar").chains
+    print(uptime())
+    with tempfile.TemporaryDirectory(prefix="spate-bench-", ignore_cleanup_errors=True) as work:
+        bench = e2e.Bench(brokers, topic, str(Path(work) / "chdb"))
+        plain_yaml = without_tiers(spooled_yaml, Path(work))
+
+        def side(path: Path) -> int:
+            database = bench.fresh_database("spool" if path == spooled_yaml else "plain")
+            with tempfile.TemporaryDirectory(dir=work) as spool_dir:
+                os.environ.update(
+                    {
+                        "KAFKA_BROKERS": brokers,
+                        "KAFKA_TOPIC": topic,
+                        "KAFKA_GROUP": f"bench-spool-{uuid.uuid4().hex[:8]}",
+                        "STOP_AT": "end",
+                        "CLICKHOUSE_URL": bench.url,
+                        "CLICKHOUSE_DATABASE": database,
+                        "SPATE_ADMIN_LISTEN": "none",
+                        "SPOOL_DIR": spool_dir,
+                        "SPOOL_ACK": "spooled",
+                    }
+                )
+                pipeline = Pipeline.from_config(load_config(path), handle_signals=False)
+                report = pipeline.chains(chains).run()
+            if report.exit_code != 0:
+                raise SystemExit(f"run failed: {report.reason}")
+            if bench.rows(database) != report.records_in:
+                raise SystemExit(f"{database}: {bench.rows(database)} rows of {report.records_in}")
+            return report.records_in
+
+        compare(
+            f"columnar flagship with a spool in front of each table vs without (chDB): "
+            f"{count:,} storefront events",
+            lambda: side(spooled_yaml),
+            lambda: side(plain_yaml),
+            runs=max(5, env_int("SPATE_BENCH_RUNS", 5)),
+            setup=bench.setup,
+        )
+    print(uptime())
+    return 0
+
+
 def main() -> int:
+    if "--columnar" in sys.argv:
+        return columnar()
     brokers = bootstrap()
     count = env_int("SPATE_BENCH_RECORDS", 1_000_000)
     topic = f"bench-kafka-source-{count}"

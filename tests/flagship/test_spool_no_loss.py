@@ -10,6 +10,9 @@ table) runs as a process while a producer writes storefront events at a steady p
 * ``ack: terminal``: the front is stopped for a while (offsets stop), started again,
   and the pipeline is killed twice.
 
+Each runs on the row path and on the columnar path (the columnar flagship's frame chain
+with the same spooled YAML: frames spooled as Arrow, B151).
+
 Throughout, a sampler checks that committed offsets never pass what is durable: the
 spool's files (read first) plus ClickHouse (read second) with ``ack: spooled``,
 ClickHouse alone with ``ack: terminal``. At the end every event is in ClickHouse
@@ -21,9 +24,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from spate.sink._spool import decode_records
+from spate.sink._spool_codec import FRAME_TAG, decode_frame, decode_records
 from spate.sink._store import read_records
 
 from tests.support.chfront_fixtures import FrontFactory
@@ -34,6 +38,7 @@ from tests.support.no_loss import (
     assert_final_counts,
     flagship_env,
     held_identities,
+    launch,
     load_example,
     start_flagship,
 )
@@ -43,6 +48,8 @@ from tests.support.services import committed_offsets, create_topic, unique_name
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 EXAMPLE = ROOT / "examples" / "kafka_spool_clickhouse.py"
+COLUMNAR = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
+SPOOLED_YAML = ROOT / "examples" / "kafka_spool_clickhouse.yaml"
 KINDS = {table: kind for kind, table in TABLES.items()}
 
 
@@ -58,22 +65,33 @@ def spooled_identities(spool: Path) -> set[bytes]:
                 records = read_records(str(directory / name))
             except FileNotFoundError:  # deleted after ClickHouse took it
                 continue
-            for rows, _, _ in decode_records(records):
-                for row in rows:
-                    held.add(f"{kind}:{row[0]}".encode())  # type: ignore[index]
+            for record in records:
+                if record[:1] == bytes([FRAME_TAG]):  # a spooled frame (columnar path)
+                    frame: Any = decode_frame(record)[0]
+                    ids = frame.get_column("order_id").to_list()
+                    held.update(f"{kind}:{i}".encode() for i in ids)
+                    continue
+                for rows, _, _ in decode_records((record,)):
+                    for row in rows:
+                        held.add(f"{kind}:{row[0]}".encode())  # type: ignore[index]
     return held
 
 
+@pytest.mark.parametrize("path", ["row", "columnar"])
 @pytest.mark.parametrize("ack", ["spooled", "terminal"])
 def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
-    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, ack: str
+    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, ack: str, path: str
 ) -> None:
+    """The row flagship and the columnar one (B151: frames through the spool) alike."""
+    if path == "columnar":
+        pytest.importorskip("polars")
+        pytest.importorskip("jetliner")
     topic, group = unique_name(f"spool-{ack}"), unique_name(f"spool-{ack}-g")
     create_topic(kafka_bootstrap, topic, 4)
     count = scaled(300_000, minimum=20_000)
     front = chfront()
     client = front.client()
-    database = f"spool_no_loss_{ack}"
+    database = f"spool_no_loss_{ack}_{path}"
     load_example().create_tables(client, database)
     spool = tmp_path / "spool"
     env = flagship_env(kafka_bootstrap, topic, group, front.url, database, f"spool-no-loss-{ack}")
@@ -104,7 +122,13 @@ def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
         group,
         count=count,
         seconds=60 * max(current_scale(), 0.5),
-        start=lambda: start_flagship(env, log, EXAMPLE),
+        start=lambda: (
+            start_flagship(env, log, EXAMPLE)
+            if path == "row"
+            else launch(
+                [str(COLUMNAR), "--config", str(SPOOLED_YAML), "--no-create-tables"], env, log
+            )
+        ),
         log=log,
         durable=durable,
         delivered=in_clickhouse,
@@ -144,4 +168,5 @@ def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
     assert all(not files for files in leftover.values()), leftover
     if ack == "spooled":  # killed with ClickHouse down: the spool held batches to replay
         assert "replaying" in log.read_text()
+    assert ("runs on the columnar path" in log.read_text()) is (path == "columnar")
     assert_final_counts(client, database, run.produced_by_kind())

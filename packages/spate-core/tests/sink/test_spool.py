@@ -299,7 +299,7 @@ _ROWS = st.tuples(
 def encoded_batch(batch: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
     """The records the spool writes for ``batch`` (as :meth:`SpoolTier.offer` and the
     seal encode them)."""
-    from spate.sink._spool import encode_batch, encode_record
+    from spate.sink._spool_codec import encode_batch, encode_record
 
     runs = [(i, r[2]) for i, r in enumerate(batch) if i == 0 or r[2] != batch[i - 1][2]]
     encoded = {i: encode_record(*r) for i, r in enumerate(batch) if type(r[0]) is not bytes}
@@ -527,7 +527,7 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     import datetime
     import decimal
 
-    from spate.sink._spool import decode_record, encode_record
+    from spate.sink._spool_codec import decode_record, encode_record
 
     when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
     row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
@@ -538,7 +538,7 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
 def expected_records(rows: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
     """The records of one spooled batch of ``rows``: a run of one lane's rows that are
     all ``bytes`` is one packed record, any other run one JSON record per row (B101)."""
-    from spate.sink._spool import encode_record, pack_run
+    from spate.sink._spool_codec import encode_record, pack_run
 
     records: list[bytes] = []
     for lane, group in itertools.groupby(rows, key=lambda r: r[2]):
@@ -552,7 +552,7 @@ def expected_records(rows: list[tuple[object, bytes | None, Lane]]) -> list[byte
 
 def decoded(records: list[bytes]) -> list[tuple[object, bytes | None, Lane]]:
     """``(row, key, lane)`` of each row the records hold, in order."""
-    from spate.sink._spool import decode_records
+    from spate.sink._spool_codec import decode_records
 
     return [
         (row, key, lane)

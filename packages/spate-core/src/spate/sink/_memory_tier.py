@@ -13,6 +13,13 @@ A held row the next tier refuses as bad when it is handed on is its own record's
 chain's record error policy is applied to that record once, and the row leaves the tier
 — the record being offered when the flush goes on is never charged with it, and the
 other rows of the flush are handed on.
+
+On the columnar path the tier takes frames as the pool does (B152): ``prepare_frame``
+is the next tier's, so a value it cannot take is a record error of its own record when
+the chain prepares the frame; the prepared frame is held whole (:class:`HeldFrame`, its
+rows counting toward ``max_records``) and handed on whole with ``offer_frame``. A record
+error the next tier raises for a held frame is the frame's own, never the record being
+offered then's (B111).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from spate._clock import Clock
@@ -32,6 +39,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
+from spate.sink._tier_frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
 from spate.sink._writer import estimate_row_bytes
 
 logger = logging.getLogger(__name__)
@@ -63,7 +71,7 @@ _Held = tuple[object, bytes | None, Lane, AckToken, int, Origin | None]
 """A held row: row, key, lane, source ack, estimated size, the record it came from."""
 
 
-class MemoryTier:
+class MemoryTier(ForwardsFrames):
     """A :class:`~spate.sink.Sink` holding rows in memory in front of ``next``."""
 
     def __init__(
@@ -84,6 +92,8 @@ class MemoryTier:
         self._holds = AckHolds(self)
         """One retain and one release per source ack, however many of its rows wait (B39)."""
         self._bytes = 0
+        self._frame_rows = 0
+        """Rows of held frames beyond one per frame (``len(_held)`` counts a frame once)."""
         self._oldest = 0.0
         self._flushing = False
         self._errors: HeldErrors | None = None
@@ -109,8 +119,10 @@ class MemoryTier:
         if self._flushing:
             self._hand_on()
             if self._flushing:
+                if type(row) is HeldFrame:
+                    self._frame_rows -= row.rows - 1
                 return Offer.REJECTED
-        size = estimate_row_bytes(row)
+        size = frame_bytes(row.frame) if type(row) is HeldFrame else estimate_row_bytes(row)
         self._holds.add(ack)
         if not self._held:
             self._oldest = self._clock.monotonic()
@@ -119,9 +131,32 @@ class MemoryTier:
         self._held.append((row, key, lane, ack, size, origin))
         self._bytes += size
         cfg = self.config
-        if len(self._held) >= cfg.max_records or self._bytes >= cfg.max_bytes:
+        if len(self._held) + self._frame_rows >= cfg.max_records or self._bytes >= cfg.max_bytes:
             self._start_flush()
         return ACCEPTED
+
+    # -- columnar path (B152) ------------------------------------------------------------
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The next tier's check of a frame (record errors now, for their own records)."""
+        result: tuple[object, list[tuple[int, str]]] = self.next.prepare_frame(frame)  # type: ignore[attr-defined]
+        return result
+
+    def offer_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
+    ) -> Offer:
+        """Hold a prepared frame whole; refuse while an earlier flush is being handed on."""
+        rows = frame_rows(frame)
+        if not rows:
+            return ACCEPTED
+        held = HeldFrame(frame, keys, shards, rows)
+        self._frame_rows += rows - 1
+        return self.offer(held, None, lane, ack)
 
     def tick(self) -> None:
         """Checkpoint tick: hand on when ``every`` elapsed (or ``on_tick``); tick the next tier."""
@@ -148,7 +183,8 @@ class MemoryTier:
 
     def abandon(self) -> int:
         """Fail the acks of the rows still held (B4), then the next tier's."""
-        rows = len(self._held)
+        rows = len(self._held) + self._frame_rows
+        self._frame_rows = 0
         while self._held:
             self._holds.done(self._held.popleft()[3], ok=False)
         dead, self._dead = self._dead, None
@@ -194,9 +230,12 @@ class MemoryTier:
             row, key, lane, ack, size, origin = held[0]
             outer = None if errors is None else errors.at(origin)
             try:
-                offered = nxt.offer(row, key, lane, ack)
+                if type(row) is HeldFrame:
+                    offered = offer_held(nxt, row, lane, ack)
+                else:
+                    offered = nxt.offer(row, key, lane, ack)
             except SinkError as exc:
-                held.popleft()
+                self._taken(held.popleft())
                 self._bytes -= size
                 if exc.error_class is not ErrorClass.RECORD:
                     self._holds.done(ack, ok=False)
@@ -209,10 +248,16 @@ class MemoryTier:
                     errors.at(outer)
             if offered is Offer.REJECTED:
                 return
-            held.popleft()
+            self._taken(held.popleft())
             self._bytes -= size
             self._holds.done(ack)
         self._flushing = False
+
+    def _taken(self, item: _Held) -> None:
+        """A held row or frame left the tier: its frame's rows stop counting."""
+        row = item[0]
+        if type(row) is HeldFrame:
+            self._frame_rows -= row.rows - 1
 
     def _bad_row(self, origin: Origin | None, exc: SinkError, ack: AckToken) -> bool:
         """The next tier refused a held row as bad (already taken off the queue): charge
@@ -225,7 +270,7 @@ class MemoryTier:
         self._holds.done(ack, ok=ok)
 
     def _gauges(self) -> None:
-        self._m_records.set(len(self._held))
+        self._m_records.set(len(self._held) + self._frame_rows)
         self._m_bytes.set(self._bytes)
         age = self._clock.monotonic() - self._oldest if self._held else 0.0
         self._m_oldest.set(age)

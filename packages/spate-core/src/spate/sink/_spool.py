@@ -43,17 +43,12 @@ next tier arrive on its worker threads.
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import functools
-import json
 import logging
-import struct
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -66,12 +61,24 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
-from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore, pack_lengths, unpack_lengths
+from spate.sink._spool_codec import (
+    FRAME_TAG,
+    decode_frame,
+    decode_records,
+    encode_batch,
+    encode_frame,
+    encode_record,
+)
+from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore
+from spate.sink._tier_frames import ForwardsFrames, frame_rows
 from spate.sink.config import RetryConfig
 
 logger = logging.getLogger(__name__)
 
 _SPOOL_LANE = Lane("spool", 0)
+
+_IS_BYTES = bytes.__instancecheck__
+"""``isinstance(row, bytes)`` without a Python-level call per row."""
 
 _QUEUED = 2
 """Sealed batches that may wait for the writer thread before sealing blocks (the write
@@ -124,248 +131,14 @@ class SpoolConfig:
             yield "replay_timeout", "must be positive"
 
 
-def _tagged(value: object) -> object:
-    """JSON for the values rows commonly carry beyond plain JSON (tagged, one key)."""
-    if isinstance(value, datetime.datetime):
-        return {"$dt": value.isoformat()}
-    if isinstance(value, datetime.date):
-        return {"$date": value.isoformat()}
-    if isinstance(value, decimal.Decimal):
-        return {"$dec": str(value)}
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b": bytes(value).decode("latin-1")}
-    if isinstance(value, (set, frozenset)):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} cannot be spooled as JSON")
-
-
-_UNTAG: dict[str, Callable[[str], object]] = {
-    "$dt": datetime.datetime.fromisoformat,
-    "$date": datetime.date.fromisoformat,
-    "$dec": decimal.Decimal,
-    "$b": lambda text: text.encode("latin-1"),
-}
-
-
-def _untag(obj: dict[str, object]) -> object:
-    if len(obj) == 1:
-        ((key, value),) = obj.items()
-        convert = _UNTAG.get(key)
-        if convert is not None and isinstance(value, str):
-            return convert(value)
-    return obj
-
-
-@functools.cache
-def _orjson_encoders() -> tuple[Callable[[object], bytes], Callable[[str], bytes]] | None:
-    """orjson's encoder for rows (tags, non-string keys; the same output as the standard
-    library's) and its plain one for strings, if installed.
-
-    Imported on first use: importing spate loads no optional library."""
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover - orjson comes with the json and kafka extras
-        return None
-    options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
-    return functools.partial(orjson.dumps, default=_tagged, option=options), orjson.dumps
-
-
-_PREFIXES: dict[Lane, bytes] = {}
-"""``{"s":<stream>,"p":<partition>,`` per lane: encoded once, not once per row."""
-
-
-def _lane_prefix(lane: Lane, dumps: Callable[[object], bytes]) -> bytes:
-    if len(_PREFIXES) >= 65536:
-        _PREFIXES.clear()
-    prefix = _PREFIXES[lane] = b'{"s":%s,"p":%d,' % (dumps(lane.stream), lane.partition)
-    return prefix
-
-
-def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
-    """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
-
-    Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
-    kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
-    stays a tuple. The payload is ``{"s":stream,"p":partition[,"k":key],<slot>:value}``
-    with the slot ``b`` (raw bytes), ``t`` (a tuple) or ``r`` (any other row). orjson
-    encodes when installed (the same output; the lane's part is encoded once per lane),
-    else the standard library.
-    """
-    encoders = _orjson_encoders()
-    if encoders is None:
-        return _encode_with_json(row, key, lane)
-    dumps, dumps_str = encoders
-    prefix = _PREFIXES.get(lane)
-    if prefix is None:
-        prefix = _lane_prefix(lane, dumps)
-    try:
-        if type(row) is bytes:
-            value = b'"b":' + dumps_str(row.decode("latin-1"))
-        elif isinstance(row, (bytes, bytearray, memoryview)):
-            value = b'"b":' + dumps_str(bytes(row).decode("latin-1"))
-        elif type(row) is tuple:
-            value = b'"t":' + dumps(row)
-        else:
-            value = b'"r":' + dumps(row)
-    except (TypeError, ValueError) as exc:
-        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
-    if key is None:
-        return b"%s%s}" % (prefix, value)
-    return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
-
-
-_IS_BYTES = bytes.__instancecheck__
-"""``isinstance(row, bytes)`` without a Python-level call per row."""
-
-_PACKED = 1
-"""The first byte of a packed run record (a JSON record starts with ``{``)."""
-
-_RUN = struct.Struct("<BBIqI")
-"""A packed run's header: the tag, flags (1: keys follow), the row count, the lane's
-partition and the length of its stream name."""
-
-_NO_KEY = 0xFFFFFFFF
-"""The key length that stands for no key in a packed run."""
-
-
-def pack_run(rows: Sequence[bytes], keys: Sequence[bytes | None], lane: Lane) -> bytes:
-    """One record for a run of raw ``bytes`` rows of one lane, without JSON.
-
-    The header, the lane's stream name, the rows' lengths (one ``u32`` each), the keys'
-    lengths when any row has a key (``0xFFFFFFFF`` for none), then the rows and the keys
-    back to back: one join, no per-row Python work unless some rows have keys and some
-    have none. Raises ``struct.error`` or ``UnicodeEncodeError`` for what it cannot hold
-    (the caller encodes such a run as JSON)."""
-    stream = lane.stream.encode()
-    count = len(rows)
-    unkeyed = keys.count(None)
-    head = _RUN.pack(_PACKED, unkeyed != count, count, lane.partition, len(stream))
-    lengths = pack_lengths(map(len, rows), count)
-    if unkeyed == count:
-        return b"".join([head, stream, lengths, *rows])
-    if not unkeyed:  # every row has a key (a keyed Kafka topic): no per-row Python work
-        key_lengths = pack_lengths(map(len, keys), count)  # type: ignore[arg-type]
-        present: Sequence[bytes | None] = keys
-    else:
-        key_lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], count)
-        present = [k for k in keys if k is not None]
-    return b"".join([head, stream, lengths, key_lengths, *rows, *present])  # type: ignore[list-item]
-
-
-def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
-    """Inverse of :func:`pack_run`: ``(rows, keys, lane)``; ``ValueError`` if malformed."""
-    try:
-        _, keyed, count, partition, size = _RUN.unpack_from(payload)
-    except struct.error as exc:
-        raise ValueError(f"packed run too short: {exc}") from exc
-    at = _RUN.size + size
-    lane = Lane(payload[_RUN.size : at].decode(), partition)
-    lengths = unpack_lengths(payload[at : at + 4 * count])
-    at += 4 * count
-    key_lengths = unpack_lengths(payload[at : at + 4 * count]) if keyed else None
-    if keyed:
-        at += 4 * count
-    if len(lengths) != count or (key_lengths is not None and len(key_lengths) != count):
-        raise ValueError("packed run shorter than its header says")
-    rows: list[bytes] = []
-    for n in lengths:
-        rows.append(payload[at : at + n])
-        at += n
-    keys: list[bytes | None] = [None] * count
-    if key_lengths is not None:
-        for i, n in enumerate(key_lengths):
-            if n != _NO_KEY:
-                keys[i] = payload[at : at + n]
-                at += n
-    if at != len(payload):
-        raise ValueError(f"packed run of {len(payload)} bytes holds {at}")
-    return rows, keys, lane
-
-
-def encode_batch(
-    rows: Sequence[object],
-    keys: Sequence[bytes | None],
-    runs: Sequence[tuple[int, Lane]],
-    encoded: dict[int, bytes],
-) -> list[bytes]:
-    """The records of a batch: ``rows[i]`` with ``keys[i]`` in the lane of the run it
-    falls in (``runs``: the first index and lane of each run of one lane's rows), or
-    ``encoded[i]`` for a row encoded when it was offered.
-
-    A run of raw ``bytes`` rows only (what a pipeline without a deserializer spools) is
-    one packed record (:func:`pack_run`); a run with other rows is one JSON record per
-    row, the bytes :func:`encode_record` gives each. :func:`decode_records` reads both.
-    """
-    n = len(rows)
-    bounds = [*(start for start, _ in runs[1:]), n]
-    records: list[bytes] = []
-    for (start, lane), end in zip(runs, bounds, strict=True):
-        whole = start == 0 and end == n
-        if not encoded or not any(start <= i < end for i in encoded):
-            try:
-                records.append(
-                    pack_run(
-                        rows if whole else rows[start:end],  # type: ignore[arg-type]
-                        keys if whole else keys[start:end],
-                        lane,
-                    )
-                )
-                continue
-            except (struct.error, UnicodeEncodeError, TypeError):
-                pass  # a lane or row a packed run cannot hold: JSON below
-        records += [
-            encoded[i] if i in encoded else encode_record(rows[i], keys[i], lane)
-            for i in range(start, end)
-        ]
-    return records
-
-
-def decode_records(
-    records: Iterable[bytes],
-) -> Iterator[tuple[list[object], list[bytes | None], Lane]]:
-    """The rows of a batch's records (:func:`encode_batch`), as ``(rows, keys, lane)``
-    runs; a JSON record is a run of one row. ``ValueError`` for a record neither reads."""
+def _load(batch: _Batch, records: Iterable[bytes]) -> None:
+    """Fill a replayed batch from its stored records (rows, or frames: B151)."""
     for payload in records:
-        if payload[:1] == b"{":
-            row, key, lane = decode_record(payload)
-            yield [row], [key], lane
-        elif payload[:1] == b"\x01":
-            yield unpack_run(payload)  # type: ignore[misc]
+        if payload[:1] == FRAME_TAG.to_bytes(1, "little"):
+            batch.add_frame(*decode_frame(payload))
         else:
-            raise ValueError(f"a record starting with {payload[:1]!r} is neither JSON nor packed")
-
-
-def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
-    """:func:`encode_record` with the standard library's encoder."""
-    body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
-    if key is not None:
-        body["k"] = key.decode("latin-1")
-    if isinstance(row, (bytes, bytearray, memoryview)):
-        body["b"] = bytes(row).decode("latin-1")
-    elif type(row) is tuple:
-        body["t"] = row
-    else:
-        body["r"] = row
-    try:
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=_tagged)
-    except (TypeError, ValueError) as exc:
-        raise SinkError(f"spool: row cannot be spooled: {exc}", ErrorClass.RECORD) from exc
-    return text.encode()
-
-
-def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
-    """Inverse of :func:`encode_record`: ``(row, key, lane)``."""
-    body = json.loads(payload, object_hook=_untag)
-    key = body.get("k")
-    if "b" in body:
-        row: object = body["b"].encode("latin-1")
-    elif "t" in body:
-        row = tuple(body["t"])
-    else:
-        row = body.get("r")
-    return row, None if key is None else key.encode("latin-1"), Lane(body["s"], body["p"])
+            for rows, keys, lane in decode_records((payload,)):
+                batch.extend(rows, keys, lane)
 
 
 @dataclass(slots=True, eq=False)
@@ -383,6 +156,10 @@ class _Batch:
     """The lane of the last run."""
     encoded: dict[int, bytes] = field(default_factory=dict)
     """Rows that are not ``bytes``, encoded as they were offered (by index)."""
+    frames: list[tuple[object, list[bytes | None] | None, Lane]] = field(default_factory=list)
+    """Prepared frames with their keys and lane (a batch holds rows or frames, B151)."""
+    frame_rows: int = 0
+    """Rows of ``frames``."""
     records: list[bytes] = field(default_factory=list)
     """The encoded rows, from sealing until they are durable."""
     acks: list[AckToken] = field(default_factory=list)
@@ -391,7 +168,8 @@ class _Batch:
     ref: BatchRef | None = None
     token: AckToken | None = None
     handed: int = 0
-    """Rows already offered to the next tier (a prefix of ``rows``)."""
+    """Rows already offered to the next tier (a prefix of ``rows``), or frames of a
+    frame batch (a prefix of ``frames``)."""
     prepared: tuple[int, object] | None = None
     """The next tier's prepared rows from ``handed`` on, which it refused for now."""
     failed: bool = False
@@ -422,9 +200,20 @@ class _Batch:
         self.rows.extend(rows)
         self.keys.extend(keys)
 
+    @property
+    def count(self) -> int:
+        """The records of the batch (rows, or the rows of its frames)."""
+        return len(self.rows) + self.frame_rows
+
+    def add_frame(self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane) -> None:
+        """Append one prepared frame of ``lane`` (with its keys when the next tier needs them)."""
+        self.frames.append((frame, None if keys is None else list(keys), lane))
+        self.frame_rows += frame_rows(frame)
+
     def drop_rows(self) -> None:
         """Forget the rows (handed on for good, or left to the next run's replay)."""
         self.rows, self.keys, self.runs, self.lane = [], [], [], None
+        self.frames, self.frame_rows = [], 0
         self.prepared = None
 
     def hold(self, ack: AckToken) -> None:
@@ -457,7 +246,7 @@ class SpoolRows:
     encoded: dict[int, bytes]
 
 
-class SpoolTier:
+class SpoolTier(ForwardsFrames):
     """A :class:`~spate.sink.Sink` that spools batches durably in front of ``next``."""
 
     def __init__(
@@ -552,8 +341,7 @@ class SpoolTier:
         for stored in found:
             batch = _Batch(ref=stored.ref, replayed=True)
             try:
-                for rows, keys, lane in decode_records(stored.records):
-                    batch.extend(rows, keys, lane)
+                _load(batch, stored.records)
             except ValueError as exc:
                 raise SpoolCorruptError(
                     f"spool {self.config.dir}: batch {stored.ref}", f"unreadable record ({exc})"
@@ -563,8 +351,8 @@ class SpoolTier:
             self._handing.append(batch)
             with self._lock:
                 self._inflight.add(batch)
-                self._held_records += len(batch.rows)
-            replayed += len(batch.rows)
+                self._held_records += batch.count
+            replayed += batch.count
         self._replaying = len(found)
         self._started = True
         self._gauges()
@@ -602,7 +390,7 @@ class SpoolTier:
         raises ``SinkError(RECORD)`` for the chain's record error policy).
         """
         batch = self._open
-        if batch is None or self._handing or self._notice:
+        if batch is None or self._handing or self._notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -671,7 +459,7 @@ class SpoolTier:
         if not rows:
             return ACCEPTED
         batch = self._open
-        if batch is None or self._handing or self._notice:
+        if batch is None or self._handing or self._notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -694,8 +482,51 @@ class SpoolTier:
                 return ACCEPTED
             batch = self._open = _Batch(created=self._clock.monotonic())
 
-    def _opened(self) -> _Batch | None:
-        """The open batch after handing on what waits; None while the spool is full."""
+    # -- columnar path (B151) ------------------------------------------------------------
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The chain's frame as it is, with no bad rows; hold nothing (B151).
+
+        The spool stores the frame itself: the next tier checks it (``prepare_frame``)
+        only when the spool hands it on, since with ``ack: spooled`` the spool takes
+        custody while the next tier is down and cannot check anything (as with rows,
+        B102)."""
+        return frame, []
+
+    def offer_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
+    ) -> Offer:
+        """Take a frame into the open batch whole, or refuse it while the spool is full
+        (B7, B57). Pipeline thread; never blocks on I/O.
+
+        The frame is stored (Arrow IPC, with its keys and lane) when the batch seals on
+        ``max_records`` (counting the frames' rows; a frame is never split), a tick or a
+        drain; it is handed on whole, under the batch's identity (B56). ``shards`` is not
+        kept: the next tier places the rows itself.
+        """
+        if not frame_rows(frame):
+            return ACCEPTED
+        batch = self._open
+        if batch is None or self._handing or self._notice or batch.rows:
+            batch = self._opened(frames=True)
+            if batch is None:
+                return REJECTED
+        batch.add_frame(frame, keys, lane)
+        batch.hold(ack)
+        if batch.count >= self._max_records:
+            self._seal()
+        return ACCEPTED
+
+    def _opened(self, frames: bool = False) -> _Batch | None:
+        """The open batch after handing on what waits; None while the spool is full.
+
+        ``frames``: the batch takes frames (an open batch of the other kind is sealed:
+        a batch holds rows or frames, B151)."""
         if self._notice:
             self._take_durable()
             if self._stalled and not self._retry_write():
@@ -703,6 +534,9 @@ class SpoolTier:
         if self._handing:
             self._hand_on()
         batch = self._open
+        if batch is not None and batch.count and bool(batch.frames) is not frames:
+            self._seal()
+            batch = None
         if batch is None:
             # Checked once per batch: a batch that fits starts, so the spool can pass
             # max_bytes by at most one batch. Sealed batches the writer has not appended
@@ -792,7 +626,7 @@ class SpoolTier:
         self._write_error = None
         self._stalled = self._notice = self._sync_wanted = False
         for b in pending:
-            rows += len(b.rows)
+            rows += b.count
             b.release_acks(False)
         while self._handing:
             b = self._handing.popleft()
@@ -801,7 +635,7 @@ class SpoolTier:
             b.token.release(False)
         with self._lock:
             waiting, self._retrying = self._retrying, []
-            self._held_records -= sum(len(b.rows) for b in waiting)
+            self._held_records -= sum(b.count for b in waiting)
         for b in waiting:
             b.drop_rows()
         rows += self.next.abandon()
@@ -851,7 +685,12 @@ class SpoolTier:
         (tick, flush) wait until every queued batch is appended and fsynced (until
         ``deadline`` at most); False when that did not happen."""
         batch = self._open
-        if batch is not None and batch.rows:
+        if batch is not None and batch.frames:
+            self._open = None
+            batch.records = [encode_frame(f, keys, lane) for f, keys, lane in batch.frames]
+            self._m_flushes.inc()
+            self._enqueue(batch)
+        elif batch is not None and batch.rows:
             self._open = None
             batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
             batch.encoded = {}
@@ -1012,7 +851,7 @@ class SpoolTier:
             failed, self._unsynced = self._unsynced, []
             rows = 0
             for batch in failed:
-                rows += len(batch.rows)
+                rows += batch.count
                 batch.release_acks(False)
             logger.error(
                 "spool %s: %d rows could not be made durable; their source batches fail",
@@ -1046,7 +885,7 @@ class SpoolTier:
             batch.token = self._token(batch)
             with self._lock:
                 self._inflight.add(batch)
-                self._held_records += len(batch.rows)
+                self._held_records += batch.count
             if spooled:
                 batch.release_acks(True)
         with self._cond:
@@ -1061,7 +900,7 @@ class SpoolTier:
             0,
             ref.segment,
             ref.position,
-            len(batch.rows),
+            batch.count,
             functools.partial(self._resolved, batch),
         )
 
@@ -1108,7 +947,10 @@ class SpoolTier:
             assert token is not None and batch.ref is not None
             if batch.handed == 0 and begin is not None and batch.ref.origin:
                 begin(batch.ref.identity)
-            if not self._offer_runs(batch, token, batched):
+            if batch.frames:
+                if not self._offer_frames(batch, token):
+                    return
+            elif not self._offer_runs(batch, token, batched):
                 return
             if end is not None and batch.ref.origin:
                 end()
@@ -1175,6 +1017,59 @@ class SpoolTier:
                 i += 1
             batch.handed = stop
         return True
+
+    def _offer_frames(self, batch: _Batch, token: AckToken) -> bool:
+        """Offer ``batch``'s frames from ``batch.handed`` on, each whole; False once the
+        next tier refuses one for now (B151).
+
+        The next tier prepares each frame here. Rows it refuses as bad are one record
+        error each (logged with the batch): the frame's other rows go on and the batch
+        counts as failed, so it stays in the spool, as with rows (B102). A frame it
+        refuses for now is offered again later as prepared, not prepared again; a frame
+        it cannot take at all (``SinkError`` from ``prepare_frame``, or a record error
+        from ``offer_frame``) fails the batch and the other frames go on."""
+        frames = batch.frames
+        nxt = self.next
+        while batch.handed < len(frames):
+            frame, keys, lane = frames[batch.handed]
+            pending = batch.prepared
+            if pending is not None and pending[0] == batch.handed:
+                prepared, keys = pending[1]  # type: ignore[misc]
+            else:
+                try:
+                    prepared, bad = nxt.prepare_frame(frame)  # type: ignore[attr-defined]
+                except SinkError as exc:
+                    self._refused_frame(batch, exc.reason)
+                    batch.handed += 1
+                    continue
+                if bad:
+                    self._refused_frame(batch, f"{len(bad)} rows, the first: {bad[0][1]}")
+                    if keys is not None:
+                        dropped = {position for position, _ in bad}
+                        keys = [k for i, k in enumerate(keys) if i not in dropped]
+            try:
+                offered = nxt.offer_frame(prepared, keys, lane, token)  # type: ignore[attr-defined]
+            except SinkError as exc:
+                if exc.error_class is not ErrorClass.RECORD:
+                    raise
+                self._refused_frame(batch, exc.reason)
+                offered = ACCEPTED
+            if offered is REJECTED:
+                batch.prepared = (batch.handed, (prepared, keys))
+                return False
+            batch.prepared = None
+            batch.handed += 1
+        return True
+
+    def _refused_frame(self, batch: _Batch, reason: str) -> None:
+        """The next tier refused rows of a spooled frame as bad: the batch fails (B102)."""
+        logger.error(
+            "spool %s: the next tier refused spooled rows of batch %s: %s",
+            self.name,
+            batch.ref,
+            reason,
+        )
+        batch.failed = True
 
     def _retry_due(self) -> None:
         """Queue failed batches whose backoff passed ahead of newer ones, oldest first."""

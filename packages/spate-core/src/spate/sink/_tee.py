@@ -20,6 +20,12 @@ backlogged it — and the row leaves the backlog; the branches that took it keep
 record the chain is offering at the time is never charged with it. A row a branch
 refuses as bad when it is first offered raises to the chain as usual (the record being
 offered is that row's).
+
+On the columnar path a tee takes frames when every branch does (B152): ``prepare_frame``
+asks each branch for its own prepared frame of the same rows (:class:`TeeFrame`; a
+record any branch refuses is a record error, charged once, and left out of every
+branch's part), ``offer_frame`` offers each branch its part whole under its branch token,
+and a branch that refuses keeps its part in its backlog (:class:`HeldFrame`), as a row.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
+from spate.sink._tier_frames import (
+    HeldFrame,
+    TeeFrame,
+    frame_needs_keys,
+    frame_rows,
+    offer_held,
+    takes_frames,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +167,79 @@ class TeeSink:
                 branch.backlog.append((row, key, lane, held, origin))
         return ACCEPTED
 
+    # -- columnar path (B152) ------------------------------------------------------------
+
+    @property
+    def takes_frames(self) -> bool:
+        """Whether the tee takes frames: when every branch does."""
+        return all(takes_frames(branch) for branch in self.branches)
+
+    @property
+    def frame_needs_keys(self) -> bool:
+        """Whether :meth:`offer_frame` needs the records' keys (some branch does)."""
+        return any(frame_needs_keys(branch) for branch in self.branches)
+
+    def prepare_frame(self, frame: object) -> tuple[TeeFrame, list[tuple[int, str]]]:
+        """Each branch's prepared frame of the same rows, and the rows any branch refused.
+
+        A row one branch refuses is a record error for its record (with the first
+        branch's reason, once) and is left out of every branch's part: the branches are
+        asked again without it, so every part holds the same rows. Pipeline thread.
+        """
+        bad: dict[int, str] = {}
+        while True:
+            kept = [i for i in range(frame_rows(frame)) if i not in bad] if bad else None
+            sub = frame if kept is None else _take(frame, kept)
+            parts: list[object] = []
+            found = False
+            for branch in self.branches:
+                prepared, refused = branch.prepare_frame(sub)  # type: ignore[attr-defined]
+                parts.append(prepared)
+                for position, reason in refused:
+                    index = position if kept is None else kept[position]
+                    if index not in bad:
+                        bad[index] = reason
+                        found = True
+            if not found:
+                rows = frame_rows(parts[0])
+                return TeeFrame(tuple(parts), rows), sorted(bad.items())
+
+    def offer_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
+    ) -> Offer:
+        """Offer each branch its part of a :class:`TeeFrame` whole (``shards`` are not
+        passed on: each branch places its rows itself); refused only while a backlog
+        waits or every branch refuses. Pipeline thread."""
+        assert isinstance(frame, TeeFrame)
+        if not frame.rows:
+            return ACCEPTED
+        if not self._hand_on():
+            return Offer.REJECTED
+        refused: list[tuple[_Branch, _BranchToken, HeldFrame]] = []
+        for branch, part in zip(self._branches, frame.parts, strict=True):
+            held = branch.open
+            if held is None or held.source is not ack:
+                held = self._open(branch, ack)
+            item = HeldFrame(part, keys, None, frame_rows(part))
+            if offer_held(branch.sink, item, lane, held.token) is REJECTED:
+                refused.append((branch, held, item))
+            else:
+                held.rows += item.rows
+        if len(refused) == len(self._branches):
+            return Offer.REJECTED
+        if refused:
+            errors = self._errors
+            origin = _Origin(None if errors is None else errors.origin())
+            for branch, held, item in refused:
+                self._holds.add(held.token)
+                branch.backlog.append((item, None, lane, held, origin))
+        return ACCEPTED
+
     def tick(self) -> None:
         self._hand_on()
         self._close_all()
@@ -247,7 +334,10 @@ class TeeSink:
                 row, key, lane, held, origin = backlog[0]
                 outer = None if errors is None else errors.at(origin.origin)
                 try:
-                    offered = sink.offer(row, key, lane, held.token)
+                    if type(row) is HeldFrame:
+                        offered = offer_held(sink, row, lane, held.token)
+                    else:
+                        offered = sink.offer(row, key, lane, held.token)
                 except SinkError as exc:
                     if exc.error_class is not ErrorClass.RECORD:
                         raise
@@ -263,7 +353,7 @@ class TeeSink:
                     empty = False
                     break
                 backlog.popleft()
-                held.rows += 1
+                held.rows += row.rows if type(row) is HeldFrame else 1
                 self._holds.done(held.token)
         return empty
 
@@ -285,3 +375,11 @@ class TeeSink:
 
     def _release(self, token: AckToken, ok: bool) -> None:
         self._holds.done(token, ok=ok)
+
+
+def _take(frame: object, rows: list[int]) -> object:
+    """The rows ``rows`` of a chain's frame (a polars DataFrame), in order."""
+    import polars as pl
+
+    assert isinstance(frame, pl.DataFrame)
+    return frame[rows] if rows else frame.clear()
