@@ -48,6 +48,8 @@ class FrameBuffer:
 class FrameEndpoints(ScriptedEndpoints):
     """Scripted endpoints whose buffers hold Arrow tables; ``bad`` marks record errors."""
 
+    takes_frames = True
+
     def new_buffer(self, shard: int) -> Any:
         return FrameBuffer()
 
@@ -79,6 +81,7 @@ class FrameDeser:
 
     columnar = True
     on_error = ErrorPolicy.SKIP
+    takes_bytes = False
 
     def deserialize_batch(self, payloads: list[memoryview]) -> Any:
         from spate import DeserError

@@ -22,7 +22,7 @@ from spate.ops._deadletter import DeadLetter
 from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
-from spate.sink._contract import Sink
+from spate.sink._contract import Sink, decodes_columns, takes_frames
 from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
@@ -118,11 +118,9 @@ def compile_chain(
 def columnar_capable(deserializer: object, sinks: Mapping[str, Sink]) -> bool:
     """Whether the no-chain pipeline can run columnar: a columnar deserializer and sinks
     that take frames (``spate[columnar]`` installed)."""
-    if getattr(deserializer, "columnar", None) is None:
+    if not decodes_columns(deserializer):
         return False
-    if not all(
-        hasattr(s, "offer_frame") and getattr(s, "takes_frames", True) for s in sinks.values()
-    ):
+    if not all(takes_frames(s) for s in sinks.values()):
         return False
     try:
         import polars  # noqa: F401

@@ -61,7 +61,7 @@ from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import Offer, Sink, takes_rows
+from spate.sink._contract import Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._held import HeldErrors, Origin, RecordCell, bind_held_errors
 from spate.sink._intents import RecordPosition
 
@@ -154,11 +154,17 @@ class ChainRuntime:
             _record_policy(s, record_policy) for s in sink_objs
         )
         self.sinks = sink_objs
-        self.batched: tuple[bool, ...] = tuple(
-            position is None and takes_rows(s) and policy is not ErrorPolicy.DEAD_LETTER
+        self.row_sinks: tuple[RowBatchSink | None, ...] = tuple(
+            s
+            if isinstance(s, RowBatchSink)
+            and position is None
+            and takes_rows(s)
+            and policy is not ErrorPolicy.DEAD_LETTER
+            else None
             for s, policy in zip(sink_objs, self.record_policies, strict=True)
         )
-        """Per sink: whether the loop collects its rows for one call per batch (B95)."""
+        """Per sink: the sink when the loop collects its rows for one call per batch (B95)."""
+        self.batched: tuple[bool, ...] = tuple(s is not None for s in self.row_sinks)
 
         # Terminal.
         self.sink_index: int | None = None
@@ -526,10 +532,13 @@ class ChainRuntime:
         for index, rows in enumerate(collected):
             if rows is None or not rows[0]:
                 continue
+            sink = self.row_sinks[index]
+            if sink is None:
+                raise RuntimeError(f"rows collected for {self.sink_names[index]}, not batched")
             values, records = rows
             keys = list(map(batch.keys.__getitem__, records))
             try:
-                prepared, bad = self.sinks[index].prepare_rows(values, keys, batch.lane)  # type: ignore[attr-defined]
+                prepared, bad = sink.prepare_rows(values, keys, batch.lane)
             except SinkError as exc:  # a whole-batch problem (B20): never one record's
                 raise self._offer_failed(index, exc) from exc
             for position, reason in bad:
@@ -547,8 +556,11 @@ class ChainRuntime:
         lane = batch.lane
         while held.next < len(items):
             index, prepared, count = items[held.next]
+            sink = self.row_sinks[index]
+            if sink is None:
+                raise RuntimeError(f"rows held for {self.sink_names[index]}, not batched")
             try:
-                result = self.sinks[index].offer_rows(prepared, lane, ack)  # type: ignore[attr-defined]
+                result = sink.offer_rows(prepared, lane, ack)
             except SinkError as exc:
                 raise self._offer_failed(index, exc) from exc
             if result is Offer.REJECTED:

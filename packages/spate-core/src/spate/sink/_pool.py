@@ -49,8 +49,8 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from spate._clock import Clock
 from spate.checkpoint._ack import AckToken, release_all
@@ -62,9 +62,17 @@ from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._retry import Backoff
-from spate.sink._router import Router, WeightedHashRouter
+from spate.sink._router import Router, StartingRouter, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
-from spate.sink._writer import RowBlock, SinkConnector, WriteBatch
+from spate.sink._writer import (
+    FrameBuffer,
+    FrameConnector,
+    RowBatchConnector,
+    RowBlock,
+    RowBlockBuffer,
+    SinkConnector,
+    WriteBatch,
+)
 from spate.sink.config import PoolConfig, ShardConfig
 
 if TYPE_CHECKING:
@@ -106,6 +114,24 @@ class _PreparedRows:
 
     def __init__(self, parts: list[tuple[int, RowBlock]]) -> None:
         self.parts = parts
+
+
+class _Column(Protocol):
+    def to_pylist(self) -> list[object]: ...
+
+
+@runtime_checkable
+class _ColumnFrame(Protocol):
+    """A prepared frame whose columns can be read by name (an Arrow table)."""
+
+    def column(self, name: str) -> _Column: ...
+
+
+def _rows_of(frame: object) -> int:
+    """Rows of a prepared frame (an Arrow table or anything with a length)."""
+    if not isinstance(frame, Sized):
+        raise SinkError(f"a frame must have a length, got {type(frame).__name__}", ErrorClass.FATAL)
+    return len(frame)
 
 
 class SinkPool:
@@ -151,6 +177,8 @@ class SinkPool:
         self.config = cfg
         self.on_record_error: ErrorPolicy = cfg.on_record_error
         self._connector = connector
+        self._row_connector = connector if isinstance(connector, RowBatchConnector) else None
+        self._frame_connector = connector if isinstance(connector, FrameConnector) else None
         self._clock = clock
         self._budget = budget
         self._io_threads = io_threads
@@ -270,12 +298,12 @@ class SinkPool:
             raise SinkError(f"{where}: {exc!r}", ErrorClass.FATAL) from exc
 
     def _start_router(self) -> None:
-        """Start a router that has a ``start()`` (it may need what the probes learned)."""
-        start = getattr(self._router, "start", None)
-        if start is None:
+        """Start a :class:`~spate.sink.StartingRouter` (it may need what the probes learned)."""
+        router = self._router
+        if not isinstance(router, StartingRouter):
             return
         try:
-            start()
+            router.start()
         except SinkError as exc:
             raise SinkError(f"sink {self.name}: {exc.reason}", ErrorClass.FATAL) from exc
         except Exception as exc:
@@ -339,12 +367,8 @@ class SinkPool:
         """Whether the chain may hand this pool a source batch's rows at once: the
         connector checks rows per column (``prepare_rows``), and each row is not placed by
         its own offset (effectively once stays per row)."""
-        connector = self._connector
-        return (
-            not self.effectively_once
-            and hasattr(connector, "prepare_rows")
-            and getattr(connector, "takes_rows", True) is True
-        )
+        connector = self._row_connector
+        return not self.effectively_once and connector is not None and connector.takes_rows is True
 
     def prepare_rows(
         self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
@@ -376,7 +400,10 @@ class SinkPool:
         else:
             placed = []
         unplaced = bool(bad)
-        block, refused = self._connector.prepare_rows(rows)  # type: ignore[attr-defined]
+        connector = self._row_connector
+        if connector is None:
+            raise SinkError(f"sink {self.name} cannot take rows at once", ErrorClass.FATAL)
+        block, refused = connector.prepare_rows(rows)
         if refused:
             shard_errors = [s.m_errors["record"] for s in self._shards]
             for position, error in refused:
@@ -432,7 +459,13 @@ class SinkPool:
                         assert batch is not None
                     take = min(count - start, max_rows - batch.rows)
                     part = block if take == count else block.slice(start, start + take)
-                    batch.nbytes += batch.buffer.append_rows(part)  # type: ignore[attr-defined]
+                    buffer = batch.buffer
+                    if not isinstance(buffer, RowBlockBuffer):
+                        raise SinkError(
+                            f"sink {self.name}: its buffers cannot take row blocks",
+                            ErrorClass.FATAL,
+                        )
+                    batch.nbytes += buffer.append_rows(part)
                     batch.rows += take
                     start += take
                     if ack is not batch.last_ack:
@@ -457,8 +490,8 @@ class SinkPool:
     @property
     def takes_frames(self) -> bool:
         """Whether the connector takes columns (a sink that evolves its table does not)."""
-        connector = self._connector
-        return hasattr(connector, "prepare_frame") and getattr(connector, "takes_frames", True)
+        connector = self._frame_connector
+        return connector is not None and connector.takes_frames is True
 
     @property
     def frame_needs_keys(self) -> bool:
@@ -470,11 +503,10 @@ class SinkPool:
 
         Bad rows (position, reason) are record errors for those records alone (B28).
         """
-        prepare = getattr(self._connector, "prepare_frame", None)
-        if prepare is None:
+        connector = self._frame_connector
+        if connector is None:
             raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
-        result: tuple[object, list[tuple[int, str]]] = prepare(frame)
-        return result
+        return connector.prepare_frame(frame)
 
     def offer_frame(
         self,
@@ -498,20 +530,23 @@ class SinkPool:
                 f"sink {self.name}: effectively_once does not take frames (columnar path)",
                 ErrorClass.FATAL,
             )
-        count = len(frame)  # type: ignore[arg-type]
+        count = _rows_of(frame)
         if not count:
             return ACCEPTED
         router = self._router
         parts: list[tuple[Shard, object]]
-        if shards is None and router is None:
+        if shards is None and router is not None:
+            shards = self._route_frame(router, frame, keys, count, lane)
+        if shards is None:
             parts = [(self._shards[0], frame)]
         else:
-            if shards is None:
-                shards = self._route_frame(router, frame, keys, count, lane)  # type: ignore[arg-type]
             by_shard: dict[int, list[int]] = {}
             for position, shard_index in enumerate(shards):
                 by_shard.setdefault(shard_index, []).append(position)
-            take = self._connector.take_rows  # type: ignore[attr-defined]
+            connector = self._frame_connector
+            if connector is None:
+                raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
+            take = connector.take_rows
             parts = [
                 (self._shards[i], frame if len(rows) == count else take(frame, rows))
                 for i, rows in sorted(by_shard.items())
@@ -528,8 +563,13 @@ class SinkPool:
                     batch = self._open_batch(shard)
                     if batch is None:  # pragma: no cover - checked above under the lock
                         return Offer.REJECTED
-                size = batch.buffer.append_frame(part)  # type: ignore[attr-defined]
-                batch.rows += len(part)  # type: ignore[arg-type]
+                buffer = batch.buffer
+                if not isinstance(buffer, FrameBuffer):
+                    raise SinkError(
+                        f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL
+                    )
+                size = buffer.append_frame(part)
+                batch.rows += _rows_of(part)
                 batch.nbytes += size
                 batch.hold(ack)
                 self._acquire(batch)
@@ -553,7 +593,13 @@ class SinkPool:
         if column is None:
             values = list(keys) if keys is not None else [None] * count
         else:
-            values = frame.column(column).to_pylist()  # type: ignore[attr-defined]
+            if not isinstance(frame, _ColumnFrame):
+                raise SinkError(
+                    f"sink {self.name}: a frame routed by column {column!r} must be an Arrow "
+                    f"table, got {type(frame).__name__}",
+                    ErrorClass.FATAL,
+                )
+            values = frame.column(column).to_pylist()
         try:
             return router.route_column(values, lane)
         except SinkError as exc:  # a value the router cannot place: a record error
