@@ -17,7 +17,7 @@ from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.ops import compile_chain
 from spate.records import PayloadBatch
-from spate.sink import BatchConfig, InflightConfig, PoolConfig, ShardConfig, SinkPool
+from spate.sink import BatchConfig, InflightConfig, Offer, PoolConfig, ShardConfig, SinkPool
 from spate.testing._scripted import ScriptedEndpoints
 
 pl = pytest.importorskip("polars")
@@ -453,3 +453,38 @@ def test_b90_a_frame_chain_is_refused_under_effectively_once() -> None:
             pipeline="p",
             position=RecordPosition(),
         )
+
+
+def test_b144_a_frame_is_admitted_by_the_rows_room_rule_and_cut_at_max_rows() -> None:
+    """B144: a frame is admitted as rows and row batches are — by the room its shard's
+    open batch and queue have left, a shard with nothing queued always taking it — and
+    is cut at ``batch.max_rows`` like them; a refused frame retains nothing and is taken
+    whole once the queue has drained."""
+    pool, ends, _meter = make_pool(
+        batch=BatchConfig(max_rows=4), inflight=InflightConfig(max_per_shard=2)
+    )
+    values = iter(range(100))
+
+    def prepared(count: int) -> Any:
+        df = pl.DataFrame(
+            {"n": [next(values) for _ in range(count)], "__spate_row": pl.Series(range(count))}
+        )
+        frame, bad = pool.prepare_frame(df)
+        assert not bad
+        return frame
+
+    ack = new_ack({})
+    assert pool.offer_frame(prepared(4), None, LANE, ack) is Offer.ACCEPTED  # sealed, queued
+    assert pool.offer_frame(prepared(1), None, LANE, ack) is Offer.ACCEPTED  # open: 1 row
+    four, nine = prepared(4), prepared(9)
+    for frame in (four, nine):
+        # One batch waits; the open one has room for 3 rows and the queue for no more.
+        held = ack.holders
+        assert pool.offer_frame(frame, None, LANE, ack) is Offer.REJECTED
+        assert ack.holders == held
+        pool.pump()
+        assert pool.offer_frame(frame, None, LANE, ack) is Offer.ACCEPTED
+    ack.release(True)
+    pool.tick()
+    assert [len(w.rows) for w in ends.written] == [4, 4, 4, 4, 2]
+    assert sorted(r for w in ends.written for r in w.rows) == [(n,) for n in range(18)]

@@ -70,6 +70,7 @@ from spate.sink._writer import (
     RowBatchConnector,
     RowBlock,
     RowBlockBuffer,
+    RowBuffer,
     SinkConnector,
     WriteBatch,
 )
@@ -433,49 +434,75 @@ class SinkPool:
     def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
         """Append prepared rows to their shards' open batches, all or nothing (B95).
 
-        A batch still seals at ``batch.max_rows`` (the rows are cut there) and on
-        ``batch.max_bytes`` after the rows that reach it. Refuses the whole while a target
-        shard has no room for its rows (B7): room is what its open batch and the sealed
-        batches its queue may still take, as for rows offered one at a time; a shard with
-        nothing queued always takes its rows, even more than that.
+        Admitted by :meth:`_admit`, the one rule rows, row batches and frames share
+        (B7, B144): the whole is refused while a target shard has no room for its rows.
         """
-        assert isinstance(prepared, _PreparedRows)
-        max_rows = self._max_rows
+        if not isinstance(prepared, _PreparedRows):
+            raise SinkError(
+                f"sink {self.name}: offer_rows takes what prepare_rows returned", ErrorClass.FATAL
+            )
+        parts = [(self._shards[index], block, len(block)) for index, block in prepared.parts]
         with self._cond:
-            if self._closed:
-                raise RuntimeError(f"sink {self.name} is closed")
-            for index, block in prepared.parts:
-                shard = self._shards[index]
-                if shard.queue and self._room(shard) < len(block):
-                    return Offer.REJECTED
-            for index, block in prepared.parts:
-                shard = self._shards[index]
-                count = len(block)
-                start = 0
-                while start < count:
-                    batch = shard.open
-                    if batch is None:
-                        batch = self._open_batch(shard, force=True)
-                        assert batch is not None
-                    take = min(count - start, max_rows - batch.rows)
-                    part = block if take == count else block.slice(start, start + take)
-                    buffer = batch.buffer
-                    if not isinstance(buffer, RowBlockBuffer):
-                        raise SinkError(
-                            f"sink {self.name}: its buffers cannot take row blocks",
-                            ErrorClass.FATAL,
-                        )
-                    batch.nbytes += buffer.append_rows(part)
-                    batch.rows += take
-                    start += take
-                    if ack is not batch.last_ack:
-                        batch.hold(ack)
-                    self._acquire(batch)
-                    if batch.rows >= max_rows:
-                        self._seal(shard, "max_rows")
-                    elif batch.nbytes >= self._max_bytes:
-                        self._seal(shard, "max_bytes")
+            return self._admit(parts, ack, self._append_block)
+
+    def _append_block(self, buffer: RowBuffer, block: object, start: int, stop: int) -> int:
+        """Append rows ``start:stop`` of a prepared :class:`RowBlock` (lock held)."""
+        if not isinstance(buffer, RowBlockBuffer) or not isinstance(block, RowBlock):
+            raise SinkError(
+                f"sink {self.name}: its buffers cannot take row blocks", ErrorClass.FATAL
+            )
+        whole = start == 0 and stop == len(block)
+        return buffer.append_rows(block if whole else block.slice(start, stop))
+
+    def _admit(
+        self,
+        parts: Sequence[tuple[Shard, object, int]],
+        ack: AckToken,
+        append: Callable[[RowBuffer, object, int, int], int],
+    ) -> Offer:
+        """Admit ``parts`` — ``(shard, rows, count)``, rows in any form ``append`` adds
+        to a buffer — all or nothing (lock held; B7, B95, B144).
+
+        The one room rule: a shard refuses ``count`` rows while it has sealed batches
+        waiting and fewer than ``count`` rows of room (:meth:`_room`: what its open batch
+        and its queue's free places may still take); a shard with nothing queued always
+        takes them, so a batch larger than the room is taken once the queue has drained
+        and never waits forever. Rows are cut at ``batch.max_rows`` (batches opened past
+        the queue limit by an admitted part are forced); a batch seals on ``max_bytes``
+        after the rows that reach it. Each batch holds ``ack`` once (:meth:`_hold`).
+        :meth:`offer` is this routine for one row, written out for the per-row path: one
+        row has no room exactly when its shard has no open batch and a full queue.
+        """
+        if self._closed:
+            raise RuntimeError(f"sink {self.name} is closed")
+        for shard, _part, count in parts:
+            if shard.queue and self._room(shard) < count:
+                return Offer.REJECTED
+        max_rows = self._max_rows
+        for shard, part, count in parts:
+            start = 0
+            while start < count:
+                batch = shard.open
+                if batch is None:
+                    batch = self._open_batch(shard, force=True)
+                    assert batch is not None
+                stop = min(count, start + max_rows - batch.rows)
+                batch.nbytes += append(batch.buffer, part, start, stop)
+                batch.rows += stop - start
+                start = stop
+                self._hold(batch, ack)
+                if batch.rows >= max_rows:
+                    self._seal(shard, "max_rows")
+                elif batch.nbytes >= self._max_bytes:
+                    self._seal(shard, "max_bytes")
         return ACCEPTED
+
+    def _hold(self, batch: PoolBatch, ack: AckToken) -> None:
+        """``batch`` holds ``ack`` (retained once per batch) and the budget its rows
+        count (lock held); rows, row batches and frames all hold their acks here."""
+        if ack is not batch.last_ack:
+            batch.hold(ack)
+        self._acquire(batch)
 
     def _room(self, shard: Shard) -> int:
         """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held)."""
@@ -543,41 +570,30 @@ class SinkPool:
             by_shard: dict[int, list[int]] = {}
             for position, shard_index in enumerate(shards):
                 by_shard.setdefault(shard_index, []).append(position)
-            connector = self._frame_connector
-            if connector is None:
-                raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
-            take = connector.take_rows
+            take = self._take_rows
             parts = [
                 (self._shards[i], frame if len(rows) == count else take(frame, rows))
                 for i, rows in sorted(by_shard.items())
             ]
         with self._cond:
-            for shard, _part in parts:
-                if shard.open is None and len(shard.queue) >= self._queue_limit:
-                    return Offer.REJECTED
-                if self._closed:
-                    raise RuntimeError(f"sink {self.name} is closed")
-            for shard, part in parts:
-                batch = shard.open
-                if batch is None:
-                    batch = self._open_batch(shard)
-                    if batch is None:  # pragma: no cover - checked above under the lock
-                        return Offer.REJECTED
-                buffer = batch.buffer
-                if not isinstance(buffer, FrameBuffer):
-                    raise SinkError(
-                        f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL
-                    )
-                size = buffer.append_frame(part)
-                batch.rows += _rows_of(part)
-                batch.nbytes += size
-                batch.hold(ack)
-                self._acquire(batch)
-                if batch.rows >= self._max_rows:
-                    self._seal(shard, "max_rows")
-                elif batch.nbytes >= self._max_bytes:
-                    self._seal(shard, "max_bytes")
-        return ACCEPTED
+            return self._admit(
+                [(shard, part, _rows_of(part)) for shard, part in parts], ack, self._append_frame
+            )
+
+    def _append_frame(self, buffer: RowBuffer, frame: object, start: int, stop: int) -> int:
+        """Append rows ``start:stop`` of a prepared frame (lock held)."""
+        if not isinstance(buffer, FrameBuffer):
+            raise SinkError(f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL)
+        if start == 0 and stop == _rows_of(frame):
+            return buffer.append_frame(frame)
+        return buffer.append_frame(self._take_rows(frame, list(range(start, stop))))
+
+    def _take_rows(self, frame: object, rows: list[int]) -> object:
+        """The rows of a prepared frame at ``rows`` (the connector's ``take_rows``)."""
+        connector = self._frame_connector
+        if connector is None:
+            raise SinkError(f"sink {self.name} cannot split frames", ErrorClass.FATAL)
+        return connector.take_rows(frame, rows)
 
     def _route_frame(
         self,

@@ -47,6 +47,7 @@ class RowBuffer(Protocol):
         ...
 
 
+@runtime_checkable
 class RowBlock(Protocol):
     """Rows a connector checked at once (``prepare_rows``, B95), ready for its buffers.
 
