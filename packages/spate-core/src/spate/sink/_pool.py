@@ -117,6 +117,36 @@ class _PreparedRows:
         self.parts = parts
 
 
+ROW_COLUMN = "__spate_row"
+"""The column of a frame giving each row's record index in its batch (the columnar path
+adds it; ``spate.ops._columnar`` names it too)."""
+
+
+class _LaneFrame:
+    """A frame :meth:`SinkPool.prepare_frame` checked under effectively once, with the
+    record index of each of its rows."""
+
+    __slots__ = ("frame", "records")
+
+    def __init__(self, frame: object, records: list[int]) -> None:
+        self.frame = frame
+        self.records = records
+
+
+class _Series(Protocol):
+    def to_list(self) -> list[int]: ...
+
+
+@runtime_checkable
+class _RowFrame(Protocol):
+    """A frame as the columnar path offers it (a polars DataFrame)."""
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    def get_column(self, name: str) -> _Series: ...
+
+
 class _Column(Protocol):
     def to_pylist(self) -> list[object]: ...
 
@@ -504,10 +534,13 @@ class SinkPool:
             batch.hold(ack)
         self._acquire(batch)
 
-    def _room(self, shard: Shard) -> int:
-        """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held)."""
+    def _room(self, shard: Shard, batch: PoolBatch | None = None, lane: bool = False) -> int:
+        """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held):
+        its open batch's room and its queue's free places. ``lane``: the open batch is
+        ``batch``, a lane block (effectively once), not the shard's."""
         free = self._queue_limit - len(shard.queue)
-        batch = shard.open
+        if not lane:
+            batch = shard.open
         if batch is None:
             return max(free, 0) * self._max_rows
         return self._max_rows - batch.rows + max(free - 1, 0) * self._max_rows
@@ -533,7 +566,22 @@ class SinkPool:
         connector = self._frame_connector
         if connector is None:
             raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
-        return connector.prepare_frame(frame)
+        if not self.effectively_once:
+            return connector.prepare_frame(frame)
+        # Effectively once places each row by its record's offset: keep the rows' record
+        # indexes (the frame's row column) past the connector's check, which drops it.
+        if not isinstance(frame, _RowFrame) or ROW_COLUMN not in frame.columns:
+            raise SinkError(
+                f"sink {self.name}: under effectively_once a frame must keep its "
+                f"{ROW_COLUMN} column (the record of each row)",
+                ErrorClass.FATAL,
+            )
+        records = frame.get_column(ROW_COLUMN).to_list()
+        table, bad = connector.prepare_frame(frame)
+        if bad:
+            dropped = {position for position, _ in bad}
+            records = [r for i, r in enumerate(records) if i not in dropped]
+        return _LaneFrame(table, records), bad
 
     def offer_frame(
         self,
@@ -553,10 +601,12 @@ class SinkPool:
         ``SinkError(RECORD)`` naming the sink (nothing is held).
         """
         if self.effectively_once:
-            raise SinkError(
-                f"sink {self.name}: effectively_once does not take frames (columnar path)",
-                ErrorClass.FATAL,
-            )
+            if not isinstance(frame, _LaneFrame):
+                raise SinkError(
+                    f"sink {self.name}: offer_frame takes what prepare_frame returned",
+                    ErrorClass.FATAL,
+                )
+            return self._offer_lane_frame(frame, keys, lane, ack, shards)
         count = _rows_of(frame)
         if not count:
             return ACCEPTED
@@ -835,6 +885,129 @@ class SinkPool:
             elif batch.nbytes >= self._max_bytes:
                 self._seal_lane(shard, state, "max_bytes")
         return Offer.ACCEPTED
+
+    def _offer_lane_frame(
+        self,
+        prepared: _LaneFrame,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None,
+    ) -> Offer:
+        """:meth:`offer_frame` under ``effectively_once``: each row goes to its (shard,
+        lane) block at the position its record's offset gives it, as :meth:`_offer_lane`
+        places rows one at a time (B88, B89, B145).
+
+        A row's offset is the batch's offset (:attr:`RecordPosition.offsets`) at the row's
+        record index; its index among that record's rows for the shard counts on from the
+        lane's last row. Rows are cut where one at a time they would be: a replayed block
+        at exactly its recorded end, a free block before the next recorded one begins, on
+        ``max_rows``, and on ``max_bytes`` after the run of rows that reaches it. The
+        frame is admitted all or nothing by :meth:`_admit`'s room rule.
+        """
+        frame, records = prepared.frame, prepared.records
+        count = len(records)
+        if not count:
+            return ACCEPTED
+        offsets = self._position.offsets
+        if records[-1] >= len(offsets):
+            raise SinkError(
+                f"sink {self.name}: the frame's rows name records beyond the batch's "
+                f"{len(offsets)} offsets (effectively once needs the batch's offsets)",
+                ErrorClass.FATAL,
+            )
+        if any(records[i] > records[i + 1] for i in range(count - 1)):
+            raise SinkError(
+                f"sink {self.name}: under effectively_once a frame's rows must stay in "
+                "record order",
+                ErrorClass.FATAL,
+            )
+        router = self._router
+        if shards is None and router is not None:
+            shards = self._route_frame(router, frame, keys, count, lane)
+        by_shard: dict[int, list[int]] = {}
+        if shards is None:
+            by_shard[0] = list(range(count))
+        else:
+            for row, shard_index in enumerate(shards):
+                by_shard.setdefault(shard_index, []).append(row)
+        states = self._lanes.get(lane)
+        if states is None:
+            states = self._load_lane(lane, offsets[records[0]])
+            if states is None:
+                return Offer.REJECTED
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"sink {self.name} is closed")
+            for index, rows in by_shard.items():
+                shard = self._shards[index]
+                if shard.queue and self._room(shard, states[index].open, lane=True) < len(rows):
+                    return Offer.REJECTED
+            for index, rows in sorted(by_shard.items()):
+                shard = self._shards[index]
+                self._place_lane_rows(shard, states[index], lane, ack, frame, records, rows)
+        return ACCEPTED
+
+    def _place_lane_rows(
+        self,
+        shard: Shard,
+        state: _LaneBlocks,
+        lane: Lane,
+        ack: AckToken,
+        frame: object,
+        records: list[int],
+        rows: list[int],
+    ) -> None:
+        """Append ``rows`` of ``frame`` (whose rows come from ``records``) to ``state``'s
+        blocks, cut as rows one at a time would be (lock held; the frame was admitted)."""
+        count = len(records)
+        offsets = self._position.offsets
+        run: list[int] = []
+        batch: PoolBatch | None = state.open
+
+        def flush(block: PoolBatch) -> None:
+            part = frame if len(run) == count else self._take_rows(frame, run)
+            buffer = block.buffer
+            if not isinstance(buffer, FrameBuffer):
+                raise SinkError(
+                    f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL
+                )
+            block.nbytes += buffer.append_frame(part)
+            block.rows += len(run)
+            self._hold(block, ack)
+            run.clear()
+
+        for row in rows:
+            offset = offsets[records[row]]
+            last = state.last
+            pos = (offset, last[1] + 1 if last is not None and last[0] == offset else 0)
+            if batch is not None:
+                plan_last, limit = batch.plan_last, batch.limit
+                if (plan_last is not None and pos > plan_last) or (
+                    limit is not None and pos >= limit
+                ):
+                    if run:
+                        flush(batch)
+                    self._seal_lane(shard, state, "replay")
+                    batch = None
+            if batch is None:
+                batch = self._open_lane_batch(shard, state, lane, pos)
+            run.append(row)
+            state.last = pos
+            batch.last = pos
+            if batch.plan_last is not None:
+                if pos >= batch.plan_last:
+                    flush(batch)
+                    self._seal_lane(shard, state, "replay")
+                    batch = None
+            elif batch.rows + len(run) >= self._max_rows:
+                flush(batch)
+                self._seal_lane(shard, state, "max_rows")
+                batch = None
+        if run and batch is not None:
+            flush(batch)
+            if batch.plan_last is None and batch.nbytes >= self._max_bytes:
+                self._seal_lane(shard, state, "max_bytes")
 
     def _open_lane_batch(
         self, shard: Shard, state: _LaneBlocks, lane: Lane, pos: Position
