@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from spate import AckStatus, AckToken
-from spate.sink import Intent, ListRowBuffer, Offer, RecordPosition
+from spate.sink import Intent, Offer, RecordPosition
 
+from .test_pool_admission import _TupleBuffer
 from .test_pool_effectively_once import LANE, IntentEndpoints, eo_pool
 
 pl = pytest.importorskip("polars")
@@ -27,21 +28,13 @@ pl = pytest.importorskip("polars")
 RECORDS = [(10, 1), (11, 2), (13, 1), (14, 0), (15, 1), (20, 2), (21, 1), (22, 1), (30, 3)]
 
 
-class _FrameBuffer(ListRowBuffer):
-    __slots__ = ()
-
-    def append_frame(self, frame: Any) -> int:
-        self.rows.extend(frame)
-        return 10 * len(frame)
-
-
 class FrameIntentEndpoints(IntentEndpoints):
     """The intent endpoints taking frames: a prepared frame is a tuple of rows."""
 
     takes_frames = True
 
     def new_buffer(self, shard: int) -> Any:
-        return _FrameBuffer(row_bytes=10)
+        return _TupleBuffer(row_bytes=10)
 
     def prepare_frame(self, frame: Any) -> tuple[object, list[tuple[int, str]]]:
         return tuple(frame.drop("__spate_row").rows()), []

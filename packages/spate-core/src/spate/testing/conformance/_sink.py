@@ -538,19 +538,7 @@ class SinkConformance(ConfigConformance):
                 self._offer_batch(sink, offer, prepared, keys, token)
                 token.release(True)  # the chain is done with the batch
                 held.append((token, chunk))
-            check(
-                sink.flush(time.monotonic() + self.patience),
-                SINK_DURABLE,
-                f"flush() did not write the {kind} batches within {self.patience}s",
-            )
-            pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
-            check(
-                not pending,
-                SINK_DURABLE,
-                f"after a successful flush {len(pending)} acks of {kind} batches are not "
-                f"delivered: {pending}",
-            )
-            self._check_landed(held, f"after {kind} batches and flush()")
+            self._flush_delivers(sink, held, f"after {kind} batches and flush()")
             got = self.written()
             counts = [count_of(row, got) for row in rows]
             check(
@@ -566,6 +554,23 @@ class SinkConformance(ConfigConformance):
             self._check_released_once(f"after {kind} batches")
         finally:
             sink.close()
+
+    def _flush_delivers(
+        self, sink: Sink, held: list[tuple[AckToken, list[object]]], how: str
+    ) -> None:
+        """``flush()`` writes everything, every held ack is delivered, its rows landed."""
+        check(
+            sink.flush(time.monotonic() + self.patience),
+            SINK_DURABLE,
+            f"{how}: flush() did not write everything within {self.patience}s",
+        )
+        pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
+        check(
+            not pending,
+            SINK_DURABLE,
+            f"{how}: after a successful flush {len(pending)} acks are not delivered: {pending}",
+        )
+        self._check_landed(held, how)
 
     def _check_refusal(self, kind: str) -> None:
         sink = self.build_sink()
@@ -602,19 +607,13 @@ class SinkConformance(ConfigConformance):
                     "destination was down and never refused one: a full sink must answer "
                     "REJECTED, not buffer without bound",
                 )
-            assert refused is not None
+            if refused is None:  # unreachable: the check above raised
+                return
             token, chunk, prepared, keys = refused
             self._offer_batch(sink, offer, prepared, keys, token)  # the same batch again
             token.release(True)
             held.append((token, chunk))
-            check(
-                sink.flush(time.monotonic() + self.patience),
-                SINK_DURABLE,
-                f"flush() did not write everything within {self.patience}s after the outage",
-            )
-            pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
-            check(not pending, SINK_DURABLE, f"{len(pending)} acks not delivered after the outage")
-            self._check_landed(held, f"after a refused {kind} batch was offered again")
+            self._flush_delivers(sink, held, f"after a refused {kind} batch was offered again")
             missing = missing_from([r for _, c in held for r in c], self.written())
             check(
                 not missing,
