@@ -439,20 +439,24 @@ def test_b71_a_frame_chain_refuses_a_dead_letter_sink_and_no_chain_runs_on_rows(
     assert not isinstance(rows, FrameProcessor)
 
 
-def test_b90_a_frame_chain_is_refused_under_effectively_once() -> None:
-    """Frames carry no per-row positions yet: an explicit frame chain is refused."""
+def test_b145_a_frame_chain_runs_under_effectively_once_with_the_batch_offsets() -> None:
+    """B145: a frame chain compiles under effectively once, and each batch's offsets are
+    in the position cell while its frames are offered."""
     from spate.sink import RecordPosition
 
     pool, _ends, meter = make_pool()
-    with pytest.raises(ValueError, match="cannot run under delivery: effectively_once"):
-        compile_chain(
-            lambda ctx: ctx.frames().sink(),
-            deserializer=FrameDeser(),
-            sinks={"sink": pool},
-            meter=meter,
-            pipeline="p",
-            position=RecordPosition(),
-        )
+    position = RecordPosition()
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        position=position,
+    )
+    # The pool is at least once: it takes the frame, and the cell holds the offsets.
+    assert proc.process(batch([b"1", b"2"]), new_ack({})) is None
+    assert list(position.offsets) == [0, 1]
 
 
 def test_b144_a_frame_is_admitted_by_the_rows_room_rule_and_cut_at_max_rows() -> None:

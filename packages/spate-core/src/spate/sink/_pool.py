@@ -132,6 +132,9 @@ class _LaneFrame:
         self.frame = frame
         self.records = records
 
+    def __len__(self) -> int:
+        return len(self.records)
+
 
 class _Series(Protocol):
     def to_list(self) -> list[int]: ...
