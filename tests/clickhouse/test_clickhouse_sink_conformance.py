@@ -1,5 +1,6 @@
-"""The ClickHouse sink passes spate's sink conformance suite on an HTTP front (B2, B4, B9,
-B12, B17, B28, B29): each test gets a fresh table with a dedup window."""
+"""The ClickHouse sink passes spate's sink conformance suite on an HTTP front (B2, B4, B7,
+B9, B12, B17, B28, B29, B95): each test gets a fresh table with a dedup window; row
+batches (``offer_rows``) and frames (``offer_frame``) are checked as ``offer`` is."""
 
 from __future__ import annotations
 
@@ -82,6 +83,22 @@ class TestClickHouseSinkConformance(SinkConformance):
             {"name": "no id"},
             (2, "x", "1.234"),
         ]
+
+    def frame(self, rows: Sequence[object]) -> object | None:
+        import polars as pl
+
+        tuples = [row for row in rows if isinstance(row, tuple)]
+        return pl.DataFrame(
+            {
+                "id": pl.Series([r[0] for r in tuples], dtype=pl.UInt64),
+                "name": [r[1] for r in tuples],
+                "amount": pl.Series([r[2] for r in tuples], dtype=pl.String),
+                "__spate_row": pl.Series(range(len(tuples)), dtype=pl.UInt32),
+            }
+        )
+
+    def bad_frame_rows(self) -> Sequence[object]:
+        return [(2, "x", "1.234"), (3, "y", "12345678901.5")]
 
     def open_connector(self) -> tuple[SinkConnector, str] | None:
         config = decode(ClickHouseSinkConfig, dict(self.config()), "sink.clickhouse")

@@ -43,6 +43,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN = "tests.kafka._eo_split_chain:chains"
+ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
 WINDOW = "SETTINGS non_replicated_deduplication_window = 1000"
 
 
@@ -123,9 +124,12 @@ def _counts(client: Any, table: str) -> tuple[int, int]:
     return int(rows[0][0]), int(rows[0][1])
 
 
+@pytest.mark.parametrize("path", ["rows", "columns"])
 def test_b89_a_kill_before_the_broker_took_the_commit_duplicates_nothing(
-    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path
+    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str
 ) -> None:
+    """B89, and B145 on the columnar path (no chain: JSON decoded as columns)."""
+    chain = ["--chain", ROW_CHAIN] if path == "rows" else []
     front = chfront()
     client = front.client()
     _create(client, "events")
@@ -146,7 +150,7 @@ def test_b89_a_kill_before_the_broker_took_the_commit_duplicates_nothing(
     first = _config(
         tmp_path / "first.json", **common, first=True, batch={"max_rows": 2, "linger": "1h"}
     )
-    run = SpateRun(tmp_path, "run", str(first), env=_env())
+    run = SpateRun(tmp_path, "run", *chain, str(first), env=_env())
     try:
         run.until(lambda: _counts(client, "events")[0] == 400, "the first 400 rows", 300)
         # Several checkpoint intervals: the positions reach the source (stored, not sent).
@@ -167,8 +171,9 @@ def test_b89_a_kill_before_the_broker_took_the_commit_duplicates_nothing(
     again = _config(
         tmp_path / "again.json", **common, first=False, batch={"max_rows": 3, "linger": "1h"}
     )
-    restart = SpateRun(tmp_path, "run", str(again), env=_env())
+    restart = SpateRun(tmp_path, "run", *chain, str(again), env=_env())
     assert restart.wait(300) == 0, restart.text[-3000:]
+    assert ("columnar path" in restart.text) is (path == "columns")
     assert _counts(client, "events") == (600, 600)
     assert committed_offsets(kafka_bootstrap, group, topic) == {0: 600}
 

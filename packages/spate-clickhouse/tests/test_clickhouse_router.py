@@ -255,8 +255,13 @@ def test_b13_a_frame_is_placed_by_the_distributed_router_as_its_rows_would_be() 
     pa = pytest.importorskip("pyarrow")
 
     class FrameEndpoints(ScriptedEndpoints):
+        takes_frames = True
+
         def new_buffer(self, shard: int) -> Any:
             return FrameBuffer()
+
+        def prepare_frame(self, frame: Any) -> tuple[Any, list[tuple[int, str]]]:
+            return frame, []
 
         def take_rows(self, table: Any, rows: list[int]) -> Any:
             return table.take(pa.array(rows))

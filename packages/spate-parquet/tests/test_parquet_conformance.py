@@ -49,6 +49,19 @@ class TestParquetLocalFilesConformance(SinkConformance):
     def written(self) -> list[object]:
         return list(parquet_rows(local_files(self.workdir / "lake")))
 
+    def frame(self, rows: Sequence[object]) -> object | None:
+        import polars as pl
+
+        dicts = [row for row in rows if isinstance(row, dict)]
+        return pl.DataFrame(
+            {
+                "id": pl.Series([r["id"] for r in dicts], dtype=pl.Int64),
+                "name": [r["name"] for r in dicts],
+                "amount": pl.Series([r["amount"] for r in dicts], dtype=pl.Float64),
+                "__spate_row": pl.Series(range(len(dicts)), dtype=pl.UInt32),
+            }
+        )
+
     def bad_rows(self) -> Sequence[object]:
         return [
             {"id": "not a number", "name": "x", "amount": 1.0},

@@ -17,7 +17,7 @@ from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.ops import compile_chain
 from spate.records import PayloadBatch
-from spate.sink import BatchConfig, InflightConfig, PoolConfig, ShardConfig, SinkPool
+from spate.sink import BatchConfig, InflightConfig, Offer, PoolConfig, ShardConfig, SinkPool
 from spate.testing._scripted import ScriptedEndpoints
 
 pl = pytest.importorskip("polars")
@@ -47,6 +47,8 @@ class FrameBuffer:
 
 class FrameEndpoints(ScriptedEndpoints):
     """Scripted endpoints whose buffers hold Arrow tables; ``bad`` marks record errors."""
+
+    takes_frames = True
 
     def new_buffer(self, shard: int) -> Any:
         return FrameBuffer()
@@ -79,6 +81,7 @@ class FrameDeser:
 
     columnar = True
     on_error = ErrorPolicy.SKIP
+    takes_bytes = False
 
     def deserialize_batch(self, payloads: list[memoryview]) -> Any:
         from spate import DeserError
@@ -441,17 +444,56 @@ def test_b71_a_frame_chain_and_the_columnar_flagship_take_a_dead_letter_sink() -
     assert isinstance(plain, FrameProcessor)
 
 
-def test_b90_a_frame_chain_is_refused_under_effectively_once() -> None:
-    """Frames carry no per-row positions yet: an explicit frame chain is refused."""
+def test_b145_a_frame_chain_runs_under_effectively_once_with_the_batch_offsets() -> None:
+    """B145: a frame chain compiles under effectively once, and each batch's offsets are
+    in the position cell while its frames are offered."""
     from spate.sink import RecordPosition
 
     pool, _ends, meter = make_pool()
-    with pytest.raises(ValueError, match="cannot run under delivery: effectively_once"):
-        compile_chain(
-            lambda ctx: ctx.frames().sink(),
-            deserializer=FrameDeser(),
-            sinks={"sink": pool},
-            meter=meter,
-            pipeline="p",
-            position=RecordPosition(),
+    position = RecordPosition()
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+        position=position,
+    )
+    # The pool is at least once: it takes the frame, and the cell holds the offsets.
+    assert proc.process(batch([b"1", b"2"]), new_ack({})) is None
+    assert list(position.offsets) == [0, 1]
+
+
+def test_b144_a_frame_is_admitted_by_the_rows_room_rule_and_cut_at_max_rows() -> None:
+    """B144: a frame is admitted as rows and row batches are — by the room its shard's
+    open batch and queue have left, a shard with nothing queued always taking it — and
+    is cut at ``batch.max_rows`` like them; a refused frame retains nothing and is taken
+    whole once the queue has drained."""
+    pool, ends, _meter = make_pool(
+        batch=BatchConfig(max_rows=4), inflight=InflightConfig(max_per_shard=2)
+    )
+    values = iter(range(100))
+
+    def prepared(count: int) -> Any:
+        df = pl.DataFrame(
+            {"n": [next(values) for _ in range(count)], "__spate_row": pl.Series(range(count))}
         )
+        frame, bad = pool.prepare_frame(df)
+        assert not bad
+        return frame
+
+    ack = new_ack({})
+    assert pool.offer_frame(prepared(4), None, LANE, ack) is Offer.ACCEPTED  # sealed, queued
+    assert pool.offer_frame(prepared(1), None, LANE, ack) is Offer.ACCEPTED  # open: 1 row
+    four, nine = prepared(4), prepared(9)
+    for frame in (four, nine):
+        # One batch waits; the open one has room for 3 rows and the queue for no more.
+        held = ack.holders
+        assert pool.offer_frame(frame, None, LANE, ack) is Offer.REJECTED
+        assert ack.holders == held
+        pool.pump()
+        assert pool.offer_frame(frame, None, LANE, ack) is Offer.ACCEPTED
+    ack.release(True)
+    pool.tick()
+    assert [len(w.rows) for w in ends.written] == [4, 4, 4, 4, 2]
+    assert sorted(r for w in ends.written for r in w.rows) == [(n,) for n in range(18)]

@@ -58,6 +58,7 @@ class JsonDeserializer:
     """Base of the three framings: the policy the stage reads, and the record checks."""
 
     many: ClassVar[bool] = False
+    takes_bytes: ClassVar[bool] = False
 
     def __init__(
         self, *, on_error: ErrorPolicy, objects_only: bool, convert: Converter | None

@@ -91,6 +91,11 @@ class _Prepared:
 class ParquetSink(WindowedWriter[Window]):
     """Implements ``Sink``; see the module docstring."""
 
+    takes_frames = True
+    """A :class:`~spate.sink.FrameSink`: the columnar path hands it whole frames."""
+    frame_needs_keys = False
+    """Windows and partitions come from the frame's columns, never from record keys."""
+
     def __init__(
         self,
         name: str,

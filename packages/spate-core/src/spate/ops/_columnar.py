@@ -55,7 +55,7 @@ from spate.ops._stage import (
     deser_inputs,
 )
 from spate.records import PayloadBatch
-from spate.sink._contract import Sink
+from spate.sink._contract import BatchDeserializer, FrameSink, Sink
 
 logger = logging.getLogger(__name__)
 
@@ -73,21 +73,21 @@ class FrameProcessor:
         self._pl = pl
         self.spec = spec
         self._rt = rt
-        decode = getattr(deserializer, "deserialize_batch", None)
-        if decode is None or getattr(deserializer, "columnar", True) is None:
+        if not isinstance(deserializer, BatchDeserializer) or deserializer.columnar is None:
             raise ValueError(
                 "frame operators need a columnar deserializer (Avro records or unions of "
                 "records, JSON single or ndjson objects, Protobuf messages of a type with a "
                 "columnar form, with spate[columnar] installed); "
                 "use a row chain (ctx.chain())"
             )
-        self._decode = decode
-        self._takes_bytes = getattr(deserializer, "takes_bytes", False) is True
+        self._decode = deserializer.deserialize_batch
+        self._takes_bytes = deserializer.takes_bytes is True
         names = list(sinks)
-        self._sinks = list(sinks.values())
+        self._sinks: list[FrameSink] = []
         for name, sink in sinks.items():
-            if not hasattr(sink, "offer_frame") or not hasattr(sink, "prepare_frame"):
+            if not isinstance(sink, FrameSink):
                 raise ValueError(f"sink {name} cannot take columns; use a row chain")
+            self._sinks.append(sink)
         self._routes: list[tuple[int, Any]] = []
         for route in spec.routes:
             if route.sink is None:
@@ -153,7 +153,7 @@ class FrameProcessor:
     def _prepare(self, batch: PayloadBatch) -> HeldBatch | None:
         rt = self._rt
         try:
-            decoded = self._decode(deser_inputs(batch, self._takes_bytes))
+            decoded: Any = self._decode(deser_inputs(batch, self._takes_bytes))
         except DeserError as exc:
             if exc.kind is DeserErrorKind.NOT_READY:
                 return None
@@ -237,7 +237,7 @@ class FrameProcessor:
         items: list[tuple[int, OfferHeld, int]],
         letters: Letters,
     ) -> None:
-        sink: Any = self._sinks[sink_index]
+        sink = self._sinks[sink_index]
         rows: list[int] | None = (
             df.get_column(ROW_COLUMN).to_list() if ROW_COLUMN in df.columns else None
         )
@@ -248,7 +248,7 @@ class FrameProcessor:
         if not count:
             return
         keys: list[bytes | None] | None = None
-        if getattr(sink, "frame_needs_keys", False):
+        if sink.frame_needs_keys:
             source_keys = batch.keys
             keys = [source_keys[r] for r in records] if records is not None else [None] * count
         items.append((sink_index, functools.partial(sink.offer_frame, frame, keys), count))

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorPolicy
 from spate.metrics._meter import Meter
 from spate.ops._builder import Chain, ChainContext, ChainSpec, SinkTerminal, build_chain
 from spate.ops._codegen import FusedChain
-from spate.ops._contract import BatchProcessor
+from spate.ops._contract import BatchProcessor, Stalled
 from spate.ops._deadletter import DeadLetter
 from spate.ops._deser import Deserializer, ManyDeserializer
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
-from spate.sink._contract import Sink
+from spate.records import PayloadBatch
+from spate.sink._contract import Sink, decodes_columns, takes_frames
 from spate.sink._intents import RecordPosition
+
+if TYPE_CHECKING:
+    from spate.ops._columnar import FrameProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -53,20 +58,14 @@ def compile_chain(
     ``on_record_error`` attribute (else ``fail``). Raises ``ValueError`` when the chain
     names a sink that does not exist. Called once, on the pipeline thread, at start.
     ``position`` (effectively-once delivery, B88) is set to each record's offset before
-    its rows are offered; it keeps the pipeline on the row path.
+    its rows are offered; on the columnar path, to the batch's offsets before its frames
+    are offered (B145).
     """
     if callable(chain) and not isinstance(chain, (Chain, ChainSpec)):
         chain = build_chain(chain, sinks)  # the user's chains(ctx): a row or frame chain
     frames = _frame_spec(chain, deserializer, sinks, interpreted)
-    if frames is not None and position is not None:
-        if chain is not None:
-            raise ValueError(
-                "a frame chain (ctx.frames()) cannot run under delivery: effectively_once "
-                "yet; use a row chain (ctx.chain())"
-            )
-        frames = None  # the no-chain pipeline runs on rows, where positions are known
     if frames is not None:
-        return _compile_frames(
+        processor = _compile_frames(
             frames,
             deserializer=deserializer,
             sinks=sinks,
@@ -78,6 +77,7 @@ def compile_chain(
             deser_component=deser_component,
             dead_letter=dead_letter,
         )
+        return processor if position is None else _BatchPositions(processor, position)
     if chain is None:
         if len(sinks) != 1:
             raise ValueError(
@@ -112,11 +112,9 @@ def compile_chain(
 def columnar_capable(deserializer: object, sinks: Mapping[str, Sink]) -> bool:
     """Whether the no-chain pipeline can run columnar: a columnar deserializer and sinks
     that take frames (``spate[columnar]`` installed)."""
-    if getattr(deserializer, "columnar", None) is None:
+    if not decodes_columns(deserializer):
         return False
-    if not all(
-        hasattr(s, "offer_frame") and getattr(s, "takes_frames", True) for s in sinks.values()
-    ):
+    if not all(takes_frames(s) for s in sinks.values()):
         return False
     try:
         import polars  # noqa: F401
@@ -159,7 +157,7 @@ def _compile_frames(
     component: str,
     deser_component: str,
     dead_letter: DeadLetter | None,
-) -> BatchProcessor:
+) -> FrameProcessor:
     from spate.ops._builder import SplitTerminal
     from spate.ops._columnar import FrameProcessor
 
@@ -181,6 +179,27 @@ def _compile_frames(
     processor = FrameProcessor(spec, rt, deserializer, sinks)
     logger.info("pipeline %s runs on the columnar path: %s", pipeline, processor.describe())
     return processor
+
+
+class _BatchPositions:
+    """A frame processor under effectively once: the position cell holds each batch's
+    offsets while its frames are offered, so the sinks place every row by its record's
+    offset (B88, B145). A resumed batch sets them again."""
+
+    __slots__ = ("_inner", "_position")
+
+    def __init__(self, inner: FrameProcessor, position: RecordPosition) -> None:
+        self._inner = inner
+        self._position = position
+
+    def process(
+        self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
+    ) -> Stalled | None:
+        self._position.offsets = batch.offsets
+        return self._inner.process(batch, ack, resume)
+
+    def describe(self) -> str:
+        return self._inner.describe()
 
 
 def _no_route(value: object, out: object) -> None:  # pragma: no cover - never called

@@ -64,7 +64,7 @@ from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import Offer, Sink, takes_rows
+from spate.sink._contract import Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._held import HeldErrors, Origin, RecordCell, bind_held_errors
 from spate.sink._intents import RecordPosition
 
@@ -171,11 +171,17 @@ class ChainRuntime:
             _record_policy(s, record_policy) for s in sink_objs
         )
         self.sinks = sink_objs
-        self.batched: tuple[bool, ...] = tuple(
-            position is None and takes_rows(s) and policy is not ErrorPolicy.DEAD_LETTER
+        self.row_sinks: tuple[RowBatchSink | None, ...] = tuple(
+            s
+            if isinstance(s, RowBatchSink)
+            and position is None
+            and takes_rows(s)
+            and policy is not ErrorPolicy.DEAD_LETTER
+            else None
             for s, policy in zip(sink_objs, self.record_policies, strict=True)
         )
-        """Per sink: whether the loop collects its rows for one call per batch (B95)."""
+        """Per sink: the sink when the loop collects its rows for one call per batch (B95)."""
+        self.batched: tuple[bool, ...] = tuple(s is not None for s in self.row_sinks)
 
         # Terminal.
         self.sink_index: int | None = None
@@ -625,8 +631,10 @@ class ChainRuntime:
         for index, rows in enumerate(collected):
             if rows is None or not rows[0]:
                 continue
+            sink = self.row_sinks[index]
+            if sink is None:
+                raise RuntimeError(f"rows collected for {self.sink_names[index]}, not batched")
             values, records = rows
-            sink: Any = self.sinks[index]
             prepare = functools.partial(
                 sink.prepare_rows, values, list(map(keys.__getitem__, records)), batch.lane
             )

@@ -8,25 +8,33 @@ batching, retries, breakers, acks and metrics. Their config models embed
 
 from spate.sink._breaker import Breaker, BreakerState
 from spate.sink._contract import (
+    BatchDeserializer,
+    FrameSink,
     LaneFlushingSink,
     Offer,
     ReplayingSink,
     RowBatchSink,
     Sink,
+    decodes_columns,
     flush_lanes,
+    takes_frames,
     takes_rows,
 )
 from spate.sink._intents import Intent, IntentWriter, RecordPosition
 from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._pool import SinkPool
 from spate.sink._retry import Backoff
-from spate.sink._router import Router, WeightedHashRouter, fnv1a_64
+from spate.sink._router import Router, StartingRouter, WeightedHashRouter, fnv1a_64
 from spate.sink._spool import SpoolConfig, SpoolTier
 from spate.sink._store import BatchRef, JsonlStore, SpoolCorruptError, SpoolStore, StoredBatch
 from spate.sink._tee import TeeSink
 from spate.sink._writer import (
+    FrameBuffer,
+    FrameConnector,
     ListRowBuffer,
+    RowBatchConnector,
     RowBlock,
+    RowBlockBuffer,
     RowBuffer,
     ShardWriter,
     SinkConnector,
@@ -46,10 +54,14 @@ from spate.sink.config import (
 __all__ = [
     "Backoff",
     "BatchConfig",
+    "BatchDeserializer",
     "BatchRef",
     "Breaker",
     "BreakerConfig",
     "BreakerState",
+    "FrameBuffer",
+    "FrameConnector",
+    "FrameSink",
     "InflightConfig",
     "Intent",
     "IntentWriter",
@@ -65,8 +77,10 @@ __all__ = [
     "ReplayingSink",
     "RetryConfig",
     "Router",
+    "RowBatchConnector",
     "RowBatchSink",
     "RowBlock",
+    "RowBlockBuffer",
     "RowBuffer",
     "ShardConfig",
     "ShardWriter",
@@ -77,12 +91,15 @@ __all__ = [
     "SpoolCorruptError",
     "SpoolStore",
     "SpoolTier",
+    "StartingRouter",
     "StoredBatch",
     "TeeSink",
     "WeightedHashRouter",
     "WriteBatch",
+    "decodes_columns",
     "estimate_row_bytes",
     "flush_lanes",
     "fnv1a_64",
+    "takes_frames",
     "takes_rows",
 ]

@@ -23,6 +23,16 @@ over in two calls — ``prepare_rows`` checks them (per column where it can) and
 rows it cannot take, which become record errors for those records alone; ``offer_rows``
 takes the rest all or nothing. The chain asks :func:`takes_rows`; every other sink (a
 third-party sink, a spool tier, a tee) keeps getting one :meth:`Sink.offer` per row.
+
+The columnar path hands a sink a source batch's rows as one frame (:class:`FrameSink`):
+``prepare_frame`` checks it per column and names the rows it cannot take, as
+``prepare_rows`` does; ``offer_frame`` takes the rest all or nothing. The chain asks
+:func:`takes_frames`, and decodes a batch as columns only with a
+:class:`BatchDeserializer` whose ``columnar`` decoder is present.
+
+Every capability is a declared :class:`~typing.Protocol` checked once, when the chain is
+compiled or the revocation asks (``isinstance``), never probed attribute by attribute
+on the per-batch path.
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ class Sink(Protocol):
         ...
 
 
+@runtime_checkable
 class LaneFlushingSink(Sink, Protocol):
     """A sink that can write out the rows of some lanes only (B40)."""
 
@@ -119,6 +130,7 @@ class ReplayingSink(Sink, Protocol):
         ...
 
 
+@runtime_checkable
 class RowBatchSink(Sink, Protocol):
     """A sink that takes a source batch's rows in one call (B95).
 
@@ -146,17 +158,76 @@ class RowBatchSink(Sink, Protocol):
         ...
 
 
+@runtime_checkable
+class FrameSink(Sink, Protocol):
+    """A sink that takes a source batch's rows as one frame (the columnar path).
+
+    ``takes_frames`` says whether it does so now (a ClickHouse sink that evolves its table
+    does not); ``frame_needs_keys`` whether :meth:`offer_frame` needs the records' keys (a
+    router placing rows by their key).
+    """
+
+    takes_frames: bool
+    frame_needs_keys: bool
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """Check ``frame`` per column; hold nothing. Never blocks.
+
+        Returns the frame to hand to :meth:`offer_frame` and the rows that cannot be
+        written as ``(position, reason)``: record errors for those rows alone (B28). A
+        whole-frame problem raises ``SinkError``.
+        """
+        ...
+
+    def offer_frame(
+        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+    ) -> Offer:
+        """Take every row of a prepared frame, or none of them for now (``REJECTED``; the
+        chain offers the same frame again later, B7, B8). ``keys`` are the rows' record
+        keys when :attr:`frame_needs_keys`, else None. Never blocks."""
+        ...
+
+
+@runtime_checkable
+class BatchDeserializer(Protocol):
+    """A deserializer that decodes a whole source batch into columns (the columnar path).
+
+    ``columnar`` is its columnar decoder, or None when it has none (``spate[columnar]``
+    not installed, or a framing or schema the decoder does not cover): the pipeline then
+    runs on rows. ``takes_bytes``: it is handed the batch's whole ``bytes`` payloads
+    when the source has them (no view per record, B97).
+    """
+
+    columnar: object | None
+    takes_bytes: bool
+
+    def deserialize_batch(self, payloads: Sequence[bytes | memoryview]) -> object:
+        """Decode ``payloads`` as columns: ``(frames, errors, ...)`` as the connector's
+        columnar decoder documents. Pipeline thread."""
+        ...
+
+
 def takes_rows(sink: Sink) -> bool:
     """Whether the chain hands ``sink`` a source batch's rows at once (B95); a sink that
     does not implement :class:`RowBatchSink` gets one :meth:`Sink.offer` per row."""
-    return getattr(sink, "takes_rows", False) is True and hasattr(sink, "offer_rows")
+    return isinstance(sink, RowBatchSink) and sink.takes_rows is True
+
+
+def takes_frames(sink: Sink) -> bool:
+    """Whether ``sink`` takes frames now (:class:`FrameSink` with ``takes_frames``)."""
+    return isinstance(sink, FrameSink) and sink.takes_frames is True
+
+
+def decodes_columns(deserializer: object) -> bool:
+    """Whether ``deserializer`` can decode batches as columns now: a
+    :class:`BatchDeserializer` with its columnar decoder present."""
+    return isinstance(deserializer, BatchDeserializer) and deserializer.columnar is not None
 
 
 def flush_lanes(sink: Sink, lanes: Collection[Lane], deadline: float) -> bool:
-    """Write out what ``sink`` holds of ``lanes``: its ``flush_lanes`` when it has one,
-    else everything (:meth:`Sink.flush`, for sinks written without per-lane flush)."""
-    by_lane = getattr(sink, "flush_lanes", None)
-    if by_lane is None:
-        return sink.flush(deadline)
-    done: bool = by_lane(lanes, deadline)
-    return done
+    """Write out what ``sink`` holds of ``lanes``: its ``flush_lanes`` when it is a
+    :class:`LaneFlushingSink`, else everything (:meth:`Sink.flush`, for sinks written
+    without per-lane flush)."""
+    if isinstance(sink, LaneFlushingSink):
+        return sink.flush_lanes(lanes, deadline)
+    return sink.flush(deadline)

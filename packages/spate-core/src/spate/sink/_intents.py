@@ -12,7 +12,9 @@ rows at exactly the recorded boundaries, so the rebuilt block carries the same t
 ClickHouse drops it when the first insert had landed (docs/adr/0006).
 
 :class:`RecordPosition` is the cell the chain sets to the offset of the record it is
-processing; the pool reads it in ``offer``. :class:`IntentWriter` is what a connector's
+processing; the pool reads it in ``offer``. The columnar path sets it to the offsets of
+the whole batch instead, and the pool finds each row's offset through the row's record
+index (``offer_frame``). :class:`IntentWriter` is what a connector's
 shard writer implements to keep intents (the ClickHouse connector: a state table).
 
 Ownership (B125): a lane's owner *claims* it on each shard before reading its intents,
@@ -26,6 +28,7 @@ intent overlaps (docs/adr/0006).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from spate.records import Lane
@@ -40,10 +43,13 @@ rows for one (sink, shard)."""
 class RecordPosition:
     """The offset of the record the chain is processing (set per record, read by sinks)."""
 
-    __slots__ = ("offset",)
+    __slots__ = ("offset", "offsets")
 
     def __init__(self) -> None:
         self.offset = -1
+        self.offsets: Sequence[int] = ()
+        """The offsets of the batch a path offers at once (the columnar path): a frame's
+        rows name their records by their index in it."""
 
 
 class Intent(NamedTuple):

@@ -49,8 +49,8 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from spate._clock import Clock
 from spate.checkpoint._ack import AckToken, release_all
@@ -62,9 +62,18 @@ from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._retry import Backoff
-from spate.sink._router import Router, WeightedHashRouter
+from spate.sink._router import Router, StartingRouter, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
-from spate.sink._writer import RowBlock, SinkConnector, WriteBatch
+from spate.sink._writer import (
+    FrameBuffer,
+    FrameConnector,
+    RowBatchConnector,
+    RowBlock,
+    RowBlockBuffer,
+    RowBuffer,
+    SinkConnector,
+    WriteBatch,
+)
 from spate.sink.config import PoolConfig, ShardConfig
 
 if TYPE_CHECKING:
@@ -106,6 +115,57 @@ class _PreparedRows:
 
     def __init__(self, parts: list[tuple[int, RowBlock]]) -> None:
         self.parts = parts
+
+
+ROW_COLUMN = "__spate_row"
+"""The column of a frame giving each row's record index in its batch (the columnar path
+adds it; ``spate.ops._columnar`` names it too)."""
+
+
+class _LaneFrame:
+    """A frame :meth:`SinkPool.prepare_frame` checked under effectively once, with the
+    record index of each of its rows."""
+
+    __slots__ = ("frame", "records")
+
+    def __init__(self, frame: object, records: list[int]) -> None:
+        self.frame = frame
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class _Series(Protocol):
+    def to_list(self) -> list[int]: ...
+
+
+@runtime_checkable
+class _RowFrame(Protocol):
+    """A frame as the columnar path offers it (a polars DataFrame)."""
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    def get_column(self, name: str) -> _Series: ...
+
+
+class _Column(Protocol):
+    def to_pylist(self) -> list[object]: ...
+
+
+@runtime_checkable
+class _ColumnFrame(Protocol):
+    """A prepared frame whose columns can be read by name (an Arrow table)."""
+
+    def column(self, name: str) -> _Column: ...
+
+
+def _rows_of(frame: object) -> int:
+    """Rows of a prepared frame (an Arrow table or anything with a length)."""
+    if not isinstance(frame, Sized):
+        raise SinkError(f"a frame must have a length, got {type(frame).__name__}", ErrorClass.FATAL)
+    return len(frame)
 
 
 class SinkPool:
@@ -151,6 +211,8 @@ class SinkPool:
         self.config = cfg
         self.on_record_error: ErrorPolicy = cfg.on_record_error
         self._connector = connector
+        self._row_connector = connector if isinstance(connector, RowBatchConnector) else None
+        self._frame_connector = connector if isinstance(connector, FrameConnector) else None
         self._clock = clock
         self._budget = budget
         self._io_threads = io_threads
@@ -270,12 +332,12 @@ class SinkPool:
             raise SinkError(f"{where}: {exc!r}", ErrorClass.FATAL) from exc
 
     def _start_router(self) -> None:
-        """Start a router that has a ``start()`` (it may need what the probes learned)."""
-        start = getattr(self._router, "start", None)
-        if start is None:
+        """Start a :class:`~spate.sink.StartingRouter` (it may need what the probes learned)."""
+        router = self._router
+        if not isinstance(router, StartingRouter):
             return
         try:
-            start()
+            router.start()
         except SinkError as exc:
             raise SinkError(f"sink {self.name}: {exc.reason}", ErrorClass.FATAL) from exc
         except Exception as exc:
@@ -339,12 +401,8 @@ class SinkPool:
         """Whether the chain may hand this pool a source batch's rows at once: the
         connector checks rows per column (``prepare_rows``), and each row is not placed by
         its own offset (effectively once stays per row)."""
-        connector = self._connector
-        return (
-            not self.effectively_once
-            and hasattr(connector, "prepare_rows")
-            and getattr(connector, "takes_rows", True) is True
-        )
+        connector = self._row_connector
+        return not self.effectively_once and connector is not None and connector.takes_rows is True
 
     def prepare_rows(
         self, rows: list[object], keys: Sequence[bytes | None], lane: Lane
@@ -376,7 +434,10 @@ class SinkPool:
         else:
             placed = []
         unplaced = bool(bad)
-        block, refused = self._connector.prepare_rows(rows)  # type: ignore[attr-defined]
+        connector = self._row_connector
+        if connector is None:
+            raise SinkError(f"sink {self.name} cannot take rows at once", ErrorClass.FATAL)
+        block, refused = connector.prepare_rows(rows)
         if refused:
             shard_errors = [s.m_errors["record"] for s in self._shards]
             for position, error in refused:
@@ -406,48 +467,83 @@ class SinkPool:
     def offer_rows(self, prepared: object, lane: Lane, ack: AckToken) -> Offer:
         """Append prepared rows to their shards' open batches, all or nothing (B95).
 
-        A batch still seals at ``batch.max_rows`` (the rows are cut there) and on
-        ``batch.max_bytes`` after the rows that reach it. Refuses the whole while a target
-        shard has no room for its rows (B7): room is what its open batch and the sealed
-        batches its queue may still take, as for rows offered one at a time; a shard with
-        nothing queued always takes its rows, even more than that.
+        Admitted by :meth:`_admit`, the one rule rows, row batches and frames share
+        (B7, B144): the whole is refused while a target shard has no room for its rows.
         """
-        assert isinstance(prepared, _PreparedRows)
-        max_rows = self._max_rows
+        if not isinstance(prepared, _PreparedRows):
+            raise SinkError(
+                f"sink {self.name}: offer_rows takes what prepare_rows returned", ErrorClass.FATAL
+            )
+        parts = [(self._shards[index], block, len(block)) for index, block in prepared.parts]
         with self._cond:
-            if self._closed:
-                raise RuntimeError(f"sink {self.name} is closed")
-            for index, block in prepared.parts:
-                shard = self._shards[index]
-                if shard.queue and self._room(shard) < len(block):
-                    return Offer.REJECTED
-            for index, block in prepared.parts:
-                shard = self._shards[index]
-                count = len(block)
-                start = 0
-                while start < count:
-                    batch = shard.open
-                    if batch is None:
-                        batch = self._open_batch(shard, force=True)
-                        assert batch is not None
-                    take = min(count - start, max_rows - batch.rows)
-                    part = block if take == count else block.slice(start, start + take)
-                    batch.nbytes += batch.buffer.append_rows(part)  # type: ignore[attr-defined]
-                    batch.rows += take
-                    start += take
-                    if ack is not batch.last_ack:
-                        batch.hold(ack)
-                    self._acquire(batch)
-                    if batch.rows >= max_rows:
-                        self._seal(shard, "max_rows")
-                    elif batch.nbytes >= self._max_bytes:
-                        self._seal(shard, "max_bytes")
+            return self._admit(parts, ack, self._append_block)
+
+    def _append_block(self, buffer: RowBuffer, block: object, start: int, stop: int) -> int:
+        """Append rows ``start:stop`` of a prepared :class:`RowBlock` (lock held)."""
+        if not isinstance(buffer, RowBlockBuffer) or not isinstance(block, RowBlock):
+            raise SinkError(
+                f"sink {self.name}: its buffers cannot take row blocks", ErrorClass.FATAL
+            )
+        whole = start == 0 and stop == len(block)
+        return buffer.append_rows(block if whole else block.slice(start, stop))
+
+    def _admit(
+        self,
+        parts: Sequence[tuple[Shard, object, int]],
+        ack: AckToken,
+        append: Callable[[RowBuffer, object, int, int], int],
+    ) -> Offer:
+        """Admit ``parts`` — ``(shard, rows, count)``, rows in any form ``append`` adds
+        to a buffer — all or nothing (lock held; B7, B95, B144).
+
+        The one room rule: a shard refuses ``count`` rows while it has sealed batches
+        waiting and fewer than ``count`` rows of room (:meth:`_room`: what its open batch
+        and its queue's free places may still take); a shard with nothing queued always
+        takes them, so a batch larger than the room is taken once the queue has drained
+        and never waits forever. Rows are cut at ``batch.max_rows`` (batches opened past
+        the queue limit by an admitted part are forced); a batch seals on ``max_bytes``
+        after the rows that reach it. Each batch holds ``ack`` once (:meth:`_hold`).
+        :meth:`offer` is this routine for one row, written out for the per-row path: one
+        row has no room exactly when its shard has no open batch and a full queue.
+        """
+        if self._closed:
+            raise RuntimeError(f"sink {self.name} is closed")
+        for shard, _part, count in parts:
+            if shard.queue and self._room(shard) < count:
+                return Offer.REJECTED
+        max_rows = self._max_rows
+        for shard, part, count in parts:
+            start = 0
+            while start < count:
+                batch = shard.open
+                if batch is None:
+                    batch = self._open_batch(shard, force=True)
+                    assert batch is not None
+                stop = min(count, start + max_rows - batch.rows)
+                batch.nbytes += append(batch.buffer, part, start, stop)
+                batch.rows += stop - start
+                start = stop
+                self._hold(batch, ack)
+                if batch.rows >= max_rows:
+                    self._seal(shard, "max_rows")
+                elif batch.nbytes >= self._max_bytes:
+                    self._seal(shard, "max_bytes")
         return ACCEPTED
 
-    def _room(self, shard: Shard) -> int:
-        """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held)."""
+    def _hold(self, batch: PoolBatch, ack: AckToken) -> None:
+        """``batch`` holds ``ack`` (retained once per batch) and the budget its rows
+        count (lock held); rows, row batches and frames all hold their acks here."""
+        if ack is not batch.last_ack:
+            batch.hold(ack)
+        self._acquire(batch)
+
+    def _room(self, shard: Shard, batch: PoolBatch | None = None, lane: bool = False) -> int:
+        """Rows ``shard`` takes now before refusing, as :meth:`offer` counts (lock held):
+        its open batch's room and its queue's free places. ``lane``: the open batch is
+        ``batch``, a lane block (effectively once), not the shard's."""
         free = self._queue_limit - len(shard.queue)
-        batch = shard.open
+        if not lane:
+            batch = shard.open
         if batch is None:
             return max(free, 0) * self._max_rows
         return self._max_rows - batch.rows + max(free - 1, 0) * self._max_rows
@@ -457,8 +553,8 @@ class SinkPool:
     @property
     def takes_frames(self) -> bool:
         """Whether the connector takes columns (a sink that evolves its table does not)."""
-        connector = self._connector
-        return hasattr(connector, "prepare_frame") and getattr(connector, "takes_frames", True)
+        connector = self._frame_connector
+        return connector is not None and connector.takes_frames is True
 
     @property
     def frame_needs_keys(self) -> bool:
@@ -470,11 +566,25 @@ class SinkPool:
 
         Bad rows (position, reason) are record errors for those records alone (B28).
         """
-        prepare = getattr(self._connector, "prepare_frame", None)
-        if prepare is None:
+        connector = self._frame_connector
+        if connector is None:
             raise SinkError(f"sink {self.name} cannot take columns", ErrorClass.FATAL)
-        result: tuple[object, list[tuple[int, str]]] = prepare(frame)
-        return result
+        if not self.effectively_once:
+            return connector.prepare_frame(frame)
+        # Effectively once places each row by its record's offset: keep the rows' record
+        # indexes (the frame's row column) past the connector's check, which drops it.
+        if not isinstance(frame, _RowFrame) or ROW_COLUMN not in frame.columns:
+            raise SinkError(
+                f"sink {self.name}: under effectively_once a frame must keep its "
+                f"{ROW_COLUMN} column (the record of each row)",
+                ErrorClass.FATAL,
+            )
+        records = frame.get_column(ROW_COLUMN).to_list()
+        table, bad = connector.prepare_frame(frame)
+        if bad:
+            dropped = {position for position, _ in bad}
+            records = [r for i, r in enumerate(records) if i not in dropped]
+        return _LaneFrame(table, records), bad
 
     def offer_frame(
         self,
@@ -494,50 +604,49 @@ class SinkPool:
         ``SinkError(RECORD)`` naming the sink (nothing is held).
         """
         if self.effectively_once:
-            raise SinkError(
-                f"sink {self.name}: effectively_once does not take frames (columnar path)",
-                ErrorClass.FATAL,
-            )
-        count = len(frame)  # type: ignore[arg-type]
+            if not isinstance(frame, _LaneFrame):
+                raise SinkError(
+                    f"sink {self.name}: offer_frame takes what prepare_frame returned",
+                    ErrorClass.FATAL,
+                )
+            return self._offer_lane_frame(frame, keys, lane, ack, shards)
+        count = _rows_of(frame)
         if not count:
             return ACCEPTED
         router = self._router
         parts: list[tuple[Shard, object]]
-        if shards is None and router is None:
+        if shards is None and router is not None:
+            shards = self._route_frame(router, frame, keys, count, lane)
+        if shards is None:
             parts = [(self._shards[0], frame)]
         else:
-            if shards is None:
-                shards = self._route_frame(router, frame, keys, count, lane)  # type: ignore[arg-type]
             by_shard: dict[int, list[int]] = {}
             for position, shard_index in enumerate(shards):
                 by_shard.setdefault(shard_index, []).append(position)
-            take = self._connector.take_rows  # type: ignore[attr-defined]
+            take = self._take_rows
             parts = [
                 (self._shards[i], frame if len(rows) == count else take(frame, rows))
                 for i, rows in sorted(by_shard.items())
             ]
         with self._cond:
-            for shard, _part in parts:
-                if shard.open is None and len(shard.queue) >= self._queue_limit:
-                    return Offer.REJECTED
-                if self._closed:
-                    raise RuntimeError(f"sink {self.name} is closed")
-            for shard, part in parts:
-                batch = shard.open
-                if batch is None:
-                    batch = self._open_batch(shard)
-                    if batch is None:  # pragma: no cover - checked above under the lock
-                        return Offer.REJECTED
-                size = batch.buffer.append_frame(part)  # type: ignore[attr-defined]
-                batch.rows += len(part)  # type: ignore[arg-type]
-                batch.nbytes += size
-                batch.hold(ack)
-                self._acquire(batch)
-                if batch.rows >= self._max_rows:
-                    self._seal(shard, "max_rows")
-                elif batch.nbytes >= self._max_bytes:
-                    self._seal(shard, "max_bytes")
-        return ACCEPTED
+            return self._admit(
+                [(shard, part, _rows_of(part)) for shard, part in parts], ack, self._append_frame
+            )
+
+    def _append_frame(self, buffer: RowBuffer, frame: object, start: int, stop: int) -> int:
+        """Append rows ``start:stop`` of a prepared frame (lock held)."""
+        if not isinstance(buffer, FrameBuffer):
+            raise SinkError(f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL)
+        if start == 0 and stop == _rows_of(frame):
+            return buffer.append_frame(frame)
+        return buffer.append_frame(self._take_rows(frame, list(range(start, stop))))
+
+    def _take_rows(self, frame: object, rows: list[int]) -> object:
+        """The rows of a prepared frame at ``rows`` (the connector's ``take_rows``)."""
+        connector = self._frame_connector
+        if connector is None:
+            raise SinkError(f"sink {self.name} cannot split frames", ErrorClass.FATAL)
+        return connector.take_rows(frame, rows)
 
     def _route_frame(
         self,
@@ -553,7 +662,13 @@ class SinkPool:
         if column is None:
             values = list(keys) if keys is not None else [None] * count
         else:
-            values = frame.column(column).to_pylist()  # type: ignore[attr-defined]
+            if not isinstance(frame, _ColumnFrame):
+                raise SinkError(
+                    f"sink {self.name}: a frame routed by column {column!r} must be an Arrow "
+                    f"table, got {type(frame).__name__}",
+                    ErrorClass.FATAL,
+                )
+            values = frame.column(column).to_pylist()
         try:
             return router.route_column(values, lane)
         except SinkError as exc:  # a value the router cannot place: a record error
@@ -773,6 +888,129 @@ class SinkPool:
             elif batch.nbytes >= self._max_bytes:
                 self._seal_lane(shard, state, "max_bytes")
         return Offer.ACCEPTED
+
+    def _offer_lane_frame(
+        self,
+        prepared: _LaneFrame,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None,
+    ) -> Offer:
+        """:meth:`offer_frame` under ``effectively_once``: each row goes to its (shard,
+        lane) block at the position its record's offset gives it, as :meth:`_offer_lane`
+        places rows one at a time (B88, B89, B145).
+
+        A row's offset is the batch's offset (:attr:`RecordPosition.offsets`) at the row's
+        record index; its index among that record's rows for the shard counts on from the
+        lane's last row. Rows are cut where one at a time they would be: a replayed block
+        at exactly its recorded end, a free block before the next recorded one begins, on
+        ``max_rows``, and on ``max_bytes`` after the run of rows that reaches it. The
+        frame is admitted all or nothing by :meth:`_admit`'s room rule.
+        """
+        frame, records = prepared.frame, prepared.records
+        count = len(records)
+        if not count:
+            return ACCEPTED
+        offsets = self._position.offsets
+        if records[-1] >= len(offsets):
+            raise SinkError(
+                f"sink {self.name}: the frame's rows name records beyond the batch's "
+                f"{len(offsets)} offsets (effectively once needs the batch's offsets)",
+                ErrorClass.FATAL,
+            )
+        if any(records[i] > records[i + 1] for i in range(count - 1)):
+            raise SinkError(
+                f"sink {self.name}: under effectively_once a frame's rows must stay in "
+                "record order",
+                ErrorClass.FATAL,
+            )
+        router = self._router
+        if shards is None and router is not None:
+            shards = self._route_frame(router, frame, keys, count, lane)
+        by_shard: dict[int, list[int]] = {}
+        if shards is None:
+            by_shard[0] = list(range(count))
+        else:
+            for row, shard_index in enumerate(shards):
+                by_shard.setdefault(shard_index, []).append(row)
+        states = self._lanes.get(lane)
+        if states is None:
+            states = self._load_lane(lane, offsets[records[0]])
+            if states is None:
+                return Offer.REJECTED
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"sink {self.name} is closed")
+            for index, rows in by_shard.items():
+                shard = self._shards[index]
+                if shard.queue and self._room(shard, states[index].open, lane=True) < len(rows):
+                    return Offer.REJECTED
+            for index, rows in sorted(by_shard.items()):
+                shard = self._shards[index]
+                self._place_lane_rows(shard, states[index], lane, ack, frame, records, rows)
+        return ACCEPTED
+
+    def _place_lane_rows(
+        self,
+        shard: Shard,
+        state: _LaneBlocks,
+        lane: Lane,
+        ack: AckToken,
+        frame: object,
+        records: list[int],
+        rows: list[int],
+    ) -> None:
+        """Append ``rows`` of ``frame`` (whose rows come from ``records``) to ``state``'s
+        blocks, cut as rows one at a time would be (lock held; the frame was admitted)."""
+        count = len(records)
+        offsets = self._position.offsets
+        run: list[int] = []
+        batch: PoolBatch | None = state.open
+
+        def flush(block: PoolBatch) -> None:
+            part = frame if len(run) == count else self._take_rows(frame, run)
+            buffer = block.buffer
+            if not isinstance(buffer, FrameBuffer):
+                raise SinkError(
+                    f"sink {self.name}: its buffers cannot take frames", ErrorClass.FATAL
+                )
+            block.nbytes += buffer.append_frame(part)
+            block.rows += len(run)
+            self._hold(block, ack)
+            run.clear()
+
+        for row in rows:
+            offset = offsets[records[row]]
+            last = state.last
+            pos = (offset, last[1] + 1 if last is not None and last[0] == offset else 0)
+            if batch is not None:
+                plan_last, limit = batch.plan_last, batch.limit
+                if (plan_last is not None and pos > plan_last) or (
+                    limit is not None and pos >= limit
+                ):
+                    if run:
+                        flush(batch)
+                    self._seal_lane(shard, state, "replay")
+                    batch = None
+            if batch is None:
+                batch = self._open_lane_batch(shard, state, lane, pos)
+            run.append(row)
+            state.last = pos
+            batch.last = pos
+            if batch.plan_last is not None:
+                if pos >= batch.plan_last:
+                    flush(batch)
+                    self._seal_lane(shard, state, "replay")
+                    batch = None
+            elif batch.rows + len(run) >= self._max_rows:
+                flush(batch)
+                self._seal_lane(shard, state, "max_rows")
+                batch = None
+        if run and batch is not None:
+            flush(batch)
+            if batch.plan_last is None and batch.nbytes >= self._max_bytes:
+                self._seal_lane(shard, state, "max_bytes")
 
     def _open_lane_batch(
         self, shard: Shard, state: _LaneBlocks, lane: Lane, pos: Position

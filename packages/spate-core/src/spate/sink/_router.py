@@ -19,7 +19,7 @@ and get the same placement as row by row — one contract for both paths.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spate.records import Lane
 
@@ -63,6 +63,16 @@ class Router(Protocol):
         """The shard of each value of one column of rows of ``lane``, in order: the values
         of :attr:`placed_by`, or the record keys when it is ``None``. Equal, value for
         value, to :meth:`route` on the rows holding them (B13)."""
+        ...
+
+
+@runtime_checkable
+class StartingRouter(Protocol):
+    """A :class:`Router` with a ``start()`` the pool calls once, after every endpoint's
+    probe passed and before any row is offered; an error it raises fails start-up."""
+
+    def start(self) -> None:
+        """Learn what the router needs from the destination (may block)."""
         ...
 
 

@@ -27,18 +27,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spate.records import Lane
-from spate.sink._contract import Sink
+from spate.sink._contract import FrameSink, Sink, takes_frames
 
-
-def takes_frames(sink: Sink) -> bool:
-    """Whether ``sink`` takes frames now (its ``takes_frames``, default True for a sink
-    with ``offer_frame``, as the chain asks)."""
-    return hasattr(sink, "offer_frame") and getattr(sink, "takes_frames", True) is True
+__all__ = [
+    "ForwardsFrames",
+    "HeldFrame",
+    "TeeFrame",
+    "frame_bytes",
+    "frame_needs_keys",
+    "frame_rows",
+    "offer_held",
+    "takes_frames",
+]
 
 
 def frame_needs_keys(sink: Sink) -> bool:
     """Whether ``sink`` needs the records' keys with a frame (a router placing by key)."""
-    return getattr(sink, "frame_needs_keys", False) is True
+    return isinstance(sink, FrameSink) and sink.frame_needs_keys is True
 
 
 def frame_rows(frame: object) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spate.errors import ErrorClass, SinkError
 
@@ -47,13 +47,12 @@ class RowBuffer(Protocol):
         ...
 
 
+@runtime_checkable
 class RowBlock(Protocol):
     """Rows a connector checked at once (``prepare_rows``, B95), ready for its buffers.
 
-    A connector whose buffers take blocks has ``prepare_rows(rows)`` returning ``(block,
-    refused)`` — ``refused`` lists ``(position, exception)`` for the rows it cannot write,
-    the exception a per-row ``append`` would raise — and buffers with
-    ``append_rows(block) -> size in bytes``.
+    A connector whose buffers take blocks is a :class:`RowBatchConnector` and its
+    buffers are :class:`RowBlockBuffer` s.
     """
 
     def __len__(self) -> int:
@@ -66,6 +65,24 @@ class RowBlock(Protocol):
 
     def slice(self, start: int, stop: int) -> RowBlock:
         """Rows ``start`` to ``stop`` (excluded)."""
+        ...
+
+
+@runtime_checkable
+class RowBlockBuffer(Protocol):
+    """A :class:`RowBuffer` that also takes a :class:`RowBlock` at once (B95)."""
+
+    def append_rows(self, block: RowBlock) -> int:
+        """Add the block's rows; return their estimated size in bytes. Pipeline thread."""
+        ...
+
+
+@runtime_checkable
+class FrameBuffer(Protocol):
+    """A :class:`RowBuffer` that also takes a prepared frame (the columnar path)."""
+
+    def append_frame(self, frame: object) -> int:
+        """Add the frame's rows; return their size in bytes. Pipeline thread."""
         ...
 
 
@@ -186,3 +203,41 @@ class ListRowBuffer:
 
     def __iter__(self) -> Iterator[object]:
         return iter(self.rows)
+
+
+@runtime_checkable
+class RowBatchConnector(Protocol):
+    """A :class:`SinkConnector` that checks a source batch's rows at once (B95); its
+    buffers are :class:`RowBlockBuffer` s. ``takes_rows`` says whether it does so now."""
+
+    takes_rows: bool
+
+    def new_buffer(self, shard: int) -> RowBuffer:
+        """As :meth:`SinkConnector.new_buffer`."""
+        ...
+
+    def prepare_rows(self, rows: list[object]) -> tuple[RowBlock, list[tuple[int, Exception]]]:
+        """Check ``rows``: ``(block, refused)`` — ``refused`` lists ``(position,
+        exception)`` for the rows it cannot write, the exception a per-row
+        :meth:`RowBuffer.append` would raise. Holds nothing; pipeline thread."""
+        ...
+
+
+@runtime_checkable
+class FrameConnector(Protocol):
+    """A :class:`SinkConnector` that takes frames (the columnar path); its buffers are
+    :class:`FrameBuffer` s. ``takes_frames`` says whether it does so now."""
+
+    takes_frames: bool
+
+    def new_buffer(self, shard: int) -> RowBuffer:
+        """As :meth:`SinkConnector.new_buffer`."""
+        ...
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """Check ``frame`` per column: ``(frame to append, bad rows as (position, reason))``."""
+        ...
+
+    def take_rows(self, frame: object, rows: list[int]) -> object:
+        """The rows of a prepared frame at ``rows``, in that order (a shard's part)."""
+        ...

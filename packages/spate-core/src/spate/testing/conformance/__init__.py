@@ -19,7 +19,10 @@ Subclass the suite of your connector's kind in a test module, name the subclass
   fails held acks (B4), retries resend the same batch and token (B9), transient errors
   are retryable (B12), bad rows are refused on append (B28), unreachable endpoints are
   named (B29), each holder releases an ack once (B39), ``flush_lanes`` writes every row
-  of the lanes it is given (B40);
+  of the lanes it is given (B40); for a sink that declares ``offer_rows``
+  (:class:`~spate.sink.RowBatchSink`) or ``offer_frame`` (:class:`~spate.sink.FrameSink`),
+  bad rows come back by position, the rest is taken all or nothing, and a full sink
+  refuses the whole batch retaining nothing and takes it again later (B7, B8, B95);
 * :class:`SourceConformance` — every record once in offset order then ``drained()``
   once, commits never pass what was handed out, no commit of its own, exact resume at
   a synchronous commit (B1), pause/resume (B7);

@@ -11,6 +11,11 @@ database, a local server — never a mock standing in for it):
   unreachable endpoint fails ``start`` naming it (B29); each holder releases an ack
   once — a second release is caught by the token and fails the test (B39);
   ``flush_lanes([lane])``, when the sink has it, writes every row of that lane (B40);
+  a sink that takes a source batch's rows at once (:class:`~spate.sink.RowBatchSink`)
+  or a frame (:class:`~spate.sink.FrameSink`) names the rows it cannot write by their
+  positions and holds nothing while preparing (B28, B95), takes the rest all or nothing,
+  refuses the whole while it is full — during an :meth:`SinkConformance.outage` —
+  retaining nothing, and takes the same batch again once it has room (B7, B8);
 * the pool **connector** (:class:`~spate.sink.SinkConnector`), when the subclass
   returns one from :meth:`SinkConformance.open_connector`: ``write`` returns only once
   the rows are durable (B2); a retry of the same :class:`~spate.sink.WriteBatch` (same
@@ -32,7 +37,15 @@ from typing import Any, ClassVar
 from spate.checkpoint._ack import AckStatus, AckToken
 from spate.errors import AckError, ErrorClass, SinkError, SpateError
 from spate.records import Lane
-from spate.sink._contract import Offer, Sink, flush_lanes
+from spate.sink._contract import (
+    FrameSink,
+    Offer,
+    RowBatchSink,
+    Sink,
+    flush_lanes,
+    takes_frames,
+    takes_rows,
+)
 from spate.sink._writer import ShardWriter, SinkConnector, WriteBatch
 from spate.testing.conformance._base import (
     ConfigConformance,
@@ -71,7 +84,21 @@ SINK_LANES = Promise(
     "flush_lanes(lanes) returns true only once every row of those lanes is durable",
 )
 
+SINK_REFUSAL = Promise(
+    "B7",
+    "a full sink refuses a whole batch (REJECTED) retaining nothing, and takes the same "
+    "batch again once it has room",
+)
+SINK_BATCHES = Promise(
+    "B95",
+    "a sink taking a batch at once names the rows it cannot write by their positions, "
+    "holds nothing while preparing, and takes the rest all or nothing",
+)
+
 _LANES = (Lane("conformance", 0), Lane("conformance", 1))
+
+_Prepare = Callable[[list[object], list[bytes]], tuple[object, list[tuple[int, str]]]]
+_OfferBatch = Callable[[object, list[bytes], Lane, AckToken], Offer]
 
 
 class SinkConformance(ConfigConformance):
@@ -109,6 +136,17 @@ class SinkConformance(ConfigConformance):
     def open_connector(self) -> tuple[SinkConnector, str] | None:
         """The pool connector over the destination of :meth:`config`, and its endpoint."""
         return None
+
+    def frame(self, rows: Sequence[object]) -> object | None:
+        """``rows`` as the frame the columnar path hands ``prepare_frame`` (a polars
+        ``DataFrame`` with a ``__spate_row`` column numbering them from 0); None (the
+        default) skips the frame tests of a :class:`~spate.sink.FrameSink`."""
+        return None
+
+    def bad_frame_rows(self) -> Sequence[object]:
+        """Rows :meth:`frame` can hold but the sink must refuse per column (a value out of
+        its column's range); empty by default."""
+        return ()
 
     def unreachable(self) -> tuple[Mapping[str, object], str] | None:
         """A config body whose endpoint cannot be reached, and the text naming it."""
@@ -392,6 +430,215 @@ class SinkConformance(ConfigConformance):
             raise ConformanceFailure(SINK_ENDPOINT, f"start() succeeded against {name!r}")
         finally:
             sink.close()
+
+    # -- batches at once: offer_rows and offer_frame (B7, B8, B28, B95) -----------------
+
+    def _batch_path(self, sink: Sink, kind: str) -> tuple[_Prepare, _OfferBatch, list[object]]:
+        """How ``sink`` takes a batch of ``kind`` (``rows`` or ``frame``): prepare, offer,
+        and the bad rows to mix in; skips when the sink does not declare it."""
+        if kind == "rows":
+            if not isinstance(sink, RowBatchSink) or not takes_rows(sink):
+                raise skip(f"{type(self).__name__}: the sink takes no row batches (RowBatchSink)")
+            rows_sink: RowBatchSink = sink
+
+            def prepare_rows(
+                rows: list[object], keys: list[bytes]
+            ) -> tuple[object, list[tuple[int, str]]]:
+                return rows_sink.prepare_rows(rows, list(keys), _LANES[0])
+
+            def offer_rows(prepared: object, keys: list[bytes], lane: Lane, ack: AckToken) -> Offer:
+                return rows_sink.offer_rows(prepared, lane, ack)
+
+            return prepare_rows, offer_rows, list(self.bad_rows())
+        if not isinstance(sink, FrameSink) or not takes_frames(sink):
+            raise skip(f"{type(self).__name__}: the sink takes no frames (FrameSink)")
+        if self.frame(self.rows(1)) is None:
+            raise skip(f"{type(self).__name__} gives no frame()")
+        frame_sink: FrameSink = sink
+
+        def prepare_frame(
+            rows: list[object], keys: list[bytes]
+        ) -> tuple[object, list[tuple[int, str]]]:
+            return frame_sink.prepare_frame(self.frame(rows))
+
+        def offer_frame(prepared: object, keys: list[bytes], lane: Lane, ack: AckToken) -> Offer:
+            return frame_sink.offer_frame(
+                prepared, list(keys) if frame_sink.frame_needs_keys else None, lane, ack
+            )
+
+        return prepare_frame, offer_frame, list(self.bad_frame_rows())
+
+    def _prepared(
+        self, prepare: _Prepare, rows: list[object], bad: list[object], token: AckToken
+    ) -> tuple[object, list[bytes]]:
+        """Prepare ``rows`` with ``bad`` mixed in (every third position); check the bad
+        ones come back by position and that preparing holds nothing. Returns the prepared
+        batch and the keys of the rows it holds."""
+        mixed: list[object] = []
+        expected: list[int] = []
+        pending = list(bad)
+        for row in rows:
+            if pending and len(mixed) % 3 == 1:
+                expected.append(len(mixed))
+                mixed.append(pending.pop(0))
+            mixed.append(row)
+        for row in pending:
+            expected.append(len(mixed))
+            mixed.append(row)
+        keys = [f"k{i}".encode() for i in range(len(mixed))]
+        holders = token.holders
+        prepared, refused = prepare(mixed, keys)
+        positions = [position for position, _ in refused]
+        check(
+            sorted(positions) == expected,
+            SINK_BATCHES,
+            f"the bad rows are at positions {expected}, but the sink named {sorted(positions)}",
+        )
+        check(
+            all(isinstance(reason, str) and reason for _, reason in refused),
+            SINK_BATCHES,
+            f"every refused row needs its reason, got {refused!r}",
+        )
+        check(token.holders == holders, SINK_BATCHES, "preparing a batch retained its ack")
+        kept = [k for i, k in enumerate(keys) if i not in set(expected)]
+        return prepared, kept
+
+    def _offer_batch(
+        self, sink: Sink, offer: _OfferBatch, prepared: object, keys: list[bytes], token: AckToken
+    ) -> None:
+        deadline = time.monotonic() + self.patience
+        while True:
+            holders = token.holders
+            if offer(prepared, keys, token.lane, token) is not Offer.REJECTED:
+                return
+            check(
+                token.holders == holders,
+                SINK_REFUSAL,
+                f"a refused batch left its ack retained ({token.holders - holders} extra holders)",
+            )
+            if time.monotonic() >= deadline:
+                raise ConformanceFailure(
+                    SINK_REFUSAL, f"the sink kept refusing a batch for {self.patience}s"
+                )
+            sink.tick()
+            time.sleep(0.01)
+
+    def _check_batches(self, kind: str) -> None:
+        sink = self.build_sink()
+        try:
+            prepare, offer, bad = self._batch_path(sink, kind)
+            sink.start()
+            rows = self.rows(self.rows_per_test)
+            held: list[tuple[AckToken, list[object]]] = []
+            per = max(1, len(rows) // 4)
+            for seq, start in enumerate(range(0, len(rows), per)):
+                chunk = rows[start : start + per]
+                token = self._token(_LANES[seq % 2], seq, start + len(chunk), len(chunk))
+                prepared, keys = self._prepared(prepare, chunk, bad if seq == 0 else [], token)
+                self._offer_batch(sink, offer, prepared, keys, token)
+                token.release(True)  # the chain is done with the batch
+                held.append((token, chunk))
+            self._flush_delivers(sink, held, f"after {kind} batches and flush()")
+            got = self.written()
+            counts = [count_of(row, got) for row in rows]
+            check(
+                min(counts) >= 1 and (max(counts) == 1 or not self.dedup_by_token),
+                SINK_BATCHES,
+                f"after {kind} batches the destination holds the rows {counts} times",
+            )
+            check(
+                all(count_of(row, got) == 0 for row in bad),
+                SINK_BATCHES,
+                f"a refused row of a {kind} batch reached the destination",
+            )
+            self._check_released_once(f"after {kind} batches")
+        finally:
+            sink.close()
+
+    def _flush_delivers(
+        self, sink: Sink, held: list[tuple[AckToken, list[object]]], how: str
+    ) -> None:
+        """``flush()`` writes everything, every held ack is delivered, its rows landed."""
+        check(
+            sink.flush(time.monotonic() + self.patience),
+            SINK_DURABLE,
+            f"{how}: flush() did not write everything within {self.patience}s",
+        )
+        pending = [t for t, _ in held if t.status is not AckStatus.DELIVERED]
+        check(
+            not pending,
+            SINK_DURABLE,
+            f"{how}: after a successful flush {len(pending)} acks are not delivered: {pending}",
+        )
+        self._check_landed(held, how)
+
+    def _check_refusal(self, kind: str) -> None:
+        sink = self.build_sink()
+        try:
+            prepare, offer, _bad = self._batch_path(sink, kind)
+            outage = self.outage()
+            if outage is None:
+                raise skip(f"{type(self).__name__} gives no outage()")
+            sink.start()
+            rows = self.rows(self.rows_per_test * 5)
+            per = max(1, self.rows_per_test // 4)
+            held: list[tuple[AckToken, list[object]]] = []
+            refused: tuple[AckToken, list[object], object, list[bytes]] | None = None
+            with outage:
+                for seq, start in enumerate(range(0, len(rows), per)):
+                    chunk = rows[start : start + per]
+                    token = self._token(_LANES[seq % 2], seq, start + len(chunk), len(chunk))
+                    prepared, keys = self._prepared(prepare, chunk, [], token)
+                    holders = token.holders
+                    if offer(prepared, keys, token.lane, token) is Offer.REJECTED:
+                        check(
+                            token.holders == holders,
+                            SINK_REFUSAL,
+                            "a refused batch left its ack retained",
+                        )
+                        refused = (token, chunk, prepared, keys)
+                        break
+                    token.release(True)
+                    held.append((token, chunk))
+                check(
+                    refused is not None,
+                    SINK_REFUSAL,
+                    f"the sink took {len(held)} batches ({len(held) * per} rows) while its "
+                    "destination was down and never refused one: a full sink must answer "
+                    "REJECTED, not buffer without bound",
+                )
+            if refused is None:  # unreachable: the check above raised
+                return
+            token, chunk, prepared, keys = refused
+            self._offer_batch(sink, offer, prepared, keys, token)  # the same batch again
+            token.release(True)
+            held.append((token, chunk))
+            self._flush_delivers(sink, held, f"after a refused {kind} batch was offered again")
+            missing = missing_from([r for _, c in held for r in c], self.written())
+            check(
+                not missing,
+                SINK_REFUSAL,
+                f"{len(missing)} rows of {kind} batches are missing after the outage",
+            )
+            self._check_released_once(f"after a refused {kind} batch")
+        finally:
+            sink.close()
+
+    def test_b95_offer_rows_names_bad_rows_and_takes_the_rest_whole(self) -> None:
+        """``prepare_rows``/``offer_rows`` of a :class:`~spate.sink.RowBatchSink` (B28, B95)."""
+        self._check_batches("rows")
+
+    def test_b7_offer_rows_refuses_a_whole_batch_while_full(self) -> None:
+        """A full row-batch sink refuses, retains nothing, takes it again later (B7, B8)."""
+        self._check_refusal("rows")
+
+    def test_b95_offer_frame_names_bad_rows_and_takes_the_rest_whole(self) -> None:
+        """``prepare_frame``/``offer_frame`` of a :class:`~spate.sink.FrameSink` (B28, B95)."""
+        self._check_batches("frame")
+
+    def test_b7_offer_frame_refuses_a_whole_frame_while_full(self) -> None:
+        """A full frame sink refuses, retains nothing, takes it again later (B7, B8)."""
+        self._check_refusal("frame")
 
     # -- connector level ------------------------------------------------------------
 
