@@ -67,6 +67,7 @@ class FrameJsonDeser:
     """:class:`JsonDeser`'s columnar twin: a batch of JSON payloads as one frame of ``n``."""
 
     columnar = True
+    takes_bytes = False
 
     def deserialize_batch(self, payloads: list[memoryview]) -> Any:
         pl = pytest.importorskip("polars")

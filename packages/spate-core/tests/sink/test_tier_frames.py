@@ -68,6 +68,7 @@ class FrameEndpoints(ScriptedEndpoints):
     """Scripted endpoints taking Arrow tables; a value ``n`` equal to ``bad`` is refused."""
 
     bad = -1
+    takes_frames = True
 
     def new_buffer(self, shard: int) -> Any:
         return FrameBuffer()
@@ -95,6 +96,7 @@ class FrameDeser:
     """Decodes payloads ``b"<n>"`` into one frame with column ``n``."""
 
     columnar = True
+    takes_bytes = False
     on_error = ErrorPolicy.SKIP
 
     def deserialize_batch(self, payloads: list[memoryview]) -> Any:

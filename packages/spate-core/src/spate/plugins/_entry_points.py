@@ -27,7 +27,7 @@ FRONT_DOOR_EXTRAS: dict[str, tuple[str, ...]] = {
     "coordination": ("spate-coordination",),
     "coordination-nats": ("spate-coordination",),
     "datagen": ("spate-datagen",),
-    "columnar": ("spate-avro", "spate-clickhouse", "spate-json"),
+    "columnar": ("spate-avro", "spate-clickhouse", "spate-json", "spate-protobuf"),
     "parquet": ("spate-parquet",),
     "http": ("spate-http", "spate-json"),
     "huggingface": ("spate-huggingface",),
