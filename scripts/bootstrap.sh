@@ -39,9 +39,19 @@ done
 # Every connector with its optional extras, so the whole suite can run; the example
 # third-party connector too, so its conformance tests run with everything else. The Avro
 # columnar extra needs spate-avro-native (and so cargo).
+# Without cargo the rest of that extra (its pure-Python and wheel-only dependencies) is
+# still installed, so the type check and the tests that need no native scanner run.
 avro="packages/spate-avro"
+avro_rest=()
 if [ "$native" -eq 1 ]; then
   avro="packages/spate-avro[columnar]"
+else
+  mapfile -t avro_rest < <("$PY" -c '
+import tomllib
+with open("packages/spate-avro/pyproject.toml", "rb") as f:
+    extra = tomllib.load(f)["project"]["optional-dependencies"]["columnar"]
+print("\n".join(d for d in extra if not d.startswith("spate-avro-native")))
+')
 fi
 extras=(
   -e examples/connectors/spate-sqlite
@@ -50,6 +60,7 @@ extras=(
   -e "$avro"
   -e "packages/spate-json[columnar]"
   -e "packages/spate-protobuf[columnar]"
+  ${avro_rest[@]+"${avro_rest[@]}"}
 )
 if [ "${SPATE_BOOTSTRAP_PLAN:-0}" = 1 ]; then
   echo "native=$native"
