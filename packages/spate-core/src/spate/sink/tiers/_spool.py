@@ -58,6 +58,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
+from spate.sink._attempts import retry_at
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
 from spate.sink.config import RetryConfig
@@ -905,8 +906,11 @@ class SpoolTier(ForwardsFrames):
                 batch.replayed = False
             if retry:
                 batch.failures += 1
-                delay = self._backoff.delay(batch.failures)
-                batch.due = self._clock.monotonic() + delay
+                now = self._clock.monotonic()
+                due = retry_at(self._backoff, batch.failures, now)
+                assert due is not None  # the spool's retry has no attempt limit (B66)
+                batch.due = due
+                delay = due - now
                 self._retrying.append(batch)
             else:
                 self._held_records -= token.records
