@@ -182,3 +182,23 @@ def test_core_modules_import_only_their_layer_and_below() -> None:
             if _layer(imported) > own:
                 upward.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {imported}")
     assert not upward, "imports up a layer:\n" + "\n".join(upward)
+
+
+def test_sink_tiers_sit_above_the_pool() -> None:
+    """The tiers (spate.sink.tiers) import the pool's contract; nothing else in spate.sink
+    imports them, except the package's public face re-exporting their names."""
+    downward = []
+    for path, src in _sources():
+        if src != CORE:
+            continue
+        module = _module_name(path, src)
+        if not module.startswith("spate.sink") or module in ("spate.sink", "spate.sink.tiers"):
+            continue
+        if module.startswith("spate.sink.tiers."):
+            continue
+        for imported, _names, line in _top_level_imports(
+            ast.parse(path.read_text()), module, path.name == "__init__.py"
+        ):
+            if imported == "spate.sink.tiers" or imported.startswith("spate.sink.tiers."):
+                downward.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {imported}")
+    assert not downward, "the pool imports a tier:\n" + "\n".join(downward)

@@ -102,8 +102,8 @@ from spate.sink import (
     SpoolTier,
     TeeSink,
 )
-from spate.sink._spool import decode_records
-from spate.sink._store import _parse_name, _read_batches, _read_released
+from spate.sink.tiers._spool import decode_records
+from spate.sink.tiers._store import _parse_name, _read_batches, _read_released
 from spate.testing import CaptureScript, capture_sink
 from spate.testing._memory_source import MemorySource, MemorySourceHandle
 from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
@@ -605,7 +605,7 @@ def kill(process: Process, *, landed: bool = False) -> None:
     closes the dead process's open segment and the spool directory's lock (B114). With
     ``landed`` the broker took the commits in flight, unanswered."""
     for spool in process.spools:
-        spool._stop_writer()
+        spool._writer.stop()
         died(spool)
     if landed and isinstance(process.source, LateCommitSource):
         process.source.landed_unanswered()

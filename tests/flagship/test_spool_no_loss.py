@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spate.sink._spool_codec import FRAME_TAG, decode_frame, decode_records
-from spate.sink._store import read_records
+from spate.sink.tiers._spool_codec import FRAME_TAG, decode_frame, decode_records
+from spate.sink.tiers._store import read_records
 
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.no_loss import (

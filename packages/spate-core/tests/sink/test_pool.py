@@ -584,3 +584,57 @@ def test_b40_flush_lanes_waits_for_those_lanes_batches_only_on_worker_threads() 
 def test_shard_config_requires_replicas() -> None:
     with pytest.raises(ValueError, match="at least one replica"):
         scripted_pool(shards=[ShardConfig()])
+
+
+class _BuggyWriter:
+    """A shard writer that raises the scripted exceptions, then writes."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.attempts = 0
+
+    def probe(self) -> None:
+        pass
+
+    def write(self, batch: object) -> None:
+        self.attempts += 1
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("error", "opens"),
+    [
+        (ValueError("a bug in the writer"), 0.0),
+        (SinkError("refused", ErrorClass.FATAL), 0.0),
+        (SinkError("outage", ErrorClass.RETRYABLE), 1.0),
+    ],
+    ids=["unexpected", "fatal", "retryable"],
+)
+def test_b160_only_a_retryable_failure_counts_against_the_breaker(
+    error: Exception, opens: float
+) -> None:
+    """B160: the pool's workers end an attempt by the one rule the windowed engine uses:
+    a writer's unexpected exception fails the batch at once as FATAL and, like a fatal
+    error, leaves the replica's breaker closed; a retryable failure opens it."""
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    cfg = config(
+        retry=RetryConfig(initial=1.0, max=1.0, jitter=0.0, max_attempts=1),
+        breaker=BreakerConfig(failure_threshold=1, open_for=60.0),
+    )
+    pool, ends = scripted_pool(clock=clock, meter=meter, config=cfg)
+    writer = _BuggyWriter([error])
+    ends.open_writer = lambda shard, replica, endpoint: writer  # type: ignore[method-assign,assignment,return-value]
+    pool.start()
+    acks = Acks()
+    ack = acks.new()
+    offer_all(pool, [1], ack)
+    ack.release()
+    assert pool.flush(clock.monotonic() + 60)
+    assert writer.attempts == 1 and acks.status == {1: AckStatus.FAILED}
+    labels = {"component": "sink", "component_type": "scripted", "shard": "0", "replica": "s0"}
+    assert metric(meter, "spate_sink_breaker_open", **labels) == opens

@@ -32,7 +32,7 @@ from spate.sink import (
     SpoolCorruptError,
     SpoolTier,
 )
-from spate.sink._store import StoredBatch, read_records
+from spate.sink.tiers._store import StoredBatch, read_records
 from spate.testing import (
     STUCK,
     CaptureScript,
@@ -299,7 +299,7 @@ _ROWS = st.tuples(
 def encoded_batch(batch: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
     """The records the spool writes for ``batch`` (as :meth:`SpoolTier.offer` and the
     seal encode them)."""
-    from spate.sink._spool_codec import encode_batch, encode_record
+    from spate.sink.tiers._spool_codec import encode_batch, encode_record
 
     runs = [(i, r[2]) for i, r in enumerate(batch) if i == 0 or r[2] != batch[i - 1][2]]
     encoded = {i: encode_record(*r) for i, r in enumerate(batch) if type(r[0]) is not bytes}
@@ -527,7 +527,7 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
     import datetime
     import decimal
 
-    from spate.sink._spool_codec import decode_record, encode_record
+    from spate.sink.tiers._spool_codec import decode_record, encode_record
 
     when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
     row = (1, when, decimal.Decimal("1.50"), b"\x00\xff", "é\n", {"a": [1, None]})
@@ -538,7 +538,7 @@ def test_b54_typed_values_and_tuple_rows_survive_the_spool_encoding() -> None:
 def expected_records(rows: list[tuple[object, bytes | None, Lane]]) -> list[bytes]:
     """The records of one spooled batch of ``rows``: a run of one lane's rows that are
     all ``bytes`` is one packed record, any other run one JSON record per row (B101)."""
-    from spate.sink._spool_codec import encode_record, pack_run
+    from spate.sink.tiers._spool_codec import encode_record, pack_run
 
     records: list[bytes] = []
     for lane, group in itertools.groupby(rows, key=lambda r: r[2]):
@@ -552,7 +552,7 @@ def expected_records(rows: list[tuple[object, bytes | None, Lane]]) -> list[byte
 
 def decoded(records: list[bytes]) -> list[tuple[object, bytes | None, Lane]]:
     """``(row, key, lane)`` of each row the records hold, in order."""
-    from spate.sink._spool_codec import decode_records
+    from spate.sink.tiers._spool_codec import decode_records
 
     return [
         (row, key, lane)
@@ -1246,7 +1246,7 @@ def test_b54_b7_the_store_answers_held_bytes_while_an_fsync_runs(
     """B54, B7: the JSONL store's fsync does not hold its lock, so the pipeline thread's
     ``max_bytes`` check (``held_bytes``) and releases from sink threads do not wait for
     the writer thread's fsync."""
-    import spate.sink._store as store_module
+    import spate.sink.tiers._store as store_module
 
     entered, gate = threading.Event(), threading.Event()
     real_fsync = os.fsync
@@ -1466,7 +1466,7 @@ def test_b114_workers_spool_apart_and_adopt_what_no_worker_of_the_layout_reads(
     reads — in ``<dir>`` itself (a single-process run) or in ``w<j>`` past the worker
     count — are adopted by one worker each, unless a live spool holds them; a single
     process adopts every ``w<j>``."""
-    from spate.sink._store import adopted_directories, worker_directory
+    from spate.sink.tiers._store import adopted_directories, worker_directory
 
     def spooled(directory: str, record: bytes) -> None:
         store = JsonlStore(directory)
@@ -1506,7 +1506,7 @@ def test_b114_an_adopted_batch_is_released_apart_from_the_adopters_own(tmp_path:
     releases that batch alone. The other is still replayed after a restart, and releasing
     it later is no error (found by the custody model: a worker count changed from 3 to
     1 under ``ack: spooled``; the batch of the wrong segment was noted released)."""
-    from spate.sink._store import adopted_directories, worker_directory
+    from spate.sink.tiers._store import adopted_directories, worker_directory
 
     root = str(tmp_path)
     for j, nonce in ((0, "aaaa"), (1, "zzzz")):  # the adopted segment sorts last

@@ -35,8 +35,8 @@ from spate.sink import (
     TeeSink,
 )
 from spate.sink._contract import Sink
-from spate.sink._spool_codec import decode_frame, encode_frame
-from spate.sink._store import read_records
+from spate.sink.tiers._spool_codec import decode_frame, encode_frame
+from spate.sink.tiers._store import read_records
 from spate.testing._scripted import ScriptedEndpoints, WriteAttempt
 
 pl = pytest.importorskip("polars")
@@ -257,7 +257,7 @@ def test_b151_b55_a_torn_frame_batch_is_cut_and_a_corrupt_one_fails_start_up(
         ack = new_ack({}, seq)
         assert proc.process(batch([seq * 10, seq * 10 + 1]), ack) is None
         spool._seal(force_sync=True)  # two batches on disk, none handed on yet
-    spool._stop_writer()
+    spool._writer.stop()
     spool._store.close()
     (segment,) = [tmp_path / n for n in os.listdir(tmp_path) if n.endswith(".jsonl")]
     data = segment.read_bytes()

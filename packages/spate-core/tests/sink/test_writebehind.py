@@ -318,3 +318,23 @@ def test_b157_a_gate_held_past_its_timeout_retries_or_proceeds_as_configured() -
     finally:
         holder.release()
     assert retry.run(lambda: "committed") == "committed"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("a bug in the connector"), SinkError("refused", ErrorClass.FATAL)],
+    ids=["unexpected", "fatal"],
+)
+def test_b160_an_attempt_that_cannot_pass_leaves_the_breaker_closed(error: Exception) -> None:
+    """B160: the windowed engine ends an attempt by the pool's rule: a writer's unexpected
+    exception fails the window at once as FATAL, and like a fatal error it does not count
+    against the breaker (the destination answered); the next window is written at once."""
+    clock = ManualClock(start=0.0)
+    sink = ToySink(clock, breaker=BreakerConfig(failure_threshold=1, open_for=60.0))
+    sink.writes = [error]
+    ack, flushed = _flushed(sink)
+    assert flushed and ack.status is AckStatus.FAILED and sink.write_retries == 0
+    assert sink._breaker is not None and sink._breaker.state is BreakerState.CLOSED
+    second, flushed = _flushed(sink, 1.0)
+    assert flushed and second.status is AckStatus.DELIVERED
+    assert [at for what, at in sink.log if what == "write"] == [0.0, 0.0]

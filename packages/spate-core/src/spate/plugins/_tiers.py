@@ -33,10 +33,10 @@ from spate.config._decode import decode, join_path
 from spate.errors import ConfigError, SpateError
 from spate.plugins._factory import BuildContext, PluginKind
 from spate.sink._contract import Sink
-from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
-from spate.sink._spool import SpoolConfig, SpoolTier
-from spate.sink._store import JsonlStore, SpoolStore, adopted_directories, worker_directory
-from spate.sink._tee import TeeSink
+from spate.sink.tiers._memory import MemoryTier, MemoryTierConfig
+from spate.sink.tiers._spool import SpoolConfig, SpoolTier
+from spate.sink.tiers._store import JsonlStore, SpoolStore, adopted_directories, worker_directory
+from spate.sink.tiers._tee import TeeSink
 
 TIER_MODELS: dict[str, type[Any]] = {"memory": MemoryTierConfig, "spool": SpoolConfig}
 

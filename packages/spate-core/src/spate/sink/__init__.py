@@ -21,13 +21,9 @@ from spate.sink._contract import (
     takes_rows,
 )
 from spate.sink._intents import Intent, IntentWriter, RecordPosition
-from spate.sink._memory_tier import MemoryTier, MemoryTierConfig
 from spate.sink._pool import SinkPool
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, StartingRouter, WeightedHashRouter, fnv1a_64
-from spate.sink._spool import SpoolConfig, SpoolTier
-from spate.sink._store import BatchRef, JsonlStore, SpoolCorruptError, SpoolStore, StoredBatch
-from spate.sink._tee import TeeSink
 from spate.sink._writer import (
     FrameBuffer,
     FrameConnector,
@@ -49,6 +45,18 @@ from spate.sink.config import (
     PoolKeys,
     RetryConfig,
     ShardConfig,
+)
+from spate.sink.tiers import (
+    BatchRef,
+    JsonlStore,
+    MemoryTier,
+    MemoryTierConfig,
+    SpoolConfig,
+    SpoolCorruptError,
+    SpoolStore,
+    SpoolTier,
+    StoredBatch,
+    TeeSink,
 )
 
 __all__ = [

@@ -53,7 +53,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
@@ -64,6 +64,7 @@ from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, 
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, StartingRouter, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
+from spate.sink._workers import PoolWorkers, Settled, Work, release_settled, settle_batch
 from spate.sink._writer import (
     FrameBuffer,
     FrameConnector,
@@ -72,7 +73,6 @@ from spate.sink._writer import (
     RowBlockBuffer,
     RowBuffer,
     SinkConnector,
-    WriteBatch,
 )
 from spate.sink.config import PoolConfig, ShardConfig
 
@@ -83,8 +83,6 @@ logger = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 5.0
 """Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
-
-_Settled = tuple[PoolBatch, list[AckToken], int, bool]
 
 _LOAD_RETRY = 1.0
 """Seconds before a lane whose intents could not be read is tried again."""
@@ -254,6 +252,17 @@ class SinkPool:
         self._generation: dict[Lane, int] = {}
         """Per lane: how many times it was revoked; a block of an older generation whose
         intent is not recorded yet is never recorded nor inserted (the next owner cuts)."""
+        self._workers = PoolWorkers(
+            name,
+            cond=self._cond,
+            clock=clock,
+            backoff=self._backoff,
+            budget=budget,
+            next_work=self._next_work,
+            next_wake=self._next_wake,
+            fence=self._fence,
+            stopping=self._stopped,
+        )
 
     @classmethod
     def from_context(
@@ -309,7 +318,7 @@ class SinkPool:
             self._ready = True
         for i in range(self._io_threads):
             thread = threading.Thread(
-                target=self._worker, name=f"spate-sink-{self.name}-{i}", daemon=True
+                target=self._workers.run, name=f"spate-sink-{self.name}-{i}", daemon=True
             )
             thread.start()
             self._threads.append(thread)
@@ -762,7 +771,7 @@ class SinkPool:
         Writes still running finish in the background, but their outcome no longer
         changes anything: their batches are already failed.
         """
-        settled: list[_Settled] = []
+        settled: list[Settled] = []
         rows = 0
         with self._cond:
             for shard in self._shards:
@@ -777,12 +786,12 @@ class SinkPool:
                         continue
                     rows += batch.rows
                     shard.m_abandoned.inc(batch.rows)
-                    settled.append(self._settle(batch, False))
+                    settled.append(settle_batch(batch, False))
             for states in self._lanes.values():
                 for state in states:
                     state.open = None
             self._cond.notify_all()
-        self._release(settled)
+        release_settled(self._budget, settled)
         if rows:
             logger.warning("sink %s abandoned %d unwritten rows", self.name, rows)
         return rows
@@ -1141,7 +1150,7 @@ class SinkPool:
     def lanes_revoked(self, lanes: Collection[Lane]) -> None:
         """Revocation: fail the replayed blocks still waiting for rows of ``lanes`` (the
         next owner rebuilds them) and forget the lanes' state (read again if assigned)."""
-        settled: list[_Settled] = []
+        settled: list[Settled] = []
         lanes = frozenset(lanes)
         with self._cond:
             for lane in lanes:
@@ -1150,7 +1159,7 @@ class SinkPool:
                     batch = state.open
                     state.open = None
                     if batch is not None and batch.rows and not batch.done:
-                        settled.append(self._settle(batch, False))
+                        settled.append(settle_batch(batch, False))
                 self._committed.pop(lane, None)
                 self._load_retry.pop(lane, None)
             for shard in self._shards:
@@ -1161,8 +1170,8 @@ class SinkPool:
                 for batch in stale:
                     shard.queue.remove(batch)
                     if not batch.done:
-                        settled.append(self._settle(batch, False))
-        self._release(settled)
+                        settled.append(settle_batch(batch, False))
+        release_settled(self._budget, settled)
 
     def replaying_lanes(self) -> frozenset[Lane]:
         """Lanes with a replayed block that holds rows and waits for more (B121): the
@@ -1271,12 +1280,10 @@ class SinkPool:
         attempts = 0
         while True:
             with self._cond:
-                now = self._clock.monotonic()
-                self._seal_lingering(now)
-                work = self._pick(now)
+                work = self._next_work(self._clock.monotonic())
             if work is None:
                 return attempts
-            self._write(*work)
+            self._workers.write(*work)
             attempts += 1
 
     def pending_rows(self) -> int:
@@ -1344,7 +1351,15 @@ class SinkPool:
                 if free and now - batch.opened_at >= linger:  # type: ignore[union-attr]
                     self._seal_lane(self._shards[index], state, "linger")
 
-    def _pick(self, now: float) -> tuple[Shard, PoolBatch, Replica] | None:
+    def _next_work(self, now: float) -> Work | None:
+        """Seal the batches that lingered long enough and pick one due now."""
+        self._seal_lingering(now)
+        return self._pick(now)
+
+    def _stopped(self) -> bool:
+        return self._stopping
+
+    def _pick(self, now: float) -> Work | None:
         if not self._started or self._stopping:
             return None
         shards = self._shards
@@ -1376,126 +1391,6 @@ class SinkPool:
             shard.idle and shard.open is None and not self._lane_opens(shard.index, True)
             for shard in self._shards
         )
-
-    def _settle(self, batch: PoolBatch, ok: bool) -> _Settled:
-        batch.done = True
-        return batch, list(batch.acks), batch.acquired, ok
-
-    def _release(self, settled: list[_Settled]) -> None:
-        """Release budget and acks of settled batches. Called WITHOUT the lock.
-
-        Every ack is released even when one raises (a resolver's bug, or ``AckError``
-        for a second release, which the token has already reported to the pipeline):
-        stopping at the first would leave the rest held forever (B4).
-        """
-        for batch, acks, nbytes, ok in settled:
-            if nbytes:
-                self._budget.release(nbytes)
-            release_all(acks, ok, batch)
-
-    # -- writing (called without the lock) ----------------------------------------------
-
-    def _worker(self) -> None:
-        while True:
-            with self._cond:
-                work = None
-                while work is None:
-                    if self._stopping:
-                        return
-                    now = self._clock.monotonic()
-                    self._seal_lingering(now)
-                    work = self._pick(now)
-                    if work is None:
-                        wake = self._next_wake(now)
-                        self._cond.wait(None if wake is None else max(wake - now, 0.001))
-            try:
-                self._write(*work)
-            except Exception:  # a bug in the pool itself: keep the worker alive, say so
-                logger.exception("sink %s: worker error", self.name)
-
-    def _write(self, shard: Shard, batch: PoolBatch, replica: Replica) -> None:
-        writer = replica.writer
-        if writer is None:  # cannot happen after start(); keeps the type checker honest
-            raise RuntimeError(f"sink {self.name}: no writer for {replica.endpoint}")
-        attempt = WriteBatch(
-            batch.buffer,
-            batch.rows,
-            batch.nbytes,
-            shard.index,
-            batch.seq,
-            batch.token,
-            batch.attempts,
-        )
-        error: SinkError | None = None
-        started = self._clock.monotonic()
-        try:
-            intent = batch.intent
-            if intent is not None and not batch.fenced:
-                # Only this worker touches a batch it is writing (it is in shard.writing).
-                self._fence(shard, writer, batch, intent)
-            writer.write(attempt)
-        except SinkError as exc:
-            error = exc
-        except Exception as exc:
-            logger.exception(
-                "sink %s: writer for %s raised an unexpected error; failing the batch",
-                self.name,
-                replica.endpoint,
-            )
-            error = SinkError(f"unexpected writer error: {exc!r}", ErrorClass.FATAL)
-        now = self._clock.monotonic()
-        elapsed = max(now - started, 0.0)
-        settled: list[_Settled] = []
-        with self._cond:
-            shard.writing.discard(batch)
-            shard.m_inflight.set(len(shard.writing))
-            if error is None:
-                replica.breaker.success()
-                shard.m_write_seconds["ok"].observe(elapsed)
-                if not batch.done:
-                    shard.m_records.inc(batch.rows)
-                    shard.m_bytes.inc(batch.nbytes)
-                    settled.append(self._settle(batch, True))
-            elif error.error_class is ErrorClass.RETRYABLE:
-                replica.breaker.failure(now)
-                shard.m_write_seconds["retryable"].observe(elapsed)
-                shard.m_errors["retryable"].inc()
-                if len(shard.replicas) > 1 and shard.preferred == replica.index:
-                    shard.preferred = (replica.index + 1) % len(shard.replicas)
-                if not batch.done:
-                    if self._backoff.exhausted(batch.attempts):
-                        logger.error(
-                            "sink %s shard %d: batch %d failed after %d attempts: %s",
-                            self.name,
-                            shard.index,
-                            batch.seq,
-                            batch.attempts,
-                            error.reason,
-                        )
-                        shard.m_abandoned.inc(batch.rows)
-                        settled.append(self._settle(batch, False))
-                    else:
-                        batch.next_at = now + self._backoff.delay(batch.attempts)
-                        shard.queue.appendleft(batch)
-                        shard.m_retries.inc()
-            else:
-                replica.breaker.success()  # the endpoint answered: not a replica failure
-                shard.m_write_seconds["fatal"].observe(elapsed)
-                cls = "record" if error.error_class is ErrorClass.RECORD else "fatal"
-                shard.m_errors[cls].inc()
-                logger.error(
-                    "sink %s shard %d: batch %d failed on %s: %s",
-                    self.name,
-                    shard.index,
-                    batch.seq,
-                    replica.endpoint,
-                    error.reason,
-                )
-                if not batch.done:
-                    shard.m_abandoned.inc(batch.rows)
-                    settled.append(self._settle(batch, False))
-            self._cond.notify_all()
-        self._release(settled)
 
     def _pump_until(self, deadline: float, done: Callable[[], bool]) -> bool:
         while True:

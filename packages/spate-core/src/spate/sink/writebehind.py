@@ -29,9 +29,10 @@ failed window undoes. Connectors subclass :class:`WindowedWriter`, call
 each sealed window, and get ``flush``, ``flush_lanes`` and ``abandon`` of the
 :class:`~spate.sink.Sink` contract.
 
-The :class:`~spate.sink.SinkPool` (ClickHouse, Kafka) is a different engine on purpose
-for now: it seals batches on time and routes them over shards and replicas; see ADR 0012
-for what the two share and what is left to fold.
+The :class:`~spate.sink.SinkPool` (ClickHouse, Kafka) keeps its own queue (batches sealed
+on time, routed over shards and replicas) and the spool its writer thread; how an
+attempt ends — retry on the pipeline clock, the breaker's verdict, a writer's unexpected
+exception — is one rule for all three, :mod:`spate.sink._attempts` (ADR 0014).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from spate._clock import Clock
 from spate.checkpoint._ack import AckToken, release_all
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
+from spate.sink._attempts import attempt, judge_breaker, outcome
 from spate.sink._breaker import Breaker
 from spate.sink._retry import Backoff
 from spate.sink.config import BreakerConfig
@@ -75,6 +77,10 @@ class CommitGate:
 
     Subclasses may add a gate across processes (``spate_parquet.StoreGate``) by
     overriding :meth:`run` and :meth:`close`.
+
+    The registry of locks is process-wide on purpose, the one piece of process state in
+    the framework (ADR 0014): the gate exists to serialize every writer of a destination
+    in the process, whichever pipeline it belongs to. It holds only those locks.
     """
 
     _gates: ClassVar[dict[str, threading.Lock]] = {}
@@ -405,38 +411,26 @@ class WindowedWriter(Generic[W]):
         if breaker is not None:
             with self._cond:
                 breaker.acquire(self._wb_clock.monotonic())
-        try:
+
+        def write() -> None:
             self._write_window(window)
             if not window.settled:  # the write may settle it (an audit's skip or fail)
                 if self._commit_gate is not None:
                     self._commit_gate.run(lambda: self._commit_window(window))
                 else:
                     self._commit_window(window)
-        except SinkError as exc:
-            retryable = exc.error_class is ErrorClass.RETRYABLE
-            self._breaker_result(ok=not retryable)
-            if retryable and not self._backoff.exhausted(job.attempts):
-                self._retry(job, exc)
-                return
-            self._failed(window, job.attempts, exc.reason)
-            return
-        except Exception as exc:
-            self._breaker_result(ok=True)  # the destination answered: a bug, not an outage
-            logger.exception("sink %s: %s failed", self.name, self._describe(window))
-            self._failed(window, job.attempts, f"{type(exc).__name__}: {exc}")
-            return
-        self._breaker_result(ok=True)
-        self._settle(window, ok=True)
 
-    def _breaker_result(self, ok: bool) -> None:
-        breaker = self._breaker
-        if breaker is None:
-            return
-        with self._cond:
-            if ok:
-                breaker.success()
-            else:
-                breaker.failure(self._wb_clock.monotonic())
+        error = attempt(write, logger, f"sink {self.name}: {self._describe(window)}")
+        result = outcome(error)
+        if breaker is not None:
+            with self._cond:
+                judge_breaker(breaker, result, self._wb_clock.monotonic())
+        if error is None:
+            self._settle(window, ok=True)
+        elif result == "retryable" and not self._backoff.exhausted(job.attempts):
+            self._retry(job, error)
+        else:
+            self._failed(window, job.attempts, error.reason)
 
     def _retry(self, job: _Job[W], exc: SinkError) -> None:
         delay = self._retry_delay(exc, job.attempts)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spate.sink._store import SpoolStore
+from spate.sink.tiers._store import SpoolStore
 from spate.testing.conformance._base import Conformance, Promise, check
 
 STORE_REPLAY = Promise(

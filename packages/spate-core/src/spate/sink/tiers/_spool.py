@@ -8,9 +8,9 @@ offered, so a row that cannot be spooled is refused at once) and queued for the 
 writer thread, which appends batches in the order they sealed and makes them durable
 (``fsync: batch`` — after appending what was queued, so batches sealed during one fsync
 share the next; ``fsync: segment`` — on segment rotation and every tick) while the
-pipeline thread goes on filling the next batch. At most ``_QUEUED`` sealed batches wait
-for it (sealing another waits); a tick, flush or drain waits until every queued batch is
-written and synced. Only once its fsync returned:
+pipeline thread goes on filling the next batch (:mod:`spate.sink.tiers._spool_writer`).
+At most two sealed batches wait for it (sealing another waits); a tick, flush or drain
+waits until every queued batch is written and synced. Only once its fsync returned:
 
 * with ``ack: spooled`` the source acks are released delivered (Kafka offsets move on
   while the terminal lags);
@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -59,9 +58,12 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
+from spate.sink._attempts import retry_at
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
 from spate.sink._retry import Backoff
-from spate.sink._spool_codec import (
+from spate.sink.config import RetryConfig
+from spate.sink.tiers._frames import ForwardsFrames, frame_rows
+from spate.sink.tiers._spool_codec import (
     FRAME_TAG,
     decode_frame,
     decode_records,
@@ -69,9 +71,8 @@ from spate.sink._spool_codec import (
     encode_frame,
     encode_record,
 )
-from spate.sink._store import BatchRef, SpoolCorruptError, SpoolStore
-from spate.sink._tier_frames import ForwardsFrames, frame_rows
-from spate.sink.config import RetryConfig
+from spate.sink.tiers._spool_writer import SpoolWriter
+from spate.sink.tiers._store import BatchRef, SpoolCorruptError, SpoolStore
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +80,6 @@ _SPOOL_LANE = Lane("spool", 0)
 
 _IS_BYTES = bytes.__instancecheck__
 """``isinstance(row, bytes)`` without a Python-level call per row."""
-
-_QUEUED = 2
-"""Sealed batches that may wait for the writer thread before sealing blocks (the write
-and fsync of one batch overlap with filling the next ones; memory stays bounded)."""
 
 _WRITER_JOIN = 5.0
 """Seconds :meth:`SpoolTier.abandon` waits for the writer thread's write or fsync to
@@ -270,32 +267,15 @@ class SpoolTier(ForwardsFrames):
         self._clock = clock
         self._lock = threading.Lock()
         self._open: _Batch | None = None
-        self._cond = threading.Condition(threading.Lock())
-        """Guards the writer's state below (``_queued`` to ``_writer``)."""
-        self._queued: deque[_Batch] = deque()
-        """Sealed batches waiting for the writer thread to append them, in seal order."""
-        self._queued_bytes = 0
-        """Bytes of ``_queued`` (they count toward ``max_bytes``, B7)."""
-        self._unsynced: list[_Batch] = []
-        """Batches appended and not yet fsynced (the writer thread's own)."""
-        self._durable_batches: deque[_Batch] = deque()
-        """Batches the writer made durable, for the pipeline thread to hand on."""
-        self._notice = False
-        """The writer has news for the pipeline thread: durable batches or a failed write."""
-        self._busy = False
-        self._stalled = False
-        """An append failed: the writer waits until the pipeline thread asks it to retry."""
-        self._sync_wanted = False
-        self._halt = False
-        self._writer: threading.Thread | None = None
+        self._writer: SpoolWriter[_Batch] = SpoolWriter(
+            name,
+            store,
+            fsync=config.fsync,
+            on_durable=self._durable,
+            meter=meter,
+            clock=clock,
+        )
         self._writer_join = writer_join
-        self._abandoned = False
-        """The writer's batches in flight were failed: an fsync returning late hands
-        nothing on (its batches stay on disk for the next start)."""
-        self._stuck: threading.Thread | None = None
-        """A writer thread ``abandon`` left in a write or fsync that did not return."""
-        self._close_store_later = False
-        """``close`` left the store to the stuck writer thread to close on its way out."""
         self._handing: deque[_Batch] = deque()
         """Durable batches not yet fully offered to the next tier, oldest first."""
         self._inflight: set[_Batch] = set()
@@ -306,7 +286,6 @@ class SpoolTier(ForwardsFrames):
         self._replaying = 0
         self._started = False
         self._closed = False
-        self._write_error: str | None = None
         self._next_started = False
         self._start_error: str | None = None
         kw = {"component": name, "component_type": "spool"}
@@ -316,8 +295,6 @@ class SpoolTier(ForwardsFrames):
         self._m_oldest = meter.gauge(names.TIER_OLDEST_AGE, **kw)
         self._m_flushes = meter.counter(names.TIER_FLUSHES, **kw)
         self._m_replayed = meter.counter(names.SPOOL_REPLAYED, **kw)
-        self._m_fsync = meter.histogram(names.SPOOL_FSYNC_SECONDS, **kw)
-        self._m_errors = meter.counter(names.SPOOL_WRITE_ERRORS, **kw)
         self._m_retried = meter.counter(names.SPOOL_RETRIED, **kw)
         self._held_records = 0
         self._max_records = config.max_records
@@ -390,7 +367,7 @@ class SpoolTier(ForwardsFrames):
         raises ``SinkError(RECORD)`` for the chain's record error policy).
         """
         batch = self._open
-        if batch is None or self._handing or self._notice or batch.frames:
+        if batch is None or self._handing or self._writer.notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -459,7 +436,7 @@ class SpoolTier(ForwardsFrames):
         if not rows:
             return ACCEPTED
         batch = self._open
-        if batch is None or self._handing or self._notice or batch.frames:
+        if batch is None or self._handing or self._writer.notice or batch.frames:
             batch = self._opened()
             if batch is None:
                 return REJECTED
@@ -512,7 +489,7 @@ class SpoolTier(ForwardsFrames):
         if not frame_rows(frame):
             return ACCEPTED
         batch = self._open
-        if batch is None or self._handing or self._notice or batch.rows:
+        if batch is None or self._handing or self._writer.notice or batch.rows:
             batch = self._opened(frames=True)
             if batch is None:
                 return REJECTED
@@ -527,9 +504,9 @@ class SpoolTier(ForwardsFrames):
 
         ``frames``: the batch takes frames (an open batch of the other kind is sealed:
         a batch holds rows or frames, B151)."""
-        if self._notice:
+        if self._writer.notice:
             self._take_durable()
-            if self._stalled and not self._retry_write():
+            if self._writer.stalled and not self._writer.retry():
                 return None
         if self._handing:
             self._hand_on()
@@ -565,17 +542,17 @@ class SpoolTier(ForwardsFrames):
         store reclaims every segment (a clean run leaves the directory empty). A write or
         fsync that has not returned by ``deadline`` (a hung disk) makes it return False.
         """
-        if not self._seal(force_sync=True, deadline=deadline) and self._writing():
+        if not self._seal(force_sync=True, deadline=deadline) and self._writer.writing():
             return False
         if not self._next_started and not self._start_next(at_start=False):
             return False
         while True:
-            if self._stalled and not self._retry_write(deadline) and self._writing():
+            if self._writer.stalled and not self._writer.retry(deadline) and self._writer.writing():
                 return False
             self._take_durable()
             self._hand_on()
             left = self._clock.monotonic()
-            if not self._handing and not self._queued:
+            if not self._handing and not self._writer.queued:
                 break
             if left >= deadline:
                 return False
@@ -604,9 +581,10 @@ class SpoolTier(ForwardsFrames):
         behind, and what it holds is failed like any batch not yet durable.
         """
         rows = 0
-        if not self._stop_writer(self._writer_join):
-            with self._cond:
-                stuck = len(self._queued) + len(self._unsynced)
+        writer = self._writer
+        if not writer.stop(self._writer_join):
+            with writer.cond:
+                stuck = len(writer.queued) + len(writer.unsynced)
             logger.error(
                 "spool %s: a write or fsync of the spool's store did not return within "
                 "%.1fs; abandoning %d batch(es) not yet durable (what reached %s stays "
@@ -619,12 +597,7 @@ class SpoolTier(ForwardsFrames):
         self._take_durable()
         batch = self._open
         self._open = None
-        pending = [*([batch] if batch is not None else []), *self._queued, *self._unsynced]
-        self._queued.clear()
-        self._queued_bytes = 0
-        self._unsynced = []
-        self._write_error = None
-        self._stalled = self._notice = self._sync_wanted = False
+        pending = [*([batch] if batch is not None else []), *writer.take_pending()]
         for b in pending:
             rows += b.count
             b.release_acks(False)
@@ -654,17 +627,18 @@ class SpoolTier(ForwardsFrames):
         self._closed = True
         if (
             self._open is not None
-            or self._queued
-            or self._unsynced
-            or self._durable_batches
+            or self._writer.queued
+            or self._writer.unsynced
+            or self._writer.durable
             or self._handing
             or self._retrying
         ):
             self.abandon()
-        self._stop_writer()
+        writer = self._writer
+        writer.stop()
         self.next.close()
-        with self._cond:
-            stuck = self._close_store_later = self._stuck is not None
+        with writer.cond:
+            stuck = writer.close_store_later = writer.stuck is not None
         if stuck:
             logger.warning(
                 "spool %s: the store is closed once its hung write or fsync returns", self.name
@@ -676,7 +650,7 @@ class SpoolTier(ForwardsFrames):
 
     def held_bytes(self) -> int:
         """Bytes the store holds on disk, and of sealed batches waiting for their write."""
-        return self._store.held_bytes() + self._queued_bytes
+        return self._store.held_bytes() + self._writer.queued_bytes
 
     # -- internals --------------------------------------------------------------------
 
@@ -689,196 +663,26 @@ class SpoolTier(ForwardsFrames):
             self._open = None
             batch.records = [encode_frame(f, keys, lane) for f, keys, lane in batch.frames]
             self._m_flushes.inc()
-            self._enqueue(batch)
+            self._writer.enqueue(batch)
         elif batch is not None and batch.rows:
             self._open = None
             batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
             batch.encoded = {}
             self._m_flushes.inc()
-            self._enqueue(batch)
+            self._writer.enqueue(batch)
         if not force_sync:
             return True
-        if self._stalled:
-            self._retry_write(deadline)
-        return self._settle(sync=self.config.fsync == "segment", deadline=deadline)
-
-    def _enqueue(self, batch: _Batch) -> None:
-        """Hand a sealed batch to the writer thread (started on first use); wait while
-        more than ``_QUEUED`` batches are ahead of it, unless the writer is stalled."""
-        size = sum(map(len, batch.records)) + 4 * len(batch.records) + 20
-        with self._cond:
-            if self._writer is None:
-                self._halt = False
-                self._writer = threading.Thread(
-                    target=self._write_loop, name=f"spool-{self.name}", daemon=True
-                )
-                self._writer.start()
-            self._queued.append(batch)
-            self._queued_bytes += size
-            batch.size = size
-            self._cond.notify_all()
-            while len(self._queued) > _QUEUED and not self._stalled:
-                self._cond.wait()
-
-    def _settle(self, *, sync: bool, deadline: float | None = None) -> bool:
-        """Wait until the writer appended every queued batch (``sync``: and fsynced what
-        it appended); False if an append failed (the batch stays queued) or ``deadline``
-        passed first (see :meth:`_writing`)."""
-        cond = self._cond
-        with cond:
-            if self._writer is None:
-                return not self._queued
-            if sync:
-                self._sync_wanted = True
-                cond.notify_all()
-            while self._busy or (not self._stalled and (self._queued or self._sync_wanted)):
-                if deadline is None:
-                    cond.wait()
-                elif self._clock.monotonic() >= deadline:
-                    return False
-                else:
-                    cond.wait(0.01)
-            return not self._stalled
-
-    def _writing(self) -> bool:
-        """Whether the writer still has work it has not finished (a write or fsync in
-        flight, or batches queued for it) rather than a failed append."""
-        with self._cond:
-            return self._busy or (not self._stalled and bool(self._queued or self._sync_wanted))
-
-    def _retry_write(self, deadline: float | None = None) -> bool:
-        """Ask the stalled writer to append again and wait for it; True once it worked."""
-        with self._cond:
-            self._stalled = False
-            self._cond.notify_all()
-        return self._settle(sync=False, deadline=deadline)
+        if self._writer.stalled:
+            self._writer.retry(deadline)
+        return self._writer.settle(sync=self.config.fsync == "segment", deadline=deadline)
 
     def _take_durable(self) -> None:
         """Queue the batches the writer made durable for handing on (pipeline thread)."""
-        with self._cond:
-            self._notice = self._stalled  # a failed append is news until it is retried
-            done, self._durable_batches = self._durable_batches, deque()
-        self._handing.extend(done)
-
-    def _stop_writer(self, timeout: float | None = None) -> bool:
-        """Stop the writer thread once its current write and fsync returned; False when
-        that took longer than ``timeout`` (the thread is left behind, its batches
-        abandoned: a late fsync hands nothing on)."""
-        with self._cond:
-            writer, self._writer = self._writer, None
-            self._halt = True
-            self._cond.notify_all()
-        if writer is None:
-            return True
-        writer.join(timeout)
-        if not writer.is_alive():
-            return True
-        with self._cond:
-            self._abandoned = True
-            self._stuck = writer
-            self._busy = False
-        return False
-
-    def _write_loop(self) -> None:
-        """The writer thread: append queued batches in order, fsync as the policy says,
-        then release their acks (``ack: spooled``) and pass them to the pipeline thread.
-
-        A failed append stalls it with the batch still queued (unacknowledged) until the
-        pipeline thread asks again (B57); a failed fsync fails the batches it covered."""
-        cond = self._cond
-        per_batch = self.config.fsync == "batch"
-        while True:
-            with cond:
-                while not self._halt and (self._stalled or not (self._queued or self._sync_wanted)):
-                    cond.wait()
-                if self._halt:
-                    close_store = self._abandoned and self._close_store_later
-                    if self._abandoned:  # this writer was left behind by abandon()
-                        self._stuck = None
-                        self._close_store_later = False
-                    break
-                self._busy = True
-                batches = list(self._queued)
-                sync = per_batch or self._sync_wanted
-                self._sync_wanted = False
-            try:
-                self._write(batches, sync)
-            except Exception as exc:  # a store's own bug: the batch stays queued, unacked
-                logger.exception("spool %s: the store failed unexpectedly", self.name)
-                self._write_error = str(exc)
-                with cond:
-                    self._stalled = self._notice = True
-            finally:
-                with cond:
-                    self._busy = False
-                    cond.notify_all()
-        if close_store:
-            self._store.close()  # its hung write or fsync returned after close()
-
-    def _write(self, batches: list[_Batch], sync: bool) -> None:
-        """Append ``batches`` (the writer's snapshot of the queue), then fsync if ``sync``."""
-        for batch in batches:
-            try:
-                batch.ref = self._store.append(batch.records)
-            except SinkError as exc:
-                self._failed_write(exc)
-                with self._cond:
-                    self._stalled = self._notice = True
-                break
-            with self._cond:
-                if self._abandoned:
-                    return  # returned too late: abandon() failed this batch (B4)
-                self._queued.popleft()
-                self._queued_bytes -= batch.size
-            self._unsynced.append(batch)
-        else:
-            if self._write_error is not None:
-                logger.info("spool %s: writing works again", self.name)
-                self._write_error = None
-        if not (sync and self._unsynced):
-            return
-        started = time.perf_counter()
-        try:
-            self._store.sync()
-            with self._cond:
-                if self._abandoned:
-                    return  # returned too late: abandon() failed these batches (B4)
-        except SinkError as exc:
-            # After a failed fsync the kernel may have dropped the pages and a retry
-            # could report success without them: these batches are not durable and
-            # are never acknowledged; their source batches fail (B2, B57).
-            self._failed_write(exc)
-            failed, self._unsynced = self._unsynced, []
-            rows = 0
-            for batch in failed:
-                rows += batch.count
-                batch.release_acks(False)
-            logger.error(
-                "spool %s: %d rows could not be made durable; their source batches fail",
-                self.name,
-                rows,
-            )
-            if not self._stalled:
-                self._write_error = None
-            return
-        self._m_fsync.observe(time.perf_counter() - started)
-        durable, self._unsynced = self._unsynced, []
-        self._durable(durable)
-
-    def _failed_write(self, exc: SinkError) -> None:
-        self._m_errors.inc()
-        if self._write_error != exc.reason:
-            logger.error(
-                "spool %s: %s; the batch stays unaccepted and intake pauses until it can be "
-                "written",
-                self.name,
-                exc.reason,
-            )
-        self._write_error = exc.reason
+        self._handing.extend(self._writer.take_durable())
 
     def _durable(self, batches: list[_Batch]) -> None:
-        """Batches now fsynced (writer thread): release acks (``ack: spooled``) and pass
-        them to the pipeline thread to hand on."""
+        """Batches now fsynced (writer thread): give them tokens and release their source
+        acks (``ack: spooled``); the writer then passes them to the pipeline thread."""
         spooled = self.config.ack == "spooled"
         for batch in batches:
             batch.records = []
@@ -888,9 +692,6 @@ class SpoolTier(ForwardsFrames):
                 self._held_records += batch.count
             if spooled:
                 batch.release_acks(True)
-        with self._cond:
-            self._durable_batches.extend(batches)
-            self._notice = True
 
     def _token(self, batch: _Batch) -> AckToken:
         ref = batch.ref
@@ -1105,8 +906,11 @@ class SpoolTier(ForwardsFrames):
                 batch.replayed = False
             if retry:
                 batch.failures += 1
-                delay = self._backoff.delay(batch.failures)
-                batch.due = self._clock.monotonic() + delay
+                now = self._clock.monotonic()
+                due = retry_at(self._backoff, batch.failures, now)
+                assert due is not None  # the spool's retry has no attempt limit (B66)
+                batch.due = due
+                delay = due - now
                 self._retrying.append(batch)
             else:
                 self._held_records -= token.records

@@ -1,6 +1,6 @@
 """The spool's codec: the records a spooled batch holds, for rows and for frames.
 
-A record is any bytes to the store (:mod:`spate.sink._store`); the spool writes three
+A record is any bytes to the store (:mod:`spate.sink.tiers._store`); the spool writes three
 kinds, told apart by their first byte:
 
 * a packed run (``0x01``, :func:`pack_run`): a run of one lane's raw ``bytes`` rows,
@@ -10,7 +10,7 @@ kinds, told apart by their first byte:
   the columnar path as an Arrow IPC stream (B151), :func:`encode_frame`.
 
 :func:`encode_batch` and :func:`decode_records` encode and read a batch's rows. Does not
-own: batches, acks, the store or the writer thread (:mod:`spate.sink._spool`).
+own: batches, acks, the store or the writer thread (:mod:`spate.sink.tiers._spool`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink._store import pack_lengths, unpack_lengths
+from spate.sink.tiers._store import pack_lengths, unpack_lengths
 
 
 def _tagged(value: object) -> object:

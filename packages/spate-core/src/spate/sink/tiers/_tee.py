@@ -43,7 +43,7 @@ from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
-from spate.sink._tier_frames import (
+from spate.sink.tiers._frames import (
     HeldFrame,
     TeeFrame,
     frame_needs_keys,

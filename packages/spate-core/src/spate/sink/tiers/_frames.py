@@ -16,9 +16,9 @@ and signatures — ``takes_frames``, ``frame_needs_keys``, ``prepare_frame(frame
 
 This module holds the pieces the tiers share: :func:`takes_frames`, the held frame
 (:class:`HeldFrame`) and the tee's prepared frame (:class:`TeeFrame`); the spool's
-record for a frame is in :mod:`spate.sink._spool_codec`.
+record for a frame is in :mod:`spate.sink.tiers._spool_codec`.
 
-Does not own: batching, acks or the store (the tiers and :mod:`spate.sink._store` do).
+Does not own: batching, acks or the store (the tiers and :mod:`spate.sink.tiers._store` do).
 """
 
 from __future__ import annotations

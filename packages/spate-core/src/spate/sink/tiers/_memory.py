@@ -39,8 +39,8 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
-from spate.sink._tier_frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
 from spate.sink._writer import estimate_row_bytes
+from spate.sink.tiers._frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,181 @@
+"""The sink pool's workers: they take sealed batches, write them and settle each one.
+
+A collaborator of :class:`~spate.sink.SinkPool` that imports downward only (shards,
+batches, writers, the shared attempt rules of :mod:`spate.sink._attempts`): the pool
+hands it the lock it shares and what it needs of the pool as callables, so no module
+here imports the pool. One write (:meth:`PoolWorkers.write`) runs the batch's fence (the
+effectively-once intent, B88, B125) and the writer, then, under the pool's lock, tells
+the replica's breaker (B11), moves the shard's preference to its next replica after a
+retryable failure, queues the batch again after its backoff on the pipeline clock
+(B9, B12) or settles it (B2, B4); budget and acks are released outside the lock.
+
+With ``io_threads`` workers, each runs :meth:`PoolWorkers.run`; with none, the pool's
+``pump``, ``tick`` and ``flush`` call :meth:`PoolWorkers.write` on the calling thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from spate._clock import Clock
+from spate.checkpoint._ack import AckToken, release_all
+from spate.flow._contract import ByteBudget
+from spate.sink._attempts import attempt, judge_breaker, outcome, retry_at
+from spate.sink._batching import PoolBatch
+from spate.sink._intents import Intent
+from spate.sink._retry import Backoff
+from spate.sink._shard import Replica, Shard
+from spate.sink._writer import WriteBatch
+
+logger = logging.getLogger("spate.sink._pool")
+
+Settled = tuple[PoolBatch, list[AckToken], int, bool]
+"""A settled batch: its acks, the budget bytes it held and whether it was written."""
+
+Work = tuple[Shard, PoolBatch, Replica]
+
+
+def settle_batch(batch: PoolBatch, ok: bool) -> Settled:
+    """Mark ``batch`` done (pool lock held); release what it returns with
+    :func:`release_settled` once the lock is given back."""
+    batch.done = True
+    return batch, list(batch.acks), batch.acquired, ok
+
+
+def release_settled(budget: ByteBudget, settled: list[Settled]) -> None:
+    """Release budget and acks of settled batches. Called WITHOUT the lock.
+
+    Every ack is released even when one raises (a resolver's bug, or ``AckError`` for a
+    second release, which the token has already reported to the pipeline): stopping at
+    the first would leave the rest held forever (B4).
+    """
+    for batch, acks, nbytes, ok in settled:
+        if nbytes:
+            budget.release(nbytes)
+        release_all(acks, ok, batch)
+
+
+class PoolWorkers:
+    """The writing side of one sink pool."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        cond: threading.Condition,
+        clock: Clock,
+        backoff: Backoff,
+        budget: ByteBudget,
+        next_work: Callable[[float], Work | None],
+        next_wake: Callable[[float], float | None],
+        fence: Callable[[Shard, object, PoolBatch, Intent], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        """``next_work(now)`` (lock held): seal lingering batches and pick one due now;
+        ``next_wake(now)`` (lock held): when something may come due; ``fence`` (lock NOT
+        held): record a block's intent and check the lane is still the pool's;
+        ``stopping()`` (lock held): the workers should return."""
+        self.name = name
+        self._cond = cond
+        self._clock = clock
+        self._backoff = backoff
+        self._budget = budget
+        self._next_work = next_work
+        self._next_wake = next_wake
+        self._fence = fence
+        self._stopping = stopping
+
+    def run(self) -> None:
+        """A worker thread: wait for a due batch, write it, until the pool stops."""
+        while True:
+            with self._cond:
+                work = None
+                while work is None:
+                    if self._stopping():
+                        return
+                    now = self._clock.monotonic()
+                    work = self._next_work(now)
+                    if work is None:
+                        wake = self._next_wake(now)
+                        self._cond.wait(None if wake is None else max(wake - now, 0.001))
+            try:
+                self.write(*work)
+            except Exception:  # a bug in the pool itself: keep the worker alive, say so
+                logger.exception("sink %s: worker error", self.name)
+
+    def write(self, shard: Shard, batch: PoolBatch, replica: Replica) -> None:
+        """One attempt at ``batch`` on ``replica`` (lock NOT held), then its verdict."""
+        writer = replica.writer
+        if writer is None:  # cannot happen after start(); keeps the type checker honest
+            raise RuntimeError(f"sink {self.name}: no writer for {replica.endpoint}")
+        request = WriteBatch(
+            batch.buffer,
+            batch.rows,
+            batch.nbytes,
+            shard.index,
+            batch.seq,
+            batch.token,
+            batch.attempts,
+        )
+
+        def write() -> None:
+            intent = batch.intent
+            if intent is not None and not batch.fenced:
+                # Only this worker touches a batch it is writing (it is in shard.writing).
+                self._fence(shard, writer, batch, intent)
+            writer.write(request)
+
+        started = self._clock.monotonic()
+        error = attempt(write, logger, f"sink {self.name}: writer for {replica.endpoint}")
+        result = outcome(error)
+        now = self._clock.monotonic()
+        elapsed = max(now - started, 0.0)
+        settled: list[Settled] = []
+        with self._cond:
+            shard.writing.discard(batch)
+            shard.m_inflight.set(len(shard.writing))
+            judge_breaker(replica.breaker, result, now)
+            shard.m_write_seconds["fatal" if result == "record" else result].observe(elapsed)
+            if result != "ok":
+                shard.m_errors[result].inc()
+            if error is None:
+                if not batch.done:
+                    shard.m_records.inc(batch.rows)
+                    shard.m_bytes.inc(batch.nbytes)
+                    settled.append(settle_batch(batch, True))
+            elif result == "retryable":
+                if len(shard.replicas) > 1 and shard.preferred == replica.index:
+                    shard.preferred = (replica.index + 1) % len(shard.replicas)
+                if not batch.done:
+                    due = retry_at(self._backoff, batch.attempts, now)
+                    if due is None:
+                        logger.error(
+                            "sink %s shard %d: batch %d failed after %d attempts: %s",
+                            self.name,
+                            shard.index,
+                            batch.seq,
+                            batch.attempts,
+                            error.reason,
+                        )
+                        shard.m_abandoned.inc(batch.rows)
+                        settled.append(settle_batch(batch, False))
+                    else:
+                        batch.next_at = due
+                        shard.queue.appendleft(batch)
+                        shard.m_retries.inc()
+            else:
+                logger.error(
+                    "sink %s shard %d: batch %d failed on %s: %s",
+                    self.name,
+                    shard.index,
+                    batch.seq,
+                    replica.endpoint,
+                    error.reason,
+                )
+                if not batch.done:
+                    shard.m_abandoned.inc(batch.rows)
+                    settled.append(settle_batch(batch, False))
+            self._cond.notify_all()
+        release_settled(self._budget, settled)
