@@ -1,7 +1,8 @@
 """Effectively once into ClickHouse under faults, on the real broker and the HTTP front
-(B88, B89, B90).
+(B88, B89, B90; B165 on the columnar path).
 
-The flagship's split pipeline (three tables) and a single-table pipeline run with
+The flagship's split pipeline (three tables), the columnar flagship's frame chain (the
+same three tables, as columns) and a single-table pipeline run with
 ``pipeline.delivery: effectively_once`` into plain ``MergeTree`` tables with a
 ``non_replicated_deduplication_window``, while a producer writes storefront events at
 a steady pace. Each is killed with SIGKILL five times at random moments (a seeded random
@@ -77,10 +78,14 @@ def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess
     return launch([str(RUNNER), str(config), mode], env, log)
 
 
-@pytest.mark.parametrize("mode", ["split", "single"])
+@pytest.mark.parametrize("mode", ["split", "single", "columnar"])
 def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str
 ) -> None:
+    """B89 on the row path (``split``, ``single``); B165: the columnar flagship alike."""
+    if mode == "columnar":
+        pytest.importorskip("polars")
+        pytest.importorskip("jetliner")
     seed = int(os.environ.get("SPATE_EO_SEED", "22"))
     rng = random.Random(seed)
     topic, group = unique_name(f"eo-{mode}"), unique_name(f"eo-{mode}-g")
@@ -89,7 +94,7 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     front = chfront()
     client = front.client()
     database = f"eo_{mode}"
-    tables = list(TABLES.values()) if mode == "split" else ["events"]
+    tables = ["events"] if mode == "single" else list(TABLES.values())
     create_tables(client, database, tables)
     config = write_config(tmp_path / "pipeline.yaml", mode)
     env = flagship_env(kafka_bootstrap, topic, group, front.url, database, f"eo-{mode}")
