@@ -162,6 +162,22 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
             time.sleep(rng.uniform(0.0, 1.5))
             run.kill_and_restart()
 
+    def twice(kind: str, table: str) -> str:
+        """The Kafka positions of the rows a table holds more than once (a failure's
+        diagnosis): each partition's offsets, as ranges."""
+        query = f"SELECT order_id FROM {database}.{table} GROUP BY order_id HAVING count() > 1"
+        rows = client.query(query).result_rows
+        positions = run.producer.positions
+        offsets: dict[int, list[int]] = {}
+        for (order_id,) in rows:
+            position = positions.get(f"{kind}:{order_id}".encode())
+            if position is not None:
+                offsets.setdefault(position[0], []).append(position[1])
+        return "; ".join(
+            f"partition {p}: {len(o)} rows, offsets {min(o)}..{max(o)}"
+            for p, o in sorted(offsets.items())
+        )
+
     run.run(faults)
     by_kind = run.produced_by_kind()
     if mode == "single":
@@ -172,4 +188,4 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
         return
     for kind, table in TABLES.items():
         raw = int(client.command(f"SELECT count() FROM {database}.{table}"))
-        assert raw == by_kind[kind], (seed, table, raw, by_kind[kind])
+        assert raw == by_kind[kind], (seed, table, raw, by_kind[kind], twice(kind, table))
