@@ -78,16 +78,7 @@ def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess
     return launch([str(RUNNER), str(config), mode], env, log)
 
 
-COLUMNAR_DUPLICATES = pytest.mark.xfail(
-    strict=False,
-    reason="B165 not yet holding: one run in three under load held about 1% of the orders "
-    "rows twice on the columnar path (defect under investigation)",
-)
-
-
-@pytest.mark.parametrize(
-    "mode", ["split", "single", pytest.param("columnar", marks=COLUMNAR_DUPLICATES)]
-)
+@pytest.mark.parametrize("mode", ["split", "single", "columnar"])
 def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str
 ) -> None:
