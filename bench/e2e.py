@@ -26,7 +26,8 @@ both sides, each run into its own fresh tables, created before the run and not t
 * ``--delivery effectively_once``: the flagship under ``pipeline.delivery:
   effectively_once`` against the same flagship at least once (the cost of the intents
   and per-partition blocks, docs/concepts/delivery.md), interleaved, at least five runs
-  each (``SPATE_BENCH_RUNS``).
+  each (``SPATE_BENCH_RUNS``). With ``--columnar``: the columnar flagship under
+  ``effectively_once`` against the hand-written loop (target: 3x).
 
 Prints each side's median, ``ratio:`` and peak RSS. ``SPATE_BENCH_RSS=1`` also samples
 the framework side's RSS while it runs; ``--rss-only`` runs the framework side once with
@@ -187,6 +188,11 @@ class Bench:
 
     def effectively_once(self) -> int:
         return self.framework(delivery="effectively_once")
+
+    def columnar_effectively_once(self) -> int:
+        return self.framework(
+            load_example("kafka_avro_to_clickhouse_columnar").chains, delivery="effectively_once"
+        )
 
     def framework(self, chains: Any = None, delivery: str = "at_least_once") -> int:
         database = self.fresh_database("fw")
@@ -378,6 +384,17 @@ def main() -> int:
             return 0
         where = "chDB" if bench.url.startswith("chdb://") else bench.url
         delivery = _option("--delivery")
+        if delivery == "effectively_once" and "--columnar" in sys.argv:
+            compare(
+                f"columnar flagship under effectively once vs hand-written loop ({where}): "
+                f"{count:,} storefront events (target 3x)",
+                bench.columnar_effectively_once,
+                bench.baseline,
+                runs=max(5, env_int("SPATE_BENCH_RUNS", 5)),
+                setup=bench.setup,
+            )
+            print(f"peak RSS at exit: {peak_rss_mib():.0f} MiB")
+            return 0
         if delivery == "effectively_once":
             compare(
                 f"effectively once vs at least once (chDB): {count:,} storefront events",

@@ -1,7 +1,8 @@
 """Effectively once into ClickHouse under faults, on the real broker and the HTTP front
-(B88, B89, B90).
+(B88, B89, B90; B165 on the columnar path).
 
-The flagship's split pipeline (three tables) and a single-table pipeline run with
+The flagship's split pipeline (three tables), the columnar flagship's frame chain (the
+same three tables, as columns) and a single-table pipeline run with
 ``pipeline.delivery: effectively_once`` into plain ``MergeTree`` tables with a
 ``non_replicated_deduplication_window``, while a producer writes storefront events at
 a steady pace. Each is killed with SIGKILL five times at random moments (a seeded random
@@ -77,10 +78,14 @@ def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess
     return launch([str(RUNNER), str(config), mode], env, log)
 
 
-@pytest.mark.parametrize("mode", ["split", "single"])
+@pytest.mark.parametrize("mode", ["split", "single", "columnar"])
 def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str
 ) -> None:
+    """B89 on the row path (``split``, ``single``); B165: the columnar flagship alike."""
+    if mode == "columnar":
+        pytest.importorskip("polars")
+        pytest.importorskip("jetliner")
     seed = int(os.environ.get("SPATE_EO_SEED", "22"))
     rng = random.Random(seed)
     topic, group = unique_name(f"eo-{mode}"), unique_name(f"eo-{mode}-g")
@@ -89,7 +94,7 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     front = chfront()
     client = front.client()
     database = f"eo_{mode}"
-    tables = list(TABLES.values()) if mode == "split" else ["events"]
+    tables = ["events"] if mode == "single" else list(TABLES.values())
     create_tables(client, database, tables)
     config = write_config(tmp_path / "pipeline.yaml", mode)
     env = flagship_env(kafka_bootstrap, topic, group, front.url, database, f"eo-{mode}")
@@ -157,6 +162,22 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
             time.sleep(rng.uniform(0.0, 1.5))
             run.kill_and_restart()
 
+    def twice(kind: str, table: str) -> str:
+        """The Kafka positions of the rows a table holds more than once (a failure's
+        diagnosis): each partition's offsets, as ranges."""
+        query = f"SELECT order_id FROM {database}.{table} GROUP BY order_id HAVING count() > 1"
+        rows = client.query(query).result_rows
+        positions = run.producer.positions
+        offsets: dict[int, list[int]] = {}
+        for (order_id,) in rows:
+            position = positions.get(f"{kind}:{order_id}".encode())
+            if position is not None:
+                offsets.setdefault(position[0], []).append(position[1])
+        return "; ".join(
+            f"partition {p}: {len(o)} rows, offsets {min(o)}..{max(o)}"
+            for p, o in sorted(offsets.items())
+        )
+
     run.run(faults)
     by_kind = run.produced_by_kind()
     if mode == "single":
@@ -167,4 +188,4 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
         return
     for kind, table in TABLES.items():
         raw = int(client.command(f"SELECT count() FROM {database}.{table}"))
-        assert raw == by_kind[kind], (seed, table, raw, by_kind[kind])
+        assert raw == by_kind[kind], (seed, table, raw, by_kind[kind], twice(kind, table))

@@ -9,12 +9,16 @@ HTTP front (each message is ``{"k": key}``; the table holds the keys). The scena
   drains every worker and exits 0 (B14, B16, B64);
 - a single supervised process whose inserts fail fatally three times: it is rebuilt
   with growing waits and completes (B63); and one whose inserts always fail: it gives up
-  after ``max_restarts`` with one line and exit 1 (B63).
+  after ``max_restarts`` with one line and exit 1 (B63);
+- two workers on a four-partition topic, on the row path (a row chain) and on the
+  columnar path (no chain: JSON decoded as columns), at least once and effectively once:
+  every record reaches ClickHouse once (B166).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -41,6 +45,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 DATABASE = "workers"
 TYPE_MISMATCH = 53  # a ClickHouse code the sink treats as fatal
+ROOT = Path(__file__).resolve().parents[2]
+ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
+WINDOW = "SETTINGS non_replicated_deduplication_window = 1000"
 
 
 def _records(count: int) -> Iterator[tuple[bytes, bytes, bytes]]:
@@ -49,10 +56,12 @@ def _records(count: int) -> Iterator[tuple[bytes, bytes, bytes]]:
         yield key, key, json.dumps({"k": key.decode()}).encode()
 
 
-def _table(front: ChFront, table: str) -> None:
+def _table(front: ChFront, table: str, settings: str = "") -> None:
     client = front.client()
     client.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-    client.command(f"CREATE TABLE {DATABASE}.{table} (k String) ENGINE = MergeTree ORDER BY k")
+    client.command(
+        f"CREATE TABLE {DATABASE}.{table} (k String) ENGINE = MergeTree ORDER BY k {settings}"
+    )
 
 
 def _held(front: ChFront, table: str) -> set[bytes]:
@@ -72,9 +81,10 @@ def _config(
     listen: str = "none",
     supervisor: dict[str, Any] | None = None,
     stalled_fail_after: str = "60s",
+    delivery: str = "at_least_once",
 ) -> Path:
     data: dict[str, Any] = {
-        "pipeline": {"name": table},
+        "pipeline": {"name": table, "delivery": delivery},
         "checkpoint": {
             "interval": "200ms",
             "drain_timeout": "15s",
@@ -110,9 +120,10 @@ def _config(
 
 
 def _spate(log: Path, *argv: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the row chain of B166
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "spate.cli", "run", *argv], stdout=out, stderr=out
+            [sys.executable, "-m", "spate.cli", "run", *argv], stdout=out, stderr=out, env=env
         )
 
 
@@ -186,6 +197,72 @@ def test_b64_three_workers_survive_a_sigkill_and_drain_on_sigterm(
     sampler.sample()
     assert len(sampler.samples) > 5
     assert not sampler.violations(), sampler.violations()[:3]
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "effectively_once"])
+@pytest.mark.parametrize("path", ["rows", "columns"])
+def test_b166_two_workers_deliver_every_record_on_either_path(
+    kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, path: str, delivery: str
+) -> None:
+    """B166: ``--processes 2`` on the row and the columnar path, under either delivery."""
+    table = f"two_{path}_{delivery}"
+    topic, group = unique_name(table.replace("_", "-")), unique_name(f"{table}-g")
+    create_topic(kafka_bootstrap, topic, 4)
+    front = chfront()
+    _table(front, table, WINDOW if delivery == "effectively_once" else "")
+    count = scaled(40_000, minimum=4_000)
+    config = _config(
+        tmp_path / "two.yaml",
+        bootstrap=kafka_bootstrap,
+        topic=topic,
+        group=group,
+        front=front,
+        table=table,
+        bounded=False,
+        supervisor={"initial_backoff": "200ms"},
+        delivery=delivery,
+    )
+    chain = ["--chain", ROW_CHAIN] if path == "rows" else []
+    log = tmp_path / "parent.log"
+    parent = _spate(log, *chain, str(config), "--processes", "2")
+
+    def text() -> str:
+        return log.read_text(errors="replace")
+
+    def counts() -> tuple[int, int]:
+        rows = front.client().query(f"SELECT count(), uniqExact(k) FROM {DATABASE}.{table}")
+        return int(rows.result_rows[0][0]), int(rows.result_rows[0][1])
+
+    try:
+        wait_until(lambda: len(re.findall(r"worker \d started", text())) == 2, 60, "2 workers")
+        wait_until(
+            lambda: len(re.findall(r"partitions assigned .*partitions=\[\d, \d\]", text())) == 2,
+            120,
+            "two partitions for each worker",
+        )
+        produce_keyed(
+            kafka_bootstrap,
+            topic,
+            count,
+            key=lambda i: f"key-{i:08d}".encode(),
+            value=lambda i: json.dumps({"k": f"key-{i:08d}"}).encode(),
+        )
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(lambda: counts()[1] == count, 300, "every key in ClickHouse")
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 120, "final commit"
+        )
+        parent.send_signal(signal.SIGTERM)
+        code = parent.wait(120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; log: {text()[-4000:]}") from None
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert code == 0, text()[-3000:]
+    assert ("runs on the columnar path" in text()) is (path == "columns"), text()[-3000:]
+    assert counts() == (count, count)
 
 
 def _bounded_run(

@@ -288,3 +288,19 @@ def test_b87_frames_of_one_batch_with_different_column_types_make_one_stream() -
     data = arrow_stream([text, raw])
     read = pa.ipc.open_stream(data).read_all()
     assert read.column("s").to_pylist() == [b"a", b"\xff"]
+
+
+def test_b165_a_block_reaches_clickhouse_as_one_record_batch_whatever_its_frames() -> None:
+    """B165: ClickHouse makes a block of each record batch of an Arrow stream and the
+    dedup token names those blocks, so the same rows cut from other source batches (a
+    replay) must give the same stream: one record batch."""
+    pa = pytest.importorskip("pyarrow")
+    from spate_clickhouse._frames import arrow_stream
+
+    first = pa.table({"id": pa.array(range(600), pa.int64())})
+    second = pa.table({"id": pa.array(range(600, 1000), pa.int64())})
+    whole = pa.table({"id": pa.array(range(1000), pa.int64())})
+    split = arrow_stream([first, second])
+    assert split == arrow_stream([whole])
+    batches = list(pa.ipc.open_stream(split))
+    assert [len(b) for b in batches] == [1000]

@@ -140,7 +140,8 @@ def take_rows(table: Any, rows: Sequence[int]) -> Any:
 
 
 def arrow_stream(tables: Sequence[Any], compression: str | None = None) -> bytes:
-    """One Arrow IPC stream of ``tables`` (same schema) for ``FORMAT ArrowStream``.
+    """One Arrow IPC stream of ``tables`` (same schema) for ``FORMAT ArrowStream``, as
+    one record batch.
 
     ``compression`` (``"lz4"`` or ``"zstd"``) compresses the stream's buffers (Arrow IPC
     buffer compression, which ClickHouse's Arrow reader decodes); ``None`` leaves them raw.
@@ -148,6 +149,10 @@ def arrow_stream(tables: Sequence[Any], compression: str | None = None) -> bytes
     import pyarrow as pa
 
     table = tables[0] if len(tables) == 1 else _concat(tables)
+    # One record batch whatever frames the block was built from: ClickHouse makes a
+    # block of each, and the dedup token names the blocks, so a replayed block cut from
+    # other source batches must reach it in the same blocks (B165).
+    table = table.combine_chunks()
     sink = io.BytesIO()
     options = pa.ipc.IpcWriteOptions(compression=compression)
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:

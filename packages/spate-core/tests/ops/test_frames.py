@@ -1,4 +1,4 @@
-"""Frame chains on the shared sink pool (columnar path): B2, B3, B7, B8, B13, B28.
+"""Frame chains on the shared sink pool (columnar path): B2, B3, B7, B8, B13, B28, B167.
 
 A deserializer that hands out polars frames and a scripted connector that takes Arrow
 tables drive the real :class:`~spate.ops._columnar.FrameProcessor` and
@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from spate import AckStatus, AckToken, ErrorPolicy, FatalError, Lane, ManualClock
+from spate import (
+    AckStatus,
+    AckToken,
+    ErrorClass,
+    ErrorPolicy,
+    FatalError,
+    Lane,
+    ManualClock,
+    SinkError,
+)
 from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.ops import compile_chain
@@ -366,6 +375,28 @@ def test_a_frame_chain_needs_a_columnar_deserializer() -> None:
         )
 
 
+def routed_pool(
+    router: Any, clock: ManualClock, meter: Meter, **cfg: Any
+) -> tuple[SinkPool, FrameEndpoints]:
+    """A started pool of three shards placing rows with ``router``."""
+    ends = FrameEndpoints(clock)
+    pool = SinkPool(
+        "sink",
+        ends,
+        shards=[ShardConfig(replicas=(f"s{i}",)) for i in range(3)],
+        pipeline="p",
+        run_nonce="run1",
+        meter=meter,
+        clock=clock,
+        budget=InflightBudget(1 << 30),
+        io_threads=0,
+        config=PoolConfig(**cfg),
+        router=router,
+    )
+    pool.start()
+    return pool, ends
+
+
 class ColumnRouter:
     """Places a row by its column ``n`` (``n % 3``), and records how it was asked."""
 
@@ -386,23 +417,8 @@ def test_b13_a_router_placing_by_a_column_gets_the_frames_column_at_once() -> No
     """B13: a frame goes through the router's ``route_column`` over its ``placed_by``
     column (not the keys), and each row lands where ``route`` puts the row."""
     router = ColumnRouter()
-    clock = ManualClock()
     meter = Meter("p", CollectorRegistry())
-    ends = FrameEndpoints(clock)
-    pool = SinkPool(
-        "sink",
-        ends,
-        shards=[ShardConfig(replicas=(f"s{i}",)) for i in range(3)],
-        pipeline="p",
-        run_nonce="run1",
-        meter=meter,
-        clock=clock,
-        budget=InflightBudget(1 << 30),
-        io_threads=0,
-        config=PoolConfig(),
-        router=router,
-    )
-    pool.start()
+    pool, ends = routed_pool(router, ManualClock(), meter)
     assert not pool.frame_needs_keys
     proc = compile_chain(
         lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
@@ -497,3 +513,117 @@ def test_b144_a_frame_is_admitted_by_the_rows_room_rule_and_cut_at_max_rows() ->
     pool.tick()
     assert [len(w.rows) for w in ends.written] == [4, 4, 4, 4, 2]
     assert sorted(r for w in ends.written for r in w.rows) == [(n,) for n in range(18)]
+
+
+class PickyRouter(ColumnRouter):
+    """:class:`ColumnRouter` that cannot place the value 13 (a record error)."""
+
+    def route(self, row: object, key: bytes | None, lane: Lane) -> int:
+        if row["n"] == 13:  # type: ignore[index]
+            raise SinkError("13 has no shard", ErrorClass.RECORD)
+        return super().route(row, key, lane)
+
+    def route_column(self, values: Sequence[object], lane: Lane) -> list[int]:
+        if 13 in values:
+            raise SinkError("13 has no shard", ErrorClass.RECORD)
+        return super().route_column(values, lane)
+
+
+def picky_pool(
+    clock: ManualClock, meter: Meter, policy: ErrorPolicy, **cfg: Any
+) -> tuple[SinkPool, FrameEndpoints]:
+    return routed_pool(PickyRouter(), clock, meter, on_record_error=policy, **cfg)
+
+
+ROUTED = [b"1", b"13", b"2", b"13", b"3", b"4"]
+"""Records 1 and 3 (offsets 1 and 3) hold a value the router cannot place."""
+
+
+def test_b167_rows_the_router_cannot_place_are_skipped_alone_and_counted() -> None:
+    """B167: under ``skip`` a frame row the sink's router cannot place is that record's
+    error alone, counted and logged as on the row path; the other rows are written on
+    their shards and the batch resolves delivered."""
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, ends = picky_pool(clock, meter, ErrorPolicy.SKIP)
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p",
+    )  # fmt: skip
+    results: dict[str, AckStatus] = {}
+    ack = new_ack(results)
+    assert proc.process(batch(ROUTED), ack) is None
+    ack.release(True)
+    pool.tick()
+    placed = {r[0]: w.shard for w in ends.written for r in w.rows}
+    assert placed == {n: n % 3 for n in (1, 2, 3, 4)}
+    assert results["ack"] is AckStatus.DELIVERED
+    labels = {"component": "chain", "component_type": "operators"}
+    assert metric(meter, "spate_operator_dropped_total", **labels, reason="record_error") == 2
+    assert metric(meter, "spate_operator_records_out_total", **labels, sink="sink") == 4
+
+
+def test_b167_a_row_the_router_cannot_place_fails_naming_its_own_record() -> None:
+    """B167: under ``fail`` the pipeline fails naming the first such record's offset, as
+    the row path does, not the whole batch."""
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, _ends = picky_pool(clock, meter, ErrorPolicy.FAIL)
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p",
+    )  # fmt: skip
+    with pytest.raises(FatalError, match=r"record at t\[0\] offset 1: sink sink: 13 has no"):
+        proc.process(batch(ROUTED), new_ack({}))
+
+
+def test_b167_rows_the_router_cannot_place_are_dead_lettered_and_hold_the_batch() -> None:
+    """B167: under ``dead_letter`` each such row's own record goes to the dead-letter sink
+    (stage ``sink``, reason ``record_error``, its own offset) with the batch's ack; a full
+    shard meanwhile stalls the batch and the resume goes on where it stopped (B7, B8)."""
+    from spate.config import DeadLetterSettings
+    from spate.ops._deadletter import DeadLetter
+    from spate.testing import scripted_pool
+
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    pool, ends = picky_pool(
+        clock,
+        meter,
+        ErrorPolicy.DEAD_LETTER,
+        batch=BatchConfig(max_rows=1),
+        inflight=InflightConfig(max_per_shard=1),
+    )
+    dlq_pool, dlq_ends = scripted_pool("dead_letter", clock=clock, meter=meter)
+    dlq_pool.start()
+    settings = DeadLetterSettings(format="kafka")
+    dead_letter = DeadLetter(dlq_pool, settings, meter=meter, pipeline="p", kafka_format=True)
+    proc = compile_chain(
+        lambda ctx: ctx.frames().sink(), deserializer=FrameDeser(), sinks={"sink": pool},
+        meter=meter, pipeline="p", dead_letter=dead_letter,
+    )  # fmt: skip
+    results: dict[str, AckStatus] = {}
+    ack = new_ack(results)
+    keys: list[bytes | None] = [b"k%d" % i for i in range(len(ROUTED))]
+    work = batch(ROUTED, keys)
+    resume: object | None = None
+    stalls = 0
+    while (stalled := proc.process(work, ack, resume)) is not None:
+        assert stalled.reason == "sink_full"
+        stalls += 1
+        assert stalls < 100
+        pool.pump()
+        resume = stalled.cursor
+    ack.release(True)
+    assert pool.flush(clock.monotonic() + 5)
+    assert sorted(r[0] for w in ends.written for r in w.rows) == [1, 2, 3, 4]
+    assert results == {}  # the dead letters are not written yet (B71)
+    assert dlq_pool.flush(clock.monotonic() + 5)
+    assert results["ack"] is AckStatus.DELIVERED
+    letters = dlq_ends.rows()
+    assert [(key, value) for key, value, _ in letters] == [(b"k1", b"13"), (b"k3", b"13")]
+    headers = [dict(h) for _, _, h in letters]
+    assert [h["spate.error.stage"] for h in headers] == [b"sink", b"sink"]
+    assert [h["spate.error.reason"] for h in headers] == [b"record_error", b"record_error"]
+    assert [h["spate.error.source.offset"] for h in headers] == [b"1", b"3"]
+    assert headers[0]["spate.error.message"].endswith(b"sink sink: 13 has no shard")

@@ -23,6 +23,10 @@ source batch stays one batch with one ack. Per batch it
    ``on_record_error``;
 4. offers each prepared frame with ``sink.offer_frame`` (all or nothing per frame); a
    refusal stalls the batch and the runtime resumes it at the same frame later (B7, B8).
+   A record error the sink raises for the whole frame as it offers it (a row its router
+   cannot place) holds nothing: the frame's rows are offered again record by record, and
+   a record whose rows still raise is that record's error under the sink's
+   ``on_record_error``, as on the row path (:class:`FrameOffer`, B167).
 
 Under the ``dead_letter`` policy the record errors of steps 1 and 3 become dead letters
 (:mod:`spate.ops._deadletter`): built once the batch is prepared, in record order whatever
@@ -54,12 +58,65 @@ from spate.ops._stage import (
     batch_where,
     deser_inputs,
 )
-from spate.records import PayloadBatch
-from spate.sink._contract import BatchDeserializer, FrameSink, Sink
+from spate.records import Lane, PayloadBatch
+from spate.sink._contract import BatchDeserializer, FrameSink, Offer, Sink
 
 logger = logging.getLogger(__name__)
 
 ROW_COLUMN = "__spate_row"
+
+
+class FrameOffer:
+    """A prepared frame's held offer to one sink (a :class:`~spate.ops._stage.ByRecord`):
+    ``df`` is the frame before the sink's check, kept to offer its rows again one record
+    at a time when the sink raises a record error for the whole frame (B167)."""
+
+    __slots__ = ("_batch", "_df", "_frame", "_keys", "_sink", "_sink_index", "record")
+
+    def __init__(
+        self,
+        sink_index: int,
+        sink: FrameSink,
+        frame: object,
+        keys: list[bytes | None] | None,
+        df: Any,
+        batch: PayloadBatch,
+        record: int | None = None,
+    ) -> None:
+        self._sink_index = sink_index
+        self._sink = sink
+        self._frame = frame
+        self._keys = keys
+        self._df = df
+        self._batch = batch
+        self.record = record
+
+    def __call__(self, lane: Lane, ack: AckToken) -> Offer:
+        return self._sink.offer_frame(self._frame, self._keys, lane, ack)
+
+    def by_record(self) -> list[tuple[int, OfferHeld, int]] | None:
+        df = self._df
+        if ROW_COLUMN not in df.columns:
+            return None
+        sink = self._sink
+        source_keys = self._batch.keys
+        records = df.get_column(ROW_COLUMN).to_list()
+        parts: list[tuple[int, OfferHeld, int]] = []
+        start = 0
+        while start < len(records):  # the rows of one record are consecutive
+            stop = start + 1
+            while stop < len(records) and records[stop] == records[start]:
+                stop += 1
+            rows = df.slice(start, stop - start)
+            frame, bad = sink.prepare_frame(rows)
+            count = rows.height - len(bad)
+            if count:  # the refused rows were charged when the whole frame was checked
+                record = int(records[start])
+                keys = [source_keys[record]] * count if sink.frame_needs_keys else None
+                offer = FrameOffer(self._sink_index, sink, frame, keys, rows, self._batch, record)
+                parts.append((self._sink_index, offer, count))
+            start = stop
+        return parts
 
 
 class FrameProcessor:
@@ -251,4 +308,4 @@ class FrameProcessor:
         if sink.frame_needs_keys:
             source_keys = batch.keys
             keys = [source_keys[r] for r in records] if records is not None else [None] * count
-        items.append((sink_index, functools.partial(sink.offer_frame, frame, keys), count))
+        items.append((sink_index, FrameOffer(sink_index, sink, frame, keys, df, batch), count))

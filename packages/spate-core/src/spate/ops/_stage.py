@@ -46,7 +46,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.errors import DeserError, DeserErrorKind, ErrorClass, ErrorPolicy, FatalError, SinkError
@@ -105,6 +105,29 @@ Prepare = Callable[[], tuple[Any, Sequence[tuple[int, Any]]]]
 Letters = list[tuple[int, Stage, str, str]]
 """Dead letters found while a whole batch is prepared (the columnar path):
 ``(record index, stage, reason, message)``, offered after its frames (B71)."""
+
+
+@runtime_checkable
+class ByRecord(Protocol):
+    """A held offer of a frame's rows that can be made again one record at a time.
+
+    A sink may raise a record error for a whole frame when it offers it — a row its
+    router cannot place (B167) — holding nothing: :meth:`ChainRuntime.offer_held` then
+    offers the frame's rows again record by record (:meth:`by_record`), and an offer of
+    one record's rows that still raises is that record's error (:attr:`record`) under
+    the sink's policy, as on the row path.
+    """
+
+    @property
+    def record(self) -> int | None:
+        """The record of an offer of one record's rows; None for several records'."""
+
+    def by_record(self) -> list[tuple[int, OfferHeld, int]] | None:
+        """The same rows as one held offer per record, in order (the rows the sink's
+        check refuses left out: their errors were charged when first checked); None
+        when the rows' records are unknown (the frame lost its row column)."""
+
+    def __call__(self, lane: Lane, ack: AckToken) -> Offer: ...
 
 
 @dataclass(slots=True)
@@ -594,7 +617,11 @@ class ChainRuntime:
             try:
                 result = offer(lane, ack)
             except SinkError as exc:
-                raise self._offer_failed(index, exc) from exc
+                parts = self._by_record(index, offer, exc, batch)
+                if parts is None:
+                    raise self._offer_failed(index, exc) from exc
+                items[held.next : held.next + 1] = parts
+                continue
             if result is Offer.REJECTED:
                 name = "dead_letter" if index == DEAD_LETTER_SINK else self.sink_names[index]
                 return Stalled(held, "sink_full", name)
@@ -602,6 +629,25 @@ class ChainRuntime:
                 self.m_out[index].inc(count)
             held.next += 1
         return held.after
+
+    def _by_record(
+        self, index: int, offer: OfferHeld, exc: SinkError, batch: PayloadBatch
+    ) -> list[tuple[int, OfferHeld, int]] | None:
+        """What replaces a held offer that raised a record error (B167): its rows offered
+        record by record, or — for one record's rows — nothing under ``skip`` (counted),
+        the record's dead letter under ``dead_letter``; raises under ``fail``. None when
+        the error cannot be charged to records (the caller fails the batch)."""
+        if exc.error_class is not ErrorClass.RECORD or not isinstance(offer, ByRecord):
+            return None
+        record = offer.record
+        if record is None:
+            return offer.by_record()
+        letters: Letters = []
+        self.sink_error(index, exc, batch, record, letters=letters)
+        parts: list[tuple[int, OfferHeld, int]] = []
+        if letters:
+            self.hold_letters(letters, batch, parts)
+        return parts
 
     def hold_letters(
         self, letters: Letters, batch: PayloadBatch, items: list[tuple[int, OfferHeld, int]]
