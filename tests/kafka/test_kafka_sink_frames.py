@@ -63,7 +63,7 @@ def test_b172_a_columnar_chain_ends_in_the_kafka_sink_and_every_record_arrives(
     name = unique_name("kafka-frames")
     meter = Meter(name)
     budget = InflightBudget(64 << 20)
-    deserializer = JsonDeserializerFactory.build(
+    deserializer: Any = JsonDeserializerFactory.build(
         decode(JsonConfig, {}, "deserializer.json"), _context(name, "deserializer", meter, budget)
     )
     config = decode(
