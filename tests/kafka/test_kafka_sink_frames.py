@@ -9,7 +9,6 @@ under ``on_record_error: skip``.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import orjson
@@ -22,21 +21,13 @@ from spate.plugins import BuildContext
 from spate.testing import ManualClock, memory_source
 from spate_kafka import KafkaSinkConfig, KafkaSinkFactory
 
+from tests.support.columnar_run import watch_columnar
 from tests.support.scale import scaled
 from tests.support.services import consume, create_topic, unique_name
 
 pl = pytest.importorskip("polars")
 
 pytestmark = pytest.mark.integration
-
-
-class _Seen(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.columnar = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.columnar = self.columnar or "runs on the columnar path" in record.getMessage()
 
 
 def _context(name: str, component: str, meter: Meter, budget: InflightBudget) -> BuildContext:
@@ -92,12 +83,7 @@ def test_b172_a_columnar_chain_ends_in_the_kafka_sink_and_every_record_arrives(
             .sink("out")
         )
 
-    seen = _Seen()
-    logger = logging.getLogger("spate")
-    logger.addHandler(seen)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
+    with watch_columnar() as seen:
         pipeline = Pipeline(
             name,
             source,
@@ -109,9 +95,6 @@ def test_b172_a_columnar_chain_ends_in_the_kafka_sink_and_every_record_arrives(
         )
         pipeline.chains(chains)
         report = pipeline.run()
-    finally:
-        logger.removeHandler(seen)
-        logger.setLevel(old_level)
     assert report.exit_code == 0, report
     assert seen.columnar
     kept = [i for i in range(count) if i % 97 != 5]
