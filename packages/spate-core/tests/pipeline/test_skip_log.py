@@ -6,6 +6,7 @@ live logs."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from spate.ops import ReportsSkips
@@ -46,20 +47,26 @@ def test_b42_skip_counts_are_reported_once_due_without_a_later_skip(
     )
 
 
-def test_b42_the_runtime_turn_reports_due_skip_counts(
-    runtime_factory: object, caplog: pytest.LogCaptureFixture
-) -> None:
+def _runtime(runtime_factory: object, log: SkipLog) -> Any:
+    """A started runtime on a manual clock whose processor owns ``log``, and its clock."""
     clock = ManualClock()
     source, _ = memory_source({0: [b"a", b"b"]}, batch_size=1, bounded=False)
     sink, _ = capture_sink("out", max_rows=10, clock=clock)
-    now = [0.0]
-    log = SkipLog("skiplog-turn", interval=10.0, now=lambda: now[0])
     processor = SkippingProcessor(sink, log)
     assert isinstance(processor, ReportsSkips)
     runtime, _ = runtime_factory(  # type: ignore[operator]
         source, {"out": sink}, processor, clock
     )
     runtime.start()
+    return runtime, clock
+
+
+def test_b42_the_runtime_turn_reports_due_skip_counts(
+    runtime_factory: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    log = SkipLog("skiplog-turn", interval=10.0, now=lambda: now[0])
+    runtime, clock = _runtime(runtime_factory, log)
     with caplog.at_level(logging.WARNING, logger="spate.ops.skipped"):
         log.skipped("operators", "map_error", "memory[0]@0", "boom")
         log.skipped("operators", "map_error", "memory[0]@1", "boom")
@@ -74,16 +81,10 @@ def test_b174_a_runtime_turn_reports_only_its_own_processors_skip_logs(
 ) -> None:
     """No process-wide registry: a skip log of another chain (another pipeline of the same
     name in this process, a restarted run's old chain) is not reported by this runtime."""
-    clock = ManualClock()
-    source, _ = memory_source({0: [b"a", b"b"]}, batch_size=1, bounded=False)
-    sink, _ = capture_sink("out", max_rows=10, clock=clock)
     now = [0.0]
     own = SkipLog("same-name", interval=10.0, now=lambda: now[0])
-    runtime, _ = runtime_factory(  # type: ignore[operator]
-        source, {"out": sink}, SkippingProcessor(sink, own), clock
-    )
+    runtime, clock = _runtime(runtime_factory, own)
     other = SkipLog(runtime.name, interval=10.0, now=lambda: now[0], action="dropped")
-    runtime.start()
     with caplog.at_level(logging.WARNING, logger="spate.ops.skipped"):
         for log in (own, other):
             log.skipped("operators", "map_error", "memory[0]@0", "boom")

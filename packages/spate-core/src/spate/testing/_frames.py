@@ -11,7 +11,7 @@ For connector authors and the framework's own tests that drive the real frame pr
   connector takes frames (a :class:`~spate.sink.FrameConnector`): ``prepare_frame``
   makes an Arrow table, refusing by position the rows whose ``bad`` column is true or
   whose ``n`` equals :attr:`ScriptedFrameEndpoints.bad`; its buffers are
-  :class:`ArrowTableBuffer` s, and every write attempt records the rows as tuples.
+  :class:`ArrowTableBuffer` s, and every write attempt records its rows as tuples.
 
 polars and pyarrow (``spate[columnar]``) are imported when a frame is first made.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from spate._clock import Clock
 from spate.errors import DeserError, ErrorPolicy
-from spate.testing._scripted import ScriptedEndpoints, WriteAttempt
+from spate.testing._scripted import ScriptedEndpoints
 
 ROW_COLUMN = "__spate_row"
 
@@ -85,15 +85,10 @@ class ScriptedFrameEndpoints(ScriptedEndpoints):
 
         return table.take(pa.array(rows))
 
-    def _record(self, endpoint: str, batch: Any, outcome: str, at: float) -> None:
-        rows = tuple(batch.buffer.rows)
-        attempt = WriteAttempt(
-            endpoint, batch.shard, batch.seq, batch.token, batch.attempt, rows, outcome, at
-        )
-        with self._lock:
-            self.attempts.append(attempt)
-            if outcome == "ok":
-                self.written.append(attempt)
+    def _rows(self, buffer: object) -> tuple[object, ...]:
+        if isinstance(buffer, ArrowTableBuffer):
+            return tuple(buffer.rows)
+        return super()._rows(buffer)
 
 
 class IntFrameDeserializer:
