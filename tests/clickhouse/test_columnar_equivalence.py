@@ -97,18 +97,29 @@ BIG = st.one_of(
 """Integers of 64 bits and wider."""
 
 
-def _one_kind(values: list[int]) -> bool:
-    """Whether one Arrow type holds every integer of a JSON array as orjson reads them:
-    integers (within 64 bits: all in Int64 or all in UInt64) or floats (wider ones). An
-    array mixing them is a record error on the columnar path only, as documented in
-    ``docs/concepts/columnar.md``."""
-    ints = [v for v in values if -(2**63) <= v <= 2**64 - 1]
-    if ints and len(ints) != len(values):
-        return False
-    return not ints or min(ints) >= 0 or max(ints) < 2**63
+def _one_kind(values: list[Any]) -> bool:
+    """Whether the columnar path reads a JSON array as the row path does (B170): every
+    array but one that holds a float (an integer beyond 64 bits, which orjson reads as
+    a float, or a fraction) beside an integer beyond 2^53, which no Arrow type holds
+    exactly together with a float; such a record is a record error on the columnar path
+    only, as documented in ``docs/concepts/columnar.md``."""
+    ints = [v for v in values if type(v) is int and -(2**63) <= v <= 2**64 - 1]
+    if len(ints) == len(values):
+        return True
+    return all(abs(v) <= 2**53 for v in ints)
 
 
 BIGS = st.lists(BIG, max_size=3).filter(_one_kind)
+MIXED = st.lists(
+    st.one_of(
+        st.integers(-300, 300),
+        st.integers(-(2**53), 2**53),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([2.5, 0.5, -1.0, 1e20, 1e39, 2.0**63, 2**64 - 1, -(2**63)]),
+    ),
+    max_size=4,
+).filter(_one_kind)
+"""Arrays mixing integers and floats (B170), and integers of both signs beyond Int64."""
 
 ODD = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
@@ -137,6 +148,7 @@ ODD = st.one_of(
     st.booleans(),
     st.none(),
     st.lists(st.integers(-300, 300), max_size=2),
+    MIXED,
     st.fixed_dictionaries({"a": st.integers(-3, 3)}),
     BIG,
     BIGS,
@@ -160,6 +172,10 @@ JSON_ONLY: Kinds = {
     "u256": ("UInt256", None, BIG),
     "big_dec": ("Decimal(38, 0)", None, BIG),
     "bigs": ("Array(Int128)", None, BIGS),
+    "mixed": ("Array(Float64)", None, MIXED),
+    "mixed_ints": ("Array(Int64)", None, MIXED),
+    "mixed_u64": ("Array(UInt64)", None, MIXED),
+    "mixed_dec": ("Array(Decimal(18, 2))", None, MIXED),
     "pair": ("Tuple(a Int32, b Nullable(String))", None, _PAIR),
     "pairs": ("Array(Tuple(a Int32, b Nullable(String)))", None, st.lists(_PAIR, max_size=2)),
 }
@@ -719,6 +735,18 @@ def test_b86_columnar_json_fail_policy_stops_at_the_bad_record_without_committin
         ("Tuple(a Int64, b Nullable(String))", {"a": 1}, 0),  # absent: NULL (B139)
         ("Tuple(a Int64, b String)", {"a": 1}, 1),  # absent, not Nullable: refused
         ("Array(Tuple(a Int64, b Nullable(Int8)))", [{"a": 1}, {"a": 2, "b": 3}], 0),
+        ("Array(Float64)", [1, 2.5], 0),  # integers and fractions in one array (B170)
+        ("Array(Float32)", [2**53, -0.5, 7], 0),
+        ("Array(Decimal(10, 2))", [1, 2.5], 0),
+        ("Array(Int64)", [1, 2.5], 1),  # the fraction refused on both paths
+        ("Array(Int64)", [1, 2.0], 0),
+        ("Array(Bool)", [1, 0.0], 1),
+        ("Array(Array(Float64))", [[1], [2.5, 3]], 0),
+        ("Array(Int128)", [-1, 2**64 - 1], 0),  # both signs beyond Int64 (B170)
+        ("Array(Float64)", [-1, 2**64 - 1], 0),
+        ("Array(UInt64)", [-1, 2**64 - 1], 1),
+        ("Array(Decimal(38, 0))", [-(2**63), 2**64 - 1], 0),
+        ("Array(String)", [-1, 2**64 - 1], 1),
     ],
 )
 def test_b87_json_values_mean_the_same_on_both_paths_for_each_column_type(

@@ -16,9 +16,8 @@ import orjson
 import pytest
 
 from tests.support.chfront_fixtures import ChFront
-from tests.support.columnar_run import run_yaml
+from tests.support.columnar_run import committed_total, deser_count, run_kafka_columnar
 from tests.support.scale import scaled
-from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
 pytest.importorskip("polars")
 pytest.importorskip("pyarrow")
@@ -62,41 +61,23 @@ def test_b86_json_from_kafka_runs_columnar_keeps_good_records_and_commits_the_en
             }
         )
 
-    topic, group = unique_name("jsoncol"), unique_name("jsoncol-g")
-    create_topic(kafka_bootstrap, topic, partitions=2)
-    produce_keyed(kafka_bootstrap, topic, count, value=value)
-    front = chfront()
-    client = front.client()
-    client.command(
-        "CREATE TABLE orders (order_id Int64, region LowCardinality(String), amount Float64, "
-        "placed_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY order_id"
+    run = run_kafka_columnar(
+        kafka_bootstrap,
+        chfront,
+        tmp_path,
+        name="jsoncol",
+        yaml=YAML,
+        table="CREATE TABLE orders (order_id Int64, region LowCardinality(String), "
+        "amount Float64, placed_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY order_id",
+        count=count,
+        value=value,
     )
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(
-        YAML
-        % {
-            "name": "jsoncol",
-            "brokers": kafka_bootstrap,
-            "topic": topic,
-            "group": group,
-            "front": front.url,
-        }
-    )
-    pipeline, report, columnar = run_yaml(path)
-    assert report.exit_code == 0, report
-    assert columnar
+    client = run.client
     skipped = set(bad) | {empty}
     ids = [r[0] for r in client.query("SELECT order_id FROM orders ORDER BY order_id").result_rows]
     assert ids == [i for i in range(count) if i not in skipped]
     first = client.query("SELECT placed_at FROM orders WHERE order_id = 1").result_rows[0][0]
     assert int(first.timestamp() * 1000) == 1_700_000_000_001  # ticks, as on the row path (B87)
-    labels = {"pipeline": "jsoncol", "component": "deserializer", "component_type": "deserializer"}
-    registry = pipeline.meter.registry
-    assert (
-        registry.get_sample_value("spate_deser_records_total", labels | {"outcome": "skipped"}) == 3
-    )
-    assert (
-        registry.get_sample_value("spate_deser_records_total", labels | {"outcome": "empty"}) == 1
-    )
-    committed = committed_offsets(kafka_bootstrap, group, topic)
-    assert sum(committed.values()) == count
+    assert deser_count(run.pipeline, "jsoncol", "skipped") == 3
+    assert deser_count(run.pipeline, "jsoncol", "empty") == 1
+    assert committed_total(kafka_bootstrap, run) == count

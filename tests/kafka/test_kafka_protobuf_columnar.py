@@ -28,10 +28,9 @@ from google.protobuf import (
 )
 
 from tests.support.chfront_fixtures import ChFront
-from tests.support.columnar_run import run_yaml
+from tests.support.columnar_run import committed_total, deser_count, run_kafka_columnar
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
-from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
 pytest.importorskip("polars")
 pytest.importorskip("ptars")
@@ -138,31 +137,20 @@ def _run(
     def value(i: int) -> bytes:
         return bad[i] if i in bad else encode(i)
 
-    topic, group = unique_name("protocol"), unique_name("protocol-g")
-    create_topic(kafka_bootstrap, topic, partitions=2)
-    produce_keyed(kafka_bootstrap, topic, count, value=value)
-    front = chfront()
-    client = front.client()
-    client.command(
-        "CREATE TABLE orders (order_id Int64, region String, amount Float64, "
+    run = run_kafka_columnar(
+        kafka_bootstrap,
+        chfront,
+        tmp_path,
+        name="protocol",
+        yaml=YAML,
+        table="CREATE TABLE orders (order_id Int64, region String, amount Float64, "
         "placed_at DateTime64(6, 'UTC'), status String, tags Array(String), "
-        "labels Map(String, String)) ENGINE = MergeTree ORDER BY order_id"
+        "labels Map(String, String)) ENGINE = MergeTree ORDER BY order_id",
+        count=count,
+        value=value,
+        deserializer=section,
     )
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(
-        YAML
-        % {
-            "name": "protocol",
-            "brokers": kafka_bootstrap,
-            "topic": topic,
-            "group": group,
-            "deserializer": section,
-            "front": front.url,
-        }
-    )
-    pipeline, report, columnar = run_yaml(path)
-    assert report.exit_code == 0, report
-    assert columnar
+    client = run.client
     ids = [r[0] for r in client.query("SELECT order_id FROM orders ORDER BY order_id").result_rows]
     assert ids == [i for i in range(count) if i not in bad]
     row = client.query(
@@ -172,14 +160,5 @@ def _run(
     placed_at = datetime.fromtimestamp(1_700_000_005, UTC).replace(microsecond=123_456)
     assert row[2].replace(tzinfo=UTC) == placed_at  # the client answers naive UTC
     assert row[3:] == ("SHIPPED", ["t1"], {"k": "5"})
-    labels = {
-        "pipeline": "protocol",
-        "component": "deserializer",
-        "component_type": "deserializer",
-    }
-    skipped = pipeline.meter.registry.get_sample_value(
-        "spate_deser_records_total", labels | {"outcome": "skipped"}
-    )
-    assert skipped == len(bad)
-    committed = committed_offsets(kafka_bootstrap, group, topic)
-    assert sum(committed.values()) == count
+    assert deser_count(run.pipeline, "protocol", "skipped") == len(bad)
+    assert committed_total(kafka_bootstrap, run) == count

@@ -2,7 +2,7 @@
 
 The destination is a dataset repository on the test server implementing the Hub's
 documented commit API; rows are read back from the committed Parquet files. Promises:
-B2, B4, B17, B22, B28, B29, B39.
+B2, B4, B17, B22, B28, B29, B39; frames of the columnar path: B173.
 """
 
 from __future__ import annotations
@@ -68,6 +68,15 @@ class TestHuggingFaceSinkConformance(SinkConformance):
             (1, "too few"),
             "not a row",
         ]
+
+    def frame(self, rows: Sequence[object]) -> object:
+        """Rows as the polars frame a columnar chain hands the sink (B173)."""
+        import polars as pl
+
+        frame = pl.DataFrame(
+            list(rows), schema={"id": pl.Int64, "name": pl.String, "amount": pl.Float64}
+        )
+        return frame.with_row_index("__spate_row")
 
     def unreachable(self) -> tuple[Mapping[str, object], str]:
         return {**self.config(), "endpoint": "http://127.0.0.1:9", "request_timeout": "1s"}, (

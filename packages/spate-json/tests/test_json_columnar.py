@@ -12,6 +12,7 @@ with the same errors, and every good record must read back with the row path's v
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -288,8 +289,10 @@ def test_b87_integers_beside_fractions_stay_integers_as_orjson_reads_them(
 ) -> None:
     """Arrow reads a field mixing integers and fractions as floats (2^60 + 1 would become
     2^60, 3 would become 3.0); the batch is split so each integer stays an integer (one
-    beyond Int64 as a UInt64, B138), and a record no Arrow column can hold as orjson does
-    is a record error (B87)."""
+    beyond Int64 as a UInt64, B138). An array of one record mixing integers exact in a
+    double with fractions stays doubles, and one mixing negative integers with integers
+    beyond Int64 becomes decimals (B170); an integer beyond 2^53 beside a fraction in one
+    array, which no Arrow column holds as orjson does, is a record error (B87)."""
     deser = build_json({})
     payloads = [
         b'{"a": 1152921504606846977}',
@@ -298,18 +301,23 @@ def test_b87_integers_beside_fractions_stay_integers_as_orjson_reads_them(
         b'{"a": 2.0}',
         b'{"a": 18446744073709551615}',
         b'{"a": [1, 2.5]}',
+        b'{"a": [-1, 18446744073709551615]}',
+        b'{"a": [1152921504606846977, 2.5]}',
     ]
     frames, errors, _ = deser.deserialize_batch([memoryview(p) for p in payloads])
     rows = sorted((r["__spate_row"], r["a"]) for _, df in frames for r in df.to_dicts())
-    assert [(i, type(v), v) for i, v in rows] == [
+    assert [(i, type(v), v) for i, v in rows[:5]] == [
         (0, int, 2**60 + 1),
         (1, float, 0.5),
         (2, int, 3),
         (3, float, 2.0),
         (4, int, 2**64 - 1),
     ]
-    assert [index for index, _ in errors] == [5]
-    assert all("would be read as floats" in str(error) for _, error in errors)
+    assert rows[5] == (5, [1.0, 2.5])
+    assert rows[6] == (6, [-1, 2**64 - 1])
+    assert {type(v) for v in rows[6][1]} == {decimal.Decimal}
+    assert [index for index, _ in errors] == [7]
+    assert all("inexact float" in str(error) for _, error in errors)
 
 
 def test_b86_array_framing_and_top_level_any_stay_on_the_row_path(build_json: Build) -> None:

@@ -7,8 +7,10 @@ exactly at a synchronous commit (B1); pause holds a partition (B7).
 
 Sink: delivered acks mean messages in the topic (B2); teardown fails what is held (B4);
 a retried batch is produced again — Kafka has no dedup token, so at least once (B9);
-oversized or mistyped rows are refused on append (B28). Delivery under broker failures
-is proven on the real broker (tests/kafka); the mock cluster only stands in for it here.
+oversized or mistyped rows are refused on append (B28); a frame of ``key`` and ``value``
+columns is taken whole, its oversized or null-valued rows refused by position (B172).
+Delivery under broker failures is proven on the real broker (tests/kafka); the mock
+cluster only stands in for it here.
 """
 
 from __future__ import annotations
@@ -151,6 +153,23 @@ class TestKafkaSinkConformance(SinkConformance):
 
     def bad_rows(self) -> Sequence[object]:
         return [(b"k", b"x" * 2000), (b"k", 42), ("only", "a", "triple"), None]
+
+    def frame(self, rows: Sequence[object]) -> object:
+        """Rows as a frame of ``key`` and ``value`` columns (B172)."""
+        import polars as pl
+
+        pairs = [row if isinstance(row, tuple) else (None, row) for row in rows]
+        return pl.DataFrame(
+            {
+                "key": [k for k, _ in pairs],
+                "value": [v for _, v in pairs],
+                "__spate_row": list(range(len(pairs))),
+            },
+            schema={"key": pl.Binary, "value": pl.Binary, "__spate_row": pl.UInt32},
+        )
+
+    def bad_frame_rows(self) -> Sequence[object]:
+        return [(b"k", b"x" * 2000), (b"k", None)]
 
     def open_connector(self) -> tuple[SinkConnector, str]:
         config = decode(KafkaSinkConfig, dict(self.config()), "sink.kafka")

@@ -692,13 +692,31 @@ def _lists(array: Any, u: ChType, target: Any) -> Converted:
     return out, flagged
 
 
+def _parent_indices(offsets: Any) -> Any:
+    """The row of each element of a list or map array, from its offsets (rebased to 0).
+
+    ``pyarrow.compute.list_parent_indices`` aborts the process on a ``MapArray`` (an
+    unchecked type assertion in Arrow's C++), so a plain list over the same offsets
+    stands in for it (B171)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = offsets[-1].as_py() if len(offsets) else 0
+    return pc.list_parent_indices(pa.LargeListArray.from_arrays(offsets, pa.nulls(total)))
+
+
 def _entries(array: Any) -> Any:
     """A map or a list of ``{key, value}`` structs as ``(offsets, keys, values)``."""
     import pyarrow as pa
 
     kind = array.type
     if pa.types.is_map(kind):
-        return _offsets(array), array.keys, array.items
+        # A sliced map's keys and items are the whole child arrays: cut them to the slice.
+        raw = array.offsets
+        start = raw[0].as_py() if len(raw) else 0
+        stop = raw[-1].as_py() if len(raw) else 0
+        keys = array.keys.slice(start, stop - start)
+        return _offsets(array), keys, array.items.slice(start, stop - start)
     if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
         kind.value_type
     ):
@@ -711,7 +729,6 @@ def _entries(array: Any) -> Any:
 
 def _maps(array: Any, u: ChType, target: Any) -> Converted:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     entries = _entries(array)
     if entries is None:
@@ -720,8 +737,7 @@ def _maps(array: Any, u: ChType, target: Any) -> Converted:
     key_t, val_t = u.type_args()
     key_out, key_flagged = _convert(keys, key_t)
     val_out, val_flagged = _convert(items, val_t)
-    parent_of = pc.list_parent_indices(array)
-    flagged = _parents(_or(key_flagged, val_flagged), parent_of, len(array))
+    flagged = _parents(_or(key_flagged, val_flagged), _parent_indices(offsets), len(array))
     out = pa.MapArray.from_arrays(
         offsets.cast(pa.int32()),
         key_out,

@@ -27,7 +27,7 @@ from spate.metrics import Meter
 from spate.ops import compile_chain
 from spate.records import PayloadBatch
 from spate.sink import BatchConfig, InflightConfig, Offer, PoolConfig, ShardConfig, SinkPool
-from spate.testing._scripted import ScriptedEndpoints
+from spate.testing import IntFrameDeserializer, ScriptedFrameEndpoints
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
@@ -35,75 +35,8 @@ pa = pytest.importorskip("pyarrow")
 LANE = Lane("t", 0)
 
 
-class FrameBuffer:
-    def __init__(self) -> None:
-        self.tables: list[Any] = []
-
-    @property
-    def rows(self) -> list[tuple[Any, ...]]:
-        return [tuple(r.values()) for t in self.tables for r in t.to_pylist()]
-
-    def append(self, row: object) -> int:
-        raise AssertionError("the columnar path appends frames")
-
-    def append_frame(self, table: Any) -> int:
-        self.tables.append(table)
-        return int(table.nbytes)
-
-    def __len__(self) -> int:
-        return sum(len(t) for t in self.tables)
-
-
-class FrameEndpoints(ScriptedEndpoints):
-    """Scripted endpoints whose buffers hold Arrow tables; ``bad`` marks record errors."""
-
-    takes_frames = True
-
-    def new_buffer(self, shard: int) -> Any:
-        return FrameBuffer()
-
-    def prepare_frame(self, df: Any) -> tuple[Any, list[tuple[int, str]]]:
-        bad = []
-        if "bad" in df.columns:
-            bad = [(i, "bad value") for i in df.get_column("bad").arg_true().to_list()]
-            df = df.filter(~pl.col("bad")).drop("bad")
-        return df.drop("__spate_row").to_arrow(), bad
-
-    def take_rows(self, table: Any, rows: list[int]) -> Any:
-        return table.take(pa.array(rows))
-
-    def _record(self, endpoint: str, batch: Any, outcome: str, at: float) -> None:
-        from spate.testing._scripted import WriteAttempt
-
-        rows = tuple(batch.buffer.rows)
-        attempt = WriteAttempt(
-            endpoint, batch.shard, batch.seq, batch.token, batch.attempt, rows, outcome, at
-        )
-        with self._lock:
-            self.attempts.append(attempt)
-            if outcome == "ok":
-                self.written.append(attempt)
-
-
-class FrameDeser:
-    """Decodes payloads ``b"<n>"`` (``b"x"``: bad) into one frame with column ``n``."""
-
-    columnar = True
-    on_error = ErrorPolicy.SKIP
-    takes_bytes = False
-
-    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
-        from spate import DeserError
-
-        good, rows, errors = [], [], []
-        for i, p in enumerate(payloads):
-            if bytes(p) == b"x":
-                errors.append((i, DeserError("not a number")))
-            else:
-                good.append(int(bytes(p)))
-                rows.append(i)
-        df = pl.DataFrame({"n": good, "__spate_row": pl.Series(rows, dtype=pl.UInt32)})
-        return [(None, df)], errors
+FrameEndpoints = ScriptedFrameEndpoints
+FrameDeser = IntFrameDeserializer
 
 
 def make_pool(

@@ -37,7 +37,7 @@ from spate.sink import (
 from spate.sink._contract import Sink
 from spate.sink.tiers._spool_codec import decode_frame, encode_frame
 from spate.sink.tiers._store import read_records
-from spate.testing._scripted import ScriptedEndpoints, WriteAttempt
+from spate.testing import IntFrameDeserializer, ScriptedFrameEndpoints
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
@@ -45,71 +45,14 @@ pa = pytest.importorskip("pyarrow")
 LANE = Lane("t", 0)
 
 
-class FrameBuffer:
-    def __init__(self) -> None:
-        self.tables: list[Any] = []
-
-    @property
-    def rows(self) -> list[tuple[Any, ...]]:
-        return [tuple(r.values()) for t in self.tables for r in t.to_pylist()]
-
-    def append(self, row: object) -> int:
-        raise AssertionError("the columnar path appends frames")
-
-    def append_frame(self, table: Any) -> int:
-        self.tables.append(table)
-        return int(table.nbytes)
-
-    def __len__(self) -> int:
-        return sum(len(t) for t in self.tables)
-
-
-class FrameEndpoints(ScriptedEndpoints):
-    """Scripted endpoints taking Arrow tables; a value ``n`` equal to ``bad`` is refused."""
-
-    bad = -1
-    takes_frames = True
-
-    def new_buffer(self, shard: int) -> Any:
-        return FrameBuffer()
-
-    def prepare_frame(self, df: Any) -> tuple[Any, list[tuple[int, str]]]:
-        mask = df.get_column("n") == self.bad
-        bad = [(i, f"{self.bad} is refused") for i in mask.arg_true().to_list()]
-        return df.filter(~mask).drop("__spate_row").to_arrow(), bad
-
-    def take_rows(self, table: Any, rows: list[int]) -> Any:
-        return table.take(pa.array(rows))
-
-    def _record(self, endpoint: str, batch: Any, outcome: str, at: float) -> None:
-        rows = tuple(batch.buffer.rows)
-        attempt = WriteAttempt(
-            endpoint, batch.shard, batch.seq, batch.token, batch.attempt, rows, outcome, at
-        )
-        with self._lock:
-            self.attempts.append(attempt)
-            if outcome == "ok":
-                self.written.append(attempt)
-
-
-class FrameDeser:
-    """Decodes payloads ``b"<n>"`` into one frame with column ``n``."""
-
-    columnar = True
-    takes_bytes = False
-    on_error = ErrorPolicy.SKIP
-
-    def deserialize_batch(self, payloads: list[memoryview]) -> Any:
-        values = [int(bytes(p)) for p in payloads]
-        rows = pl.Series(range(len(values)), dtype=pl.UInt32)
-        return [(None, pl.DataFrame({"n": values, "__spate_row": rows}))], []
+FrameEndpoints = ScriptedFrameEndpoints
+FrameDeser = IntFrameDeserializer
 
 
 def frame_pool(
     clock: ManualClock, nonce: str = "run1", bad: int = -1, shards: int = 1
 ) -> tuple[SinkPool, FrameEndpoints]:
-    endpoints = FrameEndpoints(clock)
-    endpoints.bad = bad
+    endpoints = FrameEndpoints(clock, bad=bad)
     pool = SinkPool(
         "t",
         endpoints,

@@ -18,13 +18,19 @@ again later in the run (``ack: spooled``, B66) or at its next start, or in the s
 (B79). Files are content-addressed, so a commit that
 is sent again (a retry after a timeout whose commit did land, a replay from the spool)
 writes the same files under the same paths instead of adding copies.
+
+On the columnar path the sink takes frames (a :class:`~spate.sink.FrameSink`, B173):
+``prepare_frame`` shapes each row of the frame as :meth:`HuggingFaceSink.offer` shapes a
+row (the schema, the time column) and names the rows it cannot take by position (record
+errors for those rows alone, B28); ``offer_frame`` adds every prepared row to its window,
+all or nothing, under the same room check as ``offer``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from spate import Clock
@@ -66,8 +72,27 @@ class Window:
         return not self.lanes.isdisjoint(lanes)
 
 
+ROW_COLUMN = "__spate_row"
+"""The column of a frame holding each row's record index (not written)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A frame's rows, shaped and checked: ``(values, window bucket)`` per row."""
+
+    rows: list[tuple[dict[str, object], int]]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 class HuggingFaceSink(WindowedWriter[Window]):
-    """Implements ``Sink``; see the module docstring."""
+    """Implements ``Sink`` and :class:`~spate.sink.FrameSink`; see the module docstring."""
+
+    takes_frames = True
+    """The columnar path hands it whole frames (B173)."""
+    frame_needs_keys = False
+    """Windows and partitions come from the frame's columns, never from record keys."""
 
     def __init__(
         self,
@@ -137,8 +162,50 @@ class HuggingFaceSink(WindowedWriter[Window]):
         if not self._has_room(self.config.max_pending, self._clock.monotonic()):
             return Offer.REJECTED
         values = self._shaper.shape(row)
+        self._add(values, int(self._row_time(values) // self.config.window), lane, ack)
+        return Offer.ACCEPTED
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """Shape each row of a polars frame as :meth:`offer` does; ``(prepared rows, bad
+        rows as (position, reason))`` (B28, B173). Holds nothing."""
+        import polars as pl
+
+        if not isinstance(frame, pl.DataFrame):
+            raise SinkError(
+                f"the Hugging Face sink takes polars frames, got {type(frame).__name__}",
+                ErrorClass.FATAL,
+            )
+        data = frame.drop(ROW_COLUMN) if ROW_COLUMN in frame.columns else frame
+        rows: list[tuple[dict[str, object], int]] = []
+        bad: list[tuple[int, str]] = []
+        window = self.config.window
+        for position, row in enumerate(data.iter_rows(named=True)):
+            try:
+                values = self._shaper.shape(row)
+                rows.append((values, int(self._row_time(values) // window)))
+            except SinkError as exc:
+                if exc.error_class is not ErrorClass.RECORD:
+                    raise
+                bad.append((position, str(exc)))
+        return _Prepared(rows), bad
+
+    def offer_frame(
+        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+    ) -> Offer:
+        """Add every prepared row to its window, or none for now (``REJECTED``, B7)."""
+        if not isinstance(frame, _Prepared):
+            raise SinkError("offer_frame takes what prepare_frame returned", ErrorClass.FATAL)
+        if not frame.rows:
+            return Offer.ACCEPTED
+        if not self._has_room(self.config.max_pending, self._clock.monotonic()):
+            return Offer.REJECTED
+        for values, bucket in frame.rows:
+            self._add(values, bucket, lane, ack)
+        return Offer.ACCEPTED
+
+    def _add(self, values: dict[str, object], bucket: int, lane: Lane, ack: AckToken) -> None:
+        """Add one shaped row to the open window of ``bucket`` (sealed when full)."""
         parts = tuple(_partition(values.get(c)) for c in self._columns)
-        bucket = int(self._row_time(values) // self.config.window)
         window = self._open.get(bucket)
         if window is None:
             window = self._open[bucket] = Window(bucket)
@@ -151,7 +218,6 @@ class HuggingFaceSink(WindowedWriter[Window]):
             acks.append(ack)
         if window.rows >= self.config.max_records:
             self._seal(bucket)
-        return Offer.ACCEPTED
 
     def _row_time(self, values: dict[str, object]) -> float:
         if self.config.window_time == "processing":

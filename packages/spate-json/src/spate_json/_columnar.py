@@ -26,7 +26,13 @@ Arrow refuses even alone is a record error for that record.
 
 Integers Arrow reads as doubles (in a field that also holds fractions, or beyond int64,
 which orjson reads exactly up to 2^64 - 1) are read again, off the fast path, as
-``int64`` or ``uint64`` where the reference holds only integers there (B138).
+``int64`` or ``uint64`` where the reference holds only integers there (B138), or as
+``decimal128(38, 0)`` where those integers are negative and beyond int64 together
+(B170). An array of one record mixing integers and fractions stays doubles when each
+integer is exact in a double (up to 2^53): every ClickHouse column coerces such an
+integer as the float of the same value, or refuses the fraction beside it, so the record
+is stored or refused as on the row path (B170); beside an integer beyond 2^53 it is a
+record error on this path only.
 
 A batch with a record nested :data:`DEPTH_LIMIT` levels or more also goes to the
 reference: orjson refuses documents nested deeper than 1024 levels (Arrow's reader does
@@ -40,6 +46,7 @@ as a timestamp is read again as a string.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import importlib.util
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -238,23 +245,61 @@ def _whole_floats(column: Any) -> bool:
     return any(pc.any(pc.equal(pc.floor(a), a)).as_py() for a in _floats(column))
 
 
+_EXACT = 2**53
+"""Integers up to this magnitude are exact in a double."""
+
+
 def _same_kinds(read: object, value: object) -> bool:
-    """Whether Arrow's value ``read`` has the row path's number kinds (``int`` where the
-    reference has an ``int``, ``float`` where it has a ``float``) at every depth."""
+    """Whether Arrow's value ``read`` means for every ClickHouse column what the row
+    path's ``value`` means, at every depth: ``int`` where the reference has an ``int``
+    (or a ``Decimal`` of the same whole value, for integers no 64-bit Arrow type holds
+    together), ``float`` where it has a ``float``.
+
+    An ``int`` read as a ``float`` is allowed where the same record holds a ``float`` at
+    the same place (the items of one array, at any depth) and the integer is exact in a
+    double: a column coerces such an integer as it does the float of the same value, or
+    refuses the float beside it in the same record, so the record's outcome is the row
+    path's (B170)."""
+    if isinstance(value, dict) and isinstance(read, dict):
+        return all(_field_same_kinds(read.get(k), v) for k, v in value.items())
+    return _field_same_kinds(read, value)
+
+
+def _leaves(read: object, value: object, path: str, out: list[tuple[str, object, object]]) -> bool:
+    """Collect ``(place, read, value)`` for the numbers under ``value`` (a list's items
+    share one place); False when a number's place is not a number in ``read``."""
     if isinstance(value, bool) or value is None:
         return True
-    if isinstance(value, int):
-        return type(read) is int
-    if isinstance(value, float):
-        return type(read) is float
+    if isinstance(value, (int, float)):
+        out.append((path, read, value))
+        return True
     if isinstance(value, dict):
         if not isinstance(read, dict):
             return True
-        return all(_same_kinds(read.get(k), v) for k, v in value.items())
+        return all(_leaves(read.get(k), v, f"{path}.{k}", out) for k, v in value.items())
     if isinstance(value, list):
         if not isinstance(read, list):
             return True
-        return all(map(_same_kinds, read, value))
+        place = f"{path}[]"
+        return all(_leaves(r, v, place, out) for r, v in zip(read, value, strict=False))
+    return True
+
+
+def _field_same_kinds(read: object, value: object) -> bool:
+    leaves: list[tuple[str, object, object]] = []
+    _leaves(read, value, "", leaves)
+    floats = {place for place, _, v in leaves if isinstance(v, float)}
+    for place, r, v in leaves:
+        if isinstance(v, float):
+            if type(r) is not float:
+                return False
+        elif type(r) is int:
+            continue
+        elif isinstance(r, decimal.Decimal):
+            if r != v:
+                return False
+        elif not (type(r) is float and place in floats and isinstance(v, int) and abs(v) <= _EXACT):
+            return False
     return True
 
 
@@ -269,7 +314,8 @@ def _get(value: object, name: str) -> object:
 def _integer_type(t: Any, values: list[object]) -> Any:
     """``t`` with each float (at any depth) whose ``values`` are all ``int`` made
     ``int64``, or ``uint64`` when one is beyond int64 and none is negative (orjson reads
-    an integer up to 2^64 - 1 as an ``int``); other types as they are."""
+    an integer up to 2^64 - 1 as an ``int``), or ``decimal128(38, 0)`` when they are
+    negative and beyond int64 together; other types as they are."""
     import pyarrow as pa
 
     if pa.types.is_floating(t):
@@ -282,6 +328,10 @@ def _integer_type(t: Any, values: list[object]) -> Any:
             return pa.int64()
         if lo >= 0 and hi <= _UINT64_MAX:
             return pa.uint64()
+        if _INT64[0] <= lo and hi <= _UINT64_MAX:
+            # negative integers and integers beyond int64 together (B170): decimals
+            # hold them exactly, and a column coerces a whole decimal as the integer
+            return pa.decimal128(38, 0)
         return t
     if pa.types.is_struct(t):
         return pa.struct(
@@ -579,9 +629,8 @@ class ColumnarJsonDecoder:
             return _malformed(exc)
         if any(map(_whole_floats, table.columns)):
             return DeserError(
-                "JSON record cannot be read as columns (integers and fractions in one "
-                "array, or negative integers and integers beyond Int64 in one array, "
-                "would be read as floats)",
+                "JSON record cannot be read as columns (an integer beyond 2^53 beside "
+                "a fraction in one array would be read as an inexact float)",
                 DeserErrorKind.MALFORMED,
             )
         return DeserError(

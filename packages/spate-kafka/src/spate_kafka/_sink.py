@@ -10,6 +10,14 @@ Rows are ``bytes`` / ``str`` (the message value, no key), a ``(key, value)`` pai
 parts are ``bytes``, ``str`` or ``None``, or a ``(key, value, headers)`` triple whose
 headers are ``(name, bytes)`` pairs (a dead letter's error, B71). A message larger than
 ``max_message_bytes`` is a record error, found when the row is appended (B28).
+
+On the columnar path the sink takes frames (a :class:`~spate.sink.FrameSink`, B172): a
+frame's ``value`` column (bytes or text) is each message's value and its optional
+``key`` column (bytes, text or null) its key; any other column fails the run at the
+first frame, naming the columns. Each row is checked as the row path checks a
+``(key, value)`` pair, so a null value or a message over ``max_message_bytes`` is a
+record error for that row alone (B28), and the messages are produced one by one as on
+the row path.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ from spate_kafka._passthrough import PRODUCER_OWNED, librdkafka_errors, passthro
 from spate_kafka._security import KafkaSecurityConfig
 
 logger = logging.getLogger(__name__)
+
+ROW_COLUMN = "__spate_row"
+"""The column of a frame holding each row's record index (not written)."""
 
 Headers = list[tuple[str, bytes]]
 Message = tuple[bytes | None, bytes, Headers | None]
@@ -144,6 +155,45 @@ def _as_bytes(part: object, what: str) -> bytes | None:
     )
 
 
+def _message(row: object, limit: int) -> tuple[Message, int]:
+    """The message of a row and its size in bytes; ``SinkError(RECORD)`` when the row
+    cannot be one (B28)."""
+    headers: Headers | None = None
+    if isinstance(row, tuple):
+        if len(row) == 3 and isinstance(row[2], list):
+            headers = row[2]
+        elif len(row) != 2:
+            raise SinkError(
+                "a Kafka row is a value, a (key, value) pair or a (key, value, headers) triple",
+                ErrorClass.RECORD,
+            )
+        key, value = _as_bytes(row[0], "key"), _as_bytes(row[1], "value")
+    else:
+        key, value = None, _as_bytes(row, "value")
+    if value is None:
+        raise SinkError("a Kafka row needs a value", ErrorClass.RECORD)
+    size = len(value) + (len(key) if key is not None else 0)
+    if headers:
+        size += sum(len(name) + len(data) for name, data in headers)
+    if size > limit:
+        raise SinkError(
+            f"message of {size} bytes exceeds max_message_bytes ({limit})",
+            ErrorClass.RECORD,
+        )
+    return (key, value, headers), 120 + size
+
+
+@dataclass(frozen=True, slots=True)
+class _FrameMessages:
+    """A frame's messages, checked (what ``prepare_frame`` returns)."""
+
+    messages: list[Message]
+    sizes: list[int]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
 class MessageBuffer:
     """The messages of one batch, checked as they are appended."""
 
@@ -154,30 +204,16 @@ class MessageBuffer:
         self._limit = limit
 
     def append(self, row: object) -> int:
-        headers: Headers | None = None
-        if isinstance(row, tuple):
-            if len(row) == 3 and isinstance(row[2], list):
-                headers = row[2]
-            elif len(row) != 2:
-                raise SinkError(
-                    "a Kafka row is a value, a (key, value) pair or a (key, value, headers) triple",
-                    ErrorClass.RECORD,
-                )
-            key, value = _as_bytes(row[0], "key"), _as_bytes(row[1], "value")
-        else:
-            key, value = None, _as_bytes(row, "value")
-        if value is None:
-            raise SinkError("a Kafka row needs a value", ErrorClass.RECORD)
-        size = len(value) + (len(key) if key is not None else 0)
-        if headers:
-            size += sum(len(name) + len(data) for name, data in headers)
-        if size > self._limit:
-            raise SinkError(
-                f"message of {size} bytes exceeds max_message_bytes ({self._limit})",
-                ErrorClass.RECORD,
-            )
-        self.messages.append((key, value, headers))
-        return 120 + size
+        message, size = _message(row, self._limit)
+        self.messages.append(message)
+        return size
+
+    def append_frame(self, frame: object) -> int:
+        """Add a prepared frame's messages (:class:`~spate.sink.FrameBuffer`)."""
+        if not isinstance(frame, _FrameMessages):
+            raise SinkError("a Kafka buffer takes what prepare_frame returned", ErrorClass.FATAL)
+        self.messages.extend(frame.messages)
+        return sum(frame.sizes)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -274,10 +310,51 @@ def _classify(error: object, endpoint: str) -> SinkError:
 
 
 class KafkaSinkConnector:
-    """The pool's connector: message buffers and one producer per endpoint."""
+    """The pool's connector: message buffers and one producer per endpoint; a
+    :class:`~spate.sink.FrameConnector` (frames of ``key`` and ``value`` columns, B172)."""
+
+    takes_frames = True
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         self._config = config
+
+    def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
+        """The messages of a frame's ``key`` and ``value`` columns, and the rows that
+        cannot be messages as ``(position, reason)`` (B28, B172)."""
+        import polars as pl
+
+        if not isinstance(frame, pl.DataFrame):
+            raise SinkError(
+                f"the Kafka sink takes polars frames, got {type(frame).__name__}", ErrorClass.FATAL
+            )
+        names = [c for c in frame.columns if c != ROW_COLUMN]
+        if "value" not in names or set(names) - {"key", "value"}:
+            raise SinkError(
+                "a frame for the Kafka sink has a value column and optionally a key column, "
+                f"got {names}",
+                ErrorClass.FATAL,
+            )
+        values = frame.get_column("value").to_list()
+        keys = frame.get_column("key").to_list() if "key" in names else [None] * len(values)
+        limit = self._config.max_message_bytes
+        messages: list[Message] = []
+        sizes: list[int] = []
+        bad: list[tuple[int, str]] = []
+        for position, row in enumerate(zip(keys, values, strict=True)):
+            try:
+                message, size = _message(row, limit)
+            except SinkError as exc:
+                bad.append((position, str(exc)))
+                continue
+            messages.append(message)
+            sizes.append(size)
+        return _FrameMessages(messages, sizes), bad
+
+    def take_rows(self, frame: object, rows: list[int]) -> object:
+        """The prepared messages at ``rows``, in that order."""
+        if not isinstance(frame, _FrameMessages):
+            raise SinkError("take_rows takes what prepare_frame returned", ErrorClass.FATAL)
+        return _FrameMessages([frame.messages[i] for i in rows], [frame.sizes[i] for i in rows])
 
     def new_buffer(self, shard: int) -> RowBuffer:
         return MessageBuffer(self._config.max_message_bytes)

@@ -15,7 +15,7 @@ from spate.ops._builder import (
     build_chain,
 )
 from spate.ops._compile import compile_chain
-from spate.ops._contract import BatchProcessor, Stalled
+from spate.ops._contract import BatchProcessor, ReportsSkips, Stalled
 from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer, whole_payload
 from spate.ops._stage import Cursor
 
@@ -29,6 +29,7 @@ __all__ = [
     "Deserializer",
     "Emitter",
     "ManyDeserializer",
+    "ReportsSkips",
     "SinkHandle",
     "Split",
     "Stalled",

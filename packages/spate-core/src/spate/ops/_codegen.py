@@ -382,6 +382,10 @@ class FusedChain:
         self._batched = any(rt.batched)
         logger.debug("compiled chain %s: %s", rt.component, rt.describe())
 
+    def report_skips_due(self) -> None:
+        """:class:`~spate.ops._contract.ReportsSkips`: the chain's skip logs (B42)."""
+        self.rt.report_skips_due()
+
     def process(
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:

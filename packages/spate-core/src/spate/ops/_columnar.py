@@ -160,6 +160,10 @@ class FrameProcessor:
     def describe(self) -> str:
         return self.spec.describe()
 
+    def report_skips_due(self) -> None:
+        """:class:`~spate.ops._contract.ReportsSkips`: the chain's skip logs (B42)."""
+        self._rt.report_skips_due()
+
     # -- operators ------------------------------------------------------------------------
 
     def _apply(self, ops: Sequence[FrameOp], df: Any, batch: PayloadBatch) -> Any:

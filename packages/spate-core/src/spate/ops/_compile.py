@@ -201,6 +201,9 @@ class _BatchPositions:
     def describe(self) -> str:
         return self._inner.describe()
 
+    def report_skips_due(self) -> None:
+        self._inner.report_skips_due()
+
 
 def _no_route(value: object, out: object) -> None:  # pragma: no cover - never called
     raise RuntimeError("frame chains route by branch and predicate")

@@ -20,7 +20,7 @@ operators and offers every output row to its sink with the batch's ack.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.records import PayloadBatch
@@ -43,4 +43,15 @@ class BatchProcessor(Protocol):
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:
         """Process ``batch`` from the start (or from ``resume``). Runs on the pipeline thread."""
+        ...
+
+
+@runtime_checkable
+class ReportsSkips(Protocol):
+    """A processor that logs the records it skips at a limited rate (B42): the runtime
+    calls :meth:`report_skips_due` on its periodic turn, so a count whose interval has
+    passed is logged even when no later skip comes."""
+
+    def report_skips_due(self) -> None:
+        """Log every skip count whose interval has passed. Pipeline thread."""
         ...

@@ -29,6 +29,10 @@ class Interpreter:
     def __init__(self, rt: ChainRuntime) -> None:
         self.rt = rt
 
+    def report_skips_due(self) -> None:
+        """:class:`~spate.ops._contract.ReportsSkips`: the chain's skip logs (B42)."""
+        self.rt.report_skips_due()
+
     def process(
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:

@@ -4,7 +4,8 @@ Skipping a bad record is counted in a metric, but a bounded run can end before a
 scrapes it, so each skip is also reported in the log: the first skip of a stage and
 reason at once, with its location; later ones at most once per interval, as a count
 with one example. The count is logged once its interval has passed even when no later
-skip comes: the runtime calls :func:`report_due` on its periodic turn. The log never
+skip comes: the processor that owns the log reports it on the runtime's periodic turn
+(:class:`~spate.ops._contract.ReportsSkips`, which calls :meth:`SkipLog.report_due`). The log never
 carries more than one line per stage and reason per interval, whatever the error rate.
 The totals by reason are in the exit summary (:meth:`spate.pipeline.ExitReport.summary`),
 which also covers skips of the last interval.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,7 +48,6 @@ class SkipLog:
         self.interval = interval
         self._now = now
         self._pending: dict[tuple[str, str], _Pending] = {}
-        _LIVE.setdefault(pipeline, weakref.WeakSet()).add(self)
 
     def skipped(self, stage: str, reason: str, where: str, detail: str) -> None:
         """One record skipped by ``stage`` for ``reason`` at ``where`` (lane and offset)."""
@@ -96,15 +95,3 @@ class SkipLog:
         pending.count = 0
         pending.example = ""
         pending.next_at = now + self.interval
-
-
-_LIVE: dict[str, weakref.WeakSet[SkipLog]] = {}
-"""The skip logs of each pipeline, by name, for :func:`report_due`."""
-
-
-def report_due(pipeline: str) -> None:
-    """Log every count of ``pipeline``'s skip logs whose interval has passed, so a skip
-    followed by no other is still reported within about an interval (B42). Called by the
-    runtime on the pipeline thread, which is the thread that counts the skips."""
-    for log in list(_LIVE.get(pipeline, ())):
-        log.report_due()

@@ -183,6 +183,7 @@ class ChainRuntime:
         self.spec = spec
         self.skips = SkipLog(pipeline)
         self.dead_letters = SkipLog(pipeline, action="dead-lettered")
+        """The chain's skip logs; :meth:`report_skips_due` reports them (B42)."""
         self.with_meta = spec.with_meta
         self.steps: tuple[Step, ...] = spec.steps
         self.sink_names: tuple[str, ...] = tuple(sinks)
@@ -321,6 +322,11 @@ class ChainRuntime:
             OPS_ERRORS, component=oc, component_type="operators", policy="dead_letter"
         )
         self.m_deser_dead_letter = deser_outcome("dead_letter")
+
+    def report_skips_due(self) -> None:
+        """Log the skip and dead-letter counts whose interval has passed (B42)."""
+        self.skips.report_due()
+        self.dead_letters.report_due()
 
     def inputs(self, batch: PayloadBatch) -> Sequence[memoryview] | Sequence[bytes]:
         """What the deserializer is given for each record of ``batch``, by index.

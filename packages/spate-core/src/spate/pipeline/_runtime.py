@@ -45,8 +45,7 @@ from spate.flow._gate import PendingGate
 from spate.flow._watermark import Hysteresis
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, GaugeSeries, Meter
-from spate.ops._contract import BatchProcessor, Stalled
-from spate.ops._skiplog import report_due as report_skips_due
+from spate.ops._contract import BatchProcessor, ReportsSkips, Stalled
 from spate.pipeline._drain import write_out
 from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
@@ -106,6 +105,8 @@ class PipelineRuntime:
         self._source = source
         self._sinks = dict(sinks)
         self._processor = processor
+        self._skips = processor if isinstance(processor, ReportsSkips) else None
+        """The processor's skip logs, reported on the periodic turn (B42)."""
         self._cfg = checkpoint
         self._clock = clock
         self._meter = meter
@@ -395,7 +396,8 @@ class PipelineRuntime:
         if now >= self._gauges_due:
             self._gauges_due = now + _GAUGE_INTERVAL
             self._update_gauges()
-            report_skips_due(self.name)
+            if self._skips is not None:
+                self._skips.report_skips_due()
         if not batches and not self.should_stop() and took < self._poll_timeout / 2:
             self._idle(self._poll_timeout - took)
         return not self.should_stop()

@@ -10,6 +10,9 @@
   the process, for multi-process delivery tests;
 * :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
 * :class:`ManualClock`: time that moves only when told to;
+* :class:`ScriptedFrameEndpoints`, :class:`ArrowTableBuffer` and
+  :class:`IntFrameDeserializer`: a frame-taking connector with scripted outcomes and a
+  frame deserializer, for tests of the columnar path (``spate[columnar]``);
 * :class:`SinkConformance`, :class:`SourceConformance`, :class:`DeserializerConformance`:
   the suites a connector package runs from its own tests (:mod:`spate.testing.conformance`).
 """
@@ -28,6 +31,7 @@ from spate.testing._capture_sink import (
     delay,
 )
 from spate.testing._file_sink import FileSink, read_file_sink
+from spate.testing._frames import ArrowTableBuffer, IntFrameDeserializer, ScriptedFrameEndpoints
 from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
 from spate.testing._processors import CopyToSinkProcessor
 from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, WriteAttempt, scripted_pool
@@ -44,6 +48,7 @@ __all__ = [
     "OK",
     "RETRYABLE",
     "STUCK",
+    "ArrowTableBuffer",
     "BufferedSink",
     "CaptureScript",
     "CaptureSink",
@@ -51,12 +56,14 @@ __all__ = [
     "CopyToSinkProcessor",
     "DeserializerConformance",
     "FileSink",
+    "IntFrameDeserializer",
     "ManualClock",
     "MemorySource",
     "MemorySourceHandle",
     "Outcome",
     "Row",
     "ScriptedEndpoints",
+    "ScriptedFrameEndpoints",
     "ScriptedWriter",
     "SealedBatch",
     "SequenceSource",

@@ -167,9 +167,12 @@ class ScriptedEndpoints:
             script = self._scripts[endpoint]
             return script.popleft() if script else ("ok", 0.0)
 
+    def _rows(self, buffer: object) -> tuple[object, ...]:
+        """The rows a write attempt records from its batch's buffer."""
+        return tuple(buffer.rows) if isinstance(buffer, ListRowBuffer) else ()
+
     def _record(self, endpoint: str, batch: WriteBatch, outcome: str, at: float) -> None:
-        buffer = batch.buffer
-        rows = tuple(buffer.rows) if isinstance(buffer, ListRowBuffer) else ()
+        rows = self._rows(batch.buffer)
         attempt = WriteAttempt(
             endpoint, batch.shard, batch.seq, batch.token, batch.attempt, rows, outcome, at
         )
