@@ -11,6 +11,8 @@ Modes:
 * ``dedup`` — one batch written, then the same batch again with the same dedup token (a
   retry): the table keeps one copy; a new token adds a copy (B9);
 * ``schema`` — a configured column missing from the table fails start-up (B20);
+* ``isolate`` — three rows a ``CHECK`` constraint refuses among 1,000 are isolated and
+  skipped, the others written (B190);
 * ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
   message naming both (one engine per process).
 """
@@ -106,6 +108,30 @@ def _twodirs(url: str, client: Any, other: str) -> dict[str, Any]:
     return {"error": None}
 
 
+def _isolate(url: str, client: Any) -> dict[str, Any]:
+    client.command(
+        "CREATE TABLE iso (id UInt64, v Int64, CONSTRAINT positive CHECK v >= 0) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+    built = build_sink(
+        {
+            "table": "iso",
+            "columns": ["id", "v"],
+            "shards": [{"replicas": [url]}],
+            "batch": {"max_rows": 1000, "linger": "1h"},
+            "on_record_error": "skip",
+        }
+    )
+    built.sink.start()
+    driver = Driver(built.sink)
+    driver.offer_all([(i, -1 if i in (0, 500, 999) else i) for i in range(1000)])
+    driver.finish()
+    built.sink.close()
+    rows = client.query("SELECT count() FROM iso").result_rows[0][0]
+    rejected = built.metric("spate_sink_server_rejected_rows_total", code="469", policy="skip")
+    return {"rows": int(rows), "rejected": int(rejected)}
+
+
 def main(argv: list[str]) -> int:
     mode, directory = argv[0], argv[1]
     url = f"chdb://{directory}"
@@ -116,6 +142,8 @@ def main(argv: list[str]) -> int:
         result = _dedup(url, client)
     elif mode == "schema":
         result = _schema(url, client)
+    elif mode == "isolate":
+        result = _isolate(url, client)
     elif mode == "twodirs":
         result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:

@@ -7,9 +7,12 @@ its statement and reset right after it (``SET name = DEFAULT``), so nothing a re
 can leak into the next one — a stale ``insert_deduplication_token`` left in a session would
 silently drop the next insert. If the reset itself fails, the connection is reopened.
 
-INSERT data goes through chDB's streaming insert (``send_insert``), which takes the
-statement and its input format separately; this avoids the temp-file ``FROM INFILE`` route
-(where a ``SETTINGS`` clause did not parse) and reports the rows written.
+INSERT data goes through a temporary file and ``INSERT … FROM INFILE``: chDB's streaming
+insert (``send_insert``, chDB 4.4) swallows the errors ClickHouse raises while it writes
+the rows — a ``CHECK`` constraint, a ``MATERIALIZED`` expression that cannot convert a
+value — reporting the rows as written while it writes none, so a server that refuses
+rows would look like one that lost them. Only a statement with its own ``SETTINGS``
+clause (where ``FROM INFILE`` did not parse) still takes the streaming insert.
 
 The connection is chDB's DB-API style ``chdb.connect`` object (the same object
 ``chdb.session.Session`` wraps), because only it exposes the streaming insert.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _APPEND_CHUNK = 4 * 1024 * 1024
+_SETTINGS_CLAUSE = re.compile(r"\bSETTINGS\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,8 @@ class Engine:
 
     def _insert(self, statement: Statement) -> Outcome:
         assert statement.fmt is not None and statement.data is not None
+        if _SETTINGS_CLAUSE.search(statement.sql) is None:
+            return self._insert_file(statement)
         started = time.perf_counter_ns()
         try:
             inserter = self._conn.send_insert(statement.sql, statement.fmt)
@@ -178,6 +185,25 @@ class Engine:
             b"",
             written_rows=int(result.rows_written),
             written_bytes=int(result.bytes_written),
+            elapsed_ns=time.perf_counter_ns() - started,
+        )
+
+    def _insert_file(self, statement: Statement) -> Outcome:
+        """One insert through a temporary file (errors are reported, see the module)."""
+        assert statement.fmt is not None and statement.data is not None
+        started = time.perf_counter_ns()
+        with tempfile.NamedTemporaryFile(prefix="chfront-insert-", suffix=".bin") as body:
+            body.write(statement.data)
+            body.flush()
+            sql = f"{statement.sql} FROM INFILE {quote_literal(body.name)} FORMAT {statement.fmt}"
+            try:
+                result = self._conn.query(sql, "TabSeparated")
+            except Exception as exc:
+                raise ClickHouseError.from_engine(str(exc)) from exc
+        return Outcome(
+            b"",
+            written_rows=int(result.rows_written()),
+            written_bytes=int(result.bytes_written()),
             elapsed_ns=time.perf_counter_ns() - started,
         )
 

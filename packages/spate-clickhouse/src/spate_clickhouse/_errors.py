@@ -74,6 +74,8 @@ TYPE_CODES: dict[int, str] = {
     349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
     407: "DECIMAL_OVERFLOW",
     691: "UNKNOWN_ELEMENT_OF_ENUM",
+    395: "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO",
+    469: "VIOLATED_CONSTRAINT",
 }
 FATAL_CODES: dict[int, str] = {**SYNTAX_CODES, **SCHEMA_CODES, **AUTH_CODES, **TYPE_CODES}
 """Every exception code that fails a batch at once; any other code is retried."""
@@ -152,7 +154,8 @@ def classify(exc: BaseException) -> ErrorClass:
     return ErrorClass.RETRYABLE
 
 
-def _code_name(code: int) -> str:
+def code_name(code: int) -> str:
+    """The name of a ClickHouse exception code spate knows ('' for the others)."""
     return FATAL_CODES.get(code) or RETRYABLE_EXAMPLES.get(code) or ""
 
 
@@ -167,7 +170,7 @@ def to_sink_error(exc: BaseException, endpoint: str, action: str = "insert") -> 
         text = text[:497] + "..."
     label = ""
     if code is not None:
-        name = _code_name(code)
+        name = code_name(code)
         label = f" [code {code}{' ' + name if name else ''}]"
     reason = f"{action} on {endpoint} failed{label}: {type(exc).__name__}: {text}"
     return SinkError(reason, error_class)

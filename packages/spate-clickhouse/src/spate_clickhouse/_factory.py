@@ -34,6 +34,7 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
         except DdlError as exc:
             raise ConfigError(f"{context.component}.create_table", str(exc)) from None
     connector = ClickHouseConnector(config, context.component, create_sql)
+    connector.bind_meter(context.meter)
     if context.delivery == "effectively_once":
         async_insert = str(config.settings.get("async_insert", "0")).strip().lower()
         if async_insert not in ("0", "false", "no", "off"):

@@ -160,6 +160,13 @@ def arrow_stream(tables: Sequence[Any], compression: str | None = None) -> bytes
     return sink.getvalue()
 
 
+def read_stream(data: bytes) -> Any:
+    """The table an Arrow IPC stream of :func:`arrow_stream` holds (to cut sub-blocks)."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
 def _concat(tables: Sequence[Any]) -> Any:
     """The tables as one, their column types made one (B87).
 

@@ -20,6 +20,10 @@ With ``evolve: add_columns`` the connector follows the records' writer schemas
 replica, seals the open batches (their rows keep the columns they were encoded with) and
 encodes later rows with the new columns; a buffer remembers its encoder, so a batch is
 always written with the columns its rows hold.
+
+A block the server refuses for a value of some row (:mod:`spate_clickhouse._isolate`)
+is bisected down to the rows it refuses on their own; the other rows are written and
+those rows follow ``on_record_error`` (B190-B193, docs/adr/0017).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from spate.errors import ErrorClass, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.metrics import CounterSeries, Meter, names
 from spate.records import Lane
 from spate.schema import Field
 from spate.sink import Intent, WriteBatch
@@ -38,7 +43,7 @@ from spate.sink import Intent, WriteBatch
 from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._endpoint import Endpoint, parse_endpoint
-from spate_clickhouse._errors import code_of, to_sink_error
+from spate_clickhouse._errors import code_name, code_of, to_sink_error
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
     check_deduplication,
@@ -49,6 +54,14 @@ from spate_clickhouse._intents import (
     load_intents,
     record_intent,
     state_table_sql,
+)
+from spate_clickhouse._isolate import (
+    ISOLABLE_CODES,
+    CapReached,
+    Insert,
+    Refused,
+    Rejected,
+    isolate,
 )
 from spate_clickhouse._schema import SchemaCheck, table_columns
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
@@ -64,6 +77,8 @@ logger = logging.getLogger(__name__)
 _RECHECK_AFTER = 1.0
 """Seconds before a refused schema is checked against the table again."""
 _T = TypeVar("_T")
+_LOGGED_ROWS = 10
+"""Rows a refused block names one by one in the log; the rest are counted."""
 
 
 class ClickHouseConnector:
@@ -99,6 +114,76 @@ class ClickHouseConnector:
         self._refused: dict[str, tuple[float, str]] = {}
         """Schemas refused lately: the runtime retries their records every loop turn, the
         table is read again only every ``_RECHECK_AFTER`` seconds."""
+        self._meter: tuple[Meter, str] | None = None
+        self._m_rejected: dict[tuple[int, str], CounterSeries] = {}
+        self._m_isolate: CounterSeries | None = None
+
+    def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
+        """Count isolated rows and the inserts spent finding them in ``meter``."""
+        self._meter = (meter, component_type)
+        self._m_isolate = meter.counter(
+            names.SINK_ISOLATE_INSERTS, component=self.name, component_type=component_type
+        )
+
+    def rejected(self, rows: list[Rejected], inserts: int, seq: int, endpoint: str) -> None:
+        """Apply ``on_record_error`` to rows the server refused on their own (B190).
+
+        Worker thread. Logs the rows with the server's code and message and counts them;
+        returns under ``skip`` (the batch counts as written: its rows are written or
+        accounted for), raises a fatal ``SinkError`` naming them otherwise (the batch
+        fails and its offsets are not committed past them).
+        """
+        policy = self.config.on_record_error
+        for row in rows[:_LOGGED_ROWS]:
+            logger.warning(
+                "sink %s: %s refused row %d of batch %d [code %d %s]: %s",
+                self.name,
+                endpoint,
+                row.row,
+                seq,
+                row.code,
+                code_name(row.code),
+                row.message,
+                extra={"component": self.name},
+            )
+        if self._m_isolate is not None:
+            self._m_isolate.inc(inserts)
+        if self._meter is not None:
+            meter, component_type = self._meter
+            for row in rows:
+                key = (row.code, policy.value)
+                series = self._m_rejected.get(key)
+                if series is None:
+                    series = self._m_rejected[key] = meter.counter(
+                        names.SINK_SERVER_REJECTED,
+                        component=self.name,
+                        component_type=component_type,
+                        code=str(row.code),
+                        policy=policy.value,
+                    )
+                series.inc()
+        first = rows[0]
+        summary = (
+            f"{endpoint} refused {len(rows)} row(s) of batch {seq} on their own "
+            f"(rows {', '.join(str(r.row) for r in rows[:_LOGGED_ROWS])}"
+            f"{', …' if len(rows) > _LOGGED_ROWS else ''}; first [code {first.code} "
+            f"{code_name(first.code)}]: {first.message}); its other rows were written "
+            f"in {inserts} inserts"
+        )
+        if policy is ErrorPolicy.SKIP:
+            logger.warning(
+                "sink %s: %s; skipped (on_record_error: skip)",
+                self.name,
+                summary,
+                extra={"component": self.name},
+            )
+            return
+        if policy is ErrorPolicy.DEAD_LETTER:
+            summary += (
+                "; rows refused by the server at insert time cannot be dead-lettered yet "
+                "(on_record_error: dead_letter), so the batch fails"
+            )
+        raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
 
     def follows(self, fields: tuple[Field, ...] | None) -> None:
         """The fields known at start-up count as met (a field they lose is a removal)."""
@@ -473,21 +558,62 @@ class ClickHouseShardWriter:
             return
         encoder = buffer.encoder or connector.encoder()
         data = buffer.columns(len(encoder.columns), encoder.binary_columns())
+        rows = len(data[0]) if data else 0
+
+        def insert(start: int, stop: int, token: str) -> None:
+            part = data if start == 0 and stop == rows else [c[start:stop] for c in data]
+            try:
+                client = self._get_client()
+                context = self._insert_context(client, encoder)
+                context.settings = connector.insert_settings(token)
+                context.insert_exception = None
+                client.insert(data=part, context=context)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._failed(exc) from exc
+
+        self._write_isolating(batch, rows, insert)
+
+    def _failed(self, exc: Exception) -> Exception:
+        """What an insert's exception becomes: :class:`Refused` for a refusal of some
+        row's value (the block can be bisected), a ``SinkError`` otherwise."""
+        error = to_sink_error(exc, self.endpoint)
+        code = code_of(exc)
+        if code in ISOLABLE_CODES:
+            return Refused(code, _server_message(exc), error)
+        if code is None and not self._endpoint.embedded:
+            # A transport failure (no server answer): the connection pool may hold dead
+            # sockets, so connect afresh next time. A server error leaves it usable.
+            self._drop_client()
+        return error
+
+    def _write_isolating(self, batch: WriteBatch, rows: int, insert: Insert) -> None:
+        """Insert the whole batch; when the server refuses a value of some row, bisect
+        it (B190, B191) and apply ``on_record_error`` to the rows refused alone."""
         try:
-            client = self._get_client()
-            context = self._insert_context(client, encoder)
-            context.settings = connector.insert_settings(batch.token)
-            context.insert_exception = None
-            client.insert(data=data, context=context)
-        except SinkError:
-            raise
-        except Exception as exc:
-            error = to_sink_error(exc, self.endpoint)
-            if code_of(exc) is None and not self._endpoint.embedded:
-                # A transport failure (no server answer): the connection pool may hold dead
-                # sockets, so connect afresh next time. A server error leaves it usable.
-                self._drop_client()
-            raise error from exc
+            insert(0, rows, batch.token)
+            return
+        except Refused as exc:
+            first = exc
+        whole = first.error
+        if not isinstance(whole, SinkError):  # pragma: no cover - _failed() always sets it
+            raise SinkError(first.message, ErrorClass.FATAL)
+        cap = self.connector.config.isolate_max_inserts
+        if cap <= 0 or rows == 0:
+            raise whole
+        try:
+            found, inserts = isolate(rows, first, insert, batch.token, cap)
+        except CapReached as exc:
+            raise SinkError(
+                f"{whole.reason} (isolating the refused rows stopped at isolate_max_inserts: "
+                f"{exc.inserts} inserts, {len(exc.found)} row(s) found)",
+                ErrorClass.FATAL,
+            ) from None
+        except Refused as exc:  # pragma: no cover - isolate() catches every Refused
+            raise whole from exc
+        if found:
+            self.connector.rejected(found, inserts, batch.seq, self.endpoint)
 
     def _insert_context(self, client: Client, encoder: RowEncoder) -> InsertContext:
         """This thread's insert context for ``encoder``'s columns (made at its first use)."""
@@ -506,7 +632,7 @@ class ClickHouseShardWriter:
 
     def _write_frames(self, batch: WriteBatch, buffer: ColumnBuffer) -> None:
         """One ``INSERT … FORMAT ArrowStream`` of the batch's tables with its dedup token."""
-        from spate_clickhouse._frames import arrow_stream
+        from spate_clickhouse._frames import arrow_stream, read_stream
 
         frames = buffer.frames or []
         if len(frames) == 1 and isinstance(frames[0], _EncodedStream):
@@ -514,9 +640,21 @@ class ClickHouseShardWriter:
         else:
             data = arrow_stream(frames, self._stream_compression)
             buffer.frames = [_EncodedStream(data, len(buffer))]  # a retry sends these bytes
-        self._insert_stream(batch, data)
+        rows = len(buffer)
+        table: list[object] = []
 
-    def _insert_stream(self, batch: WriteBatch, data: bytes) -> None:
+        def insert(start: int, stop: int, token: str) -> None:
+            if start == 0 and stop == rows:
+                self._insert_stream(token, data)
+                return
+            if not table:
+                table.append(read_stream(data))
+            part = table[0].slice(start, stop - start)  # type: ignore[attr-defined]
+            self._insert_stream(token, arrow_stream([part], self._stream_compression))
+
+        self._write_isolating(batch, rows, insert)
+
+    def _insert_stream(self, token: str, data: bytes) -> None:
         connector = self.connector
         table = connector.table
         if connector.database:
@@ -527,16 +665,13 @@ class ClickHouseShardWriter:
                 table,
                 connector.column_names,
                 insert_block=data,
-                settings=connector.insert_settings(batch.token),
+                settings=connector.insert_settings(token),
                 fmt="ArrowStream",
             )
         except SinkError:
             raise
         except Exception as exc:
-            error = to_sink_error(exc, self.endpoint)
-            if code_of(exc) is None and not self._endpoint.embedded:
-                self._drop_client()
-            raise error from exc
+            raise self._failed(exc) from exc
 
     def close(self) -> None:
         self._drop_client()
@@ -553,3 +688,9 @@ class _EncodedStream:
 
     def __len__(self) -> int:
         return self.rows
+
+
+def _server_message(exc: BaseException) -> str:
+    """The server's message of a refusal, on one line and at most 500 characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 500 else text[:497] + "..."

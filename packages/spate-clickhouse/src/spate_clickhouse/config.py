@@ -174,7 +174,15 @@ class ClickHouseSinkConfig:
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """A row with a value its column cannot take: ``fail`` the pipeline, ``skip``
-    it, or write its record to the ``dead_letter`` sink."""
+    it, or write its record to the ``dead_letter`` sink. Also applies to a row the
+    server refuses on its own once its block is bisected (``isolate_max_inserts``);
+    such rows cannot be dead-lettered yet: under ``dead_letter`` their batch fails."""
+    isolate_max_inserts: int = 256
+    """When the server refuses a block for a value of some row (a constraint, a value it
+    cannot parse or convert), the sink inserts the block's halves separately, down to
+    the rows refused alone (about ``2·log2(rows)`` inserts per such row), writes the
+    others and applies ``on_record_error`` to those rows. At most this many extra inserts
+    per block; past it the block fails. ``0`` fails the block at once."""
     create_table: Literal["off", "if_missing"] = "off"
     """``if_missing``: create the table at start-up from every replica's probe (``ON
     CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
@@ -236,6 +244,8 @@ class ClickHouseSinkConfig:
         yield from self._column_errors()
         yield from self._shard_errors()
         yield from self._settings_errors()
+        if self.isolate_max_inserts < 0:
+            yield "isolate_max_inserts", "must not be negative"
         if self.router == "distributed":
             if not self.sharding_key:
                 yield "sharding_key", "router: distributed needs a sharding_key"

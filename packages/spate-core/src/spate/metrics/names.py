@@ -137,6 +137,16 @@ SINK_BREAKER_STATE = _g(
 SINK_ABANDONED = _c(
     "spate_sink_abandoned_rows_total", "Rows abandoned without a successful write.", "shard"
 )
+SINK_SERVER_REJECTED = _c(
+    "spate_sink_server_rejected_rows_total",
+    "Rows the server refused on their own after their block was bisected, by code and policy.",
+    "code",
+    "policy",
+)
+SINK_ISOLATE_INSERTS = _c(
+    "spate_sink_isolate_inserts_total",
+    "Extra inserts made to isolate the rows of blocks the server refused.",
+)
 
 # Tiers (memory, spool, tee)
 TIER_HELD_RECORDS = _g(

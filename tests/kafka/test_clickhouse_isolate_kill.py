@@ -1,0 +1,116 @@
+"""A ``kill -9`` in the middle of isolating a refused block, under effectively once (B192).
+
+On the real broker and the ClickHouse HTTP front: a table whose ``CHECK`` constraint
+refuses one row of a block; the front holds every insert for a moment, so the bisection
+of that block takes a few seconds. The first run (no commit reaches the broker) is
+killed with SIGKILL once some of the block's sub-blocks have landed and before the
+search ends; the restart replays the recorded block, meets the same refusals and
+inserts the same sub-blocks under the same tokens: every good row is in the table once,
+the refused row never, and the group's offset is at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.chfront_fixtures import ChFront
+from tests.support.cli_run import SpateRun
+from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
+COUNT = 1000
+BAD = 777
+
+
+def _config(path: Path, *, brokers: str, topic: str, group: str, front: str, first: bool) -> Path:
+    body: dict[str, Any] = {
+        "pipeline": {"name": "eo-isolate", "delivery": "effectively_once"},
+        "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
+        "admin": {"listen": "none"},
+        "source": {
+            "kafka": {
+                "brokers": brokers,
+                "topic": topic,
+                "group_id": group,
+                "commit_interval": "1h" if first else "200ms",
+                "stop_at": "never" if first else "end",
+                "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+            }
+        },
+        "deserializer": {"json": {"framing": "single"}},
+        "sink": {
+            "clickhouse": {
+                "table": "events",
+                "columns": ["id", "pad"],
+                "shards": [{"replicas": [front]}],
+                "batch": {"max_rows": COUNT, "linger": "1h"},
+                "on_record_error": "skip",
+                **({"table_options": {"dedup_window": 0}} if first else {}),
+            }
+        },
+    }
+    path.write_text(json.dumps(body))
+    return path
+
+
+def _counts(client: Any) -> tuple[int, int, int]:
+    rows = client.query(
+        f"SELECT count(), uniqExact(id), countIf(id = {BAD}) FROM events"
+    ).result_rows
+    return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
+
+
+@pytest.mark.parametrize("path", ["rows", "columns"])
+def test_b192_a_kill_in_the_middle_of_a_bisection_replays_the_same_sub_blocks(
+    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str
+) -> None:
+    chain = ["--chain", ROW_CHAIN] if path == "rows" else []
+    front = chfront()
+    client = front.client()
+    client.command(
+        f"CREATE TABLE events (id Int64, pad String, CONSTRAINT good CHECK id != {BAD}) "
+        "ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000"
+    )
+    topic, group = unique_name("eo-isolate"), unique_name("eo-isolate-g")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_keyed(
+        kafka_bootstrap,
+        topic,
+        COUNT,
+        value=lambda i: json.dumps({"id": i, "pad": "x"}).encode(),
+        partition=0,
+    )
+    common: dict[str, Any] = {
+        "brokers": kafka_bootstrap,
+        "topic": topic,
+        "group": group,
+        "front": front.url,
+    }
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    front.inject("slow", delay=0.4, only="insert")
+    first = _config(tmp_path / "first.json", **common, first=True)
+    run = SpateRun(tmp_path, "run", *chain, str(first), env=env)
+    try:
+        run.until(lambda: _counts(client)[0] > 0, "a first sub-block", 300)
+        landed = _counts(client)[0]
+    finally:
+        run.proc.kill()
+        run.proc.wait()
+    front.recover()
+    assert 0 < landed < COUNT - 1, landed  # killed in the middle of the search
+    again = _config(tmp_path / "again.json", **common, first=False)
+    restart = SpateRun(tmp_path, "run", *chain, str(again), env=env)
+    assert restart.wait(300) == 0, restart.text[-3000:]
+    assert "replays" in restart.text
+    assert _counts(client) == (COUNT - 1, COUNT - 1, 0)
+    assert committed_offsets(kafka_bootstrap, group, topic) == {0: COUNT}
+    assert f"refused row {BAD % COUNT} of batch" in restart.text
