@@ -15,8 +15,9 @@ A and C are :class:`KafkaSource` instances polled on their own threads with no r
 behind them (the revoke barrier returns at once), so the figure is what the protocol
 itself stops: under ``eager`` every join and leave revokes all of A's partitions until
 the group has rejoined; under the incremental protocols A reads on through every
-rebalance. Prints each side's median and runs, then ``ratio:`` (storm / rest) and its
-spread per protocol. Run::
+rebalance. Prints each side's median and runs, the seconds of each storm window A owned
+no partition (what the protocol stops, less sensitive to a loaded machine than a rate),
+then ``ratio:`` (storm / rest) and its spread per protocol. Run::
 
     make services-up && .venv/bin/python bench/kafka_rebalance.py
 """
@@ -66,12 +67,12 @@ class Member(threading.Thread):
         )
         self.source = KafkaSource(config)
         self.records = 0
-        self._stop = threading.Event()
+        self._leaving = threading.Event()
 
     def run(self) -> None:
         self.source.start(RecordingEvents())
         try:
-            while not self._stop.is_set():
+            while not self._leaving.is_set():
                 for batch in self.source.poll(0.1):
                     self.records += len(batch)
         finally:
@@ -81,7 +82,7 @@ class Member(threading.Thread):
         return len(self.source.assigned_partitions)
 
     def leave(self) -> None:
-        self._stop.set()
+        self._leaving.set()
         self.join(60)
 
 
@@ -94,8 +95,27 @@ def _wait(predicate: object, timeout: float = 60.0) -> bool:
     return True
 
 
-def measure(brokers: str, topic: str, protocol: str, storm: bool) -> tuple[float, int]:
-    """A's records per second over the window, and the number of joins and leaves."""
+class Idle(threading.Thread):
+    """Samples every 10 ms whether a member owns no partition; ``seconds`` in total."""
+
+    def __init__(self, member: Member) -> None:
+        super().__init__(daemon=True)
+        self.member = member
+        self.seconds = 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        last = time.perf_counter()
+        while not self.done.wait(0.01):
+            now = time.perf_counter()
+            if not self.member.owns():
+                self.seconds += now - last
+            last = now
+
+
+def measure(brokers: str, topic: str, protocol: str, storm: bool) -> tuple[float, int, float]:
+    """A's records per second over the window, the number of joins and leaves, and the
+    seconds of the window A owned no partition."""
     group = f"bench-rb-{uuid.uuid4().hex[:8]}"
     a = Member(brokers, topic, group, protocol)
     b = Member(brokers, topic, group, protocol)
@@ -106,6 +126,8 @@ def measure(brokers: str, topic: str, protocol: str, storm: bool) -> tuple[float
         if not _wait(lambda: a.owns() and b.owns() and a.owns() + b.owns() == PARTITIONS):
             raise SystemExit(f"{protocol}: the group did not settle")
         start, before = time.perf_counter(), a.records
+        idle = Idle(a)
+        idle.start()
         end = start + WINDOW
         while storm and time.perf_counter() < end:
             c = Member(brokers, topic, group, protocol)
@@ -117,7 +139,9 @@ def measure(brokers: str, topic: str, protocol: str, storm: bool) -> tuple[float
         if remaining > 0:
             time.sleep(remaining)
         elapsed = time.perf_counter() - start
-        return (a.records - before) / elapsed, moves
+        idle.done.set()
+        idle.join()
+        return (a.records - before) / elapsed, moves, idle.seconds
     finally:
         a.leave()
         b.leave()
@@ -131,13 +155,15 @@ def main() -> None:
     ensure_data(brokers, topic, count, PARTITIONS)
     rates: dict[tuple[str, bool], list[float]] = {}
     joins: dict[str, list[int]] = {p: [] for p in PROTOCOLS}
+    idle: dict[str, list[float]] = {p: [] for p in PROTOCOLS}
     for _ in range(runs):
         for protocol in PROTOCOLS:
             for storm in (False, True):
-                rate, moves = measure(brokers, topic, protocol, storm)
+                rate, moves, without = measure(brokers, topic, protocol, storm)
                 rates.setdefault((protocol, storm), []).append(rate)
                 if storm:
                     joins[protocol].append(moves)
+                    idle[protocol].append(without)
     for protocol in PROTOCOLS:
         rest, storm = rates[(protocol, False)], rates[(protocol, True)]
         print(f"== {protocol}: member A's records/s, {runs} interleaved runs of {WINDOW:g}s")
@@ -145,6 +171,11 @@ def main() -> None:
             listed = ", ".join(f"{r:,.0f}" for r in measured)
             print(f"{name}: median {statistics.median(measured):,.0f}/s; runs {listed}")
         print(f"storm joins+leaves per run: {', '.join(map(str, joins[protocol]))}")
+        listed = ", ".join(f"{s:.2f}" for s in idle[protocol])
+        print(
+            f"storm seconds A owned nothing: median {statistics.median(idle[protocol]):.2f}"
+            f" of {WINDOW:g}; runs {listed}"
+        )
         pairs = [s / r for s, r in zip(storm, rest, strict=True) if r > 0]
         print(f"ratio: {statistics.median(storm) / statistics.median(rest):.2f}")
         print(f"ratio spread: {min(pairs):.2f}..{max(pairs):.2f} over {len(pairs)} pairs")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from spate.errors import ErrorClass, SourceError
 
@@ -121,14 +121,17 @@ def check_support(
     from confluent_kafka import KafkaException, libversion
     from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
+    from spate_kafka._logging import LIBRDKAFKA_LOG
+
     reason = client_error(protocol, libversion()[0])
     if reason is None and protocol == "consumer":
-        admin_settings: dict[str, str | int | float | bool] = {
+        admin_settings: dict[str, Any] = {
             k: v
             for k, v in settings.items()
             if k.startswith(("security.", "ssl.", "sasl.", "client.", "socket."))
         }
         admin_settings["bootstrap.servers"] = brokers
+        admin_settings["logger"] = LIBRDKAFKA_LOG  # its log lines through logging
         admin = AdminClient(admin_settings)
         try:
             metadata = admin.list_topics(timeout=10)
