@@ -365,7 +365,7 @@ class KafkaSource:
             self._mark_done_from_committed(parts)
             if self._drained and not self._done.issuperset(parts):
                 self._reopen("assigned partitions it has not read to their end offsets")
-        if self._events is not None and not self._closing and parts:
+        if self._events is not None and not self._closing:
             self._events.assigned([Lane(self._topic, p) for p in parts])
         if incremental:
             consumer.incremental_assign(partitions)
@@ -407,7 +407,7 @@ class KafkaSource:
         # Commits on revocation are retried while the broker is unavailable (B36).
         with self._commits.revoking():
             try:
-                if self._events is not None and not self._closing and parts:
+                if self._events is not None and not self._closing:
                     # The barrier: drains these lanes, commits them through commit(sync=True).
                     self._events.revoked([Lane(self._topic, p) for p in parts])
                 self._commits.flush(sync=True)
