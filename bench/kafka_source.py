@@ -113,11 +113,11 @@ def bootstrap() -> str:
     raise SystemExit("no Kafka broker: run `make services-up` or set SPATE_KAFKA_BOOTSTRAP")
 
 
-def ensure_data(brokers: str, topic: str, count: int) -> None:
+def ensure_data(brokers: str, topic: str, count: int, partitions: int = PARTITIONS) -> None:
     admin = AdminClient({"bootstrap.servers": brokers})
     if topic in admin.list_topics(timeout=30).topics:
         return
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(60)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(60)
     producer = Producer(
         {"bootstrap.servers": brokers, "linger.ms": 50, "batch.num.messages": 10_000}
     )

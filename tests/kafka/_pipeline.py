@@ -35,12 +35,19 @@ def write_config(
     name: str = "kafka-e2e",
     deserializer: Mapping[str, object] | None = None,
     session_timeout_ms: int = 6000,
+    rebalance: str = "eager",
 ) -> Path:
     """The pipeline's JSON config; ``deserializer`` (a ``deserializer:`` section) decodes
     the values before they reach the file sink. The 6 s session outlasts the seconds of
     latency some fault tests inject; a test that waits for sessions to expire and injects
-    no latency may shorten it."""
+    no latency may shorten it. Under ``rebalance: consumer`` the broker owns the session
+    (``group.consumer.session.timeout.ms`` in scripts/kafka/server.properties.in)."""
     extra = {"deserializer": dict(deserializer)} if deserializer is not None else {}
+    session: dict[str, int] = (
+        {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
+        if rebalance != "consumer"
+        else {}
+    )
     path.write_text(
         json.dumps(
             {
@@ -56,11 +63,8 @@ def write_config(
                         "commit_interval": "200ms",
                         "stop_at": "end" if bounded else "never",
                         "consume_batch": 500,
-                        "rdkafka": {
-                            "session.timeout.ms": session_timeout_ms,
-                            "heartbeat.interval.ms": 500,
-                            "topic.metadata.refresh.interval.ms": 2000,
-                        },
+                        "rebalance": rebalance,
+                        "rdkafka": {**session, "topic.metadata.refresh.interval.ms": 2000},
                     }
                 },
                 "sink": {"file": {"path": str(out), "max_rows": 500}},
@@ -150,6 +154,7 @@ class Streaming:
         *,
         pipeline_bootstrap: str | None = None,
         session_timeout_ms: int = 6000,
+        rebalance: str = "eager",
     ) -> Streaming:
         """Start producing; the pipelines of ``config`` connect to ``pipeline_bootstrap``
         (a fault proxy, say) when given, else to ``bootstrap`` like everything else."""
@@ -165,6 +170,7 @@ class Streaming:
             out=out,
             bounded=False,
             session_timeout_ms=session_timeout_ms,
+            rebalance=rebalance,
         )
         sampler = DeliverySampler(
             bootstrap, group, topic, producer.positions, lambda: read_keys(out)

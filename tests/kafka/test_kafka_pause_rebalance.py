@@ -206,6 +206,9 @@ class _Events:
     def revoked(self, lanes: Collection[Lane]) -> None:
         pass
 
+    def lost(self, lanes: Collection[Lane]) -> None:
+        pass
+
     def drained(self) -> None:
         pass
 

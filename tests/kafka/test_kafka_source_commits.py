@@ -90,7 +90,7 @@ def test_b35_async_commit_lost_in_a_broker_crash_is_counted_and_logged(
             assert time.monotonic() < deadline, f"read only {ends} of 200 records"
             for batch in source.poll(0.2):
                 ends[batch.lane.partition] = batch.next_offset
-        caplog.set_level(logging.WARNING, logger="spate_kafka._source")
+        caplog.set_level(logging.WARNING, logger="spate_kafka._commits")
         kill_kafka()
         try:
             source.commit({Lane(topic, p): end for p, end in ends.items()}, sync=False)

@@ -60,6 +60,7 @@ class RecordingEvents:
 
     assigned_lanes: list[list[Lane]] = field(default_factory=list)
     revoked_lanes: list[list[Lane]] = field(default_factory=list)
+    lost_lanes: list[list[Lane]] = field(default_factory=list)
     drained_calls: int = 0
     undrained_calls: int = 0
 
@@ -68,6 +69,9 @@ class RecordingEvents:
 
     def revoked(self, lanes: object) -> None:
         self.revoked_lanes.append(sorted(lanes))  # type: ignore[call-overload]
+
+    def lost(self, lanes: object) -> None:
+        self.lost_lanes.append(sorted(lanes))  # type: ignore[call-overload]
 
     def drained(self) -> None:
         self.drained_calls += 1

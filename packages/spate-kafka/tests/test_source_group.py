@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spate.config import decode
 from spate.records import Lane
-from spate_kafka import KafkaSource, KafkaSourceConfig, _source
+from spate_kafka import KafkaSource, KafkaSourceConfig, _grouping
 
 from tests.support.scale import scaled
 
@@ -177,13 +177,13 @@ def test_batches_hold_the_message_bytes_and_read_timestamps_only_when_asked_b97(
     """Values are the very ``bytes`` of the messages; a message's timestamp and its view
     are made only when something reads them, and then give what the message holds."""
     reads: list[Message] = []
-    timestamp = _source._message_timestamp
+    timestamp = _grouping._message_timestamp
 
     def counted(message: Message) -> tuple[int, int]:
         reads.append(message)
         return timestamp(message)
 
-    monkeypatch.setattr(_source, "_message_timestamp", counted)
+    monkeypatch.setattr(_grouping, "_message_timestamp", counted)
     messages = [
         Message(topic=TOPIC, partition=p, offset=i, value=b"v%d" % i, timestamp=(1, 100 + i))
         for p, i in [(0, 0), (0, 1), (1, 5), (0, 2)]
@@ -213,13 +213,13 @@ def test_batches_read_keys_only_when_asked_b97(monkeypatch: pytest.MonkeyPatch) 
     columnar path never does unless its sink places rows by key), and then reads what
     the message holds, for both forms of the split."""
     reads: list[Message] = []
-    key = _source._message_key
+    key = _grouping._message_key
 
     def counted(message: Message) -> bytes | None:
         reads.append(message)
         return key(message)
 
-    monkeypatch.setattr(_source, "_message_key", counted)
+    monkeypatch.setattr(_grouping, "_message_key", counted)
     messages = [
         Message(topic=TOPIC, partition=p, offset=i, value=b"v", key=k, timestamp=(1, i))
         for p, i, k in [(0, 0, b"a"), (0, 1, None), (1, 5, b"c"), (0, 2, b"d")]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from spate_kafka._source import _partition_lags
+from spate_kafka._lag import _partition_lags
 
 UNSET = -1001  # librdkafka's "no offset" in its statistics
 

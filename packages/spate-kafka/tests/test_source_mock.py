@@ -227,9 +227,9 @@ def test_b35_rejected_async_commit_is_sent_again_and_counted(
         drain(source, 40)
         # What librdkafka does after an asynchronous commit of [1]@5 that the broker
         # refused: call on_commit with the error (the commit itself never reached it).
-        source._inflight_commit[1] = 5
-        with caplog.at_level("WARNING", logger="spate_kafka._source"):
-            source._on_commit(
+        source._commits._inflight_commit[1] = 5
+        with caplog.at_level("WARNING", logger="spate_kafka._commits"):
+            source._commits.on_commit(
                 KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [TopicPartition(topic, 1, 5)]
             )
         assert "rejected" in caplog.text
@@ -266,12 +266,12 @@ def test_b89_durable_commits_are_those_the_broker_answered(
         source.commit({lane: 5}, sync=False)
         source.poll(0.1)
         assert source.durable_commits() == {}  # stored for the cadence, not sent
-        source._inflight_commit[1] = 5  # sent; the broker refuses it
-        source._on_commit(
+        source._commits._inflight_commit[1] = 5  # sent; the broker refuses it
+        source._commits.on_commit(
             KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [TopicPartition(topic, 1, 5)]
         )
         assert source.durable_commits() == {}
-        source._flush_pending_commit(sync=False)  # sent again; answered inside poll
+        source._commits.flush(sync=False)  # sent again; answered inside poll
         deadline = time.monotonic() + 10
         while source.durable_commits() != {lane: 5}:
             assert time.monotonic() < deadline, "the broker's answer never counted"

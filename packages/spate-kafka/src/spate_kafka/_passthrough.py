@@ -22,8 +22,9 @@ CONSUMER_OWNED: Mapping[str, str] = {
     "metadata.broker.list": "use brokers",
     "group.id": "use group_id",
     "statistics.interval.ms": "use statistics_interval",
-    "group.protocol": "spate runs the classic protocol with an eager assignor",
-    "group.remote.assignor": "spate runs the classic protocol with an eager assignor",
+    "group.protocol": "use rebalance: consumer",
+    "group.remote.assignor": "use group_assignor",
+    "group.instance.id": "use instance_id",
 }
 
 # Settings the sink owns: idempotence and acknowledgements are what make a write durable.
@@ -58,8 +59,8 @@ def passthrough_errors(
             yield (
                 key,
                 (
-                    "cooperative assignors are refused: spate drains and commits revoked "
-                    "partitions with the eager protocol"
+                    "use rebalance: cooperative (spate then drains and commits only the "
+                    "partitions that move)"
                 ),
             )
 

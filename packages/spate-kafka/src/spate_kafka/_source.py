@@ -1,13 +1,21 @@
-"""The Kafka source: one confluent-kafka consumer, eager rebalances, manual commits.
+"""The Kafka source: one confluent-kafka consumer, its group protocol, manual commits.
 
 Owns the consumer and everything the runtime must not see of it: partition bookkeeping,
-the commit cadence, bounded mode and lag statistics. Upholds, together with the runtime:
+the rebalance callbacks and bounded mode. Its parts live next to it, each found by name:
 
-* B1 — offsets are committed only as handed over by the checkpointer (never auto-commit);
+* :mod:`spate_kafka._grouping` — one ``consume()`` result split into a batch per partition;
+* :mod:`spate_kafka._commits` — staged, cadenced, retried and durable commits (B1, B35,
+  B36, B89);
+* :mod:`spate_kafka._lag` — lag per partition from librdkafka statistics (B23, B32);
+* :mod:`spate_kafka._rebalance` — the group protocol: eager, cooperative, consumer
+  (B175, B176) and static membership (B178).
+
+The source upholds, together with the runtime:
+
 * B7 — ``pause``/``resume`` stop fetching per partition while ``poll`` keeps the group alive;
 * B15 — the revoke callback runs the runtime's drain barrier and commits synchronously
-  before it returns, so the next owner starts behind nothing undelivered;
-* B23 — lag per partition from librdkafka statistics, set to 0 when a partition is revoked;
+  before it returns, so the next owner starts behind nothing undelivered; under an
+  incremental protocol only the partitions that move are revoked (B175);
 * B29 — unreachable brokers fail ``start`` naming them;
 * B32 — librdkafka keeps an application's pause on a partition that is assigned back, so
   every assignment sets librdkafka's pause state to what spate wants (nothing, after the
@@ -15,13 +23,8 @@ the commit cadence, bounded mode and lag statistics. Upholds, together with the 
   behind and silent although spate did not pause it;
 * B33 — bounded mode: a member left with no partition once the group settled is drained;
 * B34 — bounded mode: a rebalance after this member drained reopens the run
-  (``events.undrained()``) until every partition it is then given is read to its end.
-* B35 — an asynchronous commit the broker rejects is counted, logged and sent again;
-* B36 — a commit on revocation that the broker cannot take (coordinator unavailable, the
-  member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
-  so the revocation completes and the member rejoins instead of failing;
-* B89 — :meth:`KafkaSource.durable_commits` reports only commits the broker
-  acknowledged, so block intents are never deleted ahead of a durable commit.
+  (``events.undrained()``) until every partition it is then given is read to its end;
+* B177 — partitions lost with the session are dropped without a drain or a commit.
 
 Each batch holds the ``bytes`` librdkafka returned as its values (a tombstone as
 ``b""``); its payload views (``memoryview(message.value())``, so ``view.obj`` gives the
@@ -31,16 +34,10 @@ messages only when something reads them (the columnar path reads none of them).
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from functools import partial
-from itertools import groupby
-from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -51,130 +48,22 @@ from confluent_kafka import (
     TopicPartition,
 )
 from spate.errors import ErrorClass, SourceError
-from spate.metrics import GaugeSeries, Meter
-from spate.metrics import names as metric_names
+from spate.metrics import Meter
 from spate.records import Lane, PayloadBatch
 from spate.source import SourceEvents
 
+from spate_kafka._commits import OffsetCommits
+from spate_kafka._grouping import group, group_each
+from spate_kafka._lag import PartitionLag
 from spate_kafka._logging import LIBRDKAFKA_LOG
+from spate_kafka._rebalance import check_support
 from spate_kafka.config import KafkaSourceConfig
 
 logger = logging.getLogger(__name__)
 
-# The message fields as plain functions, for ``map`` over a whole ``consume()`` result.
-_message_error = Message.error
-_message_offset = Message.offset
-_message_partition = Message.partition
-_message_value = Message.value
-_message_key = Message.key
-_message_timestamp = Message.timestamp
-_second = itemgetter(1)
-
-# One partition's columns while a ``consume()`` result is split: offsets, values
-# (``None`` for a tombstone until the batch is built) and the messages themselves (read
-# again only for what a batch builds lazily: keys, timestamps).
-_Columns = tuple[list[int], list[bytes | None], list[Message]]
-
-
-def _timestamps_of(messages: list[Message]) -> list[int]:
-    """The timestamps (milliseconds) of ``messages``, for a batch that is asked for them."""
-    return list(map(_second, map(_message_timestamp, messages)))
-
-
-def _keys_of(messages: list[Message]) -> list[bytes | None]:
-    """The keys of ``messages``, for a batch that is asked for them."""
-    return list(map(_message_key, messages))
-
-
 _EMPTY_ASSIGNMENT_SETTLE = 3.0
 """Bounded mode: seconds an empty assignment must hold before the member counts as drained
 (a group that is still forming hands out partitions again within a rebalance or two)."""
-
-# Errors after which the consumer cannot go on; everything else librdkafka retries itself.
-_FATAL_CODES = {
-    KafkaError._FATAL,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.SASL_AUTHENTICATION_FAILED,
-    KafkaError._AUTHENTICATION,
-    KafkaError._INVALID_ARG,
-}
-
-# A commit failing with one of these may succeed when tried again: the broker or the group
-# coordinator is unreachable, moving, loading, or busy with a rebalance (B36).
-_UNAVAILABLE_CODES = {
-    KafkaError._WAIT_COORD,
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NETWORK_EXCEPTION,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.REBALANCE_IN_PROGRESS,
-}
-
-# A failed asynchronous commit is logged at most once per this many seconds (B35).
-_COMMIT_FAILURE_LOG_INTERVAL = 10.0
-# First and longest pause between attempts of a commit on revocation, in seconds (B36).
-_REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
-
-
-def _offset(info: Mapping[str, Any], field: str) -> int | None:
-    value = info.get(field, -1)
-    return value if isinstance(value, int) and value >= 0 else None
-
-
-def _partition_lags(info: Mapping[str, Any], from_start: bool) -> tuple[int, int] | None:
-    """``(position lag, committed lag)`` of a partition from librdkafka's statistics.
-
-    Both count records up to the partition's end: the last stable offset when librdkafka
-    reports one (``read_committed``), else the high watermark. The position lag counts
-    from the consumer's position — the next record the pipeline takes — and says how far
-    behind the pipeline reads; the committed lag counts from the group's committed offset
-    and says how much a crash now would replay. Before the first record is taken the
-    position is where the consumer resumes: the committed offset, or without one the
-    start (``auto.offset.reset: earliest``, the low watermark) or the end of the partition.
-    None while librdkafka knows no end yet.
-    """
-    end = _offset(info, "ls_offset")
-    if end is None:
-        end = _offset(info, "hi_offset")
-    if end is None:
-        return None
-    committed = _offset(info, "committed_offset")
-    if committed is None:
-        low = _offset(info, "lo_offset")
-        committed = (low if low is not None else 0) if from_start else end
-    position = _offset(info, "app_offset")
-    if position is None:
-        position = committed
-    return max(0, end - position), max(0, end - committed)
-
-
-def _fetch_lag(info: Mapping[str, Any], end: int | None) -> int | None:
-    """Records of a partition the consumer has not fetched yet (B32).
-
-    From librdkafka's next fetch offset (which a pause rewinds to the application's
-    position, and which steps over transaction markers) or the application's position,
-    to the last stable offset (the high watermark without one), capped at the bounded
-    run's end offset. None while librdkafka knows neither end.
-    """
-    known = [
-        value
-        for value in (info.get("next_offset"), info.get("app_offset"))
-        if isinstance(value, int) and value >= 0
-    ]
-    position = max(known) if known else info.get("committed_offset", -1)
-    high = info.get("ls_offset", -1)
-    if not isinstance(high, int) or high < 0:
-        high = info.get("hi_offset", -1)
-    if not isinstance(high, int) or not isinstance(position, int) or high < 0 or position < 0:
-        return None
-    if end is not None:
-        high = min(high, end)
-    return max(0, high - position)
 
 
 class KafkaSource:
@@ -195,47 +84,33 @@ class KafkaSource:
         self._events: SourceEvents | None = None
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
-        self._pending_commit: dict[int, int] = {}
-        self._last_commit = time.monotonic()
         self._closing = False
         self._end_offsets: dict[int, int] | None = None
         self._done: set[int] = set()
         self._handed_out: dict[int, int] = {}  # bounded mode: next offset per partition
         self._drained = False
         self._last_assignment_change = time.monotonic()
-        self._lag_lock = threading.Lock()
-        self._lag: dict[int, tuple[GaugeSeries, GaugeSeries]] = {}
-        self._unfetched: dict[int, int] = {}
         self._empty_since: float | None = None
         self._revoked_in_call: set[int] = set()
         self._fatal: SourceError | None = None
         self._client_error = ""
         """The last connection error librdkafka reported (the cause of a failed start)."""
         self._subscribed = False
-        self._from_start = str(config.consumer_settings().get("auto.offset.reset", "")).lower() in (
+        from_start = str(config.consumer_settings().get("auto.offset.reset", "")).lower() in (
             "earliest",
             "smallest",
             "beginning",
         )
-        # Asynchronous commits sent and not yet answered: partition -> offset (B35), and
-        # those of partitions revoked since (their failures are reported, not re-sent).
-        self._inflight_commit: dict[int, int] = {}
-        self._inflight_revoked: dict[int, int] = {}
-        # What the broker acknowledged per owned partition (B89: DurableCommitSource).
-        self._durable: dict[int, int] = {}
-        self._revoke_deadline: float | None = None
-        self._rejected_commits = (
-            meter.counter(
-                metric_names.CKPT_COMMITS,
-                component=component,
-                component_type="kafka",
-                outcome="rejected",
-            )
-            if meter is not None
-            else None
+        self._lag = PartitionLag(self._topic, meter, component, from_start)
+        self._commits = OffsetCommits(
+            self._topic,
+            commit_interval=config.commit_interval,
+            revoke_commit_timeout=config.revoke_commit_timeout,
+            consumer=lambda: self._consumer,
+            owned=lambda: self._assigned,
+            meter=meter,
+            component=component,
         )
-        self._rejected_unlogged = 0
-        self._rejected_logged_at = -_COMMIT_FAILURE_LOG_INTERVAL
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -244,7 +119,7 @@ class KafkaSource:
         self._events = events
         settings: dict[str, Any] = dict(self._config.consumer_settings())
         settings["error_cb"] = self._on_error
-        settings["on_commit"] = self._on_commit
+        settings["on_commit"] = self._commits.on_commit
         # librdkafka's own log lines go through logging, not straight to stderr.
         settings["logger"] = LIBRDKAFKA_LOG
         if self._config.statistics_interval > 0:
@@ -281,6 +156,13 @@ class KafkaSource:
                 f"{reason}",
                 ErrorClass.FATAL,
             )
+        try:
+            check_support(
+                self._config.rebalance, self._config.brokers, self._config.consumer_settings()
+            )
+        except SourceError:
+            consumer.close()
+            raise
         if self._config.stop_at == "end":
             self._end_offsets = {}
             for partition in topic_meta.partitions:
@@ -294,14 +176,24 @@ class KafkaSource:
                 "bounded mode: stopping at end offsets",
                 extra={"topic": self._topic, "end_offsets": dict(self._end_offsets)},
             )
-        consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        if self._config.rebalance == "eager":
+            # A lost session comes to on_revoke: its commit fails and is given up (B36).
+            consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        else:
+            consumer.subscribe(
+                [self._topic],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
         self._last_assignment_change = time.monotonic()
         self._subscribed = True
         logger.info(
-            "kafka source subscribed topic=%s group=%s brokers=%s",
+            "kafka source subscribed topic=%s group=%s brokers=%s rebalance=%s",
             self._topic,
             self._config.group_id,
             self._config.brokers,
+            self._config.rebalance,
         )
 
     def close(self) -> None:
@@ -310,22 +202,20 @@ class KafkaSource:
         if consumer is None:
             return
         self._closing = True
-        self._flush_pending_commit(sync=True)
+        self._commits.flush(sync=True)
         try:
             consumer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("kafka consumer close failed: %s", exc)
         self._consumer = None
-        for partition in list(self._lag):
-            self._set_lag(partition, 0)
+        self._lag.release_all()
 
     # -- polling -------------------------------------------------------------------
 
     def poll(self, timeout: float) -> Sequence[PayloadBatch]:
         consumer = self._require_consumer()
-        if self._fatal is not None:
-            raise self._fatal
-        self._maybe_commit()
+        self._raise_fatal()
+        self._commits.maybe_flush()
         self._check_assignment_timeout()
         self._revoked_in_call.clear()
         if self._drained:
@@ -334,8 +224,7 @@ class KafkaSource:
             # what it returned is read, not dropped.
             timeout = min(timeout, 0.1)
         messages = consumer.consume(num_messages=self._config.consume_batch, timeout=timeout)
-        if self._fatal is not None:
-            raise self._fatal
+        self._raise_fatal()
         if self._drained:
             return ()
         batches = self._group(messages) if messages else ()
@@ -344,134 +233,22 @@ class KafkaSource:
         return batches
 
     def _group(self, messages: list[Message]) -> list[PayloadBatch]:
-        """Split one ``consume()`` result into a batch per partition (hot path).
-
-        Each field the batch needs at once (offset, partition, value) is read for the
-        whole result (``map`` over the message methods runs without a Python loop turn
-        per message); librdkafka hands out messages in runs of one partition, so each
-        run becomes slices of those columns. Values stay the ``bytes`` librdkafka
-        returned; their views, the keys and the timestamps are read from the messages
-        only when something asks (:meth:`PayloadBatch.lazy`). A result with an error, or a message
-        without an offset, goes through :meth:`_group_each`, the message-by-message form
-        of the same split.
-        """
-        if any(map(_message_error, messages)):  # a KafkaError is always true
-            return self._group_each(messages)
-        read = list(map(_message_offset, messages))
-        if None in read:
-            return self._group_each(messages)
-        offsets = cast("list[int]", read)
-        partitions = cast("list[int]", list(map(_message_partition, messages)))
-        values = cast("list[bytes | None]", list(map(_message_value, messages)))
-        owned = self._assigned - self._revoked_in_call
-        end_offsets = self._end_offsets
-        lists: dict[int, _Columns] = {}
-        stop = 0
-        for partition, run in groupby(partitions):
-            start = stop
-            stop = start + len(list(run))
-            # Fetched under an ownership that ended during this call: the next owner
-            # reads it again from the committed offset.
-            if partition not in owned:
-                continue
-            if end_offsets is not None and offsets[stop - 1] >= end_offsets.get(partition, 0):
-                # Bounded mode: only what lies before the end offset (rare: the last run;
-                # offsets rise within a run, so its last offset is its largest).
-                limit = end_offsets.get(partition, 0)
-                kept = [i for i in range(start, stop) if offsets[i] < limit]
-                part: _Columns = (
-                    [offsets[i] for i in kept],
-                    [values[i] for i in kept],
-                    [messages[i] for i in kept],
-                )
-            elif start == 0 and stop == len(messages):
-                part = (offsets, values, messages)
-            else:
-                part = (
-                    offsets[start:stop],
-                    values[start:stop],
-                    messages[start:stop],
-                )
-            columns = lists.get(partition)
-            if columns is None:
-                lists[partition] = part
-            else:
-                for column, more in zip(columns, part, strict=True):
-                    column.extend(more)  # type: ignore[attr-defined]
-        return self._batches(lists)
+        """Split a ``consume()`` result into batches of the partitions still owned."""
+        return group(messages, self._topic, self._owned_in_call(), self._end_offsets)
 
     def _group_each(self, messages: list[Message]) -> list[PayloadBatch]:
-        """:meth:`_group` message by message: handles errors and messages without an offset."""
-        owned = self._assigned - self._revoked_in_call
-        end_offsets = self._end_offsets
-        lists: dict[int, _Columns] = {}
-        current = -1
-        skip = False
-        limit: int | None = None
-        # Bound to the current partition's columns at the start of each run.
-        scratch: _Columns = ([], [], [])
-        add_offset, add_value, add_message = scratch[0].append, scratch[1].append, scratch[2].append
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._handle_message_error(error)
-                continue
-            partition = message.partition()
-            if partition != current:
-                current = partition if partition is not None else -1
-                # Fetched under an ownership that ended during this call: the next owner
-                # reads it again from the committed offset.
-                skip = partition not in owned
-                if skip:
-                    continue
-                columns = lists.get(current)
-                if columns is None:
-                    columns = lists[current] = ([], [], [])
-                add_offset, add_value = columns[0].append, columns[1].append
-                add_message = columns[2].append
-                limit = end_offsets.get(current, 0) if end_offsets is not None else None
-            elif skip:
-                continue
-            offset = message.offset()
-            if offset is None or (limit is not None and offset >= limit):
-                continue
-            add_offset(offset)
-            add_value(message.value())
-            add_message(message)
-        return self._batches(lists)
+        """:meth:`_group` message by message (errors, messages without an offset)."""
+        return group_each(messages, self._topic, self._owned_in_call(), self._end_offsets)
 
-    def _batches(self, lists: dict[int, _Columns]) -> list[PayloadBatch]:
-        """One lazy batch per partition: views, keys and timestamps are read when asked."""
-        topic = self._topic
-        batches = []
-        for partition, (offsets, values, messages) in lists.items():
-            if not offsets:
-                continue
-            try:
-                nbytes = sum(map(len, values))  # type: ignore[arg-type]
-            except TypeError:  # a message without a value (a tombstone): an empty payload
-                values[:] = [v if v is not None else b"" for v in values]
-                nbytes = sum(map(len, values))  # type: ignore[arg-type]
-            batches.append(
-                PayloadBatch.lazy(
-                    Lane(topic, partition),
-                    cast("list[bytes]", values),
-                    first_offset=offsets[0],
-                    next_offset=offsets[-1] + 1,
-                    offsets=offsets,
-                    keys=partial(_keys_of, messages),
-                    timestamps=partial(_timestamps_of, messages),
-                    nbytes=nbytes,
-                )
-            )
-        return batches
+    def _owned_in_call(self) -> set[int]:
+        # Fetched under an ownership that ended during this call: the next owner reads
+        # it again from the committed offset.
+        return self._assigned - self._revoked_in_call
 
-    def _handle_message_error(self, error: KafkaError | None) -> None:
-        if error is None:
-            return
-        if error.fatal() or error.code() in _FATAL_CODES:
-            raise SourceError(f"kafka: {error.str()}", ErrorClass.FATAL)
-        logger.warning("kafka consumer error (retried by librdkafka): %s", error.str())
+    def _raise_fatal(self) -> None:
+        fatal = self._fatal or self._commits.fatal
+        if fatal is not None:
+            raise fatal
 
     # -- bounded mode --------------------------------------------------------------
 
@@ -533,156 +310,11 @@ class KafkaSource:
 
     def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:
         """Take the checkpointer's watermarks; commit now when ``sync``, else on cadence."""
-        for lane, offset in offsets.items():
-            if lane.stream == self._topic:
-                self._pending_commit[lane.partition] = offset
-        if sync:
-            self._flush_pending_commit(sync=True)
-
-    def _maybe_commit(self) -> None:
-        if self._pending_commit and (
-            time.monotonic() - self._last_commit >= self._config.commit_interval
-        ):
-            self._flush_pending_commit(sync=False)
-
-    def _flush_pending_commit(self, *, sync: bool) -> None:
-        consumer = self._consumer
-        self._last_commit = time.monotonic()
-        if consumer is None or not self._pending_commit:
-            return
-        owned = {p: o for p, o in self._pending_commit.items() if p in self._assigned}
-        self._pending_commit.clear()
-        if not owned:
-            return
-        tps = [TopicPartition(self._topic, p, o) for p, o in sorted(owned.items())]
-        if sync:
-            self._commit_sync(consumer, tps)
-            return
-        try:
-            consumer.commit(offsets=tps, asynchronous=True)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
-                return
-            logger.warning("kafka commit failed (retried on the next cadence): %s", exc)
-            for p, o in owned.items():
-                self._pending_commit.setdefault(p, o)
-            return
-        # The broker's answer comes to _on_commit; until then these are only sent.
-        self._inflight_commit.update(owned)
-
-    def _commit_sync(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
-        """Commit ``tps`` before returning; raise ``SourceError`` when that fails.
-
-        Inside a revocation, a commit the broker cannot take right now (coordinator
-        unavailable or loading, transport failure, timeout, rebalance in progress) is
-        tried again until ``revoke_commit_timeout`` has passed since the revocation
-        began; then, or at once when the group has moved on without this member (its
-        session expired: unknown member, illegal generation), a RETRYABLE error tells the
-        runtime to complete the revocation without the commit — the next owner replays
-        from the last commit (B36). Errors that cannot recover (authorization) are FATAL.
-        An attempt in progress is not interrupted: librdkafka bounds it.
-        """
-        backoff, backoff_cap = _REVOKE_COMMIT_BACKOFF
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                consumer.commit(offsets=tps, asynchronous=False)
-                for tp in tps:
-                    self._durable[tp.partition] = tp.offset
-                return
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if not isinstance(error, KafkaError):
-                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
-                code = error.code()
-                if code == KafkaError._NO_OFFSET:
-                    return
-                if error.fatal() or code in _FATAL_CODES:
-                    raise SourceError(
-                        f"kafka: synchronous commit failed: {error.str()}", ErrorClass.FATAL
-                    ) from exc
-                deadline = self._revoke_deadline
-                if deadline is None:
-                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
-                retry = code in _UNAVAILABLE_CODES or error.retriable()
-                if retry and time.monotonic() + backoff < deadline:
-                    logger.info(
-                        "kafka commit on revocation failed (%s); trying again in %.1fs",
-                        error.str(),
-                        backoff,
-                    )
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, backoff_cap)
-                    continue
-                raise SourceError(
-                    f"kafka: commit on revocation not possible after {attempts} attempt(s): "
-                    f"{error.str()}"
-                ) from exc
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """librdkafka's answer to a commit (pipeline thread, inside poll/consume/close).
-
-        A partition whose asynchronous commit failed goes back into the pending commits
-        unless a newer position was handed over since, so the next commit sends it again;
-        the failure is counted (``outcome="rejected"``) and logged at most every
-        :data:`_COMMIT_FAILURE_LOG_INTERVAL` seconds. A partition revoked since is only
-        reported: the revoke barrier committed it or left it to the next owner. Answers
-        to synchronous commits and to commits superseded by a newer one are ignored (a
-        synchronous commit raises its own error) (B35).
-        """
-        failed: list[tuple[int, int]] = []
-        reason = err
-        for tp in partitions:
-            if tp.topic != self._topic:
-                continue
-            if self._inflight_commit.get(tp.partition) == tp.offset:
-                owned = True
-                del self._inflight_commit[tp.partition]
-            elif self._inflight_revoked.get(tp.partition) == tp.offset:
-                owned = False
-                del self._inflight_revoked[tp.partition]
-            else:
-                continue
-            error = tp.error if tp.error is not None else err
-            if error is None:
-                if owned:
-                    self._durable[tp.partition] = tp.offset
-                continue
-            if error.code() == KafkaError._NO_OFFSET:
-                continue
-            reason = error
-            if error.fatal() or error.code() in _FATAL_CODES:
-                self._fatal = SourceError(f"kafka: commit failed: {error.str()}", ErrorClass.FATAL)
-            failed.append((tp.partition, tp.offset))
-            if owned and tp.partition in self._assigned:
-                self._pending_commit.setdefault(tp.partition, tp.offset)
-        if not failed:
-            return
-        if self._rejected_commits is not None:
-            self._rejected_commits.inc()
-        self._rejected_unlogged += 1
-        now = time.monotonic()
-        if now - self._rejected_logged_at >= _COMMIT_FAILURE_LOG_INTERVAL:
-            logger.warning(
-                "kafka commit of %s rejected (%d rejected commit(s) since the last report): "
-                "%s; sent again with the next commit while the partition is owned",
-                ", ".join(f"{self._topic}[{p}]@{o}" for p, o in sorted(failed)),
-                self._rejected_unlogged,
-                reason.str() if reason is not None else "no reason given",
-            )
-            self._rejected_logged_at = now
-            self._rejected_unlogged = 0
+        self._commits.stage(offsets, sync=sync)
 
     def durable_commits(self) -> dict[Lane, int]:
-        """Per owned partition, the newest commit the broker acknowledged (B89).
-
-        An asynchronous commit counts once its answer came back without an error
-        (:meth:`_on_commit`), a synchronous one once it returned: effectively-once sinks
-        delete block intents below these positions only.
-        """
-        return {Lane(self._topic, p): o for p, o in self._durable.items() if p in self._assigned}
+        """Per owned partition, the newest commit the broker acknowledged (B89)."""
+        return self._commits.durable()
 
     # -- flow control ----------------------------------------------------------------
 
@@ -706,16 +338,27 @@ class KafkaSource:
 
     # -- rebalance callbacks (called inside consume/poll on the pipeline thread) -----
 
+    def _incremental(self) -> bool:
+        """Whether the group protocol is incremental (cooperative or consumer): the
+        callbacks then receive only the partitions that move (B175)."""
+        return self._config.rebalance != "eager"
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions added to this member: all of them under the eager protocol, only
+        the new ones under an incremental protocol (B175)."""
         parts = [tp.partition for tp in partitions]
-        self._assigned = set(parts)
-        self._paused.clear()
-        self._empty_since = None if parts else time.monotonic()
+        incremental = self._incremental()
+        if incremental:
+            self._assigned.update(parts)
+            self._paused.difference_update(parts)
+        else:
+            self._assigned = set(parts)
+            self._paused.clear()
+        self._empty_since = None if self._assigned else time.monotonic()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
         logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
-        for p in parts:  # unknown until librdkafka's next statistics (B23)
-            self._set_lag(p, math.nan)
+        self._lag.unknown(parts)  # until librdkafka's next statistics (B23)
         bounded = self._end_offsets is not None and not self._closing
         if bounded:
             self._done.difference_update(parts)
@@ -724,7 +367,10 @@ class KafkaSource:
                 self._reopen("assigned partitions it has not read to their end offsets")
         if self._events is not None and not self._closing:
             self._events.assigned([Lane(self._topic, p) for p in parts])
-        consumer.assign(partitions)
+        if incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         self._apply_pauses(consumer, parts)
         if bounded and self._assigned:
             self._check_bounded_end(())
@@ -753,45 +399,62 @@ class KafkaSource:
             self._events.undrained()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions taken from this member: every one under the eager protocol, only
+        those that move under an incremental one (B175). The runtime's barrier drains
+        and commits exactly these lanes; the others keep fetching (B15)."""
         parts = [tp.partition for tp in partitions]
         logger.info("partitions revoked topic=%s partitions=%s", self._topic, sorted(parts))
-        # Commits on revocation are retried while the broker is unavailable, until here (B36).
-        self._revoke_deadline = time.monotonic() + self._config.revoke_commit_timeout
-        try:
-            if self._events is not None and not self._closing:
-                # The barrier: drains these lanes and commits them through commit(sync=True).
-                self._events.revoked([Lane(self._topic, p) for p in parts])
-            self._flush_pending_commit(sync=True)
-        except SourceError as exc:
-            if exc.error_class is ErrorClass.FATAL:
-                raise
-            logger.warning(
-                "partitions %s revoked without their last commit (%s); the next owner "
-                "replays from the previous commit",
-                sorted(parts),
-                exc.reason,
-            )
-        finally:
-            self._revoke_deadline = None
-        for p in parts:
-            sent = self._inflight_commit.pop(p, None)
-            if sent is not None:
-                self._inflight_revoked[p] = sent
+        # Commits on revocation are retried while the broker is unavailable (B36).
+        with self._commits.revoking():
+            try:
+                if self._events is not None and not self._closing:
+                    # The barrier: drains these lanes, commits them through commit(sync=True).
+                    self._events.revoked([Lane(self._topic, p) for p in parts])
+                self._commits.flush(sync=True)
+            except SourceError as exc:
+                if exc.error_class is ErrorClass.FATAL:
+                    raise
+                logger.warning(
+                    "partitions %s revoked without their last commit (%s); the next owner "
+                    "replays from the previous commit",
+                    sorted(parts),
+                    exc.reason,
+                )
+        incremental = self._incremental()
+        self._release(parts)
+        if incremental:
+            consumer.incremental_unassign(partitions)
+        elif self._drained and self._end_offsets is not None and not self._closing:
+            # The assignment that follows may hold a partition a peer did not finish.
+            self._reopen("a rebalance started after this member drained")
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions this member lost (its session expired, it was fenced): another
+        member may own them already, so they are dropped without a drain or a commit;
+        the next owner replays from the last commit (B177)."""
+        parts = [tp.partition for tp in partitions]
+        logger.warning(
+            "partitions lost topic=%s partitions=%s (session lost); dropped without a commit",
+            self._topic,
+            sorted(parts),
+        )
+        self._release(parts)  # first: nothing of these lanes is committed from here on
+        if self._events is not None and not self._closing and parts:
+            self._events.lost([Lane(self._topic, p) for p in parts])
+        if self._incremental():
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    def _release(self, parts: Collection[int]) -> None:
+        """Forget ``parts``: no longer owned, paused, staged for commit nor measured."""
+        self._commits.released(parts)
         self._assigned.difference_update(parts)
         self._paused.difference_update(parts)
         self._revoked_in_call.update(parts)
         self._last_assignment_change = time.monotonic()
-        for p in parts:
-            self._pending_commit.pop(p, None)
-            self._durable.pop(p, None)
-            self._set_lag(p, 0)
-        with self._lag_lock:
-            for p in parts:
-                self._unfetched.pop(p, None)
-        self._empty_since = None
-        if self._drained and self._end_offsets is not None and not self._closing:
-            # The assignment that follows may hold a partition a peer did not finish.
-            self._reopen("a rebalance started after this member drained")
+        self._lag.released(parts)
+        self._empty_since = None  # a rebalance under way, or incremental: still owning
 
     def _check_assignment_timeout(self) -> None:
         limit = self._config.assignment_timeout
@@ -820,26 +483,7 @@ class KafkaSource:
             self._client_error = error.str()
 
     def _on_stats(self, raw: str) -> None:
-        try:
-            stats = json.loads(raw)
-            partitions = stats["topics"][self._topic]["partitions"]
-        except (ValueError, KeyError, TypeError):
-            return
-        for key, info in partitions.items():
-            try:
-                partition = int(key)
-            except ValueError:
-                continue
-            if partition < 0 or partition not in self._assigned:
-                continue
-            lags = _partition_lags(info, self._from_start)
-            if lags is not None:
-                self._set_lag(partition, *lags)
-            end = self._end_offsets.get(partition) if self._end_offsets is not None else None
-            unfetched = _fetch_lag(info, end)
-            if unfetched is not None:
-                with self._lag_lock:
-                    self._unfetched[partition] = unfetched
+        self._lag.on_stats(raw, self._assigned, self._end_offsets)
 
     def assignment_wait(self) -> str | None:
         """What the consumer waits for while it owns no partition (B43)."""
@@ -859,8 +503,7 @@ class KafkaSource:
             return {}
         assigned = frozenset(self._assigned)
         paused = frozenset(self._paused)
-        with self._lag_lock:
-            unfetched = dict(self._unfetched)
+        unfetched = self._lag.unfetched()
         return {
             Lane(self._topic, p): lag
             for p, lag in unfetched.items()
@@ -868,25 +511,6 @@ class KafkaSource:
         }
 
     # -- helpers ---------------------------------------------------------------------
-
-    def _set_lag(self, partition: int, value: float, committed: float | None = None) -> None:
-        """Set a partition's position lag and committed lag (``committed`` defaults to
-        ``value``); NaN says "not measured yet" (B23)."""
-        meter = self._meter
-        if meter is None:
-            return
-        with self._lag_lock:
-            gauges = self._lag.get(partition)
-            if gauges is None:
-                lane = str(Lane(self._topic, partition))
-                labels = {"component": self._component, "component_type": "kafka", "lane": lane}
-                gauges = (
-                    meter.gauge(metric_names.SOURCE_LAG, **labels),
-                    meter.gauge(metric_names.SOURCE_COMMITTED_LAG, **labels),
-                )
-                self._lag[partition] = gauges
-        gauges[0].set(value)
-        gauges[1].set(value if committed is None else committed)
 
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:

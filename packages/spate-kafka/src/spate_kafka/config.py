@@ -15,6 +15,7 @@ from typing import Literal
 from spate.config import Duration
 
 from spate_kafka._passthrough import CONSUMER_OWNED, librdkafka_errors, passthrough_errors
+from spate_kafka._rebalance import protocol_settings, worker_instance_id
 from spate_kafka._security import KafkaSecurityConfig
 
 CONSUMER_DEFAULTS: Mapping[str, str] = {
@@ -57,6 +58,18 @@ class KafkaSourceConfig:
     """``end``: bounded mode — stop at the end offsets seen at start, drain, exit 0."""
     consume_batch: int = 5000
     """Messages taken per ``consume()`` call."""
+    rebalance: Literal["eager", "cooperative", "consumer"] = "eager"
+    """The group protocol. ``eager``: every rebalance revokes every partition of every
+    member. ``cooperative``: the classic protocol with the ``cooperative-sticky`` assignor,
+    only the partitions that move are revoked. ``consumer``: the broker-driven protocol of
+    KIP-848 (``group.protocol: consumer``; Kafka 4.0+, librdkafka 2.12+), incremental too."""
+    group_assignor: Literal["uniform", "range"] | None = None
+    """``rebalance: consumer`` only: the broker-side assignor (``group.remote.assignor``);
+    unset leaves the broker's default (``uniform``)."""
+    instance_id: str | None = None
+    """Static membership (``group.instance.id``), e.g. ``${HOSTNAME}``: a member restarted
+    within ``session.timeout.ms`` gets its partitions back without a rebalance. Under
+    ``spate run --processes N`` each worker appends ``-<worker index>``."""
     revoke_commit_timeout: Duration = 30.0
     """How long a commit on revocation is retried while the broker or group coordinator is
     unavailable; after that the revocation completes without it (the next owner replays)."""
@@ -84,6 +97,10 @@ class KafkaSourceConfig:
             yield "consume_batch", "must be at least 1"
         if self.revoke_commit_timeout < 0:
             yield "revoke_commit_timeout", "must not be negative"
+        if self.group_assignor is not None and self.rebalance != "consumer":
+            yield "group_assignor", "is read only with rebalance: consumer"
+        if self.instance_id is not None and not self.instance_id.strip():
+            yield "instance_id", "must not be empty"
         refused = False
         for key, message in passthrough_errors(self.rdkafka, CONSUMER_OWNED):
             refused = True
@@ -110,6 +127,15 @@ class KafkaSourceConfig:
                 "statistics.interval.ms": int(self.statistics_interval * 1000),
             }
         )
+        settings.update(protocol_settings(self.rebalance, self.group_assignor))
+        if self.instance_id is not None:
+            settings["group.instance.id"] = worker_instance_id(self.instance_id)
+        if self.rebalance == "consumer":
+            # The broker owns the session and the heartbeat under KIP-848; librdkafka
+            # refuses these with group.protocol=consumer.
+            for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+                settings.pop(key, None)
+            return settings
         session = str(settings["session.timeout.ms"])
         if "heartbeat.interval.ms" not in self.rdkafka and session.isdigit():
             settings["heartbeat.interval.ms"] = max(min(HEARTBEAT_MS, int(session) // 3), 1)

@@ -229,11 +229,7 @@ class PipelineRuntime:
                         "the rest is left to the next owner",
                         ", ".join(map(str, sorted(lanes))),
                     )
-            for sink in self._sinks.values():
-                # Effectively-once sinks forget the lanes' blocks and intents (B89).
-                lanes_revoked = getattr(sink, "lanes_revoked", None)
-                if lanes_revoked is not None:
-                    lanes_revoked(lanes)
+            self._forget_in_sinks(lanes)
             final = self.tracker.revoke(lanes)
             if self._closing:
                 # Revoked while the source closes, after the final synchronous commit:
@@ -247,6 +243,38 @@ class PipelineRuntime:
             logger.exception("revocation of %s failed", sorted(map(str, lanes)))
             self.fail(f"revocation failed: {exc}")
             self.tracker.revoke(lanes)
+        self._release_lanes(lanes)
+
+    def lost(self, lanes: Collection[Lane]) -> None:
+        """The source lost ``lanes`` with its session (pipeline thread, B177): their
+        epochs end with no drain and no commit; the next owner replays from the last
+        commit. Batches of these lanes still in flight are acknowledged into an ended
+        epoch, which the tracker ignores."""
+        lanes = set(lanes)
+        logger.warning(
+            "pipeline %s lost %s; dropped without a commit",
+            self.name,
+            ", ".join(map(str, sorted(lanes))),
+        )
+        self._rebalance_revoked.inc()
+        try:
+            self._forget_in_sinks(lanes)
+        except Exception as exc:
+            logger.exception("forgetting lost %s failed", sorted(map(str, lanes)))
+            self.fail(f"losing lanes failed: {exc}")
+        self.tracker.revoke(lanes)
+        self._committer.forget(lanes)
+        self._release_lanes(lanes)
+
+    def _forget_in_sinks(self, lanes: set[Lane]) -> None:
+        for sink in self._sinks.values():
+            # Effectively-once sinks forget the lanes' blocks and intents (B89).
+            lanes_revoked = getattr(sink, "lanes_revoked", None)
+            if lanes_revoked is not None:
+                lanes_revoked(lanes)
+
+    def _release_lanes(self, lanes: set[Lane]) -> None:
+        """The runtime's own state of ``lanes`` after a revocation or a loss."""
         # Batches of these lanes still waiting belong to an ended epoch: drop them.
         kept: deque[_Taken] = deque()
         for taken in self._backlog:

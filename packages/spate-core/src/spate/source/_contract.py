@@ -52,6 +52,12 @@ class SourceEvents(Protocol):
         """
         ...
 
+    def lost(self, lanes: Collection[Lane]) -> None:
+        """The source lost ``lanes`` without a revocation (its group session expired,
+        it was fenced): another owner may read them already, so nothing of them is
+        drained or committed; what was taken and not committed is abandoned (B177)."""
+        ...
+
     def drained(self) -> None:
         """A bounded source has handed out all of its input."""
         ...

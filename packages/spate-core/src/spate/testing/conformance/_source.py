@@ -59,6 +59,7 @@ class RecordingEvents:
 
     assigned_lanes: list[list[Lane]] = field(default_factory=list)
     revoked_lanes: list[list[Lane]] = field(default_factory=list)
+    lost_lanes: list[list[Lane]] = field(default_factory=list)
     drained_calls: int = 0
     undrained_calls: int = 0
 
@@ -67,6 +68,9 @@ class RecordingEvents:
 
     def revoked(self, lanes: Collection[Lane]) -> None:
         self.revoked_lanes.append(sorted(lanes))
+
+    def lost(self, lanes: Collection[Lane]) -> None:
+        self.lost_lanes.append(sorted(lanes))
 
     def drained(self) -> None:
         self.drained_calls += 1
