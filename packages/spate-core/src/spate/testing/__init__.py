@@ -10,6 +10,8 @@
   the process, for multi-process delivery tests;
 * :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
 * :class:`ManualClock`: time that moves only when told to;
+* :class:`MemorySourceFactory`, :class:`CaptureSinkFactory`, :class:`FileSinkFactory`: the
+  factories of core's built-in ``memory`` source and ``capture``/``file`` sinks;
 * :class:`SinkConformance`, :class:`SourceConformance`, :class:`DeserializerConformance`:
   the suites a connector package runs from its own tests (:mod:`spate.testing.conformance`).
 """
@@ -27,6 +29,7 @@ from spate.testing._capture_sink import (
     capture_sink,
     delay,
 )
+from spate.testing._factories import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
 from spate.testing._file_sink import FileSink, read_file_sink
 from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
 from spate.testing._processors import CopyToSinkProcessor
@@ -47,12 +50,15 @@ __all__ = [
     "BufferedSink",
     "CaptureScript",
     "CaptureSink",
+    "CaptureSinkFactory",
     "ConformanceFailure",
     "CopyToSinkProcessor",
     "DeserializerConformance",
     "FileSink",
+    "FileSinkFactory",
     "ManualClock",
     "MemorySource",
+    "MemorySourceFactory",
     "MemorySourceHandle",
     "Outcome",
     "Row",
