@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from spate.config import load_config
+from spate import load_config
 
 from tests.support.collector import EXAMPLE, TOKEN, parquet_rows, run_collector
 from tests.support.scale import scaled

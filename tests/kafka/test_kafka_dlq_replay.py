@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from spate.errors import SpateError
-from spate_kafka import _dlq
-from spate_kafka._dlq import DeadLetterRecord, DlqCommand
+from spate_kafka import cli as _dlq
+from spate_kafka.cli import DeadLetterRecord, DlqCommand
 
 from tests.support.scale import scaled
 from tests.support.services import consume, create_topic, end_offsets, produce_keyed, unique_name

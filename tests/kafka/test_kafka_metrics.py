@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from spate import Pipeline
-from spate.config import load_config
+from spate import Pipeline, load_config
 from spate.metrics import names
 from spate.metrics._meter import Meter
 

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spate import Pipeline, SpateError
-from spate.config import load_config
+from spate import Pipeline, SpateError, load_config
 
 from tests.support.services import _read_env_file, create_topic, end_offsets, unique_name
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from spate import Pipeline, SystemClock
-from spate.config import decode, load_config
+from spate import Pipeline, SystemClock, load_config
+from spate.config import decode
 from spate.config.models import BackpressureConfig, CheckpointConfig
 from spate.metrics import Meter
 from spate.pipeline import ExitReport

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from spate.config import parse_config
 from spate.errors import SinkError
+from spate.plugins import default_registry
 
 from tests.clickhouse.sinkkit import build_sink
 from tests.support.chfront_fixtures import ChFront
@@ -203,7 +204,7 @@ def test_b67_sentinel_secret_appears_in_no_output_endpoint_or_error(
     outputs["run stderr"] = stderr
 
     # -- in-process exception texts and config objects -----------------------------------
-    cfg = parse_config(good.read_text(encoding="utf-8"))
+    cfg = parse_config(good.read_text(encoding="utf-8"), resolver=default_registry())
     outputs["repr(config)"] = repr(cfg) + str(cfg)
     built = build_sink(
         {"table": "t", "columns": ["id"], "shards": [{"replicas": [with_userinfo]}]}

@@ -21,6 +21,7 @@ from spate.config import parse_config
 from spate.metrics._meter import Meter
 from spate.pipeline import Pipeline
 from spate.pipeline._builder import assemble
+from spate.plugins import default_registry
 from spate.testing import capture_sink, memory_source
 from spate_avro import SchemaRegistryClient
 
@@ -131,7 +132,11 @@ def test_no_registry_thread_outlives_a_run_built_from_configuration_b31(
     assert schema_registry.register("users-value", USER) == 1
     leaks = Leaks()
     out = tmp_path / "out.jsonl"
-    cfg = parse_config(_yaml(schema_registry.url, {"file": {"path": str(out)}}), env={})
+    cfg = parse_config(
+        _yaml(schema_registry.url, {"file": {"path": str(out)}}),
+        env={},
+        resolver=default_registry(),
+    )
     report = assemble(cfg, handle_signals=False).pipeline.run()
     assert report.exit_code == 0, report.reason
     assert len(out.read_text().splitlines()) == 5

@@ -15,8 +15,8 @@ import pytest
 from spate import ManualClock, Secret
 from spate.config import decode
 from spate.errors import ConfigError
-from spate_avro._config import RegistryConfig
 from spate_avro._registry import RegistryError, SchemaRegistryClient
+from spate_avro.config import RegistryConfig
 
 from tests.support.schema_registry import SchemaRegistryServer
 from tests.support.tls import Pki, make_pki

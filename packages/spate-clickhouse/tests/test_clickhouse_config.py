@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spate.config import decode, load_config
+from spate import load_config
+from spate.config import decode
 from spate.errors import ConfigError, ErrorPolicy
 from spate_clickhouse import ClickHouseSinkConfig, parse_type
 

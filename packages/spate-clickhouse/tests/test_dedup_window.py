@@ -10,6 +10,7 @@ import pytest
 from spate.config import parse_config
 from spate.errors import ConfigError
 from spate.pipeline._builder import assemble
+from spate.plugins import default_registry
 
 
 def _config(window: int, interval: str) -> str:
@@ -29,7 +30,7 @@ sink:
 
 
 def test_b123_a_window_smaller_than_one_partitions_blocks_across_a_kill_is_refused() -> None:
-    config = parse_config(_config(20, "1s"), env={})
+    config = parse_config(_config(20, "1s"), env={}, resolver=default_registry())
     with pytest.raises(ConfigError) as raised:
         assemble(config, handle_signals=False)
     message = str(raised.value)
@@ -38,7 +39,7 @@ def test_b123_a_window_smaller_than_one_partitions_blocks_across_a_kill_is_refus
 
 
 def test_b123_the_partitions_a_window_covers_are_logged(caplog: pytest.LogCaptureFixture) -> None:
-    config = parse_config(_config(1000, "5s"), env={})
+    config = parse_config(_config(1000, "5s"), env={}, resolver=default_registry())
     with caplog.at_level(logging.INFO, logger="spate._assembly"):
         assembly = assemble(config, handle_signals=False)
     try:

@@ -21,6 +21,7 @@ from spate import AckStatus, AckToken, Lane, SystemClock
 from spate.config import parse_config
 from spate.errors import ConfigError
 from spate.metrics import Meter
+from spate.plugins import default_registry
 from spate.sink import JsonlStore, SpoolConfig, SpoolTier
 from spate_huggingface import HuggingFaceSink
 
@@ -134,9 +135,9 @@ sink:
         encoder: {{compression: zstd, level: 30}}
 """
     with pytest.raises(ConfigError) as err:
-        parse_config(text)
+        parse_config(text, resolver=default_registry())
     assert err.value.path == "sink.tiered.terminal.huggingface.encoder.level"
-    parse_config(text.replace("level: 30", "level: 19"))
+    parse_config(text.replace("level: 30", "level: 19"), resolver=default_registry())
 
 
 def test_b79_spate_run_through_a_spool_to_a_failing_hub_commits_everything_on_drain(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from spate.errors import ConfigError
-from spate_kafka._dlq import (
+from spate_kafka.cli import (
     DeadLetterRecord,
     ReplayProgress,
     dead_letter_topic,

@@ -5,13 +5,6 @@ the ``spate.deserializers`` entry point ``avro``. See the connector guide for th
 Values decoded from a top-level union are :class:`NamedRecord` tuples ``(name, record)``.
 """
 
-from spate_avro._config import (
-    AvroConfig,
-    AvroMode,
-    RegistryConfig,
-    RegistrySettings,
-    SchemaSource,
-)
 from spate_avro._confluent import ConfluentDeserializer, open_registry
 from spate_avro._deserializer import (
     AvroDeserializer,
@@ -22,6 +15,13 @@ from spate_avro._deserializer import (
 from spate_avro._factory import AvroDeserializerFactory
 from spate_avro._registry import RegistryError, SchemaRegistryClient
 from spate_avro._schema import NamedRecord, single_object_fingerprint
+from spate_avro.config import (
+    AvroConfig,
+    AvroMode,
+    RegistryConfig,
+    RegistrySettings,
+    SchemaSource,
+)
 
 __version__ = "0.1.0"
 

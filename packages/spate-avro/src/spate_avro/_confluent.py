@@ -22,8 +22,8 @@ from typing import Any
 from spate import BuildContext, ConfigError, DeserError, DeserErrorKind, FatalError
 from spate.schema import Field, SchemaChanges
 
-from spate_avro._config import RegistrySettings
 from spate_avro._registry import AnswerParser, RegistryError, SchemaRegistryClient
+from spate_avro.config import RegistrySettings
 
 logger = logging.getLogger(__name__)
 

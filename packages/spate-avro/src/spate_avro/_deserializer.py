@@ -31,11 +31,11 @@ from spate import DeserError, DeserErrorKind, ErrorPolicy
 from spate.ops import whole_payload
 from spate.schema import Field, SchemaChanges
 
-from spate_avro._config import RegistrySettings
 from spate_avro._confluent import ConfluentDeserializer
 from spate_avro._describe import branch_fields, record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
+from spate_avro.config import RegistrySettings
 
 logger = logging.getLogger(__name__)
 

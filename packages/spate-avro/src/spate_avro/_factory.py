@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 from spate import BuildContext, ConfigError
 
-from spate_avro._config import AvroConfig, SchemaSource
 from spate_avro._confluent import open_registry
 from spate_avro._deserializer import (
     AvroDeserializer,
@@ -28,6 +27,7 @@ from spate_avro._schema import (
     resolution_problem,
     single_object_fingerprint,
 )
+from spate_avro.config import AvroConfig, SchemaSource
 
 logger = logging.getLogger(__name__)
 

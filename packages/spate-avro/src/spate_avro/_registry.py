@@ -49,8 +49,8 @@ from typing import Any
 
 from spate import Clock, DeserError, DeserErrorKind, ErrorPolicy, SpateError
 
-from spate_avro._config import RegistryConfig
 from spate_avro._schema import parse_schema_text
+from spate_avro.config import RegistryConfig
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from spate import DeserError, DeserErrorKind
 
-from spate_avro._config import SchemaSource
+from spate_avro.config import SchemaSource
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,9 @@ from spate_clickhouse.config import ClickHouseSinkConfig
 Branches = Mapping[str, tuple[Field, ...]]
 
 
+__all__ = ["SchemaCommand", "clickhouse_sinks"]
+
+
 def _record_fields(config_path: str) -> tuple[object, tuple[Field, ...] | None, Branches | None]:
     config = load_config(config_path)
     fields = None

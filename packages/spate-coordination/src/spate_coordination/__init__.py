@@ -12,14 +12,9 @@ Entry points: the store factories ``memory`` and ``nats`` (group
 """
 
 from spate_coordination._assign import assign
-from spate_coordination._coordinator import (
-    Coordinator,
-    CoordinatorCore,
-    OwnedSplit,
-    ProgressWrite,
-    SplitEvent,
-    SplitEventKind,
-)
+from spate_coordination._coordinator import Coordinator
+from spate_coordination._core import CoordinatorCore
+from spate_coordination._events import OwnedSplit, ProgressWrite, SplitEvent, SplitEventKind
 from spate_coordination._memory import MemoryStore
 from spate_coordination._plugins import (
     MemoryStoreFactory,

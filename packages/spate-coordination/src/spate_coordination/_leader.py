@@ -16,7 +16,7 @@ turns the live members, the plan and the split states into assignment records:
 Targets come from the pure :func:`~spate_coordination._assign.assign`. Every write is a
 compare-and-set on the record's revision, and the lease is re-checked before each one,
 so a leader that lapsed (paused, partitioned) stops writing (B24). Does not own the
-workers' side (acquiring, progress, fencing): see :mod:`spate_coordination._coordinator`.
+workers' side (acquiring, progress, fencing): see :mod:`spate_coordination._core`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ is left, and the instances that finished everything else end the run as failed, 
 it. Every write here is a compare-and-set on the split's state, so clearing a
 quarantine never overwrites an owner's progress (B24). Does not own the decisions of the
 leader or of the owners: see :mod:`spate_coordination._leader` and
-:mod:`spate_coordination._coordinator`.
+:mod:`spate_coordination._core`.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ The public API is what ``__all__`` lists; everything else is internal.
 """
 
 from spate._clock import Clock, ManualClock, SystemClock
+from spate._loading import load_config, load_configs
 from spate._locks import lock_exclusive
 from spate._secrets import NO_SECRET, REDACTED, Secret, display_url, redact, register_secret
 from spate.checkpoint import AckStatus, AckToken
-from spate.config import PipelineConfig, SupervisorConfig, load_config, load_configs
+from spate.config import PipelineConfig, SupervisorConfig
 from spate.errors import (
     AckError,
     ConfigError,

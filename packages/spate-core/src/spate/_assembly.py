@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spate._clock import Clock, SystemClock
+from spate._context import BuildContext
 from spate.admin._server import AdminServer
 from spate.config._loader import decode_connector
 from spate.config.models import ConnectorSpec, PipelineConfig
@@ -30,7 +31,6 @@ from spate.flow._budget import InflightBudget
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.ops._deadletter import is_kafka_sink
-from spate.plugins._factory import BuildContext
 from spate.plugins._registry import Registry, default_registry
 from spate.schema import Field, SchemaChanges, record_fields_of
 from spate.sink._intents import RecordPosition

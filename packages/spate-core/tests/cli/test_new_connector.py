@@ -69,9 +69,9 @@ def test_b16_bad_name_and_existing_folder_exit_2_with_one_line(tmp_path: Path) -
 
 # What each template makes, besides README.md, pyproject.toml, py.typed and __init__.py.
 KIND_MODULES = {
-    "sink": ["_config.py", "_connector.py", "_factory.py"],
-    "source": ["_config.py", "_source.py"],
-    "deserializer": ["_config.py", "_deserializer.py"],
+    "sink": ["config.py", "_connector.py", "_factory.py"],
+    "source": ["config.py", "_source.py"],
+    "deserializer": ["config.py", "_deserializer.py"],
 }
 ENTRY_POINTS = {
     "sink": ("spate.sinks", "LedgerLinesSinkFactory"),

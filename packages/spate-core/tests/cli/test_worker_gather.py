@@ -15,6 +15,7 @@ from pathlib import Path
 
 from spate.cli._processes import ProcessParent, WorkerSlot
 from spate.config import parse_config
+from spate.plugins import default_registry
 
 CONFIG = """
 pipeline: {name: gather}
@@ -53,7 +54,7 @@ def test_b107_the_wait_is_bounded(tmp_path: Path) -> None:
 
 
 def test_b107_a_worker_that_exited_is_not_waited_for(tmp_path: Path) -> None:
-    cfg = parse_config(CONFIG)
+    cfg = parse_config(CONFIG, resolver=default_registry())
     parent = ProcessParent(cfg, 2, ["unused"])
     try:
         waiting = WorkerSlot(0, parent._dir, count=2)

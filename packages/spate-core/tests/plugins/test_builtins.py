@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from spate.plugins import Registry
-from spate.plugins._builtins import json_line
 from spate.testing import read_file_sink
+from spate.testing._factories import json_line
 
 from tests.support.scale import scaled
 

@@ -13,6 +13,7 @@ from spate import AckStatus, AckToken, Lane, ManualClock
 from spate.config import parse_config
 from spate.errors import ConfigError
 from spate.metrics import Meter
+from spate.plugins import default_registry
 from spate.sink import MemoryTier, MemoryTierConfig, Offer, TeeSink
 from spate.testing import capture_sink, delay, read_file_sink
 
@@ -165,7 +166,7 @@ sink:
 def test_b17_a_memory_tier_after_the_spool_is_refused_at_validation(tmp_path: Path) -> None:
     tiers = f'[{{spool: {{dir: "{tmp_path}"}}}}, {{memory: {{max_records: 10}}}}]'
     with pytest.raises(ConfigError) as err:
-        parse_config(_yaml(tiers, tmp_path))
+        parse_config(_yaml(tiers, tmp_path), resolver=default_registry())
     assert err.value.path == "sink.tiered.tiers[1]"
     assert "breaks the custody chain" in err.value.message
 
@@ -173,11 +174,11 @@ def test_b17_a_memory_tier_after_the_spool_is_refused_at_validation(tmp_path: Pa
 def test_b17_tier_settings_are_checked_with_their_dotted_path(tmp_path: Path) -> None:
     tiers = f'[{{spool: {{dir: "{tmp_path}", fsync: always}}}}]'
     with pytest.raises(ConfigError) as err:
-        parse_config(_yaml(tiers, tmp_path))
+        parse_config(_yaml(tiers, tmp_path), resolver=default_registry())
     assert err.value.path == "sink.tiered.tiers[0].spool.fsync"
     tiers = "[{disk: {}}]"
     with pytest.raises(ConfigError, match="unknown tier 'disk'"):
-        parse_config(_yaml(tiers, tmp_path))
+        parse_config(_yaml(tiers, tmp_path), resolver=default_registry())
 
 
 @pytest.mark.parametrize("ack", ["spooled", "terminal"])
@@ -380,7 +381,7 @@ sink:
 def test_b17_nested_sink_sections_are_checked_at_validation(tmp_path: Path) -> None:
     text = _yaml(f'[{{spool: {{dir: "{tmp_path}"}}}}]', tmp_path).replace("{path:", "{pathz:")
     with pytest.raises(ConfigError) as err:
-        parse_config(text)
+        parse_config(text, resolver=default_registry())
     assert err.value.path == "sink.tiered.terminal.file.pathz"
     tee = """\
 source:
@@ -392,6 +393,6 @@ sink:
       - nosuchsink: {}
 """
     with pytest.raises(ConfigError) as err:
-        parse_config(tee)
+        parse_config(tee, resolver=default_registry())
     assert err.value.path.startswith("sink.tee.sinks[1]")
     assert "nosuchsink" in err.value.message

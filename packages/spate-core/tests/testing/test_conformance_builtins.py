@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spate.plugins._builtins import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
 from spate.sink import Sink
 from spate.source import Source
 from spate.testing import (
@@ -21,6 +20,7 @@ from spate.testing import (
     read_file_sink,
     sequence_payload,
 )
+from spate.testing._factories import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
 from spate.testing.conformance import SinkConformance, SourceConformance
 
 

@@ -22,6 +22,8 @@ from spate.plugins import install_hint
 from spate_datagen._codec import Format, encoder
 from spate_datagen._events import Manifest, storefront_events
 
+__all__ = ["CONNECT_TIMEOUT", "DatagenCommand", "ensure_topic", "produce_events"]
+
 logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0

@@ -4,7 +4,6 @@
 ``spate.deserializers`` entry point ``json``. See the connector guide for the keys.
 """
 
-from spate_json._config import JsonConfig, JsonFraming
 from spate_json._deserializer import (
     ArrayJsonDeserializer,
     JsonDeserializer,
@@ -12,6 +11,7 @@ from spate_json._deserializer import (
     SingleJsonDeserializer,
 )
 from spate_json._factory import JsonDeserializerFactory
+from spate_json.config import JsonConfig, JsonFraming
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 from spate import BuildContext, ConfigError
 from spate.schema import Field
 
-from spate_json._config import JsonConfig, JsonSchemaSource
 from spate_json._deserializer import (
     ArrayJsonDeserializer,
     JsonDeserializer,
@@ -22,6 +21,7 @@ from spate_json._deserializer import (
 )
 from spate_json._jsonschema import JsonSchemaError, record_fields
 from spate_json._target import Converter, build_converter, load_target
+from spate_json.config import JsonConfig, JsonSchemaSource
 
 
 class JsonDeserializerFactory:

@@ -5,7 +5,6 @@
 field names; see the connector guide for the keys and the value mapping.
 """
 
-from spate_protobuf._config import EnumStyle, ProtobufConfig, ProtobufMode
 from spate_protobuf._deserializer import (
     ConfluentProtobufDeserializer,
     ProtobufDeserializer,
@@ -13,6 +12,7 @@ from spate_protobuf._deserializer import (
 )
 from spate_protobuf._factory import ProtobufDeserializerFactory
 from spate_protobuf._schema import FileSchema, MessageType
+from spate_protobuf.config import EnumStyle, ProtobufConfig, ProtobufMode
 
 __version__ = "0.1.0"
 

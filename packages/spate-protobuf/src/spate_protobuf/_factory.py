@@ -19,7 +19,6 @@ from spate.schema import Field
 from spate_avro import SchemaRegistryClient, open_registry
 
 from spate_protobuf._columnar import columnar_unavailable, no_columnar_form
-from spate_protobuf._config import ProtobufConfig
 from spate_protobuf._deserializer import (
     ConfluentProtobufDeserializer,
     ProtobufDeserializer,
@@ -34,6 +33,7 @@ from spate_protobuf._schema import (
     describe,
     load_descriptor_set,
 )
+from spate_protobuf.config import ProtobufConfig
 
 logger = logging.getLogger(__name__)
 

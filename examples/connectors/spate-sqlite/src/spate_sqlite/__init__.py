@@ -5,7 +5,6 @@ distribution installed, ``sink: {sqlite: {path: out.db, columns: [...]}}`` works
 pipeline file, with no change to spate (B27).
 """
 
-from spate_sqlite._config import SqliteSinkConfig
 from spate_sqlite._connector import (
     SqliteConnector,
     SqliteRowBuffer,
@@ -14,6 +13,7 @@ from spate_sqlite._connector import (
     read_rows,
 )
 from spate_sqlite._factory import SqliteSinkFactory
+from spate_sqlite.config import SqliteSinkConfig
 
 __all__ = [
     "SqliteConnector",

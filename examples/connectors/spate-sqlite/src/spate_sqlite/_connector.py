@@ -25,7 +25,7 @@ from pathlib import Path
 from spate.errors import ErrorClass, SinkError
 from spate.sink import RowBuffer, WriteBatch, estimate_row_bytes
 
-from spate_sqlite._config import TOKENS_TABLE, SqliteSinkConfig
+from spate_sqlite.config import TOKENS_TABLE, SqliteSinkConfig
 
 logger = logging.getLogger(__name__)
 

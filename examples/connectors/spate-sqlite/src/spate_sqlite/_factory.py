@@ -12,8 +12,8 @@ from typing import ClassVar
 from spate.plugins import BuildContext
 from spate.sink import ShardConfig, SinkPool
 
-from spate_sqlite._config import SqliteSinkConfig
 from spate_sqlite._connector import SqliteConnector
+from spate_sqlite.config import SqliteSinkConfig
 
 
 class SqliteSinkFactory:

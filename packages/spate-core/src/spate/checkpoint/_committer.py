@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spate._clock import Clock
 from spate.checkpoint._tracker import PartitionTracker
@@ -32,9 +32,16 @@ from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
 
-if TYPE_CHECKING:  # annotations only: sources and sinks sit above this layer
-    from spate.sink._contract import Sink
+if TYPE_CHECKING:  # annotations only
     from spate.source._contract import Source
+
+
+class TickedSink(Protocol):
+    """What the committer needs of a sink: the checkpoint tick (B10). Sinks sit above
+    this layer; every :class:`spate.sink.Sink` has it."""
+
+    def tick(self) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +54,7 @@ class Committer:
         *,
         tracker: PartitionTracker,
         source: Source,
-        sinks: Mapping[str, Sink],
+        sinks: Mapping[str, TickedSink],
         clock: Clock,
         interval: float,
         meter: Meter,

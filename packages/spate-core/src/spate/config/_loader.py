@@ -11,7 +11,12 @@ Order matters and is fixed:
    so substituted text is never parsed as YAML;
 3. the framework sections are decoded into their models, ``sink``/``sinks`` checked, and
    each connector body decoded by that connector's own model, which the
-   :class:`ConnectorResolver` (normally the plugin registry) supplies.
+   :class:`ConnectorResolver` (normally the plugin registry) supplies. The caller passes
+   the resolver in (the CLI and :meth:`spate.Pipeline.from_config` pass the installed
+   plugins; :func:`spate.load_config` does the same): this module never looks the plugin
+   registry up itself, because the registry sits above configuration in the layering.
+   Without a resolver the connector bodies are kept undecoded (``spec.config is None``)
+   and the pipeline's assembly decodes them.
 
 A file may hold several pipelines under ``pipelines:`` (a list, each item shaped like a
 file of one pipeline, :func:`load_configs`). Next to the list, the top level may carry
@@ -105,10 +110,10 @@ def load_config(
     """Read, interpolate and validate the configuration file ``source``.
 
     A file named ``*.toml`` is read as TOML, any other as YAML. ``env`` defaults to
-    ``os.environ``. Connector bodies are decoded through ``resolver`` (by default the
-    installed plugins); with ``check_connectors=False`` they are kept undecoded
-    (``spec.config is None``). Raises ``ConfigError`` (or ``MissingConnectorError``) on
-    the first problem.
+    ``os.environ``. Connector bodies are decoded through ``resolver`` (the installed
+    plugins are :func:`spate.plugins.default_registry`); without one, or with
+    ``check_connectors=False``, they are kept undecoded (``spec.config is None``).
+    Raises ``ConfigError`` (or ``MissingConnectorError``) on the first problem.
     """
     path = Path(source)
     try:
@@ -206,11 +211,6 @@ def _parse(
     raw, positions = _parse_toml(text, file) if syntax == "toml" else _parse_yaml(text, file)
     try:
         data = mark_secrets(interpolate(raw, os.environ if env is None else env))
-        if check_connectors and resolver is None:
-            # Imported here: the registry sits above configuration in the layering.
-            from spate.plugins._registry import default_registry
-
-            resolver = default_registry()
         resolver = resolver if check_connectors else None
         if isinstance(data, Mapping) and PIPELINES_KEY in data:
             if not several:

@@ -43,7 +43,7 @@ from spate.pipeline._exit import ExitReport
 from spate.pipeline._health import NotStartedHealth, PipelineHealth
 from spate.pipeline._runtime import PipelineRuntime
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
-from spate.plugins._registry import Registry
+from spate.plugins._registry import Registry, default_registry
 from spate.sink._contract import Sink
 from spate.sink._intents import RecordPosition
 from spate.source._contract import Source
@@ -197,7 +197,8 @@ class Pipeline:
         """Build a pipeline from a configuration, through the plugin registry.
 
         ``config`` is a loaded :class:`~spate.config.PipelineConfig` or the path of a
-        YAML file, loaded with :func:`~spate.config.load_config`.
+        YAML file, loaded with :func:`~spate.config.load_config` through the
+        ``registry`` override or the installed plugins.
         """
         if not isinstance(config, str | os.PathLike | PipelineConfig):
             raise TypeError(
@@ -206,7 +207,10 @@ class Pipeline:
             )
         try:
             if isinstance(config, str | os.PathLike):
-                config = load_config(config, resolver=overrides.get("registry"))
+                registry = overrides.get("registry")
+                config = load_config(
+                    config, resolver=registry if registry is not None else default_registry()
+                )
             pipeline = assemble(config, **overrides).pipeline
         except SpateError as exc:
             raise bare(exc, logger, "building the pipeline") from None

@@ -29,9 +29,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from spate._context import BuildContext
 from spate.config._decode import decode, join_path
 from spate.errors import ConfigError, SpateError
-from spate.plugins._factory import BuildContext, PluginKind
+from spate.plugins._factory import PluginKind
 from spate.sink._contract import Sink
 from spate.sink.tiers._memory import MemoryTier, MemoryTierConfig
 from spate.sink.tiers._spool import SpoolConfig, SpoolTier

@@ -77,7 +77,7 @@ from spate.sink._writer import (
 from spate.sink.config import PoolConfig, ShardConfig
 
 if TYPE_CHECKING:
-    from spate.plugins._factory import BuildContext
+    from spate._context import BuildContext
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@
 * :class:`ScriptedFrameEndpoints`, :class:`ArrowTableBuffer` and
   :class:`IntFrameDeserializer`: a frame-taking connector with scripted outcomes and a
   frame deserializer, for tests of the columnar path (``spate[columnar]``);
+* :class:`MemorySourceFactory`, :class:`CaptureSinkFactory`, :class:`FileSinkFactory`: the
+  factories of core's built-in ``memory`` source and ``capture``/``file`` sinks;
 * :class:`SinkConformance`, :class:`SourceConformance`, :class:`DeserializerConformance`:
   the suites a connector package runs from its own tests (:mod:`spate.testing.conformance`).
 """
@@ -30,6 +32,7 @@ from spate.testing._capture_sink import (
     capture_sink,
     delay,
 )
+from spate.testing._factories import CaptureSinkFactory, FileSinkFactory, MemorySourceFactory
 from spate.testing._file_sink import FileSink, read_file_sink
 from spate.testing._frames import ArrowTableBuffer, IntFrameDeserializer, ScriptedFrameEndpoints
 from spate.testing._memory_source import MemorySource, MemorySourceHandle, memory_source
@@ -52,13 +55,16 @@ __all__ = [
     "BufferedSink",
     "CaptureScript",
     "CaptureSink",
+    "CaptureSinkFactory",
     "ConformanceFailure",
     "CopyToSinkProcessor",
     "DeserializerConformance",
     "FileSink",
     "IntFrameDeserializer",
+    "FileSinkFactory",
     "ManualClock",
     "MemorySource",
+    "MemorySourceFactory",
     "MemorySourceHandle",
     "Outcome",
     "Row",

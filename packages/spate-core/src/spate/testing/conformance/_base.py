@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from spate._clock import Clock, SystemClock
+from spate._context import BuildContext
 from spate.config._decode import decode
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
-from spate.plugins._factory import BuildContext
 
 
 class Promise(NamedTuple):

@@ -10,7 +10,8 @@ infrastructure::
     sink:
       file: {path: out.jsonl}
 
-The test kit (:mod:`spate.testing`) is imported only when one of them is built.
+They live in the test kit and :mod:`spate.testing` exports them; the entry points name
+them there (``spate.testing:MemorySourceFactory`` …).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from spate.plugins._factory import BuildContext
-
-if TYPE_CHECKING:
-    from spate.testing import CaptureSink, FileSink, MemorySource
+from spate._context import BuildContext
+from spate.testing._capture_sink import CaptureSink, capture_sink
+from spate.testing._file_sink import FileSink
+from spate.testing._memory_source import MemorySource, memory_source
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,8 +60,6 @@ class MemorySourceFactory:
 
     @staticmethod
     def build(config: MemorySourceConfig, context: BuildContext) -> MemorySource:
-        from spate.testing import memory_source
-
         extra = [p.encode() for p in config.payloads]
         data = {
             p: [f"{p}:{i}".encode() for i in range(config.records)] + extra
@@ -101,8 +100,6 @@ class CaptureSinkFactory:
 
     @staticmethod
     def build(config: CaptureSinkConfig, context: BuildContext) -> CaptureSink:
-        from spate.testing import capture_sink
-
         sink, _script = capture_sink(
             context.component,
             max_rows=config.max_rows,
@@ -157,8 +154,6 @@ class FileSinkFactory:
 
     @staticmethod
     def build(config: FileSinkConfig, context: BuildContext) -> FileSink:
-        from spate.testing import FileSink
-
         return FileSink(
             config.path,
             context.component,
