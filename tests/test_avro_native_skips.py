@@ -36,6 +36,8 @@ SAMPLE = [
     "test_b87_an_avro_map_stores_the_same_map_on_both_paths",
     "tests/kafka/test_kafka_dead_letter.py::"
     "test_columnar_bad_records_reach_the_dead_letter_topic_b71_b148",
+    "tests/test_connector_modules.py::"
+    "test_every_distribution_exports_its_names_and_version[spate-avro-native-spate_avro_native]",
 ]
 
 
