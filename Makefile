@@ -32,8 +32,8 @@ test:
 	scripts/test.sh
 
 test-unit: venv
-	SPATE_TEST_SCALE=$${SPATE_TEST_SCALE:-0.1} .venv/bin/python -m pytest -q \
-		-m "not integration and not e2e and not packaging" $(ARGS)
+	PATH="$(CURDIR)/.venv/bin:$$PATH" SPATE_TEST_SCALE=$${SPATE_TEST_SCALE:-0.1} \
+		.venv/bin/python -m pytest -q -m "not integration and not e2e and not packaging" $(ARGS)
 
 test-full:
 	SPATE_TEST_SCALE=1 scripts/test.sh

@@ -47,11 +47,11 @@ from spate.testing import memory_source
 
 from tests.clickhouse.columnar_values import deser_context as _context
 from tests.clickhouse.sinkkit import build_sink
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import ChFront
 from tests.support.scale import scaled
 
 pytest.importorskip("polars")
-pytest.importorskip("jetliner")
 pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.integration
@@ -562,6 +562,7 @@ def _same(
         assert col_counts == counts
 
 
+@needs_avro_columnar
 @EXAMPLES
 @given(case=cases(AVRO_KINDS))
 def test_b87_avro_raw_rows_and_columns_store_identical_tables(front: ChFront, case: Case) -> None:
@@ -578,6 +579,7 @@ def test_b87_avro_raw_rows_and_columns_store_identical_tables(front: ChFront, ca
     )
 
 
+@needs_avro_columnar
 @EXAMPLES
 @given(case=union_cases())
 def test_b87_avro_union_branches_route_to_identical_tables_on_both_paths(
@@ -760,6 +762,7 @@ def test_b87_json_values_mean_the_same_on_both_paths_for_each_column_type(
     _same(front, tables, payloads, JsonDeserializerFactory, config, exit_code=exit_code)
 
 
+@needs_avro_columnar
 @pytest.mark.parametrize(
     ("chtype", "exit_code"),
     [("Time64(3)", 0), ("Int32", 1), ("Float64", 1), ("String", 1), ("Nullable(String)", 1)],
@@ -781,6 +784,7 @@ def test_b87_an_avro_time_into_a_column_that_is_not_a_time_is_a_record_error_on_
     _same(front, tables, payloads, AvroDeserializerFactory, config, exit_code=exit_code)
 
 
+@needs_avro_columnar
 def test_b87_an_avro_map_stores_the_same_map_on_both_paths(front: ChFront) -> None:
     """An Avro map reads as a list of key/value structs; it reaches a ``Map`` column as
     the row path's dict does (B87)."""

@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.support.avro_native import needs_avro_columnar
 
-pytest.importorskip("polars")
-pytest.importorskip("jetliner")
+pytestmark = needs_avro_columnar
 
 RUNNER = Path(__file__).with_name("_columnar_runner.py")
 SCALE = float(os.environ.get("SPATE_TEST_SCALE", "1"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.scale import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,11 +30,8 @@ def run_demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-@pytest.mark.parametrize("path", ["row", "columnar"])
+@pytest.mark.parametrize("path", ["row", pytest.param("columnar", marks=needs_avro_columnar)])
 def test_demo_on_embedded_defaults_prints_matching_counts(path: str) -> None:
-    if path == "columnar":
-        pytest.importorskip("polars")
-        pytest.importorskip("jetliner")
     result = run_demo("--embedded", "--path", path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert f"path:       {path}" in result.stdout

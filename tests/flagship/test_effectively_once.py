@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.delivery import wait_until
 from tests.support.no_loss import TABLES, NoLossRun, flagship_env, launch
@@ -78,14 +79,13 @@ def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess
     return launch([str(RUNNER), str(config), mode], env, log)
 
 
-@pytest.mark.parametrize("mode", ["split", "single", "columnar"])
+@pytest.mark.parametrize(
+    "mode", ["split", "single", pytest.param("columnar", marks=needs_avro_columnar)]
+)
 def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str
 ) -> None:
     """B89 on the row path (``split``, ``single``); B165: the columnar flagship alike."""
-    if mode == "columnar":
-        pytest.importorskip("polars")
-        pytest.importorskip("jetliner")
     seed = int(os.environ.get("SPATE_EO_SEED", "22"))
     rng = random.Random(seed)
     topic, group = unique_name(f"eo-{mode}"), unique_name(f"eo-{mode}-g")

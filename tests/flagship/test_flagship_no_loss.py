@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.no_loss import (
     FLAGSHIP,
@@ -35,15 +36,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 COLUMNAR = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
 
 
-@pytest.mark.parametrize("path", ["row", "columnar"])
+@pytest.mark.parametrize("path", ["row", pytest.param("columnar", marks=needs_avro_columnar)])
 def test_flagship_survives_kills_and_a_clickhouse_outage(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, path: str
 ) -> None:
     """The row flagship and the columnar one (same YAML, frame chain) alike (B1, B14)."""
     example = FLAGSHIP
     if path == "columnar":
-        pytest.importorskip("polars")
-        pytest.importorskip("jetliner")
         example = COLUMNAR
     topic, group = unique_name("flagship"), unique_name("flagship-g")
     create_topic(kafka_bootstrap, topic, 4)

@@ -30,6 +30,7 @@ import pytest
 from spate.sink.tiers._spool_codec import FRAME_TAG, decode_frame, decode_records
 from spate.sink.tiers._store import read_records
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.no_loss import (
     ROOT,
@@ -77,15 +78,12 @@ def spooled_identities(spool: Path) -> set[bytes]:
     return held
 
 
-@pytest.mark.parametrize("path", ["row", "columnar"])
+@pytest.mark.parametrize("path", ["row", pytest.param("columnar", marks=needs_avro_columnar)])
 @pytest.mark.parametrize("ack", ["spooled", "terminal"])
 def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, ack: str, path: str
 ) -> None:
     """The row flagship and the columnar one (B151: frames through the spool) alike."""
-    if path == "columnar":
-        pytest.importorskip("polars")
-        pytest.importorskip("jetliner")
     topic, group = unique_name(f"spool-{ack}"), unique_name(f"spool-{ack}-g")
     create_topic(kafka_bootstrap, topic, 4)
     count = scaled(300_000, minimum=20_000)

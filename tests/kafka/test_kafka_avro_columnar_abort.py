@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from spate_avro._columnar import _zigzag
 from spate_avro._scan import SCAN_ENV
 from spate_avro._scratch import SCRATCH_ENV
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.cli_run import SpateRun
 from tests.support.services import (
     committed_offsets,
@@ -36,12 +38,7 @@ from tests.support.services import (
     unique_name,
 )
 
-pytest.importorskip("polars")
-pytest.importorskip("jetliner")
-
-from spate_avro._columnar import _zigzag
-
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_avro_columnar]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = "tests.kafka._avro_abort_runner"

@@ -34,6 +34,7 @@ from spate import Pipeline
 from spate.metrics import Meter
 from spate.ops._deadletter import ROW_COLUMNS
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.delivery import DeliverySampler
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
@@ -561,6 +562,7 @@ def test_a_dead_letter_table_that_is_down_holds_commits_until_it_is_back_b71(
     ]
 
 
+@needs_avro_columnar
 @pytest.mark.timeout(600)
 def test_columnar_bad_records_reach_the_dead_letter_topic_b71_b148(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.columnar_run import run_yaml
 from tests.support.scale import scaled
 from tests.support.services import create_topic, unique_name
 
-pytestmark = pytest.mark.integration
-pytest.importorskip("polars")
+pytestmark = [pytest.mark.integration, needs_avro_columnar]
 
 SCHEMA = {
     "type": "record",

@@ -8,9 +8,9 @@ import array
 
 import pytest
 
-pytest.importorskip(
-    "spate_avro_native", reason="spate-avro-native is not built (the bootstrap needs cargo)"
-)
+from tests.support.avro_native import SKIP_REASON
+
+pytest.importorskip("spate_avro_native", reason=SKIP_REASON)
 
 from spate_avro_native import Program, scan
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from tests.support.avro_native import AVRO_COLUMNAR
 from tests.support.bench import run_bench
 
 
@@ -16,12 +17,11 @@ def test_deser_bench_reports_a_ratio_for_avro_json_and_protobuf() -> None:
     assert lines[0].startswith("2,500 storefront events (2,500 distinct)")
     titles = [line.split(":")[0] for line in lines if line.startswith("== ")]
     polars = importlib.util.find_spec("polars") is not None
-    avro_columnar = polars and importlib.util.find_spec("jetliner") is not None
     json_columnar = polars and importlib.util.find_spec("pyarrow") is not None
     protobuf_columnar = polars and importlib.util.find_spec("ptars") is not None
     expected = [
         "== avro",
-        *(["== avro columnar"] if avro_columnar else []),
+        *(["== avro columnar"] if AVRO_COLUMNAR else []),
         "== json",
         *(["== json columnar", "== json columnar into columns"] if json_columnar else []),
         "== protobuf",

@@ -26,16 +26,6 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spate_avro._scan import SCAN_ENV
-from spate_avro._schema import build_decoder, parse_schema_text
-from spate_avro._scratch import SCRATCH_ENV, write_at_start
-from spate_datagen import storefront_schema_text
-
-from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
-
-pytest.importorskip("polars")
-pytest.importorskip("jetliner")
-
 from spate_avro._columnar import (
     _END,
     _SYNC,
@@ -44,6 +34,15 @@ from spate_avro._columnar import (
     _ends_of,
     _zigzag,
 )
+from spate_avro._scan import SCAN_ENV
+from spate_avro._schema import build_decoder, parse_schema_text
+from spate_avro._scratch import SCRATCH_ENV, write_at_start
+from spate_datagen import storefront_schema_text
+
+from tests.support.avro_columnar_child import Outcome, outcome, set_scratch
+from tests.support.avro_native import needs_avro_columnar
+
+pytestmark = needs_avro_columnar
 
 ROOT = Path(__file__).resolve().parents[3]
 ABORTED = (-6, 134)

@@ -24,11 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spate_avro._schema import build_decoder
 
+from tests.support.avro_native import SKIP_REASON
 from tests.support.scale import scaled
 
-pytest.importorskip(
-    "spate_avro_native", reason="spate-avro-native is not built (the bootstrap needs cargo)"
-)
+pytest.importorskip("spate_avro_native", reason=SKIP_REASON)
 pytest.importorskip("pyarrow")
 
 from spate_avro._columnar import _body, _ends, _pack, _zigzag

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.avro_native import needs_avro_columnar
 from tests.support.bench import run_bench
 
 
-@pytest.mark.parametrize("args", [(), ("--per-row",), ("--columnar",)])
+@pytest.mark.parametrize(
+    "args", [(), ("--per-row",), pytest.param(("--columnar",), marks=needs_avro_columnar)]
+)
 def test_parquet_sink_bench_reports_medians_ratio_and_rss(args: tuple[str, ...]) -> None:
-    if args == ("--columnar",):
-        pytest.importorskip("polars")
     lines = run_bench("parquet_sink.py", 3000, 3, *args)
     assert lines[0].startswith("3,000 rows, files of ")
     assert any(line.startswith("framework: 3,000 records, median ") for line in lines)

@@ -4,10 +4,18 @@ Two gates on one destination, each with its own NATS connection and its own in-p
 lock (as in two processes), hammer the gate: never two holders at once, and every part
 each publishes is in the final manifest. A holder that stalls longer than the timeout
 does not stop the other from publishing.
+
+The gate is best effort by design: a writer whose store call fails, or that waits past
+``gate_timeout``, publishes without it (the manifest's compare-and-set keeps that
+correct), and a holder that stalls past the lease loses it. So the test that asserts
+mutual exclusion gives the store room a loaded machine needs — requests, the lease and
+the wait all a minute or more — and names a bypass as such if one still happens, rather
+than reporting it as two holders.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from dataclasses import replace
@@ -37,19 +45,23 @@ from .harness import Feeder
 pytestmark = pytest.mark.integration
 
 
-def _gate(url: str, job: str, destination: str, timeout: float) -> StoreGate:
-    gate = StoreGate(destination, timeout, NatsStore(NatsStoreConfig(servers=[url]), job, 5.0))
+ROOMY = 60.0
+"""Request timeout and lease duration of the exclusion test: far beyond any stall."""
+
+
+def _gate(url: str, job: str, destination: str, timeout: float, *, lease: float = 5.0) -> StoreGate:
+    config = NatsStoreConfig(servers=[url], connect_timeout=ROOMY, request_timeout=ROOMY)
+    gate = StoreGate(destination, timeout, NatsStore(config, job, lease))
     gate._lock = threading.Lock()  # its own process, as far as the in-process lock goes
     return gate
 
 
 def test_b52_the_coordination_gate_admits_one_writer_at_a_time(
-    nats_url: str,
-    tmp_path: Path,
+    nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     job = f"gate-{uuid.uuid4().hex[:8]}"
     destination = f"file://{tmp_path}#t"
-    gates = [_gate(nats_url, job, destination, timeout=30.0) for _ in range(2)]
+    gates = [_gate(nats_url, job, destination, timeout=2 * ROOMY, lease=ROOMY) for _ in range(2)]
     store = LocalStore(str(tmp_path))
     inside: list[int] = []
     overlaps: list[int] = []
@@ -75,13 +87,25 @@ def test_b52_the_coordination_gate_admits_one_writer_at_a_time(
 
             gates[i].run(publish)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    failures: list[BaseException] = []
+
+    def writer(i: int) -> None:
+        try:
+            write(i)
+        except BaseException as exc:  # reported below, not lost with the thread
+            failures.append(exc)
+
+    caplog.set_level(logging.WARNING, logger="spate_parquet._gate")
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     for gate in gates:
         gate.close()
+    bypassed = [r.getMessage() for r in caplog.records if "without it" in r.getMessage()]
+    assert bypassed == [], f"a writer published without the gate, not a second holder: {bypassed}"
+    assert failures == []
     assert overlaps == []
     final = ManifestStore(store, "t", gates[0]).latest()
     assert len(final.parts) == 2 * per_writer
