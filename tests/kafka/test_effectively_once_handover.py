@@ -54,6 +54,7 @@ def _config(
     front: ChFront,
     max_rows: int,
     rebalance: str,
+    client_id: str,
 ) -> Path:
     # Under the consumer protocol the broker owns the session (6 s on the test broker).
     session = (
@@ -61,6 +62,9 @@ def _config(
         if rebalance != "consumer"
         else {}
     )
+    # A member id starts with the client id: the range assignor of the eager protocol
+    # gives the first partition to the member whose id sorts first.
+    session["client.id"] = client_id
     data: dict[str, Any] = {
         "pipeline": {"name": f"handover-{topic}", "delivery": "effectively_once"},
         "checkpoint": {"interval": "200ms", "drain_timeout": "1s"},
@@ -124,8 +128,9 @@ def _run_handover(
             front=front,
             max_rows=max_rows,
             rebalance=rebalance,
+            client_id=client_id,
         )
-        for name, max_rows in (("a", 50), ("b", 37))
+        for name, max_rows, client_id in (("a", 50, "handover-z"), ("b", 37, "handover-a"))
     )
     first = scaled(2_000, minimum=200)
     more = 200
@@ -135,7 +140,11 @@ def _run_handover(
     member_b: subprocess.Popen[bytes] | None = None
     try:
         wait_until(lambda: _counts(front)[1] == first, 120, "member A to write the first rows")
-        # A is idle: its next request is the intent of its next block. Hold it.
+        # A is idle: its next request is the intent of its next block. Hold it. The
+        # block is of partition 0, which goes to B at the hand-over (B's member id sorts
+        # first; a frozen A loses every partition): if A kept it, A would cut it again
+        # under the same tokens and a late insert would be dropped as a duplicate block,
+        # so the test would not see one.
         held = int(front.status()["faulted_requests"])
         front.inject("slow", only="insert", count=1, delay=600)
         produce_keyed(
@@ -144,6 +153,7 @@ def _run_handover(
             more,
             key=lambda i: _key(first + i),
             value=lambda i: _value(first + i),
+            partition=0,
         )
         wait_until(
             lambda: int(front.status()["faulted_requests"]) > held, 60, "A's intent to be held"
@@ -161,16 +171,19 @@ def _run_handover(
         wait_until(lambda: int(front.status()["inserts"]) > inserts, 60, "the held intent to land")
         if frozen:
             member_a.send_signal(signal.SIGCONT)
-            # A resumes with its block's intent recorded: it must find the partition
-            # claimed by B and fail the block instead of inserting it.
-            wait_until(
-                lambda: (
-                    "was claimed by another member" in log_a.read_text(errors="replace")
-                    or _counts(front)[0] > first + more
-                ),
-                60,
-                "A to finish the block it was writing",
-            )
+        # A goes on with its block's intent recorded: it must find the partition revoked
+        # or claimed by B and fail the block instead of inserting it.
+        wait_until(
+            lambda: (
+                any(
+                    refusal in log_a.read_text(errors="replace")
+                    for refusal in ("was claimed by another member", "was revoked while")
+                )
+                or _counts(front)[0] > first + more
+            ),
+            60,
+            "A to finish the block it was writing",
+        )
         for member in (member_a, member_b):
             member.send_signal(signal.SIGTERM)
         for member in (member_a, member_b):

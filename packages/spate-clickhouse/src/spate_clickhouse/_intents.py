@@ -21,6 +21,15 @@ replaces another owner's). A lane's owner claims it with a *fence* row — the s
 ``first_offset`` -1 and ``last_offset`` the largest Int64, so that reading and deleting
 intents by offset never see it — before reading the intents, and checks the lane's
 greatest epoch after recording each intent (B125).
+
+On a ``ReplicatedReplacingMergeTree`` state table (B122) a row acknowledged by one replica
+may not have reached the one the next read goes to. Every state-table row (intent, fence)
+is therefore inserted with ``insert_quorum='auto'`` (a majority of replicas) and
+``insert_quorum_parallel=0``, and every read of it — a lane's intents, a lane's greatest
+epoch, whether for a claim or for an owner's check — with
+``select_sequential_consistency=1``: a replica that lacks a quorum-written row refuses
+the read (a retriable error) instead of answering without it (B200). A local state table
+ignores these settings.
 """
 
 from __future__ import annotations
@@ -49,6 +58,19 @@ INTENT_COLUMNS = (
     ("epoch", "UInt64"),
 )
 _NAMES = [name for name, _ in INTENT_COLUMNS]
+
+STATE_INSERT_SETTINGS: dict[str, Any] = {
+    "insert_deduplicate": 0,
+    "async_insert": 0,
+    "insert_quorum": "auto",
+    "insert_quorum_parallel": 0,
+}
+"""Settings of every state-table insert: no token (each row is its own), synchronous, on
+a majority of replicas before it is acknowledged (B200)."""
+
+STATE_READ_SETTINGS: dict[str, Any] = {"select_sequential_consistency": 1}
+"""Settings of every state-table read: only from a replica holding every quorum-written
+row (B122, B200)."""
 _TYPES = [ctype for _, ctype in INTENT_COLUMNS]
 
 STATE_TTL_DAYS = 7
@@ -96,7 +118,7 @@ def _insert_row(client: Client, database: str, table: str, row: list[Any]) -> No
         column_names=_NAMES,
         database=database or None,
         column_type_names=_TYPES,
-        settings={"insert_deduplicate": 0, "async_insert": 0},
+        settings=STATE_INSERT_SETTINGS,
     )
 
 
@@ -125,8 +147,8 @@ def load_intents(
         "AND first_offset >= 0 "
         "ORDER BY first_offset, first_index",
         parameters={**params, "h": shard, "since": since},
-        # A replicated state table answers with every intent any replica acknowledged.
-        settings={"select_sequential_consistency": 1},
+        # A replicated state table answers with every intent a quorum acknowledged.
+        settings=STATE_READ_SETTINGS,
     )
     return [
         Intent(shard, lane, (int(r[0]), int(r[1])), (int(r[2]), int(r[3])), int(r[4]))
@@ -146,6 +168,8 @@ def lane_epoch(
     found = client.query(
         f"SELECT max(epoch) FROM {qualified(database, table)} WHERE {where} AND shard = %(h)s",
         parameters={**params, "h": shard},
+        # A later owner's fence on another replica must not be missed (B200).
+        settings=STATE_READ_SETTINGS,
     ).result_rows
     return int(found[0][0]) if found and found[0][0] is not None else 0
 
