@@ -44,6 +44,7 @@ from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._endpoint import Endpoint, parse_endpoint
 from spate_clickhouse._errors import code_name, code_of, to_sink_error
+from spate_clickhouse._eventtime import oldest_event_time
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._intents import (
     check_deduplication,
@@ -96,6 +97,8 @@ class ClickHouseConnector:
         self.database = config.database_name
         self.table = config.table_name
         qualified = f"{self.database}.{self.table}" if self.database else self.table
+        self.destination = qualified
+        """The table, for the freshness metrics' ``table`` label (B220)."""
         self.schema = SchemaCheck(config.validate_schema, qualified, self.specs)
         self._settings = config.insert_settings()
         self.effectively_once = False
@@ -184,6 +187,17 @@ class ClickHouseConnector:
                 "(on_record_error: dead_letter), so the batch fails"
             )
         raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
+
+    def event_time(self, buffer: ColumnBuffer) -> float | None:
+        """The oldest ``event_time_column`` value of a written buffer, wall-clock seconds
+        (B220); None without the setting or a value. Worker thread, after the write."""
+        column = self.config.event_time_column
+        if not column:
+            return None
+        encoder = buffer.encoder or self._encoder
+        if encoder is None:
+            return None
+        return oldest_event_time(buffer, [c.name for c in encoder.columns].index(column))
 
     def follows(self, fields: tuple[Field, ...] | None) -> None:
         """The fields known at start-up count as met (a field they lose is a removal)."""

@@ -183,6 +183,11 @@ class ClickHouseSinkConfig:
     the rows refused alone (about ``2·log2(rows)`` inserts per such row), writes the
     others and applies ``on_record_error`` to those rows. At most this many extra inserts
     per block; past it the block fails. ``0`` fails the block at once."""
+    event_time_column: str = ""
+    """A column holding each row's event time (``DateTime``, ``DateTime64`` or epoch
+    seconds): freshness (``spate_sink_event_to_written_seconds``) is measured from it
+    instead of the source records' timestamps (the Kafka message timestamp). Empty: the
+    records' timestamps."""
     create_table: Literal["off", "if_missing"] = "off"
     """``if_missing``: create the table at start-up from every replica's probe (``ON
     CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
@@ -246,6 +251,10 @@ class ClickHouseSinkConfig:
         yield from self._settings_errors()
         if self.isolate_max_inserts < 0:
             yield "isolate_max_inserts", "must not be negative"
+        if self.event_time_column and self.event_time_column not in {
+            s.name for s in self.column_specs
+        }:
+            yield "event_time_column", f"{self.event_time_column!r} is not one of the columns"
         if self.router == "distributed":
             if not self.sharding_key:
                 yield "sharding_key", "router: distributed needs a sharding_key"

@@ -60,6 +60,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
+from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, StartingRouter, WeightedHashRouter
@@ -262,6 +263,7 @@ class SinkPool:
             next_wake=self._next_wake,
             fence=self._fence,
             stopping=self._stopped,
+            freshness=WriteFreshness(meter, name, component_type, connector),
         )
 
     @classmethod
