@@ -163,6 +163,29 @@ SINK_EVENT_TO_WRITTEN = MetricFamily(
     weighted=True,
 )
 
+SINK_TABLE_PARTS = _g(
+    "spate_sink_table_active_parts",
+    "Active parts of the busiest partition of the sink's table, as last read (a sink "
+    "that follows its table's health).",
+    "table",
+)
+SINK_TABLE_PRESSURE = _g(
+    "spate_sink_table_pressure",
+    "0 while the table is healthy, rising to 1 at parts_to_throw_insert or after TOO_MANY_PARTS.",
+    "table",
+)
+SINK_BATCH_MAX_ROWS = _g(
+    "spate_sink_batch_max_rows",
+    "The max_rows batches seal at now: the configured one, grown under table pressure.",
+    "table",
+)
+SINK_INSERT_WAIT = _c(
+    "spate_sink_insert_wait_seconds_total",
+    "Seconds inserts waited before being sent, by cause (pressure, rate).",
+    "table",
+    "cause",
+)
+
 # Tiers (memory, spool, tee)
 TIER_HELD_RECORDS = _g(
     "spate_tier_held_records", "Records a tier holds that the next tier has not settled."

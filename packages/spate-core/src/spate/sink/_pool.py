@@ -704,6 +704,16 @@ class SinkPool:
         if batch.rows == 0:
             shard.open = None
 
+    def resize(self, *, max_rows: int, max_bytes: int, linger: float) -> None:
+        """Change the limits open batches seal at (``batch.max_rows``, ``max_bytes``,
+        ``linger``): a connector following its destination's health grows them and
+        returns them (B225). Sealed batches keep their size. Any thread."""
+        with self._cond:
+            self._max_rows = max(int(max_rows), 1)
+            self._max_bytes = max(int(max_bytes), 1)
+            self._linger = max(float(linger), 0.0)
+            self._cond.notify_all()
+
     def tick(self) -> None:
         """Checkpoint tick: seal every partial batch so its acks can resolve (B10).
 
