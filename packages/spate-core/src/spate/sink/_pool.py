@@ -530,7 +530,8 @@ class SinkPool:
                 if batch is None:
                     batch = self._open_batch(shard, force=True)
                     assert batch is not None
-                stop = min(count, start + max_rows - batch.rows)
+                # max(…, 1): never a negative room, whatever the limits were before.
+                stop = min(count, start + max(max_rows - batch.rows, 1))
                 batch.nbytes += append(batch.buffer, part, start, stop)
                 batch.rows += stop - start
                 start = stop
@@ -712,6 +713,12 @@ class SinkPool:
             self._max_rows = max(int(max_rows), 1)
             self._max_bytes = max(int(max_bytes), 1)
             self._linger = max(float(linger), 0.0)
+            for shard in self._shards:
+                # An open batch already past the smaller limit is sealed now: cutting
+                # the next rows into it would count from a negative room.
+                batch = shard.open
+                if batch is not None and batch.rows >= self._max_rows:
+                    self._seal(shard, "max_rows")
             self._cond.notify_all()
 
     def tick(self) -> None:
