@@ -61,10 +61,15 @@ class WriteFreshness:
             connector.event_time if isinstance(connector, EventTimeConnector) else None
         )
 
-    def written(self, batch: PoolBatch, now: float) -> None:
-        """``batch`` was written at wall time ``now``: observe its rows' age, stamp its
-        acks. Called by a worker under the pool lock (the acks do not change meanwhile)."""
-        column = self._event_time(batch.buffer) if self._event_time is not None else None
+    def column_time(self, buffer: RowBuffer) -> float | None:
+        """The connector's own event time of a written ``buffer`` (None: the acks').
+        Worker thread, outside the pool lock (it may scan a column)."""
+        return self._event_time(buffer) if self._event_time is not None else None
+
+    def written(self, batch: PoolBatch, now: float, column: float | None = None) -> None:
+        """``batch`` was written at wall time ``now``: observe its rows' age (``column``:
+        from :meth:`column_time`, else its acks' oldest event time), stamp its acks.
+        Called by a worker under the pool lock (the acks do not change meanwhile)."""
         oldest = column
         key = self._key
         for ack in batch.acks:

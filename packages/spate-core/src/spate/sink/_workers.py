@@ -135,6 +135,8 @@ class PoolWorkers:
         result = outcome(error)
         now = self._clock.monotonic()
         elapsed = max(now - started, 0.0)
+        freshness = self._freshness if error is None else None
+        column = freshness.column_time(batch.buffer) if freshness is not None else None
         settled: list[Settled] = []
         with self._cond:
             shard.writing.discard(batch)
@@ -147,8 +149,8 @@ class PoolWorkers:
                 if not batch.done:
                     shard.m_records.inc(batch.rows)
                     shard.m_bytes.inc(batch.nbytes)
-                    if self._freshness is not None:
-                        self._freshness.written(batch, self._clock.time())
+                    if freshness is not None:
+                        freshness.written(batch, self._clock.time(), column)
                     settled.append(settle_batch(batch, True))
             elif result == "retryable":
                 if len(shard.replicas) > 1 and shard.preferred == replica.index:
