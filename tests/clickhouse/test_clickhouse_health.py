@@ -1,4 +1,4 @@
-"""Inserts that follow the table's health, against the HTTP front over chDB (B224-B226).
+"""Inserts that follow the table's health, against the HTTP front over chDB (B224-B227).
 
 The tables refuse inserts at 12 active parts (``parts_to_throw_insert = 12``, a real
 MergeTree setting) and their merges are stopped (``SYSTEM STOP MERGES``), as when merges
@@ -147,3 +147,23 @@ def test_b224_b225_an_adaptive_sink_keeps_going_with_nothing_lost(front: ChFront
     assert built.metric("spate_sink_batch_max_rows", **labels) == ROWS_PER_ACK
     flushes = built.metric("spate_sink_flushes_total", shard="0", reason="max_rows")
     assert flushes < (count + ROWS_PER_ACK) / ROWS_PER_ACK  # fewer, larger inserts
+
+
+def test_b227_a_group_rate_spaces_the_inserts_of_a_real_sink(front: ChFront) -> None:
+    """One insert per second shared by a group of two: this member's inserts are 2 s
+    apart, so the later ones wait for their slot (counted; an insert would have to take
+    longer than 2 s for none to), and every row is written once."""
+    client = front.client()
+    client.command("CREATE TABLE hp_rate (id UInt64) ENGINE = MergeTree ORDER BY id")
+    health = {"max_inserts_per_second": 1, "members": 2}
+    built = build_sink(_body(front, "hp_rate", health=health))
+    built.sink.start()
+    driver = Driver(built.sink, batch_rows=ROWS_PER_ACK)
+    driver.offer_all([(i,) for i in range(4 * ROWS_PER_ACK)])
+    assert driver.finish()
+    built.sink.close()
+    assert driver.all_delivered
+    assert sorted(ids_on([client], "hp_rate")) == list(range(4 * ROWS_PER_ACK))
+    assert built.metric("spate_sink_insert_wait_seconds_total", cause="rate", table="hp_rate") > 0
+    # A rate alone reads no parts: the parts gauges stay unset.
+    assert built.metric("spate_sink_table_active_parts", table="hp_rate") == 0
