@@ -36,6 +36,7 @@ _TOP_LEVEL = {
     "backpressure",
     "admin",
     "metrics",
+    "readiness",
     "supervisor",
     "coordination",
     "dead_letter",

@@ -131,6 +131,11 @@ class ColumnBuffer:
             return self._count
         return self._count if self._columns is not None else len(self.rows) + self._block_rows
 
+    @property
+    def pivoted(self) -> list[list[object]] | None:
+        """The columns :meth:`columns` computed, or None before it was called."""
+        return self._columns
+
     def columns(self, count: int, binary: frozenset[int] = frozenset()) -> list[list[object]]:
         """The values column by column (computed once; a retry reuses them).
 

@@ -20,6 +20,7 @@ from spate.plugins import BuildContext
 from spate.sink import PoolConfig, SinkPool
 
 from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse._health import TableHealth
 from spate_clickhouse._router import DistributedRouter
 from spate_clickhouse._writer import ClickHouseConnector
 from spate_clickhouse.config import ClickHouseSinkConfig
@@ -57,6 +58,17 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
     pool = SinkPool.from_context(
         connector, context, shards=config.shards, config=PoolConfig.of(config), router=router
     )
+    health = TableHealth(
+        config.health,
+        database=connector.database,
+        table=connector.table,
+        batch=config.batch,
+        clock=context.clock,
+        members=context.worker[1] if context.worker is not None else 1,
+    )
+    if health.enabled:
+        health.bind(pool.resize, context.meter, context.component, "sink")
+        connector.health = health
     if config.evolve == "add_columns":
         if context.schema_changes is None:
             raise ConfigError(

@@ -44,7 +44,9 @@ from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._endpoint import Endpoint, parse_endpoint
 from spate_clickhouse._errors import code_name, code_of, to_sink_error
+from spate_clickhouse._eventtime import oldest_event_time
 from spate_clickhouse._evolve import alter_sql, plan
+from spate_clickhouse._health import TableHealth
 from spate_clickhouse._intents import (
     check_deduplication,
     check_state_table,
@@ -77,6 +79,8 @@ logger = logging.getLogger(__name__)
 _RECHECK_AFTER = 1.0
 """Seconds before a refused schema is checked against the table again."""
 _T = TypeVar("_T")
+TOO_MANY_PARTS = 252
+"""The server's code for an insert into a partition with ``parts_to_throw_insert`` parts."""
 _LOGGED_ROWS = 10
 """Rows a refused block names one by one in the log; the rest are counted."""
 
@@ -96,6 +100,8 @@ class ClickHouseConnector:
         self.database = config.database_name
         self.table = config.table_name
         qualified = f"{self.database}.{self.table}" if self.database else self.table
+        self.destination = qualified
+        """The table, for the freshness metrics' ``table`` label (B220)."""
         self.schema = SchemaCheck(config.validate_schema, qualified, self.specs)
         self._settings = config.insert_settings()
         self.effectively_once = False
@@ -117,6 +123,8 @@ class ClickHouseConnector:
         self._meter: tuple[Meter, str] | None = None
         self._m_rejected: dict[tuple[int, str], CounterSeries] = {}
         self._m_isolate: CounterSeries | None = None
+        self.health: TableHealth | None = None
+        """Set by the factory when ``health`` follows the parts or a rate (B224)."""
 
     def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
         """Count isolated rows and the inserts spent finding them in ``meter``."""
@@ -184,6 +192,17 @@ class ClickHouseConnector:
                 "(on_record_error: dead_letter), so the batch fails"
             )
         raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
+
+    def event_time(self, buffer: ColumnBuffer) -> float | None:
+        """The oldest ``event_time_column`` value of a written buffer, wall-clock seconds
+        (B220); None without the setting or a value. Worker thread, after the write."""
+        column = self.config.event_time_column
+        if not column:
+            return None
+        encoder = buffer.encoder or self._encoder
+        if encoder is None:
+            return None
+        return oldest_event_time(buffer, [c.name for c in encoder.columns].index(column))
 
     def follows(self, fields: tuple[Field, ...] | None) -> None:
         """The fields known at start-up count as met (a field they lose is a removal)."""
@@ -553,6 +572,10 @@ class ClickHouseShardWriter:
         buffer = batch.buffer
         if not isinstance(buffer, ColumnBuffer):
             raise SinkError(f"unexpected buffer type {type(buffer).__name__}", ErrorClass.FATAL)
+        health = connector.health
+        if health is not None and health.enabled:
+            # Follow the table's parts and the insert rate (B224-B227); may wait here.
+            self._intent_call("reading the table's parts", health.before_insert)
         if buffer.frames is not None:
             self._write_frames(batch, buffer)
             return
@@ -580,6 +603,8 @@ class ClickHouseShardWriter:
         row's value (the block can be bisected), a ``SinkError`` otherwise."""
         error = to_sink_error(exc, self.endpoint)
         code = code_of(exc)
+        if code == TOO_MANY_PARTS and self.connector.health is not None:
+            self.connector.health.too_many_parts()
         if code in ISOLABLE_CODES:
             return Refused(code, _server_message(exc), error)
         if code is None and not self._endpoint.embedded:

@@ -111,6 +111,50 @@ class TableOptions:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TableHealthConfig:
+    """``health:`` — inserts that follow the table's health (B224-B227, ADR 0019).
+
+    With ``follow_parts`` the sink reads the active parts of the table's busiest
+    partition against its ``parts_to_delay_insert`` and ``parts_to_throw_insert`` (from
+    the table's ``SETTINGS``, else ``system.merge_tree_settings``) every
+    ``check_interval``, and after every ``TOO_MANY_PARTS`` (code 252). Under pressure it
+    grows its blocks (``batch.max_rows``, ``max_bytes`` and ``linger`` up to
+    ``max_scale`` times), spaces its inserts, and holds an insert while the table is one
+    part short of refusing it; healthy again, it returns to the configured sizes.
+    """
+
+    follow_parts: bool = False
+    """Read the table's parts and adapt to them (needs ``SELECT`` on ``system.parts``,
+    ``system.tables`` and ``system.merge_tree_settings``)."""
+    check_interval: Duration = 5.0
+    """How often the parts are read while the table is healthy (every insert under
+    pressure)."""
+    max_scale: float = 8.0
+    """How much larger blocks and linger may grow under full pressure."""
+    max_hold: Duration = 60.0
+    """The longest an insert is held while the table is at its limit; then it is sent
+    (and retried as any ``TOO_MANY_PARTS``)."""
+    max_inserts_per_second: float = 0.0
+    """Inserts per second into the table across the whole group (ClickHouse's guidance:
+    about one); each member takes ``1/members`` of it. ``0``: no limit."""
+    members: int = 0
+    """Members of the group sharing ``max_inserts_per_second``; ``0``: the
+    ``--processes`` count of this host, else 1."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.check_interval <= 0:
+            yield "check_interval", "must be positive"
+        if self.max_scale < 1:
+            yield "max_scale", "must be at least 1"
+        if self.max_hold < 0:
+            yield "max_hold", "must not be negative"
+        if self.max_inserts_per_second < 0:
+            yield "max_inserts_per_second", "must be 0 (no limit) or positive"
+        if self.members < 0:
+            yield "members", "must be 0 (the --processes count) or positive"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClickHouseTlsConfig:
     """``tls:`` — how ``https://`` replicas are verified, and the client certificate (B69)."""
 
@@ -183,6 +227,13 @@ class ClickHouseSinkConfig:
     the rows refused alone (about ``2·log2(rows)`` inserts per such row), writes the
     others and applies ``on_record_error`` to those rows. At most this many extra inserts
     per block; past it the block fails. ``0`` fails the block at once."""
+    event_time_column: str = ""
+    """A column holding each row's event time (``DateTime``, ``DateTime64`` or epoch
+    seconds): freshness (``spate_sink_event_to_written_seconds``) is measured from it
+    instead of the source records' timestamps (the Kafka message timestamp). Empty: the
+    records' timestamps."""
+    health: TableHealthConfig = field(default_factory=TableHealthConfig)
+    """Inserts that follow the table's parts and an insert rate (see below)."""
     create_table: Literal["off", "if_missing"] = "off"
     """``if_missing``: create the table at start-up from every replica's probe (``ON
     CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
@@ -246,6 +297,10 @@ class ClickHouseSinkConfig:
         yield from self._settings_errors()
         if self.isolate_max_inserts < 0:
             yield "isolate_max_inserts", "must not be negative"
+        if self.event_time_column and self.event_time_column not in {
+            s.name for s in self.column_specs
+        }:
+            yield "event_time_column", f"{self.event_time_column!r} is not one of the columns"
         if self.router == "distributed":
             if not self.sharding_key:
                 yield "sharding_key", "router: distributed needs a sharding_key"

@@ -54,6 +54,7 @@ class PayloadBatch:
         "_nbytes",
         "_offsets",
         "_payloads",
+        "_read_first_timestamp",
         "_read_keys",
         "_read_offsets",
         "_read_timestamps",
@@ -87,6 +88,7 @@ class PayloadBatch:
         self._read_offsets: Callable[[], list[int]] | None = None
         self._read_keys: Callable[[], list[bytes | None]] | None = None
         self._read_timestamps: Callable[[], list[int]] | None = None
+        self._read_first_timestamp: Callable[[], int] | None = None
 
     @classmethod
     def lazy(
@@ -100,6 +102,7 @@ class PayloadBatch:
         keys: Callable[[], list[bytes | None]] | list[bytes | None],
         timestamps: Callable[[], list[int]] | list[int],
         nbytes: int | None = None,
+        first_timestamp: Callable[[], int] | None = None,
     ) -> PayloadBatch:
         """A batch over whole ``bytes`` payloads; other fields built when first read.
 
@@ -108,6 +111,8 @@ class PayloadBatch:
         thread). ``first_offset`` and ``next_offset`` must agree with what ``offsets()``
         returns. The views of :attr:`payloads` are made from ``values`` when first read.
         ``nbytes``, when given, is the values' total size (:meth:`payload_bytes`).
+        ``first_timestamp``, when given, reads the first record's timestamp alone
+        (:meth:`oldest_timestamp`), so freshness needs no list of them.
         """
         batch = cls.__new__(cls)
         batch.lane = lane
@@ -124,6 +129,7 @@ class PayloadBatch:
         batch._timestamps, batch._read_timestamps = (
             (timestamps, None) if isinstance(timestamps, list) else (None, timestamps)
         )
+        batch._read_first_timestamp = first_timestamp if values else None
         return batch
 
     @property
@@ -169,6 +175,17 @@ class PayloadBatch:
             timestamps = self._timestamps = read() if read is not None else []
             self._read_timestamps = None
         return timestamps
+
+    def oldest_timestamp(self) -> int:
+        """The batch's oldest record timestamp (ms; 0 when unknown or empty), for
+        freshness (B220). From the timestamps when the batch holds them; otherwise the
+        first record's, where the source reads it alone (``first_timestamp``), without
+        building the list nobody asked for (B97); otherwise 0."""
+        timestamps = self._timestamps
+        if timestamps is not None:
+            return min(timestamps, default=0)
+        read = self._read_first_timestamp
+        return read() if read is not None else 0
 
     def __len__(self) -> int:
         count = self._count

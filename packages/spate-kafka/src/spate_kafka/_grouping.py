@@ -53,6 +53,11 @@ def _timestamps_of(messages: list[Message]) -> list[int]:
     return list(map(_second, map(_message_timestamp, messages)))
 
 
+def _first_timestamp_of(messages: list[Message]) -> int:
+    """The first message's timestamp (milliseconds): a batch's event time (freshness)."""
+    return int(_second(_message_timestamp(messages[0])))
+
+
 def _keys_of(messages: list[Message]) -> list[bytes | None]:
     """The keys of ``messages``, for a batch that is asked for them."""
     return list(map(_message_key, messages))
@@ -194,6 +199,7 @@ def _batches(topic: str, lists: dict[int, _Columns]) -> list[PayloadBatch]:
                 keys=partial(_keys_of, messages),
                 timestamps=partial(_timestamps_of, messages),
                 nbytes=nbytes,
+                first_timestamp=partial(_first_timestamp_of, messages),
             )
         )
     return batches

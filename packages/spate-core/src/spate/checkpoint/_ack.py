@@ -71,12 +71,14 @@ class AckToken:
         "_on_fault",
         "_resolver",
         "epoch",
+        "event_time",
         "fault",
         "lane",
         "next_offset",
         "records",
         "seq",
         "status",
+        "written",
     )
 
     def __init__(
@@ -97,6 +99,12 @@ class AckToken:
         self.status = AckStatus.PENDING
         self.fault: str | None = None
         """The first misuse seen, or None."""
+        self.event_time: float | None = None
+        """Wall-clock seconds of the batch's oldest record timestamp, None when unknown
+        (set by the tracker; freshness, B220)."""
+        self.written: dict[tuple[str, str], float] | None = None
+        """When each (sink, table) last wrote rows of this batch, wall-clock seconds
+        (set by sink workers; written → committed, B221)."""
         self._held: set[Hashable] = {CHAIN}
         self._ok = True
         self._resolver = resolver

@@ -157,9 +157,26 @@ class Committer:
             return False
         self._ok.inc()
         self._committed.update(moved)
+        self._measure_committed()
         self._tell_durable(moved)
         logger.debug("committed %s (sync=%s)", moved, sync)
         return True
+
+    def _measure_committed(self) -> None:
+        """Written → committed for every batch the commit just passed (B221)."""
+        passed = self._tracker.take_passed()
+        if not passed:
+            return
+        now = self._clock.time()
+        freshness = self._meter.freshness
+        for written, records in passed:
+            for (sink, table), at in written.items():
+                freshness.series(
+                    names.CKPT_WRITTEN_TO_COMMITTED.name,
+                    component=sink,
+                    component_type="sink",
+                    table=table,
+                ).observe(now - at, records, now)
 
     def _tell_durable(self, taken: Mapping[Lane, int]) -> None:
         """Tell the sinks the durably committed positions that moved (B89).

@@ -31,6 +31,17 @@ from spate.records import Lane, PayloadBatch
 
 logger = logging.getLogger(__name__)
 
+_PASSED_LIMIT = 100_000
+"""Delivered batches remembered for written → committed until a commit takes them; a
+source whose commits keep failing does not grow the list past this."""
+
+
+def _oldest(batch: PayloadBatch) -> float | None:
+    """The batch's oldest record timestamp in wall-clock seconds (B220); None when it is
+    unknown (0) or the batch is empty. Builds no list the batch does not hold (B97)."""
+    oldest = batch.oldest_timestamp()
+    return oldest / 1000.0 if oldest > 0 else None
+
 
 class _LaneState:
     """Mutable per-lane bookkeeping; guarded by the tracker's lock."""
@@ -90,6 +101,7 @@ class PartitionTracker:
         self._lanes: dict[Lane, _LaneState] = {}
         self._epochs: dict[Lane, int] = {}
         self._wake: list[threading.Event] = []
+        self._passed: list[tuple[dict[tuple[str, str], float], int]] = []
         self._delivered_records = 0
         self._failed_records = 0
         self.ignored_resolutions = 0
@@ -165,6 +177,7 @@ class PartitionTracker:
                 self._resolved,
                 self._faulted,
             )
+            token.event_time = _oldest(batch)
             state.queue.append(token)
             state.unresolved += 1
         return token
@@ -227,6 +240,8 @@ class PartitionTracker:
                 queue.popleft()
                 state.watermark = head.next_offset
                 moved = True
+                if head.written and len(self._passed) < _PASSED_LIMIT:
+                    self._passed.append((head.written, head.records))
                 continue
             if status is AckStatus.FAILED and state.failed_since is None:
                 state.failed_since = now
@@ -255,6 +270,14 @@ class PartitionTracker:
                 if state.watermark is not None:
                     out[lane] = state.watermark
         return out
+
+    def take_passed(self) -> list[tuple[dict[tuple[str, str], float], int]]:
+        """What the watermarks passed since the last call: each delivered batch's write
+        times by (sink, table) and its record count. The committer measures written →
+        committed from them once a commit succeeds (B221). Any thread."""
+        with self._lock:
+            passed, self._passed = self._passed, []
+        return passed
 
     def stalled_lanes(self) -> dict[Lane, float]:
         """Lanes whose head batch failed, with seconds since it was first seen (B5)."""

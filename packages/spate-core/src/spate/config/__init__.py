@@ -25,6 +25,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    ReadinessConfig,
     SupervisorConfig,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "MetricsConfig",
     "PipelineConfig",
     "PipelineSection",
+    "ReadinessConfig",
     "SchemaSource",
     "SupervisorConfig",
     "decode",

@@ -54,6 +54,7 @@ from spate.config.models import (
     MetricsConfig,
     PipelineConfig,
     PipelineSection,
+    ReadinessConfig,
     SupervisorConfig,
 )
 from spate.errors import ConfigError, MissingConnectorError, SpateError, bare
@@ -69,6 +70,7 @@ _FRAMEWORK_SECTIONS: dict[str, type[Any]] = {
     "backpressure": BackpressureConfig,
     "admin": AdminConfig,
     "metrics": MetricsConfig,
+    "readiness": ReadinessConfig,
 }
 _CONNECTOR_SECTIONS = ("source", "deserializer", "sink", "sinks")
 TOP_LEVEL_KEYS: tuple[str, ...] = (
@@ -396,6 +398,7 @@ def _build(data: object, file: str | None, resolver: ConnectorResolver | None) -
         backpressure=sections["backpressure"],
         admin=sections["admin"],
         metrics=sections["metrics"],
+        readiness=sections["readiness"],
         source=source,
         deserializer=deserializer,
         sinks=sinks,

@@ -32,6 +32,7 @@ from spate.config.models import (
     DeadLetterSettings,
     MetricsConfig,
     PipelineSection,
+    ReadinessConfig,
     SupervisorConfig,
 )
 
@@ -53,6 +54,7 @@ FRAMEWORK_SECTIONS: tuple[Section, ...] = (
     Section("backpressure", BackpressureConfig),
     Section("admin", AdminConfig),
     Section("metrics", MetricsConfig),
+    Section("readiness", ReadinessConfig),
     Section(
         "dead_letter",
         DeadLetterSettings,

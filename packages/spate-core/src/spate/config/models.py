@@ -166,6 +166,25 @@ class AdminConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReadinessConfig:
+    """``readiness:`` — what else ``/readyz`` asks of a running pipeline (B222)."""
+
+    max_freshness: Duration | None = None
+    """``/readyz`` turns 503 while the p99 of event time → written (any sink, over the
+    last ``freshness_window``) exceeds this; unset, freshness does not count. A window
+    with no rows written does not fail it (``/healthz`` watches a stuck pipeline)."""
+    freshness_window: Duration = 60.0
+    """How far back the p99 of ``max_freshness`` and the status line's freshness look
+    (10 s to 10 min)."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_freshness is not None and self.max_freshness <= 0:
+            yield "max_freshness", "must be positive"
+        if not 10 <= self.freshness_window <= 600:
+            yield "freshness_window", "must be between 10s and 10m"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsConfig:
     """``metrics:`` — which exporter serves the metrics."""
 
@@ -258,6 +277,7 @@ class FrameworkSections:
     backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    readiness: ReadinessConfig = field(default_factory=ReadinessConfig)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,6 +316,7 @@ class PipelineConfig:
     backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    readiness: ReadinessConfig = field(default_factory=ReadinessConfig)
     source: ConnectorSpec
     deserializer: ConnectorSpec | None = None
     sinks: Mapping[str, ConnectorSpec]

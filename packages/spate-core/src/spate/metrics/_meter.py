@@ -14,7 +14,13 @@ from typing import Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from spate.metrics.names import BASE_LABELS, PIPELINE_FAMILIES, MetricFamily
+from spate.metrics._freshness import Freshness, WeightedHistogram
+from spate.metrics.names import (
+    BASE_LABELS,
+    FRESHNESS_FAMILIES,
+    PIPELINE_FAMILIES,
+    MetricFamily,
+)
 
 
 class CounterSeries(Protocol):
@@ -54,14 +60,48 @@ class Meter:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._collectors: dict[str, Counter | Gauge | Histogram] = {}
+        self._weighted: dict[str, WeightedHistogram] = {}
         for family in declare or ():
-            self._collector(family)
+            if family.weighted:
+                self._weighted_histogram(family)
+            else:
+                self._collector(family)
+        self._freshness: Freshness | None = None
+
+    def _weighted_histogram(self, family: MetricFamily) -> WeightedHistogram:
+        with self._lock:
+            existing = self._weighted.get(family.name)
+            if existing is None:
+                existing = self._weighted[family.name] = WeightedHistogram(
+                    family.name,
+                    family.help,
+                    (*BASE_LABELS, *family.labels),
+                    registry=self.registry,
+                    buckets=family.buckets or Histogram.DEFAULT_BUCKETS,
+                )
+            return existing
+
+    @property
+    def freshness(self) -> Freshness:
+        """The pipeline's freshness series (B220): sinks and the committer record into it,
+        the status line and ``/readyz`` read it."""
+        with self._lock:
+            found = self._freshness
+        if found is None:
+            histograms = {f.name: self._weighted_histogram(f) for f in FRESHNESS_FAMILIES}
+            with self._lock:
+                if self._freshness is None:
+                    self._freshness = Freshness(histograms, self.pipeline)
+                found = self._freshness
+        return found
 
     def label_names(self, family: MetricFamily) -> tuple[str, ...]:
         """All label names of ``family``'s series: the base labels, then its own."""
         return (*BASE_LABELS, *family.labels)
 
     def _collector(self, family: MetricFamily) -> Counter | Gauge | Histogram:
+        if family.weighted:
+            raise ValueError(f"{family.name} is recorded through meter.freshness")
         with self._lock:
             existing = self._collectors.get(family.name)
             if existing is not None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from spate.metrics._freshness import FRESHNESS_BUCKETS
+
 BASE_LABELS: tuple[str, ...] = ("pipeline", "component", "component_type")
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -24,6 +26,9 @@ class MetricFamily:
     help: str
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] | None = None
+    weighted: bool = False
+    """A histogram whose observations carry a count (rows of a batch): exported alike,
+    recorded through :class:`spate.metrics.Freshness` (B220)."""
 
 
 def _c(name: str, help: str, *labels: str) -> MetricFamily:
@@ -148,6 +153,39 @@ SINK_ISOLATE_INSERTS = _c(
     "Extra inserts made to isolate the rows of blocks the server refused.",
 )
 
+SINK_EVENT_TO_WRITTEN = MetricFamily(
+    "spate_sink_event_to_written_seconds",
+    "histogram",
+    "Seconds from a row's event time (its source record's timestamp, or the sink's "
+    "event-time column) to the end of the insert that wrote it; one count per row.",
+    ("table",),
+    FRESHNESS_BUCKETS,
+    weighted=True,
+)
+
+SINK_TABLE_PARTS = _g(
+    "spate_sink_table_active_parts",
+    "Active parts of the busiest partition of the sink's table, as last read (a sink "
+    "that follows its table's health).",
+    "table",
+)
+SINK_TABLE_PRESSURE = _g(
+    "spate_sink_table_pressure",
+    "0 while the table is healthy, rising to 1 at parts_to_throw_insert or after TOO_MANY_PARTS.",
+    "table",
+)
+SINK_BATCH_MAX_ROWS = _g(
+    "spate_sink_batch_max_rows",
+    "The max_rows batches seal at now: the configured one, grown under table pressure.",
+    "table",
+)
+SINK_INSERT_WAIT = _c(
+    "spate_sink_insert_wait_seconds_total",
+    "Seconds inserts waited before being sent, by cause (pressure, rate).",
+    "table",
+    "cause",
+)
+
 # Tiers (memory, spool, tee)
 TIER_HELD_RECORDS = _g(
     "spate_tier_held_records", "Records a tier holds that the next tier has not settled."
@@ -188,6 +226,15 @@ CKPT_WATERMARK_AGE = _g(
     "spate_checkpoint_watermark_age_seconds",
     "Seconds since the lane's committable watermark last advanced while work was pending.",
     "lane",
+)
+CKPT_WRITTEN_TO_COMMITTED = MetricFamily(
+    "spate_checkpoint_written_to_committed_seconds",
+    "histogram",
+    "Seconds from a sink's write of a source batch to the commit of a position past it, "
+    "by sink (component) and table; one count per record.",
+    ("table",),
+    FRESHNESS_BUCKETS,
+    weighted=True,
 )
 
 # Coordination
@@ -242,6 +289,9 @@ COORDINATION_FAMILIES: tuple[MetricFamily, ...] = tuple(
     family for family in ALL_FAMILIES if family.name.startswith("spate_coordination_")
 )
 """Families that apply only to a pipeline with a ``coordination:`` section."""
+
+FRESHNESS_FAMILIES: tuple[MetricFamily, ...] = (SINK_EVENT_TO_WRITTEN, CKPT_WRITTEN_TO_COMMITTED)
+"""The weighted histograms of end-to-end freshness (B220-B223)."""
 
 PIPELINE_FAMILIES: tuple[MetricFamily, ...] = tuple(
     family for family in ALL_FAMILIES if family not in COORDINATION_FAMILIES

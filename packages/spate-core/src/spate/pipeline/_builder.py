@@ -32,6 +32,7 @@ from spate.config.models import (
     CheckpointConfig,
     DeadLetterSettings,
     PipelineConfig,
+    ReadinessConfig,
 )
 from spate.errors import ConfigError, SpateError, bare
 from spate.flow._budget import InflightBudget
@@ -99,6 +100,7 @@ class Pipeline:
         dead_letter: Sink | None = None,
         dead_letter_settings: DeadLetterSettings | None = None,
         position: RecordPosition | None = None,
+        readiness: ReadinessConfig | None = None,
     ) -> None:
         """Assemble a pipeline from built components; nothing connects until ``run()``.
 
@@ -113,6 +115,7 @@ class Pipeline:
         ``dead_letter`` is the sink records under a ``dead_letter`` error policy go to,
         offered in ``dead_letter_settings.format`` (``kafka``; else ``row``) and under its
         limits (B71, B72); it runs, flushes and drains like the other sinks.
+        ``readiness`` adds ``readiness.max_freshness`` to ``/readyz`` (B222).
         ``position`` is the cell effectively-once sinks were built with
         (``BuildContext.position``, B88): the chain sets it to each record's offset.
         """
@@ -145,6 +148,7 @@ class Pipeline:
         self.gc_threshold = gc_threshold
         self.source_type = source_type
         self.status_interval = status_interval
+        self.readiness = readiness
         self._processor = processor
         self.position = position
         self._chains: ChainsFn | None = None
@@ -293,6 +297,7 @@ class Pipeline:
             source_type=self.source_type,
             status_interval=self.status_interval,
             lane_stall_after=self.lane_stall_after,
+            readiness=self.readiness,
         )
         self._health.target = runtime
         restore = install_signal_handlers(self._shutdown) if self.handle_signals else None
@@ -383,6 +388,7 @@ def assemble(
             dead_letter=parts.dead_letter,
             dead_letter_settings=parts.dead_letter_settings,
             position=parts.position,
+            readiness=config.readiness,
         )
         if chains is not None:
             pipeline.chains(chains)

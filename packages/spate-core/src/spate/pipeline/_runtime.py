@@ -38,7 +38,7 @@ from spate._clock import Clock, SystemClock
 from spate.checkpoint._ack import AckToken
 from spate.checkpoint._committer import Committer
 from spate.checkpoint._tracker import PartitionTracker
-from spate.config.models import BackpressureConfig, CheckpointConfig
+from spate.config.models import BackpressureConfig, CheckpointConfig, ReadinessConfig
 from spate.errors import ErrorClass, FatalError, SourceError, SpateError
 from spate.flow._budget import InflightBudget
 from spate.flow._gate import PendingGate
@@ -99,6 +99,7 @@ class PipelineRuntime:
         source_type: str = "source",
         status_interval: float = 0.0,
         lane_stall_after: float | None = None,
+        readiness: ReadinessConfig | None = None,
     ) -> None:
         self.name = name
         self._source_type = source_type
@@ -110,6 +111,7 @@ class PipelineRuntime:
         self._cfg = checkpoint
         self._clock = clock
         self._meter = meter
+        self._readiness = readiness if readiness is not None else ReadinessConfig()
         self._budget = budget
         self._shutdown = shutdown
         self._wake = wake
@@ -164,7 +166,14 @@ class PipelineRuntime:
         self._heartbeat = clock.monotonic()
         self._started_at = clock.monotonic()
         self._gauges_due = self._started_at
-        self._status = StatusLine(name, interval=status_interval, meter=meter, now=self._started_at)
+        self._status = StatusLine(
+            name,
+            interval=status_interval,
+            meter=meter,
+            now=self._started_at,
+            freshness_window=self._readiness.freshness_window,
+            wall=clock.time,
+        )
         # Metric series, created once.
         # One series per lane and event, labelled with the source connector's name; a
         # source reporting its own lag sets the same series (B23).
@@ -323,6 +332,24 @@ class PipelineRuntime:
                 return False, f"sink {sink.name} probe raised: {exc}"
             if not ready:
                 return False, f"sink {sink.name} not ready"
+        return self._fresh_enough()
+
+    def _fresh_enough(self) -> tuple[bool, str]:
+        """``readiness.max_freshness`` against the recent p99 of event time → written of
+        every sink (B222). Any thread; reads the meter's recent counts only."""
+        bound = self._readiness.max_freshness
+        if bound is None:
+            return True, "ready"
+        window = self._readiness.freshness_window
+        recent = self._meter.freshness.quantiles(
+            names.SINK_EVENT_TO_WRITTEN.name, self._clock.time(), window, (0.99,)
+        )
+        for where, (p99,) in sorted(recent.items()):
+            if p99 is not None and p99 > bound:
+                return False, (
+                    f"freshness p99 of {where} is {p99:.1f}s over the last {window:.0f}s, "
+                    f"above readiness.max_freshness {bound:g}s"
+                )
         return True, "ready"
 
     def liveness(self, stall_after: float) -> tuple[bool, str]:

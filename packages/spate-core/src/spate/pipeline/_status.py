@@ -28,8 +28,19 @@ _WAITING = "the source to assign some"
 class StatusLine:
     """Logs the status line on its interval (pipeline thread only)."""
 
-    def __init__(self, pipeline: str, *, interval: float, meter: Meter, now: float) -> None:
+    def __init__(
+        self,
+        pipeline: str,
+        *,
+        interval: float,
+        meter: Meter,
+        now: float,
+        freshness_window: float = 60.0,
+        wall: Callable[[], float] | None = None,
+    ) -> None:
         self.pipeline = pipeline
+        self._freshness_window = freshness_window
+        self._wall = wall
         self.interval = interval
         self._meter = meter
         self._due = now + interval
@@ -87,7 +98,7 @@ class StatusLine:
         else:
             logger.info(
                 "pipeline %s: in %.0f rec/s, out %.0f rec/s, lag %s, last commit %s, "
-                "paused %d of %d lane(s), dropped %d",
+                "paused %d of %d lane(s), dropped %d%s",
                 self.pipeline,
                 rate_in,
                 rate_out,
@@ -96,11 +107,33 @@ class StatusLine:
                 paused,
                 lanes,
                 dropped,
+                self._freshness_text(),
             )
         self._due = now + self.interval
         self._last_at = now
         self._last_in = records_in
         self._last_out = records_out
+
+    def _freshness_text(self) -> str:
+        """``, freshness p50 1.2s p99 4.5s`` — event time → written over the recent
+        window, the worst sink's p99 (and its p50); empty before any row is written
+        within it (B223)."""
+        if self._wall is None:
+            return ""
+        recent = self._meter.freshness.quantiles(
+            names.SINK_EVENT_TO_WRITTEN.name, self._wall(), self._freshness_window
+        )
+        worst: tuple[float, float] | None = None
+        for p50, p99 in recent.values():
+            if p50 is not None and p99 is not None and (worst is None or p99 > worst[1]):
+                worst = (p50, p99)
+        if worst is None:
+            return ""
+        return f", freshness p50 {_seconds(worst[0])} p99 {_seconds(worst[1])}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
 
 
 def _lag_text(meter: Meter, lanes: int) -> str:

@@ -60,6 +60,7 @@ from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
+from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, StartingRouter, WeightedHashRouter
@@ -262,6 +263,7 @@ class SinkPool:
             next_wake=self._next_wake,
             fence=self._fence,
             stopping=self._stopped,
+            freshness=WriteFreshness(meter, name, component_type, connector),
         )
 
     @classmethod
@@ -528,7 +530,8 @@ class SinkPool:
                 if batch is None:
                     batch = self._open_batch(shard, force=True)
                     assert batch is not None
-                stop = min(count, start + max_rows - batch.rows)
+                # max(…, 1): never a negative room, whatever the limits were before.
+                stop = min(count, start + max(max_rows - batch.rows, 1))
                 batch.nbytes += append(batch.buffer, part, start, stop)
                 batch.rows += stop - start
                 start = stop
@@ -701,6 +704,22 @@ class SinkPool:
         shard.m_errors["record"].inc()
         if batch.rows == 0:
             shard.open = None
+
+    def resize(self, *, max_rows: int, max_bytes: int, linger: float) -> None:
+        """Change the limits open batches seal at (``batch.max_rows``, ``max_bytes``,
+        ``linger``): a connector following its destination's health grows them and
+        returns them (B225). Sealed batches keep their size. Any thread."""
+        with self._cond:
+            self._max_rows = max(int(max_rows), 1)
+            self._max_bytes = max(int(max_bytes), 1)
+            self._linger = max(float(linger), 0.0)
+            for shard in self._shards:
+                # An open batch already past the smaller limit is sealed now: cutting
+                # the next rows into it would count from a negative room.
+                batch = shard.open
+                if batch is not None and batch.rows >= self._max_rows:
+                    self._seal(shard, "max_rows")
+            self._cond.notify_all()
 
     def tick(self) -> None:
         """Checkpoint tick: seal every partial batch so its acks can resolve (B10).

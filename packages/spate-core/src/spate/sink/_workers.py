@@ -24,6 +24,7 @@ from spate.checkpoint._ack import AckToken, release_all
 from spate.flow._contract import ByteBudget
 from spate.sink._attempts import attempt, judge_breaker, outcome, retry_at
 from spate.sink._batching import PoolBatch
+from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent
 from spate.sink._retry import Backoff
 from spate.sink._shard import Replica, Shard
@@ -72,6 +73,7 @@ class PoolWorkers:
         next_wake: Callable[[float], float | None],
         fence: Callable[[Shard, object, PoolBatch, Intent], None],
         stopping: Callable[[], bool],
+        freshness: WriteFreshness | None = None,
     ) -> None:
         """``next_work(now)`` (lock held): seal lingering batches and pick one due now;
         ``next_wake(now)`` (lock held): when something may come due; ``fence`` (lock NOT
@@ -86,6 +88,7 @@ class PoolWorkers:
         self._next_wake = next_wake
         self._fence = fence
         self._stopping = stopping
+        self._freshness = freshness
 
     def run(self) -> None:
         """A worker thread: wait for a due batch, write it, until the pool stops."""
@@ -132,6 +135,8 @@ class PoolWorkers:
         result = outcome(error)
         now = self._clock.monotonic()
         elapsed = max(now - started, 0.0)
+        freshness = self._freshness if error is None else None
+        column = freshness.column_time(batch.buffer) if freshness is not None else None
         settled: list[Settled] = []
         with self._cond:
             shard.writing.discard(batch)
@@ -144,6 +149,8 @@ class PoolWorkers:
                 if not batch.done:
                     shard.m_records.inc(batch.rows)
                     shard.m_bytes.inc(batch.nbytes)
+                    if freshness is not None:
+                        freshness.written(batch, self._clock.time(), column)
                     settled.append(settle_batch(batch, True))
             elif result == "retryable":
                 if len(shard.replicas) > 1 and shard.preferred == replica.index:
