@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol, runtime_checkable
 
 from spate._clock import Clock
 from spate.checkpoint._tracker import PartitionTracker
@@ -31,9 +31,7 @@ from spate.errors import ErrorClass, SourceError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-
-if TYPE_CHECKING:  # annotations only
-    from spate.source._contract import Source
+from spate.source._contract import DurableCommitSource, Source
 
 
 class TickedSink(Protocol):
@@ -41,6 +39,14 @@ class TickedSink(Protocol):
     this layer; every :class:`spate.sink.Sink` has it."""
 
     def tick(self) -> None: ...
+
+
+@runtime_checkable
+class CommitObservingSink(Protocol):
+    """Optional part of a sink: told which positions the source's store confirmed, so an
+    effectively-once sink can forget the block intents those commits passed (B89)."""
+
+    def on_committed(self, positions: Mapping[Lane, int]) -> None: ...
 
 
 logger = logging.getLogger(__name__)
@@ -69,9 +75,8 @@ class Committer:
         self._committed: dict[Lane, int] = {}
         # What the source's store acknowledged, when it says so (B89), and what the sinks
         # were last told is durable.
-        durable = getattr(source, "durable_commits", None)
         self._durable: Callable[[], Mapping[Lane, int]] | None = (
-            durable if callable(durable) else None
+            source.durable_commits if isinstance(source, DurableCommitSource) else None
         )
         self._told: dict[Lane, int] = {}
         self._meter = meter
@@ -194,9 +199,8 @@ class Committer:
         told.update(moved)
         for sink in self._sinks.values():
             # Effectively-once sinks delete the block intents a commit has passed (B89).
-            on_committed = getattr(sink, "on_committed", None)
-            if on_committed is not None:
-                on_committed(moved)
+            if isinstance(sink, CommitObservingSink):
+                sink.on_committed(moved)
 
     def _failed(self, lanes: int, sync: bool) -> None:
         """Count and log the commit that just raised (called inside its ``except``)."""

@@ -167,6 +167,7 @@ class AssignmentWaitSource(Protocol):
         ...
 
 
+@runtime_checkable
 class DurableCommitSource(Protocol):
     """Optional part of a source: which commits its store has acknowledged (B89).
 
