@@ -3,6 +3,7 @@ name exists, with ``__version__`` equal to the installed distribution's version.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import tomllib
 from importlib import metadata
@@ -67,3 +68,38 @@ def test_every_entry_point_names_a_public_object(project: str, entry: str, refer
     assert exported is not None and head in exported, (
         f"{project}: {entry} = {reference!r}: {head} is not in {module}.__all__"
     )
+
+
+def _public_modules() -> list[Path]:
+    """Every public module of a connector package: ``spate_<name>/<module>.py`` without
+    a leading underscore (ADR 0016)."""
+    return sorted(
+        path for path in ROOT.glob("packages/*/src/spate_*/*.py") if not path.name.startswith("_")
+    )
+
+
+@pytest.mark.parametrize("path", _public_modules(), ids=lambda p: f"{p.parent.name}.{p.stem}")
+def test_every_public_connector_module_states_its_names(path: Path) -> None:
+    """B186: a public module of a connector (``config.py``, ``cli.py``, ``testing.py``) has
+    an ``__all__`` naming objects it defines, and every public class it defines is in it."""
+    tree = ast.parse(path.read_text())
+    defined: set[str] = set()
+    classes: set[str] = set()
+    exported: list[str] | None = None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            classes.add(node.name)
+            defined.add(node.name)
+        elif isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    if target.id == "__all__":
+                        exported = list(ast.literal_eval(node.value))  # type: ignore[arg-type]
+                    defined.add(target.id)
+    assert exported is not None, f"{path.name} of {path.parent.name} has no __all__"
+    assert set(exported) <= defined, sorted(set(exported) - defined)
+    missing = {name for name in classes if not name.startswith("_")} - set(exported)
+    assert not missing, f"public classes left out of __all__: {sorted(missing)}"

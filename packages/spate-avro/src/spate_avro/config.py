@@ -15,6 +15,14 @@ from urllib.parse import urlsplit
 from spate import ErrorPolicy, Secret, config
 from spate.config import Duration, tls_file_errors
 
+__all__ = [
+    "AvroConfig",
+    "AvroMode",
+    "RegistryConfig",
+    "RegistrySettings",
+    "SchemaSource",
+]
+
 AvroMode = Literal["confluent", "raw", "single_object"]
 
 

@@ -45,6 +45,15 @@ from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryC
 from spate_clickhouse._endpoint import EndpointError, parse_endpoint
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
+__all__ = [
+    "ClickHouseSinkConfig",
+    "ClickHouseTlsConfig",
+    "ColumnSpec",
+    "TableHealthConfig",
+    "TableOptions",
+    "TimeoutsConfig",
+]
+
 RESERVED_SETTINGS: frozenset[str] = frozenset(
     {"insert_deduplication_token", "insert_deduplicate", "wait_end_of_query"}
 )

@@ -40,6 +40,17 @@ from spate.plugins import BuildContext, PluginKind
 
 from spate_coordination._store import TOKEN_RE, CoordinationStore
 
+__all__ = [
+    "CoordinationConfig",
+    "CoordinationStoreFactory",
+    "JobStore",
+    "MemoryStoreConfig",
+    "NatsStoreConfig",
+    "NatsTlsConfig",
+    "load_coordination_config",
+    "load_store_factory",
+]
+
 _BUCKET_PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -32,6 +32,10 @@ from spate.testing.conformance import Conformance, ConformanceFailure, Promise
 
 from spate_coordination._store import CoordinationStore, Keyspace
 
+__all__ = [
+    "CoordinationStoreConformance",
+]
+
 STORE_CAS = Promise(
     "B24", "create-if-absent and compare-and-set refuse a present key or a stale revision"
 )

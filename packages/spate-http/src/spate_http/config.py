@@ -33,6 +33,13 @@ from spate.config import Duration, parse_duration
 
 from spate_http._query import masked_url
 
+__all__ = [
+    "HttpPollConfig",
+    "HttpRetryConfig",
+    "PaginationConfig",
+    "Window",
+]
+
 _FUNCTION = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
 
 

@@ -30,6 +30,12 @@ from spate.errors import ErrorPolicy
 from spate.sink.config import BreakerConfig, RetryConfig
 from spate_parquet import SchemaError, parse_schema
 
+__all__ = [
+    "CommitRetryConfig",
+    "EncoderConfig",
+    "HuggingFaceSinkConfig",
+]
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_TEMPLATE = (
     "data/date={start:%Y-%m-%d}/hour={start:%H}/part-{start:%Y%m%dT%H%M%S}-{hash}.{ext}"

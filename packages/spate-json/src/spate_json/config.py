@@ -14,6 +14,12 @@ from typing import Literal
 from spate import ErrorPolicy
 from spate.config import SchemaSource
 
+__all__ = [
+    "JsonConfig",
+    "JsonFraming",
+    "JsonSchemaSource",
+]
+
 JsonFraming = Literal["single", "ndjson", "array"]
 
 _TARGET = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")

@@ -53,6 +53,17 @@ from spate_kafka._security import KafkaSecurityConfig
 from spate_kafka._sink import KafkaSinkConfig
 from spate_kafka.config import KafkaSourceConfig
 
+__all__ = [
+    "Connection",
+    "DeadLetterRecord",
+    "DlqCommand",
+    "ReplayError",
+    "ReplayProgress",
+    "dead_letter_topic",
+    "read_dead_letters",
+    "replay",
+]
+
 HEADER_PREFIX = "spate.error."
 _PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.")
 TIMEOUT = 30.0

@@ -18,6 +18,10 @@ from spate_kafka._passthrough import CONSUMER_OWNED, librdkafka_errors, passthro
 from spate_kafka._rebalance import protocol_settings, worker_instance_id
 from spate_kafka._security import KafkaSecurityConfig
 
+__all__ = [
+    "KafkaSourceConfig",
+]
+
 CONSUMER_DEFAULTS: Mapping[str, str] = {
     # A new group reads the topic from the start, as Kafka Connect sinks do.
     "auto.offset.reset": "earliest",

@@ -39,6 +39,13 @@ from spate.sink.config import BreakerConfig, RetryConfig
 
 from spate_parquet._schema import SchemaError, parse_schema
 
+__all__ = [
+    "AuditConfig",
+    "Compression",
+    "ParquetSinkConfig",
+    "S3Config",
+]
+
 Compression = Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"]
 
 

@@ -16,6 +16,12 @@ from typing import Literal
 
 from spate_avro import RegistrySettings
 
+__all__ = [
+    "EnumStyle",
+    "ProtobufConfig",
+    "ProtobufMode",
+]
+
 ProtobufMode = Literal["confluent", "raw"]
 EnumStyle = Literal["names", "numbers"]
 

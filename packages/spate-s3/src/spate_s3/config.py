@@ -32,6 +32,13 @@ from urllib.parse import unquote, urlsplit
 from spate import NO_SECRET, Secret
 from spate.config import ByteSize, Duration, tls_file_errors
 
+__all__ = [
+    "Compression",
+    "Framing",
+    "Location",
+    "S3SourceConfig",
+]
+
 Compression = Literal["auto", "none", "gzip", "zstd"]
 Framing = Literal["ndjson", "lines", "avro_ocf"]
 
