@@ -26,7 +26,7 @@ from spate.metrics import Meter
 from spate.ops import NO_RECORD, ChainContext, Stalled, build_chain, compile_chain
 from spate.records import PayloadBatch
 from spate.sink import BatchConfig, InflightConfig, PoolConfig
-from spate.testing import scripted_pool
+from spate.testing import AckRecorder, scripted_pool
 
 LANE = Lane("orders", 3)
 
@@ -69,12 +69,8 @@ def make_batch(payloads: list[bytes]) -> PayloadBatch:
     )
 
 
-class Acks:
-    def __init__(self) -> None:
-        self.status: list[AckStatus] = []
-
-    def new(self, n: int) -> AckToken:
-        return AckToken(LANE, 0, 1, 100 + n, n, lambda t: self.status.append(t.status))
+def Acks() -> AckRecorder:
+    return AckRecorder(LANE, first_offset=100)
 
 
 def counter(meter: Meter, name: str, **labels: str) -> float:
@@ -145,7 +141,7 @@ def test_b3_dropped_records_resolve_delivered_and_are_counted_by_reason() -> Non
     ack.release()
     for pool in (paid, refunded):
         assert pool.flush(clock.monotonic() + 5)
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
     assert ops_metric(meter, "spate_operator_dropped_total", reason="filter") == 1
     assert ops_metric(meter, "spate_operator_dropped_total", reason="error") == 1
     assert ops_metric(meter, "spate_operator_dropped_total", reason="unrouted") == 1
@@ -175,7 +171,7 @@ def test_b3_batch_of_only_dropped_records_resolves_when_the_chain_lets_go() -> N
     assert processor.process(make_batch([b"1", b"2", b"3"]), ack) is None
     assert ack.holders == 1  # nothing was retained by the sink
     ack.release()
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
     assert ends.attempts == []
 
 
@@ -207,7 +203,7 @@ def test_b8_stalled_batch_resumes_at_the_exact_child_and_runs_no_operator_twice(
     assert ends.rows() == expected_rows  # each row once, in order
     assert [c for c in calls if c[0] == "flat_map"] == [("flat_map", n) for n in (1, 2, 3, 4)]
     assert [c[1] for c in calls if c[0] == "inspect"] == [r[0] for r in expected_rows]
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
 
 
 def test_b21_not_ready_record_stalls_and_is_decoded_again_never_dropped() -> None:
@@ -265,7 +261,7 @@ def test_b28_row_the_sink_cannot_encode_follows_the_record_policy(policy: ErrorP
     ack.release()
     assert pool.flush(clock.monotonic() + 5)
     assert ends.rows() == [1, 3]
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
     assert ops_metric(meter, "spate_operator_dropped_total", reason="record_error") == 1
 
 

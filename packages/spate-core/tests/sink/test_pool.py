@@ -26,24 +26,15 @@ from spate.sink import (
     ShardConfig,
     SinkPool,
 )
-from spate.testing import delay, scripted_pool
+from spate.testing import AckRecorder, delay, scripted_pool
 
 from tests.support.scale import scaled
 
 LANE = Lane("t", 0)
 
 
-class Acks:
-    """Creates ack tokens and remembers how each resolved."""
-
-    def __init__(self) -> None:
-        self.status: dict[int, AckStatus] = {}
-        self._seq = 0
-
-    def new(self) -> AckToken:
-        self._seq += 1
-        seq = self._seq
-        return AckToken(LANE, 0, seq, seq, 1, lambda t: self.status.__setitem__(t.seq, t.status))
+def Acks() -> AckRecorder:
+    return AckRecorder(LANE)
 
 
 def metric(meter: Meter, name: str, **labels: str) -> float:

@@ -35,6 +35,7 @@ from spate.sink import (
 from spate.sink.tiers._store import StoredBatch, read_records
 from spate.testing import (
     STUCK,
+    AckRecorder,
     CaptureScript,
     CaptureSink,
     ScriptedEndpoints,
@@ -49,17 +50,8 @@ from tests.support.crash import died
 LANE = Lane("t", 0)
 
 
-class Acks:
-    """Creates ack tokens and remembers how each resolved."""
-
-    def __init__(self) -> None:
-        self.status: dict[int, AckStatus] = {}
-        self._seq = 0
-
-    def new(self) -> AckToken:
-        self._seq += 1
-        seq = self._seq
-        return AckToken(LANE, 0, seq, seq, 1, lambda t: self.status.__setitem__(t.seq, t.status))
+def Acks() -> AckRecorder:
+    return AckRecorder(LANE)
 
 
 def metric(meter: Meter, name: str) -> float:

@@ -9,28 +9,21 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from spate import AckStatus, AckToken, Lane, ManualClock
+from spate import AckStatus, Lane, ManualClock
 from spate.config import parse_config
 from spate.errors import ConfigError
 from spate.metrics import Meter
 from spate.plugins import default_registry
 from spate.sink import MemoryTier, MemoryTierConfig, Offer, TeeSink
-from spate.testing import capture_sink, delay, read_file_sink
+from spate.testing import AckRecorder, capture_sink, delay, read_file_sink
 
 from tests.support.scale import scaled
 
 LANE = Lane("t", 0)
 
 
-class Acks:
-    def __init__(self) -> None:
-        self.status: dict[int, AckStatus] = {}
-        self._seq = 0
-
-    def new(self) -> AckToken:
-        self._seq += 1
-        seq = self._seq
-        return AckToken(LANE, 0, seq, seq, 1, lambda t: self.status.__setitem__(t.seq, t.status))
+def Acks() -> AckRecorder:
+    return AckRecorder(LANE)
 
 
 def test_memory_tier_holds_acks_until_the_next_tier_wrote_the_rows() -> None:

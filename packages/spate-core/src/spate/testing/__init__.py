@@ -10,6 +10,7 @@
   the process, for multi-process delivery tests;
 * :class:`CopyToSinkProcessor`: a minimal batch processor for runtime tests;
 * :class:`ManualClock`: time that moves only when told to;
+* :class:`AckRecorder`: ack tokens as a source makes them, and how each resolved;
 * :class:`ScriptedFrameEndpoints`, :class:`ArrowTableBuffer` and
   :class:`IntFrameDeserializer`: a frame-taking connector with scripted outcomes and a
   frame deserializer, for tests of the columnar path (``spate[columnar]``);
@@ -20,6 +21,7 @@
 """
 
 from spate._clock import ManualClock
+from spate.testing._acks import AckRecorder
 from spate.testing._buffered import BufferedSink, Row, SealedBatch
 from spate.testing._capture_sink import (
     FATAL,
@@ -51,6 +53,7 @@ __all__ = [
     "OK",
     "RETRYABLE",
     "STUCK",
+    "AckRecorder",
     "ArrowTableBuffer",
     "BufferedSink",
     "CaptureScript",
