@@ -127,12 +127,7 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
 
     def wait_for_a_write() -> None:
         """While events are still produced, wait until the pipeline has written since."""
-        before = rows_written()
-        run.wait(
-            lambda: rows_written() > before or not run.producer.is_alive(),
-            120,
-            "a write by the pipeline",
-        )
+        run.wait_for_growth(rows_written, 120, "a write by the pipeline", or_done=True)
 
     def member_assigned(path: Path) -> bool:
         return path.exists() and "partitions assigned" in path.read_text(errors="replace")

@@ -73,8 +73,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
 
     def wait_for_a_write() -> None:
         """Wait until the (re)started process has written, i.e. is past its start-up."""
-        before = rows_written()
-        run.wait(lambda: rows_written() > before, 120, "a write by the new process")
+        run.wait_for_growth(rows_written, 120, "a write by the new process")
 
     outage = 15.0 * min(1.0, max(current_scale() * 2, 0.4))
 

@@ -136,8 +136,7 @@ def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
         return sum(committed_offsets(kafka_bootstrap, group, topic).values())
 
     def wait_for_progress(what: str) -> None:
-        before = committed_total()
-        run.wait(lambda: committed_total() > before, 180, what)
+        run.wait_for_growth(committed_total, 180, what)
 
     def faults() -> None:
         run.wait_produced(0.15)

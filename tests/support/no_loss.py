@@ -142,6 +142,18 @@ class NoLossRun:
                 f"{exc}; exit code {self.proc.poll()}; log: {self.tail()}"
             ) from None
 
+    def wait_for_growth(
+        self, measure: Callable[[], int], timeout: float, what: str, *, or_done: bool = False
+    ) -> None:
+        """Until ``measure()`` (rows written, offsets committed) passes what it reads now;
+        with ``or_done``, also once the producer has finished (nothing more may come)."""
+        before = measure()
+        self.wait(
+            lambda: measure() > before or (or_done and not self.producer.is_alive()),
+            timeout,
+            what,
+        )
+
     def wait_produced(self, share: float) -> None:
         wait_until(
             lambda: self.producer.produced >= self.count * share, 300, f"{share:.0%} produced"
