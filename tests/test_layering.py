@@ -231,3 +231,46 @@ def test_sink_tiers_sit_above_the_pool() -> None:
             if imported == "spate.sink.tiers" or imported.startswith("spate.sink.tiers."):
                 downward.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {imported}")
     assert not downward, "the pool imports a tier:\n" + "\n".join(downward)
+
+
+# The sink pool and its collaborators, lowest first: each imports only those before it.
+POOL_ORDER = (
+    "spate.sink._workers",
+    "spate.sink._admission",
+    "spate.sink._lanes",
+    "spate.sink._pool",
+)
+
+# The modules of the sink seam where a capability is read through a declared protocol.
+SEAM = ("spate.ops._compile", "spate.ops._columnar", "spate.sink._contract", *POOL_ORDER)
+
+
+def test_b205_the_pools_collaborators_import_downward() -> None:
+    """B205: workers, admission, effectively-once lanes, pool; every import counts."""
+    upward = []
+    for path, src in _sources():
+        module = _module_name(path, src)
+        if src != CORE or module not in POOL_ORDER:
+            continue
+        for imported, line in _every_import(ast.parse(path.read_text()), module, False):
+            if imported in POOL_ORDER and POOL_ORDER.index(imported) > POOL_ORDER.index(module):
+                upward.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {imported}")
+    assert not upward, "a collaborator imports one above it:\n" + "\n".join(upward)
+
+
+def test_b205_no_attribute_probing_on_the_sink_seam() -> None:
+    """B205: capabilities on the seam are declared protocols, not ``getattr``/``hasattr``."""
+    probes = []
+    for path, src in _sources():
+        if src != CORE or _module_name(path, src) not in SEAM:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+            ):
+                probes.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.func.id}")
+        if "type: ignore[attr-defined]" in path.read_text():
+            probes.append(f"{path.relative_to(ROOT)}: type: ignore[attr-defined]")
+    assert not probes, "attribute probing on the sink seam:\n" + "\n".join(probes)

@@ -16,7 +16,14 @@ from spate.ops._builder import (
 )
 from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor, ReportsSkips, Stalled
-from spate.ops._deser import NO_RECORD, Deserializer, ManyDeserializer, whole_payload
+from spate.ops._deser import (
+    NO_RECORD,
+    Deserializer,
+    ManyDeserializer,
+    PolicyDeserializer,
+    own_policy,
+    whole_payload,
+)
 from spate.ops._stage import Cursor
 
 __all__ = [
@@ -29,12 +36,14 @@ __all__ = [
     "Deserializer",
     "Emitter",
     "ManyDeserializer",
+    "PolicyDeserializer",
     "ReportsSkips",
     "SinkHandle",
     "Split",
     "Stalled",
     "build_chain",
     "compile_chain",
+    "own_policy",
     "plain_column",
     "plain_table",
     "whole_payload",

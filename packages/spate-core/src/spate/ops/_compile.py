@@ -20,7 +20,7 @@ from spate.ops._builder import Chain, ChainContext, ChainSpec, SinkTerminal, bui
 from spate.ops._codegen import FusedChain
 from spate.ops._contract import BatchProcessor, Stalled
 from spate.ops._deadletter import DeadLetter
-from spate.ops._deser import Deserializer, ManyDeserializer
+from spate.ops._deser import Deserializer, ManyDeserializer, own_policy
 from spate.ops._interp import Interpreter
 from spate.ops._stage import ChainRuntime
 from spate.records import PayloadBatch
@@ -162,8 +162,7 @@ def _compile_frames(
     from spate.ops._columnar import FrameProcessor
 
     if deser_policy is None:
-        found = getattr(deserializer, "on_error", None)
-        deser_policy = found if isinstance(found, ErrorPolicy) else None
+        deser_policy = own_policy(deserializer)
     rt = ChainRuntime(  # counters and policies only: the frame path decodes by batch
         ChainSpec((), SplitTerminal(_no_route, spec.unrouted)),
         deserializer=None,

@@ -38,7 +38,9 @@ bad record), or raises ``DeserError`` when the whole payload is bad.
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, Protocol, final
+from typing import ClassVar, Final, Protocol, final, runtime_checkable
+
+from spate.errors import ErrorPolicy
 
 
 @final
@@ -86,3 +88,21 @@ class ManyDeserializer(Protocol):
     def deserialize_many(self, payload: memoryview) -> list[object]:
         """Return values and ``DeserError`` items in order; raise for a wholly bad payload."""
         ...
+
+
+@runtime_checkable
+class PolicyDeserializer(Protocol):
+    """A deserializer that carries its own ``on_error`` (its configuration section's):
+    what the chain does with a payload it cannot decode (B3). The pipeline's
+    ``deserializer.on_error`` wins when that is set."""
+
+    on_error: ErrorPolicy
+
+
+def own_policy(deserializer: object) -> ErrorPolicy | None:
+    """The error policy ``deserializer`` declares (:class:`PolicyDeserializer`), or None."""
+    if isinstance(deserializer, PolicyDeserializer) and isinstance(
+        deserializer.on_error, ErrorPolicy
+    ):
+        return deserializer.on_error
+    return None

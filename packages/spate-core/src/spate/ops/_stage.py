@@ -62,9 +62,10 @@ from spate.metrics.names import (
 from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKind
 from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
+from spate.ops._deser import own_policy
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import Offer, RowBatchSink, Sink, takes_rows
+from spate.sink._contract import Offer, RowBatchSink, Sink, sink_record_policy, takes_rows
 from spate.sink._held import HeldErrors, Origin, RecordCell, bind_held_errors
 from spate.sink._intents import RecordPosition
 
@@ -253,8 +254,8 @@ class ChainRuntime:
                 self.deser = deserializer.deserialize  # type: ignore[attr-defined]
                 self.deser_many = _no_many
         if deser_policy is None:
-            found = getattr(deserializer, "on_error", ErrorPolicy.SKIP)
-            deser_policy = found if isinstance(found, ErrorPolicy) else ErrorPolicy.SKIP
+            found = own_policy(deserializer)
+            deser_policy = found if found is not None else ErrorPolicy.SKIP
         self.deser_policy = deser_policy
         self.step_policies: tuple[ErrorPolicy, ...] = tuple(
             step.policy if step.kind is StepKind.TRY_MAP else spec.on_error for step in self.steps
@@ -747,8 +748,7 @@ def _check_no_dead_letter(
 def _record_policy(sink: Sink, default: ErrorPolicy | None) -> ErrorPolicy:
     if default is not None:
         return default
-    found = getattr(sink, "on_record_error", ErrorPolicy.FAIL)
-    return found if isinstance(found, ErrorPolicy) else ErrorPolicy.FAIL
+    return sink_record_policy(sink)
 
 
 def batch_where(batch: PayloadBatch) -> str:

@@ -42,6 +42,7 @@ from collections.abc import Collection, Sequence
 from typing import Final, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
+from spate.errors import ErrorPolicy
 from spate.records import Lane
 
 
@@ -205,6 +206,22 @@ class BatchDeserializer(Protocol):
         """Decode ``payloads`` as columns: ``(frames, errors, ...)`` as the connector's
         columnar decoder documents. Pipeline thread."""
         ...
+
+
+@runtime_checkable
+class RecordPolicySink(Protocol):
+    """A sink that carries its own ``on_record_error`` (its configuration section's): what
+    the chain does with a row the sink refuses (B28). A tier or tee passes on the policy
+    of what it writes to. The pipeline's ``on_record_error`` wins when that is set."""
+
+    on_record_error: ErrorPolicy
+
+
+def sink_record_policy(sink: object) -> ErrorPolicy:
+    """The record error policy ``sink`` declares (:class:`RecordPolicySink`), else FAIL."""
+    if isinstance(sink, RecordPolicySink) and isinstance(sink.on_record_error, ErrorPolicy):
+        return sink.on_record_error
+    return ErrorPolicy.FAIL
 
 
 def takes_rows(sink: Sink) -> bool:

@@ -37,7 +37,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
-from spate.sink._contract import ACCEPTED, Offer, Sink
+from spate.sink._contract import ACCEPTED, Offer, Sink, sink_record_policy
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
 from spate.sink._writer import estimate_row_bytes
 from spate.sink.tiers._frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
@@ -86,7 +86,7 @@ class MemoryTier(ForwardsFrames):
         self.name = name
         self.config = config
         self.next = next_tier
-        self.on_record_error: ErrorPolicy = getattr(next_tier, "on_record_error", ErrorPolicy.FAIL)
+        self.on_record_error: ErrorPolicy = sink_record_policy(next_tier)
         self._clock = clock
         self._held: deque[_Held] = deque()
         self._holds = AckHolds(self)

@@ -59,7 +59,15 @@ from spate.metrics import names
 from spate.metrics._meter import Meter
 from spate.records import Lane
 from spate.sink._attempts import retry_at
-from spate.sink._contract import ACCEPTED, REJECTED, Offer, RowBatchSink, Sink, takes_rows
+from spate.sink._contract import (
+    ACCEPTED,
+    REJECTED,
+    Offer,
+    RowBatchSink,
+    Sink,
+    sink_record_policy,
+    takes_rows,
+)
 from spate.sink._retry import Backoff
 from spate.sink.config import RetryConfig
 from spate.sink.tiers._frames import ForwardsFrames, frame_rows
@@ -262,7 +270,7 @@ class SpoolTier(ForwardsFrames):
         self.name = name
         self.config = config
         self.next = next_tier
-        self.on_record_error: ErrorPolicy = getattr(next_tier, "on_record_error", ErrorPolicy.FAIL)
+        self.on_record_error: ErrorPolicy = sink_record_policy(next_tier)
         self._store = store
         self._clock = clock
         self._lock = threading.Lock()

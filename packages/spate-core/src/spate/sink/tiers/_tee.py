@@ -41,7 +41,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import names
 from spate.metrics._meter import CounterSeries, Meter
 from spate.records import Lane
-from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink
+from spate.sink._contract import ACCEPTED, REJECTED, Offer, Sink, sink_record_policy
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
 from spate.sink.tiers._frames import (
     HeldFrame,
@@ -111,9 +111,7 @@ class TeeSink:
             raise ValueError(f"tee {name}: needs at least two sinks")
         self.name = name
         self.branches = list(branches)
-        self.on_record_error: ErrorPolicy = getattr(
-            branches[0], "on_record_error", ErrorPolicy.FAIL
-        )
+        self.on_record_error: ErrorPolicy = sink_record_policy(branches[0])
         self._clock: Clock = clock if clock is not None else SystemClock()
         # Without a meter (a tee built by hand) the counters go to a private registry.
         meter = meter if meter is not None else Meter(name, declare=None)
