@@ -68,6 +68,7 @@ from operator import attrgetter
 from typing import Any
 
 from spate import DeserError, DeserErrorKind
+from spate.records import ROW_COLUMN
 
 from spate_avro._scan import compile_schema, may_abort, scan_enabled, unbounded_for_fastavro
 from spate_avro._schema import DecodeFn, is_union, schema_name
@@ -76,8 +77,6 @@ from spate_avro._scratch import write_at_start as _write_all
 
 logger = logging.getLogger(__name__)
 
-ROW_COLUMN = "__spate_row"
-"""The column holding each row's index in its source batch."""
 END_COLUMN = "__spate_end"
 BRANCH_COLUMN = "__spate_branch"
 _END = b"\xa5\x5a\xc3\x3c"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spate import BuildContext, ConfigError, DeserError, DeserErrorKind, FatalError
+from spate.records import ROW_COLUMN
 from spate.schema import Field, SchemaChanges
 
 from spate_avro._registry import AnswerParser, RegistryError, SchemaRegistryClient
@@ -146,8 +147,8 @@ class ConfluentDeserializer:
         positions = pl.Series(rows, dtype=pl.UInt32)
         for _, df in group_frames:
             df.replace_column(
-                df.get_column_index("__spate_row"),
-                positions.gather(df.get_column("__spate_row")).alias("__spate_row"),
+                df.get_column_index(ROW_COLUMN),
+                positions.gather(df.get_column(ROW_COLUMN)).alias(ROW_COLUMN),
             )
         return group_frames
 

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
+
+ROW_COLUMN: Final = "__spate_row"
+"""The column of a frame (an Arrow table on the columnar path) that gives each row the
+index of its record in the source batch: a batch deserializer adds it, the chain and the
+sinks read it to charge a bad value to its own record and to place rows by offset."""
 
 
 class Lane(NamedTuple):

@@ -189,10 +189,10 @@ def test_b71_bad_records_go_to_the_dead_letter_sink_and_hold_the_batch(
     assert rig.pool.flush(rig.clock.monotonic() + 5)
     assert rig.rows() == ([1, 2, 3, 4] if rig.columnar else [1, 3, 4])
     # The good rows are written, but the batch waits for its dead letters (B71).
-    assert acks.status == []
+    assert acks.resolved == []
     assert ack.holders == 1
     assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
 
     expected = [
         (b"k1", b"{not json", b"deserializer", b"malformed", b"101"),
@@ -308,7 +308,7 @@ def test_b71_a_full_dead_letter_sink_stalls_the_chain_at_the_record(
         assert rig.rows() == [1, 3, 4]
         assert [k for k, _, _ in rig.dlq_ends.rows()] == [b"k1", b"k2", b"k4"]
         assert rig.dead_letters("operator", "RuntimeError") == 1
-    assert acks.status == [AckStatus.DELIVERED]
+    assert acks.resolved == [AckStatus.DELIVERED]
     assert rig.dead_letters("sink", "record_error") == 1
 
 

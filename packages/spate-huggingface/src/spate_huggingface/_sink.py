@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from spate import Clock
 from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
-from spate.records import Lane
+from spate.records import ROW_COLUMN, Lane
 from spate.sink import Backoff, Offer
 from spate.sink.writebehind import CommitGate, WindowedWriter
 from spate_parquet import RowShaper, parse_schema, safe
@@ -70,10 +70,6 @@ class Window:
 
     def holds(self, lanes: Collection[Lane]) -> bool:
         return not self.lanes.isdisjoint(lanes)
-
-
-ROW_COLUMN = "__spate_row"
-"""The column of a frame holding each row's record index (not written)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,9 +55,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import orjson
 from spate import NO_RECORD, DeserError, DeserErrorKind
+from spate.records import ROW_COLUMN
 
-ROW_COLUMN = "__spate_row"
-"""The column holding each row's index in its source batch."""
 _obj = attrgetter("obj")
 _BLOCK = 1 << 24
 """The reader's block size: a batch of up to 16 MiB is one block."""

@@ -33,6 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from spate.config import ByteSize, Duration
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.plugins import BuildContext
+from spate.records import ROW_COLUMN
 from spate.sink import (
     BatchConfig,
     BreakerConfig,
@@ -51,8 +52,6 @@ from spate_kafka._security import KafkaSecurityConfig
 
 logger = logging.getLogger(__name__)
 
-ROW_COLUMN = "__spate_row"
-"""The column of a frame holding each row's record index (not written)."""
 
 Headers = list[tuple[str, bytes]]
 Message = tuple[bytes | None, bytes, Headers | None]

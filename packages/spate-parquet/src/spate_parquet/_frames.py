@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from spate.errors import ErrorClass, SinkError
 from spate.ops import plain_column
-
-ROW_COLUMN = "__spate_row"
+from spate.records import ROW_COLUMN
 
 _UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 

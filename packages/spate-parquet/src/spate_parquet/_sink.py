@@ -33,13 +33,13 @@ import pyarrow.compute as pc
 from spate import Clock
 from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
-from spate.records import Lane
+from spate.records import ROW_COLUMN, Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
 from spate.sink.writebehind import CommitGate, WindowedWriter
 
 from spate_parquet._audit import AuditFailure, Auditor
 from spate_parquet._encode import Encoder, parse_key, safe
-from spate_parquet._frames import ROW_COLUMN, prepare_frame, runs, seconds
+from spate_parquet._frames import prepare_frame, runs, seconds
 from spate_parquet._manifest import Manifest, ManifestStore, Part
 from spate_parquet._schema import RowShaper, parse_schema
 from spate_parquet._store import Store, open_store

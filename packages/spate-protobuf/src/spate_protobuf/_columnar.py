@@ -47,12 +47,10 @@ from typing import Any
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from spate import DeserError, DeserErrorKind
+from spate.records import ROW_COLUMN
 
 from spate_protobuf._deserializer import DECODE_ERRORS
 from spate_protobuf._schema import MessageType, _is_repeated
-
-ROW_COLUMN = "__spate_row"
-"""The column holding each row's index in its source batch."""
 
 DecodedFrames = tuple[list[tuple[str | None, Any]], list[tuple[int, DeserError]]]
 """``(frames, errors)``: ``(None, polars DataFrame)`` per frame with a ``__spate_row``

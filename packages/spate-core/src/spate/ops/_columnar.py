@@ -58,12 +58,10 @@ from spate.ops._stage import (
     batch_where,
     deser_inputs,
 )
-from spate.records import Lane, PayloadBatch
+from spate.records import ROW_COLUMN, Lane, PayloadBatch
 from spate.sink._contract import BatchDeserializer, FrameSink, Offer, Sink
 
 logger = logging.getLogger(__name__)
-
-ROW_COLUMN = "__spate_row"
 
 
 class FrameOffer:

@@ -31,7 +31,7 @@ from spate._clock import Clock
 from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, SinkError
 from spate.flow._contract import ByteBudget
-from spate.records import Lane
+from spate.records import ROW_COLUMN, Lane
 from spate.sink._admission import Admission
 from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
@@ -44,10 +44,6 @@ logger = logging.getLogger("spate.sink._pool")
 
 _LOAD_RETRY = 1.0
 """Seconds before a lane whose intents could not be read is tried again."""
-
-ROW_COLUMN = "__spate_row"
-"""The column of a frame giving each row's record index in its batch (the columnar path
-adds it; ``spate.ops._columnar`` names it too)."""
 
 
 class LaneBlocks:

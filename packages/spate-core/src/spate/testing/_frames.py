@@ -22,9 +22,8 @@ from typing import Any
 
 from spate._clock import Clock
 from spate.errors import DeserError, ErrorPolicy
+from spate.records import ROW_COLUMN
 from spate.testing._scripted import ScriptedEndpoints
-
-ROW_COLUMN = "__spate_row"
 
 
 class ArrowTableBuffer:
