@@ -50,6 +50,7 @@ OFFSETS = {Lane("events", 0): 10, Lane("events", 1): 20}
     [
         KafkaError.ILLEGAL_GENERATION,
         KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.STALE_MEMBER_EPOCH,
         KafkaError.REBALANCE_IN_PROGRESS,
         KafkaError.COORDINATOR_NOT_AVAILABLE,
     ],

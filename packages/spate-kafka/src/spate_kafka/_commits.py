@@ -55,10 +55,15 @@ _UNAVAILABLE_CODES = {
 # A failed asynchronous commit is logged at most once per this many seconds (B35).
 _COMMIT_FAILURE_LOG_INTERVAL = 10.0
 # A synchronous commit outside a revocation meets these while the member rejoins the group
-# under a new generation, as it does under an incremental protocol while it keeps its
+# under a new generation (classic protocol) or waits for its new member epoch from the
+# next heartbeat (KIP-848), as it does under an incremental protocol while it keeps its
 # partitions (a peer joined or left during the drain); tried again they succeed once it
 # has rejoined (B218). Inside a revocation they mean the group moved on without it (B36).
-_REJOINING_CODES = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
+_REJOINING_CODES = {
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH,
+}
 
 # First and longest pause between attempts of a synchronous commit, in seconds (B36, B218).
 _REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
