@@ -3,6 +3,11 @@
 The pipeline is Kafka source → (no deserializer unless one is given, no chain) → the test
 kit's fsynced file sink, so every message value lands as one JSON string line. Producers
 write each key as its own value, so the file's lines are the delivered keys.
+
+``Streaming.start(..., clickhouse=url, delivery=...)`` writes instead into a plain
+``MergeTree`` table of its own on the ClickHouse HTTP front: the values are then
+``{"k": key}``, decoded by the JSON deserializer, and the table's ``k`` column holds the
+delivered keys (:class:`ClickHouseTable`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.kafka_groups import set_consumer_session
 from tests.support.scale import current_scale, scaled
 from tests.support.services import committed_offsets, create_topic, end_offsets, unique_name
 
@@ -36,13 +43,23 @@ def write_config(
     deserializer: Mapping[str, object] | None = None,
     session_timeout_ms: int = 6000,
     rebalance: str = "eager",
+    table: ClickHouseTable | None = None,
+    delivery: str = "at_least_once",
 ) -> Path:
     """The pipeline's JSON config; ``deserializer`` (a ``deserializer:`` section) decodes
     the values before they reach the file sink. The 6 s session outlasts the seconds of
     latency some fault tests inject; a test that waits for sessions to expire and injects
     no latency may shorten it. Under ``rebalance: consumer`` the broker owns the session
-    (``group.consumer.session.timeout.ms`` in scripts/kafka/server.properties.in)."""
-    extra = {"deserializer": dict(deserializer)} if deserializer is not None else {}
+    (``group.consumer.session.timeout.ms`` in scripts/kafka/server.properties.in, or the
+    group's own, which ``Streaming.start`` sets to ``session_timeout_ms``).
+    With ``table`` the pipeline writes into that ClickHouse table (under ``delivery``)."""
+    extra: dict[str, object] = (
+        {"deserializer": dict(deserializer)} if deserializer is not None else {}
+    )
+    sink: dict[str, object] = {"file": {"path": str(out), "max_rows": 500}}
+    if table is not None:
+        extra["deserializer"] = {"json": {"framing": "single"}}
+        sink = table.sink()
     session: dict[str, int] = (
         {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
         if rebalance != "consumer"
@@ -52,7 +69,10 @@ def write_config(
         json.dumps(
             {
                 **extra,
-                "pipeline": {"name": name},
+                "pipeline": {
+                    "name": name,
+                    "delivery": delivery,
+                },
                 "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
                 "admin": {"listen": "none"},
                 "source": {
@@ -67,7 +87,7 @@ def write_config(
                         "rdkafka": {**session, "topic.metadata.refresh.interval.ms": 2000},
                     }
                 },
-                "sink": {"file": {"path": str(out), "max_rows": 500}},
+                "sink": sink,
             }
         )
     )
@@ -125,16 +145,65 @@ def revocations_logged(log: Path) -> int:
     return log.read_text(errors="replace").count("partitions revoked") if log.exists() else 0
 
 
-def paced(bootstrap: str, topic: str, count: int) -> PacedProducer:
-    """Keyed records (value = key) produced over ~30s at full scale, 15s at least."""
+def paced(bootstrap: str, topic: str, count: int, *, as_json: bool = False) -> PacedProducer:
+    """Keyed records (value = key, or ``{"k": key}`` with ``as_json``) produced over ~30s
+    at full scale, 15s at least."""
     create_topic(bootstrap, topic, PARTITIONS)
-    records = ((b"k%d" % i, b"k%d" % i, b"k%d" % i) for i in range(count))
+    records = (
+        (b"k%d" % i, b"k%d" % i, b'{"k":"k%d"}' % i if as_json else b"k%d" % i)
+        for i in range(count)
+    )
     return PacedProducer(bootstrap, topic, records, count, seconds=30 * max(current_scale(), 0.5))
+
+
+@dataclass(frozen=True)
+class ClickHouseTable:
+    """A plain ``MergeTree`` table ``(k String)`` on the ClickHouse HTTP front, with the
+    deduplication window effectively-once needs (B88)."""
+
+    url: str
+    name: str
+
+    @classmethod
+    def create(cls, url: str, prefix: str) -> ClickHouseTable:
+        table = cls(url, unique_name(prefix).replace("-", "_"))
+        table._client().command(
+            f"CREATE TABLE {table.name} (k String) ENGINE = MergeTree ORDER BY k "
+            "SETTINGS non_replicated_deduplication_window = 1000"
+        )
+        return table
+
+    def _client(self) -> Any:
+        import clickhouse_connect
+
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        return clickhouse_connect.get_client(host=host, port=int(port))
+
+    def sink(self) -> dict[str, object]:
+        return {
+            "clickhouse": {
+                "table": self.name,
+                "columns": ["k"],
+                "shards": [{"replicas": [self.url]}],
+                "batch": {"max_rows": 500, "linger": "200ms"},
+                "inflight": {"max_per_shard": 2},
+            }
+        }
+
+    def keys(self) -> list[bytes]:
+        rows = self._client().query(f"SELECT k FROM {self.name}").result_rows
+        return [row[0].encode() for row in rows]
+
+    def counts(self) -> tuple[int, int]:
+        """``(count(), uniqExact(k))``, raw: no ``FINAL``, no deduplication at read."""
+        row = self._client().query(f"SELECT count(), uniqExact(k) FROM {self.name}")
+        return int(row.result_rows[0][0]), int(row.result_rows[0][1])
 
 
 @dataclass
 class Streaming:
-    """A paced producer, the file-sink pipeline config for one group, and a sampler."""
+    """A paced producer, the pipeline config for one group (file sink, or a ClickHouse
+    table under effectively-once), and a sampler."""
 
     bootstrap: str
     topic: str
@@ -144,6 +213,11 @@ class Streaming:
     out: Path
     config: Path
     sampler: DeliverySampler
+    table: ClickHouseTable | None = None
+
+    def keys(self) -> list[bytes]:
+        """The keys the destination holds (with repeats)."""
+        return read_keys(self.out) if self.table is None else self.table.keys()
 
     @classmethod
     def start(
@@ -155,12 +229,18 @@ class Streaming:
         pipeline_bootstrap: str | None = None,
         session_timeout_ms: int = 6000,
         rebalance: str = "eager",
+        clickhouse: str | None = None,
+        delivery: str = "at_least_once",
     ) -> Streaming:
         """Start producing; the pipelines of ``config`` connect to ``pipeline_bootstrap``
-        (a fault proxy, say) when given, else to ``bootstrap`` like everything else."""
+        (a fault proxy, say) when given, else to ``bootstrap`` like everything else. With
+        ``clickhouse`` (the front's URL) they write into a new table under ``delivery``."""
         topic, group = unique_name(prefix), unique_name("g")
         count = scaled(100_000, minimum=6_000)
-        producer = paced(bootstrap, topic, count)
+        table = ClickHouseTable.create(clickhouse, prefix) if clickhouse else None
+        if rebalance == "consumer":  # the broker owns the session: set the group's own
+            set_consumer_session(bootstrap, group, max(session_timeout_ms, 3000))
+        producer = paced(bootstrap, topic, count, as_json=table is not None)
         out = tmp_path / "out.jsonl"
         config = write_config(
             tmp_path / "c.json",
@@ -171,18 +251,19 @@ class Streaming:
             bounded=False,
             session_timeout_ms=session_timeout_ms,
             rebalance=rebalance,
+            table=table,
+            delivery=delivery,
         )
-        sampler = DeliverySampler(
-            bootstrap, group, topic, producer.positions, lambda: read_keys(out)
-        )
+        keys = (lambda: read_keys(out)) if table is None else table.keys
+        sampler = DeliverySampler(bootstrap, group, topic, producer.positions, keys)
         sampler.start(every=0.3)
         producer.start()
-        return cls(bootstrap, topic, group, count, producer, out, config, sampler)
+        return cls(bootstrap, topic, group, count, producer, out, config, sampler, table)
 
     def finish(self) -> dict[bytes, tuple[int, int]]:
         """Wait for every key in the file and the final commits; return the positions."""
         positions = self.producer.finish()
-        wait_until(lambda: set(read_keys(self.out)) >= set(positions), 240, "every key")
+        wait_until(lambda: set(self.keys()) >= set(positions), 240, "every key")
         ends = end_offsets(self.bootstrap, self.topic)
         wait_until(
             lambda: committed_offsets(self.bootstrap, self.group, self.topic) == ends,

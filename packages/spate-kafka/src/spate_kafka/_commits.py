@@ -10,7 +10,11 @@ broker's answers come back to :meth:`OffsetCommits.on_commit`:
   member's session gone) is retried within ``revoke_commit_timeout`` and then given up,
   so the revocation completes and the member rejoins instead of failing;
 * B89 — :meth:`OffsetCommits.durable` reports only commits the broker acknowledged, so
-  block intents are never deleted ahead of a durable commit.
+  block intents are never deleted ahead of a durable commit;
+* B218 — a synchronous commit outside a revocation (the final commit of a drain) that
+  meets a rebalance under way — the member rejoining under a new generation, which an
+  incremental protocol does while it keeps its partitions — or an unavailable
+  coordinator is tried again within ``revoke_commit_timeout`` before it fails.
 
 Only partitions the source owns are committed; a partition released (revoked or lost)
 takes its staged and acknowledged positions with it.
@@ -50,7 +54,18 @@ _UNAVAILABLE_CODES = {
 
 # A failed asynchronous commit is logged at most once per this many seconds (B35).
 _COMMIT_FAILURE_LOG_INTERVAL = 10.0
-# First and longest pause between attempts of a commit on revocation, in seconds (B36).
+# A synchronous commit outside a revocation meets these while the member rejoins the group
+# under a new generation (classic protocol) or waits for its new member epoch from the
+# next heartbeat (KIP-848), as it does under an incremental protocol while it keeps its
+# partitions (a peer joined or left during the drain); tried again they succeed once it
+# has rejoined (B218). Inside a revocation they mean the group moved on without it (B36).
+_REJOINING_CODES = {
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH,
+}
+
+# First and longest pause between attempts of a synchronous commit, in seconds (B36, B218).
 _REVOKE_COMMIT_BACKOFF = (0.1, 1.0)
 
 
@@ -165,10 +180,16 @@ class OffsetCommits:
         began; then, or at once when the group has moved on without this member (its
         session expired: unknown member, illegal generation), a RETRYABLE error tells the
         runtime to complete the revocation without the commit — the next owner replays
-        from the last commit (B36). Errors that cannot recover (authorization) are FATAL.
-        An attempt in progress is not interrupted: librdkafka bounds it.
+        from the last commit (B36). Outside a revocation (the final commit of a drain)
+        the same errors, and an illegal generation or unknown member while the member
+        rejoins the group, are tried again until ``revoke_commit_timeout`` has passed
+        since the first attempt, and then raised (B218). Errors that cannot recover
+        (authorization) are FATAL. An attempt in progress is not interrupted: librdkafka
+        bounds it. Blocks the pipeline thread for the length of the retries.
         """
         backoff, backoff_cap = _REVOKE_COMMIT_BACKOFF
+        revoking = self._revoke_deadline is not None
+        deadline = self._revoke_deadline or time.monotonic() + self._revoke_commit_timeout
         attempts = 0
         while True:
             attempts += 1
@@ -188,19 +209,23 @@ class OffsetCommits:
                     raise SourceError(
                         f"kafka: synchronous commit failed: {error.str()}", ErrorClass.FATAL
                     ) from exc
-                deadline = self._revoke_deadline
-                if deadline is None:
-                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
-                retry = code in _UNAVAILABLE_CODES or error.retriable()
+                retry = (
+                    code in _UNAVAILABLE_CODES
+                    or error.retriable()
+                    or (not revoking and code in _REJOINING_CODES)
+                )
                 if retry and time.monotonic() + backoff < deadline:
                     logger.info(
-                        "kafka commit on revocation failed (%s); trying again in %.1fs",
+                        "kafka commit %s failed (%s); trying again in %.1fs",
+                        "on revocation" if revoking else "before stopping",
                         error.str(),
                         backoff,
                     )
                     time.sleep(backoff)
                     backoff = min(backoff * 2, backoff_cap)
                     continue
+                if not revoking:
+                    raise SourceError(f"kafka: synchronous commit failed: {exc}") from exc
                 raise SourceError(
                     f"kafka: commit on revocation not possible after {attempts} attempt(s): "
                     f"{error.str()}"
