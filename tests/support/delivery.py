@@ -127,6 +127,10 @@ class PacedProducer(threading.Thread):
         self.positions: dict[bytes, tuple[int, int]] = {}
         self.errors: list[str] = []
         self.produced = 0
+        self.stretch: Callable[[], bool] | None = None
+        """While set and true, the last tenth of the records goes one per pause: a test
+        whose faults need records still flowing (commits come only while records do)
+        holds production open until they have happened, however slow the machine."""
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20}
         )
@@ -155,7 +159,9 @@ class PacedProducer(threading.Thread):
         pause = self.seconds / 100
         for identity, key, value in self.records:
             self._produce(identity, key, value)
-            if self.produced % chunk == 0:
+            stretch = self.stretch
+            trickle = stretch is not None and self.produced >= self.count * 0.9 and stretch()
+            if trickle or self.produced % chunk == 0:
                 self._producer.flush(30)
                 time.sleep(pause)
         self._producer.flush(120)
