@@ -25,25 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-VIOLATED_CONSTRAINT = 469
+from spate_clickhouse._errors import TYPE_CODES
+
+SCHEMA_TYPE_CODES = frozenset({43, 53})
+"""``ILLEGAL_TYPE_OF_ARGUMENT`` and ``TYPE_MISMATCH``: fatal type codes that are not
+bisected (they name a column's type rather than a value of one row)."""
 
 ISOLABLE_CODES: dict[int, str] = {
-    6: "CANNOT_PARSE_TEXT",
-    27: "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
-    38: "CANNOT_PARSE_DATE",
-    41: "CANNOT_PARSE_DATETIME",
-    69: "ARGUMENT_OUT_OF_BOUND",
-    70: "CANNOT_CONVERT_TYPE",
-    72: "CANNOT_PARSE_NUMBER",
-    117: "INCORRECT_DATA",
-    131: "TOO_LARGE_STRING_SIZE",
-    190: "SIZES_OF_ARRAYS_DONT_MATCH",
-    321: "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
-    349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
-    395: "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO",
-    407: "DECIMAL_OVERFLOW",
-    VIOLATED_CONSTRAINT: "VIOLATED_CONSTRAINT",
-    691: "UNKNOWN_ELEMENT_OF_ENUM",
+    code: name for code, name in TYPE_CODES.items() if code not in SCHEMA_TYPE_CODES
 }
 """Server codes that name a value of some row, not the block, the table or the link: a
 block refused with one of these is bisected. Every one of them is fatal for the whole
