@@ -15,6 +15,7 @@ records stream. The broker killed with SIGKILL mid-stream is in
 
 from __future__ import annotations
 
+import logging
 import random
 import subprocess
 import time
@@ -40,6 +41,8 @@ from tests.support.scale import current_scale
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 OFFSET_COMMIT = 8  # Kafka API key
+
+logger = logging.getLogger(__name__)
 
 
 def commits_went_back(samples: list[Sample]) -> list[str]:
@@ -177,8 +180,13 @@ def test_b1_b35_connections_reset_during_commits_lose_nothing(
         # broker sees them, the two after those once their answer starts.
         proxy.cut(kafka_request(OFFSET_COMMIT), when="request", count=2)
         proxy.cut(kafka_request(OFFSET_COMMIT), when="reply", count=2)
-        wait_until(lambda: proxy.stats.cuts >= 4, 300, "four commits reset")
+        try:
+            wait_until(lambda: proxy.stats.cuts >= 4, 300, "four commits reset")
+        except AssertionError as timeout:
+            raise AssertionError(f"{timeout}; {proxy.stats}\n{tail(log)}") from None
+        logger.info("four commits reset: %s", proxy.stats)
         run.finish()
+        logger.info("every key written and committed")
         assert proc.poll() is None, tail(log)
     finally:
         code = stop_pipeline(proc)

@@ -38,7 +38,8 @@ class EchoServer(socketserver.ThreadingTCPServer):
                     while data := sock.recv(65536):
                         with server.lock:
                             server.received.extend(data)
-                        sock.sendall(data)
+                        if not data.startswith(b"HOLD"):  # HOLD: a request left unanswered
+                            sock.sendall(data)
                 except OSError:
                     pass
                 with server.lock:
@@ -226,6 +227,25 @@ def test_cut_on_reply_lets_the_server_work_and_cuts_the_answer_mid_body(
         with pytest.raises(ConnectionResetError):
             sock.recv(1)
     wait_until(lambda: bytes(echo.received).endswith(b"abc"), 10, "the request delivered")
+
+
+def test_a_reply_cut_whose_connection_ends_before_the_reply_cuts_the_next_one(
+    proxy: FaultProxy, echo: EchoServer
+) -> None:
+    """A reply cut is spent only on a reply it cut: when the client closes the connection
+    before the answer came, the next matching request's reply is cut instead (a test
+    waiting for a number of cuts would otherwise wait forever)."""
+    proxy.cut(when="reply")
+    with connect(proxy) as sock:
+        sock.sendall(b"HOLD")
+        wait_until(lambda: bytes(echo.received) == b"HOLD", 10, "the request delivered")
+    wait_until(lambda: proxy.open_connections == 0, 10, "the proxy to see the close")
+    assert proxy.stats.cuts == 0
+    with connect(proxy) as sock:
+        sock.sendall(b"abc")
+        with pytest.raises(ConnectionResetError):
+            sock.recv(1)
+    assert proxy.stats.cuts == 1
 
 
 def test_a_refusing_upstream_resets_the_client(echo: EchoServer) -> None:

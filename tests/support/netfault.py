@@ -289,6 +289,13 @@ class FaultProxy:
         if conn.closed:
             return
         conn.closed = True
+        with self._lock:
+            if conn.reply_cut is not None:
+                # The connection ended before the reply came (the client gave up on it or
+                # closed it): nothing was cut, so the next matching request is.
+                conn.reply_cut.remaining += 1
+                conn.reply_cut = None
+                logger.info("connection %d closed before the reply: cut re-armed", conn.ident)
         if reset and by_peer:
             self.stats.peer_resets += 1
         elif reset:
@@ -373,6 +380,7 @@ class FaultProxy:
                 return [(due, data)]
             conn.reply_cut = None
             self.stats.cuts += 1
+            logger.info("connection %d: reply cut", conn.ident)
             head = [(due, data[:left])] if left else []
             return [*head, (_RESET if cut.how == "reset" else _EOF)]
 
@@ -403,8 +411,10 @@ class FaultProxy:
             cut.remaining -= 1
             if cut.when == "request":
                 self.stats.cuts += 1
+                logger.info("connection %d: request cut", conn.ident)
                 return [_RESET]
             conn.reply_cut, conn.reply_left = cut, cut.after
+            logger.info("connection %d: request forwarded, its reply to be cut", conn.ident)
             break
         return [(due, data)]
 
