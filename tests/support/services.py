@@ -274,11 +274,14 @@ def produce_keyed(
     partition: int | None = None,
     config: Mapping[str, str | int] | None = None,
     timeout: float = 60.0,
+    headers: Callable[[int], list[tuple[str, bytes | None]] | None] | None = None,
+    timestamp: Callable[[int], int] | None = None,
 ) -> dict[bytes, tuple[int, int]]:
     """Produce ``n`` records (idempotent, ``acks=all``) and return key -> (partition, offset).
 
     Keys are partitioned by librdkafka's default partitioner unless ``partition`` is given.
     When ``key`` repeats a key, the last record's position wins in the result.
+    ``headers`` and ``timestamp`` (milliseconds), when given, set each record's.
     Raises RuntimeError on the first failed delivery.
     """
     from confluent_kafka import KafkaError, Message, Producer
@@ -307,7 +310,15 @@ def produce_keyed(
     for i in range(n):
         while True:
             try:
-                producer.produce(topic, value(i), key(i), target, on_delivery=on_delivery)
+                producer.produce(
+                    topic,
+                    value(i),
+                    key(i),
+                    target,
+                    on_delivery=on_delivery,
+                    headers=headers(i) if headers is not None else None,
+                    timestamp=timestamp(i) if timestamp is not None else 0,
+                )
                 break
             except BufferError:
                 producer.poll(0.1)

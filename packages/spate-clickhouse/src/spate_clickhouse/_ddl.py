@@ -6,7 +6,7 @@ built from the sink's ``columns`` and ``table_options``. Used at start-up by
 ``create_table: if_missing`` (on every replica, before the B20 check) and by
 ``spate schema ddl``. A column with a declared type keeps it; any other column takes the
 type of the record field of the same name; a column with neither fails with one line
-naming it (B59, B29).
+naming it (B59, B29). A metadata column (``{name: $source}``) takes its kind's type (B254).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from spate.schema import Field, FieldKind, FieldType
 
+from spate_clickhouse._meta import created_type
 from spate_clickhouse.config import ClickHouseSinkConfig, TableOptions
 
 
@@ -99,6 +100,9 @@ def table_columns(
     options = config.table_options
     columns: list[tuple[str, str]] = []
     for spec, entry in zip(config.column_specs, config.columns, strict=True):
+        if spec.meta is not None:
+            columns.append((spec.name, created_type(spec.meta)))
+            continue
         if isinstance(entry, dict):
             ((_, declared),) = entry.items()
             columns.append((spec.name, declared))

@@ -58,6 +58,7 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
     pool = SinkPool.from_context(
         connector, context, shards=config.shards, config=PoolConfig.of(config), router=router
     )
+    pool.meta_columns = config.meta_columns
     health = TableHealth(
         config.health,
         database=connector.database,

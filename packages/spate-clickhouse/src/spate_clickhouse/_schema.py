@@ -13,7 +13,8 @@
 
 Each replica is checked when the pool probes it, before anything is consumed; a failure
 is a fatal ``SinkError`` naming the replica, the column and both types. Owns the query and
-the comparison, not the connection.
+the comparison, not the connection. A metadata column's type must suit what it holds, in
+every mode (B253).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from spate.errors import ErrorClass, SinkError
 
+from spate_clickhouse._meta import meta_type_problem
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type, types_agree
 from spate_clickhouse.config import ColumnSpec
 
@@ -99,6 +101,12 @@ class SchemaCheck:
                 logger.warning("cannot parse type %r of column %s on %s", type_name, name, endpoint)
                 found[name] = ChType(type_name)
         problems: list[str] = []
+        for spec in self.specs:
+            actual = found.get(spec.name)
+            if spec.meta is not None and actual is not None:
+                problem = meta_type_problem(spec.name, spec.meta, actual)
+                if problem is not None:
+                    problems.append(f"{problem} (in {self.table} on {endpoint})")
         if self.mode != "off":
             missing = [s.name for s in self.specs if s.name not in found]
             if missing:

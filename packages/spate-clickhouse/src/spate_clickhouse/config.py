@@ -5,6 +5,7 @@ Example (the ``sinks:`` map of ``examples/multi_table_split.yaml`` loads as writ
     clickhouse:
       table: analytics.payments          # or table: payments + database: analytics
       columns: [order_id, {amount_cents: Int64}, reason]   # a type may be declared
+      # record metadata as columns (ADR 0020): {kafka_offset: $offset}, {tenant: $header.tenant}
       format: native
       shards:
         - replicas: ["http://ch-1a:8123", "http://ch-1b:8123"]
@@ -40,6 +41,7 @@ from typing import Literal
 from spate import NO_SECRET, Secret
 from spate.config import Duration, tls_file_errors
 from spate.errors import ErrorPolicy
+from spate.records import MetaColumn, MetaSource
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
 
 from spate_clickhouse._endpoint import EndpointError, parse_endpoint
@@ -183,10 +185,20 @@ class ClickHouseTlsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
-    """A configured column: its name and, if declared, its ClickHouse type."""
+    """A configured column: its name and, if declared, its ClickHouse type; or, for a
+    metadata column (``{name: $offset}``, ADR 0020), the record metadata it holds."""
 
     name: str
     type: ChType | None = None
+    meta: MetaSource | None = None
+
+
+def is_meta_entry(entry: object) -> bool:
+    """Whether a ``columns:`` entry is a metadata column (``{name: $source}``)."""
+    if not isinstance(entry, Mapping) or len(entry) != 1:
+        return False
+    ((_, value),) = entry.items()
+    return isinstance(value, str) and value.strip().startswith("$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +208,11 @@ class ClickHouseSinkConfig:
     table: str = field(default="", metadata={"required": True})
     """Destination table, ``table`` or ``database.table``."""
     columns: tuple[str | dict[str, str], ...] = ()
-    """Column names in row order; an entry ``{name: Type}`` also declares the type."""
+    """Column names in row order; an entry ``{name: Type}`` also declares the type, and an
+    entry ``{name: $source}`` fills the column from each row's record instead of the row:
+    ``$offset``, ``$partition``, ``$timestamp`` (``DateTime64``), ``$timestamp_ms``,
+    ``$topic``, ``$key``, ``$value`` (the raw payload) or ``$header.<name>`` (the header's
+    last value; NULL when the record lacks it)."""
     format: Literal["native"] = "native"
     """Wire format of the INSERT (Native, encoded by clickhouse-connect)."""
     shards: tuple[ShardConfig, ...] = field(default=(), metadata={"required": True})
@@ -271,10 +287,22 @@ class ClickHouseSinkConfig:
         for entry in self.columns:
             if isinstance(entry, str):
                 specs.append(ColumnSpec(entry.strip()))
+            elif is_meta_entry(entry):
+                ((name, source),) = entry.items()
+                specs.append(ColumnSpec(name.strip(), meta=MetaSource.parse(source)))
             else:
                 ((name, type_name),) = entry.items()
                 specs.append(ColumnSpec(name.strip(), parse_type(type_name)))
         return tuple(specs)
+
+    @property
+    def meta_columns(self) -> tuple[MetaColumn, ...]:
+        """The metadata columns with their positions (call after validation)."""
+        return tuple(
+            MetaColumn(spec.name, spec.meta, position)
+            for position, spec in enumerate(self.column_specs)
+            if spec.meta is not None
+        )
 
     @property
     def database_name(self) -> str:
@@ -306,9 +334,7 @@ class ClickHouseSinkConfig:
         yield from self._settings_errors()
         if self.isolate_max_inserts < 0:
             yield "isolate_max_inserts", "must not be negative"
-        if self.event_time_column and self.event_time_column not in {
-            s.name for s in self.column_specs
-        }:
+        if self.event_time_column and self.event_time_column not in self._column_names():
             yield "event_time_column", f"{self.event_time_column!r} is not one of the columns"
         if self.router == "distributed":
             if not self.sharding_key:
@@ -321,11 +347,17 @@ class ClickHouseSinkConfig:
                 )
             else:
                 _, column = self.sharding
-                names = [c.name for c in self.column_specs] if self.columns else []
-                if column not in names:
+                if column not in self._column_names():
                     yield "sharding_key", f"column {column!r} is not one of the sink's columns"
         elif self.sharding_key:
             yield "sharding_key", "only used with router: distributed"
+
+    def _column_names(self) -> list[str]:
+        """The column names, without parsing types or metadata (for the checks)."""
+        return [
+            (entry if isinstance(entry, str) else next(iter(entry), "")).strip()
+            for entry in self.columns
+        ]
 
     def _table_errors(self) -> Iterator[tuple[str, str]]:
         if not self.table.strip():
@@ -350,10 +382,16 @@ class ClickHouseSinkConfig:
                     yield f"columns[{i}]", "a typed column is one {name: Type} pair"
                     continue
                 ((name, type_name),) = entry.items()
-                try:
-                    parse_type(type_name)
-                except TypeSyntaxError as exc:
-                    yield f"columns[{i}]", str(exc)
+                if is_meta_entry(entry):
+                    try:
+                        MetaSource.parse(type_name)
+                    except ValueError as exc:
+                        yield f"columns[{i}].{name.strip()}", str(exc)
+                else:
+                    try:
+                        parse_type(type_name)
+                    except TypeSyntaxError as exc:
+                        yield f"columns[{i}]", str(exc)
             else:
                 name = entry
             name = name.strip()

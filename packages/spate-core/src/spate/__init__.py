@@ -26,7 +26,7 @@ from spate.errors import (
 from spate.ops import NO_RECORD, Chain, ChainContext, ChainSpec, Deserializer, ManyDeserializer
 from spate.pipeline import ExitReport, Pipeline, PipelineHealth, Supervisor
 from spate.plugins import BuildContext, ComponentFactory, PluginKind
-from spate.records import Lane, PayloadBatch, RecordMeta
+from spate.records import Headers, Lane, MetaSource, PayloadBatch, RecordMeta
 from spate.sink import Offer, Sink, SinkPool
 from spate.source import Source, SourceEvents
 
@@ -53,9 +53,11 @@ __all__ = [
     "ErrorPolicy",
     "ExitReport",
     "FatalError",
+    "Headers",
     "Lane",
     "ManualClock",
     "ManyDeserializer",
+    "MetaSource",
     "MissingConnectorError",
     "Offer",
     "PayloadBatch",

@@ -11,13 +11,18 @@ as :attr:`PayloadBatch.values` and leave the views, offsets and timestamps to be
 only when something reads them (:meth:`PayloadBatch.lazy`): the row path then passes the
 ``bytes`` to a deserializer that takes them (``takes_bytes``) without a view per record,
 and per-record fields nobody asks for are never read from the client's messages.
+
+Record headers (:class:`Headers`) are such a field: a source that has them passes a
+function that reads them (``headers=`` of :meth:`PayloadBatch.lazy`), called only when a
+chain with ``meta=True``, a sink's metadata column (:class:`MetaSource`) or a frame's
+metadata column reads them (B250, B251, ADR 0020).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 ROW_COLUMN: Final = "__spate_row"
 """The column of a frame (an Arrow table on the columnar path) that gives each row the
@@ -39,6 +44,131 @@ class Lane(NamedTuple):
         return f"{self.stream}[{self.partition}]"
 
 
+class Headers(Mapping[str, bytes | None]):
+    """A record's headers, read-only: the ``(key, value)`` pairs in the order the record
+    carries them, with a mapping view over them (B250).
+
+    :attr:`pairs` keeps every header, repeated keys included, in order. As a mapping,
+    ``headers[key]`` is the *last* value of ``key`` (Kafka's ``lastHeader``), iteration
+    gives each distinct key once in first-seen order, and :meth:`get_all` gives every
+    value of one key in order. A value is ``bytes``, or ``None`` for a header Kafka
+    carries without a value; values are never decoded (they may be any bytes). Two
+    ``Headers`` are equal when their pairs are.
+    """
+
+    __slots__ = ("_last", "_pairs")
+
+    def __init__(self, pairs: Iterable[tuple[str, bytes | None]] = ()) -> None:
+        self._pairs: tuple[tuple[str, bytes | None], ...] = tuple(pairs)
+        self._last: dict[str, bytes | None] | None = None
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, bytes | None]] | None) -> Headers:
+        """The headers of a client's list of pairs (``None`` or empty: :data:`NO_HEADERS`)."""
+        return cls(pairs) if pairs else NO_HEADERS
+
+    @property
+    def pairs(self) -> tuple[tuple[str, bytes | None], ...]:
+        """Every header as ``(key, value)``, in the record's order."""
+        return self._pairs
+
+    def get_all(self, key: str) -> tuple[bytes | None, ...]:
+        """Every value of ``key`` in order (empty when the record has none)."""
+        return tuple(v for k, v in self._pairs if k == key)
+
+    def _index(self) -> dict[str, bytes | None]:
+        last = self._last
+        if last is None:
+            # A dict built from the pairs keeps each key's first position and last value.
+            last = self._last = dict(self._pairs)
+        return last
+
+    def __getitem__(self, key: str) -> bytes | None:
+        return self._index()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._pairs == other._pairs
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._pairs)
+
+    def __repr__(self) -> str:
+        return f"Headers({list(self._pairs)!r})"
+
+
+NO_HEADERS: Final = Headers()
+"""The headers of a record that has none (shared: :class:`Headers` cannot change)."""
+
+
+MetaKind = Literal[
+    "offset", "partition", "timestamp", "timestamp_ms", "topic", "key", "value", "header"
+]
+META_NAMES: Final[tuple[str, ...]] = (
+    "$offset",
+    "$partition",
+    "$timestamp",
+    "$timestamp_ms",
+    "$topic",
+    "$key",
+    "$value",
+    "$header.<name>",
+)
+"""The metadata a sink column may take (ADR 0020), as written in a ``columns:`` list."""
+
+
+class MetaSource(NamedTuple):
+    """One piece of a record's metadata, as a sink column takes it (B252, ADR 0020).
+
+    ``offset`` and ``partition`` are ints, ``timestamp`` an aware UTC ``datetime`` (of the
+    record's millisecond timestamp), ``timestamp_ms`` that int, ``topic`` the lane's stream
+    (the Kafka topic), ``key`` and ``value`` the record's bytes (``key`` None when the
+    record has none), ``header`` the last value of header ``header`` (None when the record
+    lacks it, :class:`Headers`).
+    """
+
+    kind: MetaKind
+    header: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> MetaSource:
+        """``$offset``, ``$header.tenant``, ...; raises ``ValueError`` naming the known ones."""
+        name = text.strip()
+        if name.startswith("$header."):
+            header = name[len("$header.") :]
+            if header:
+                return cls("header", header)
+        elif name.startswith("$") and name[1:] in _META_KINDS:
+            return cls(name[1:])  # type: ignore[arg-type]
+        raise ValueError(
+            f"unknown record metadata {name!r}; expected one of {', '.join(META_NAMES)}"
+        )
+
+    def __str__(self) -> str:
+        return f"$header.{self.header}" if self.kind == "header" else f"${self.kind}"
+
+
+_META_KINDS: Final = frozenset(
+    ("offset", "partition", "timestamp", "timestamp_ms", "topic", "key", "value")
+)
+
+
+class MetaColumn(NamedTuple):
+    """A sink column filled from its record's metadata: the column's ``name``, its
+    ``source`` and its ``position`` among the sink's columns (for rows given as tuples)."""
+
+    name: str
+    source: MetaSource
+    position: int
+
+
 class PayloadBatch:
     """Records polled from one lane in one call, in offset order.
 
@@ -55,11 +185,13 @@ class PayloadBatch:
     __slots__ = (
         "_count",
         "_first_offset",
+        "_headers",
         "_keys",
         "_nbytes",
         "_offsets",
         "_payloads",
         "_read_first_timestamp",
+        "_read_headers",
         "_read_keys",
         "_read_offsets",
         "_read_timestamps",
@@ -77,9 +209,12 @@ class PayloadBatch:
         keys: list[bytes | None],
         timestamps: list[int],
         next_offset: int,
+        headers: list[Headers] | None = None,
     ) -> None:
         self.lane = lane
         self.next_offset = next_offset
+        self._headers: list[Headers] | None = headers
+        self._read_headers: Callable[[], list[Headers]] | None = None
         self._offsets: list[int] | None = offsets
         self._payloads: list[memoryview] | None = payloads
         self._keys: list[bytes | None] | None = keys
@@ -108,6 +243,7 @@ class PayloadBatch:
         timestamps: Callable[[], list[int]] | list[int],
         nbytes: int | None = None,
         first_timestamp: Callable[[], int] | None = None,
+        headers: Callable[[], list[Headers]] | None = None,
     ) -> PayloadBatch:
         """A batch over whole ``bytes`` payloads; other fields built when first read.
 
@@ -117,9 +253,12 @@ class PayloadBatch:
         returns. The views of :attr:`payloads` are made from ``values`` when first read.
         ``nbytes``, when given, is the values' total size (:meth:`payload_bytes`).
         ``first_timestamp``, when given, reads the first record's timestamp alone
-        (:meth:`oldest_timestamp`), so freshness needs no list of them.
+        (:meth:`oldest_timestamp`), so freshness needs no list of them. ``headers``, when
+        given, reads the records' headers (:attr:`headers`; else every record has none).
         """
         batch = cls.__new__(cls)
+        batch._headers = None
+        batch._read_headers = headers
         batch.lane = lane
         batch.next_offset = next_offset
         batch._values = values
@@ -181,6 +320,20 @@ class PayloadBatch:
             self._read_timestamps = None
         return timestamps
 
+    @property
+    def headers(self) -> list[Headers]:
+        """Each record's :class:`Headers` (:data:`NO_HEADERS` for a source without them);
+        read from the source's messages when first asked for, on the pipeline thread."""
+        headers = self._headers
+        if headers is None:
+            read = self._read_headers
+            self._read_headers = None
+            headers = self._headers = read() if read is not None else [NO_HEADERS] * len(self)
+        elif len(headers) < len(self):
+            # An eager batch whose lists grew after it was built with fewer headers.
+            headers.extend([NO_HEADERS] * (len(self) - len(headers)))
+        return headers
+
     def oldest_timestamp(self) -> int:
         """The batch's oldest record timestamp (ms; 0 when unknown or empty), for
         freshness (B220). From the timestamps when the batch holds them; otherwise the
@@ -227,9 +380,19 @@ class PayloadBatch:
 
 @dataclass(frozen=True, slots=True)
 class RecordMeta:
-    """Where one record came from, for operators that need it (``ctx.meta`` style use)."""
+    """Where one record came from, for operators that need it (``ctx.chain(meta=True)``).
+
+    ``headers`` are the record's :class:`Headers` (B250); ``topic`` is the lane's stream,
+    the Kafka topic.
+    """
 
     lane: Lane
     offset: int
     key: bytes | None
     timestamp_ms: int
+    headers: Headers = NO_HEADERS
+
+    @property
+    def topic(self) -> str:
+        """The stream the record came from (the Kafka topic)."""
+        return self.lane.stream

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 from spate import AckToken, Lane, Pipeline
 from spate.metrics import Meter
 from spate.ops import compile_chain
-from spate.records import PayloadBatch, RecordMeta
+from spate.records import Headers, MetaColumn, MetaSource, PayloadBatch, RecordMeta
 from spate.testing import capture_sink, memory_source
 
 
@@ -62,3 +63,94 @@ def test_meta_reaches_rows_through_a_whole_pipeline() -> None:
     assert report.exit_code == 0
     assert sorted(script.rows) == [(0, 0, b"x"), (0, 1, b"y"), (1, 0, b"z")]
     assert handle.last_committed(0) == 2
+
+
+def _headed_batch(lane: Lane) -> PayloadBatch:
+    return PayloadBatch(
+        lane,
+        [40, 41, 43],
+        [memoryview(b"a"), memoryview(b"b"), memoryview(b"c")],
+        [b"k1", None, b"k3"],
+        [1000, 2000, 3000],
+        44,
+        headers=[
+            Headers([("tenant", b"t1"), ("tenant", b"t2")]),
+            Headers(),
+            Headers([("trace", b"\xff"), ("tenant", None)]),
+        ],
+    )
+
+
+@pytest.mark.parametrize("interpreted", [False, True], ids=["generated", "interpreter"])
+def test_b250_meta_carries_the_records_headers_and_topic(interpreted: bool) -> None:
+    sink, script = capture_sink("out", max_rows=10)
+    processor = compile_chain(
+        lambda ctx: (
+            ctx.chain(meta=True)
+            .map(lambda pair: (pair[1].topic, pair[1].headers.pairs, pair[1].headers.get("tenant")))
+            .sink()
+        ),
+        deserializer=Utf8(),
+        sinks={"out": sink},
+        meter=Meter("meta-h"),
+        pipeline="meta-h",
+        interpreted=interpreted,
+    )
+    lane = Lane("events", 3)
+    ack = AckToken(lane, 0, 0, 44, 3, lambda token: None)
+    assert processor.process(_headed_batch(lane), ack) is None
+    sink.flush(float("inf"))
+    assert script.rows == [
+        ("events", (("tenant", b"t1"), ("tenant", b"t2")), b"t2"),
+        ("events", (), None),
+        ("events", (("trace", b"\xff"), ("tenant", None)), None),
+    ]
+
+
+_META = (
+    MetaColumn("off", MetaSource("offset"), 1),
+    MetaColumn("part", MetaSource("partition"), 2),
+    MetaColumn("ts", MetaSource("timestamp"), 3),
+    MetaColumn("ms", MetaSource("timestamp_ms"), 4),
+    MetaColumn("topic", MetaSource("topic"), 5),
+    MetaColumn("key", MetaSource("key"), 6),
+    MetaColumn("raw", MetaSource("value"), 7),
+    MetaColumn("tenant", MetaSource("header", "tenant"), 8),
+)
+
+
+def _expected() -> list[object]:
+    utc = dt.UTC
+    meta = [
+        (40, 3, dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=utc), 1000, "events", b"k1", b"a", b"t2"),
+        (41, 3, dt.datetime(1970, 1, 1, 0, 0, 2, tzinfo=utc), 2000, "events", None, b"b", None),
+        (43, 3, dt.datetime(1970, 1, 1, 0, 0, 3, tzinfo=utc), 3000, "events", b"k3", b"c", None),
+    ]
+    return [(value, *m) for value, m in zip("abc", meta, strict=True)]
+
+
+@pytest.mark.parametrize("interpreted", [False, True], ids=["generated", "interpreter"])
+@pytest.mark.parametrize("shape", ["tuple", "dict"])
+def test_b252_a_sink_gets_its_metadata_columns_added_to_each_row(
+    interpreted: bool, shape: str
+) -> None:
+    sink, script = capture_sink("out", max_rows=10)
+    sink.meta_columns = _META  # type: ignore[attr-defined]
+    as_row = (lambda v: (v,)) if shape == "tuple" else (lambda v: {"v": v})
+    processor = compile_chain(
+        lambda ctx: ctx.chain().map(as_row).sink(),
+        deserializer=Utf8(),
+        sinks={"out": sink},
+        meter=Meter("meta-c"),
+        pipeline="meta-c",
+        interpreted=interpreted,
+    )
+    lane = Lane("events", 3)
+    ack = AckToken(lane, 0, 0, 44, 3, lambda token: None)
+    assert processor.process(_headed_batch(lane), ack) is None
+    sink.flush(float("inf"))
+    names = ["v", *(c.name for c in _META)]
+    rows = (
+        script.rows if shape == "tuple" else [tuple(r[n] for n in names) for r in script.rows]  # type: ignore[index]
+    )
+    assert rows == _expected()

@@ -2,7 +2,8 @@
 
 The hot path of the Kafka source. Each field a batch needs at once (offset, partition,
 value) is read for the whole result; the keys, the payload views and the timestamps are
-read from the messages only when something asks (the columnar path reads none of them).
+read from the messages only when something asks (the columnar path reads none of them),
+and so are the headers (B251).
 Only partitions the source still owns become batches: a partition revoked during the
 ``consume()`` call is left to its next owner (B15); in bounded mode nothing at or past a
 partition's end offset is handed out (B33).
@@ -11,7 +12,7 @@ partition's end offset is handed out (B33).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from itertools import groupby
 from operator import itemgetter
@@ -19,7 +20,7 @@ from typing import cast
 
 from confluent_kafka import KafkaError, Message
 from spate.errors import ErrorClass, SourceError
-from spate.records import Lane, PayloadBatch
+from spate.records import Headers, Lane, PayloadBatch
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ _message_partition = Message.partition
 _message_value = Message.value
 _message_key = Message.key
 _message_timestamp = Message.timestamp
+_message_headers = Message.headers
+# A consumed message's headers are a list of (str, bytes | None) pairs or None.
+_headers_of_pairs = cast("Callable[[object], Headers]", Headers.of)
 _second = itemgetter(1)
 
 # One partition's columns while a ``consume()`` result is split: offsets, values
@@ -61,6 +65,11 @@ def _first_timestamp_of(messages: list[Message]) -> int:
 def _keys_of(messages: list[Message]) -> list[bytes | None]:
     """The keys of ``messages``, for a batch that is asked for them."""
     return list(map(_message_key, messages))
+
+
+def _headers_of(messages: list[Message]) -> list[Headers]:
+    """The headers of ``messages``, for a batch that is asked for them (B251)."""
+    return list(map(_headers_of_pairs, map(_message_headers, messages)))
 
 
 def raise_if_fatal(error: KafkaError | None) -> None:
@@ -200,6 +209,7 @@ def _batches(topic: str, lists: dict[int, _Columns]) -> list[PayloadBatch]:
                 timestamps=partial(_timestamps_of, messages),
                 nbytes=nbytes,
                 first_timestamp=partial(_first_timestamp_of, messages),
+                headers=partial(_headers_of, messages),
             )
         )
     return batches

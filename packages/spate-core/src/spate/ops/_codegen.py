@@ -165,6 +165,7 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(b, "offsets = batch.offsets")
     if rt.with_meta:
         w.line(b, "timestamps = batch.timestamps")
+        w.line(b, "headers = batch.headers")
         w.line(b, "RecordMeta = _RecordMeta")
     w.line(b, "start = 0")
     w.line(b, "if resume is not None:")
@@ -219,7 +220,7 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(D + 1, "continue")
         w.line(D, "n_in += 1")
         if rt.with_meta:
-            w.line(D, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i]))")
+            w.line(D, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i], headers[i]))")
         _gen_steps(w, rt, 0, D, [f"({DESER_FRAME}, items, jd + 1)"])
     else:
         w.line(L, "if v is NO_RECORD:")
@@ -227,7 +228,7 @@ def generate_source(rt: ChainRuntime) -> str:
         w.line(L + 1, "continue")
         w.line(L, "n_in += 1")
         if rt.with_meta:
-            w.line(L, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i]))")
+            w.line(L, "v = (v, RecordMeta(lane, offsets[i], key, timestamps[i], headers[i]))")
         _gen_steps(w, rt, 0, L, [])
     w.line(b, "finally:")
     if rt.sink_index is not None:

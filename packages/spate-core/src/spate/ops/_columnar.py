@@ -18,9 +18,10 @@ source batch stays one batch with one ack. Per batch it
 2. runs the chain's frame operators, then each route's selection and operators; rows a
    filter drops, or that no route takes (``unrouted: skip``), are counted and resolve
    as delivered (B3);
-3. has each sink check the frame per column (``sink.prepare_frame``): values a column
-   cannot take are record errors for those records alone, under the sink's
-   ``on_record_error``;
+3. adds the columns a sink fills from the records' metadata (B256,
+   :mod:`spate.ops._meta`), then has each sink check the frame per column
+   (``sink.prepare_frame``): values a column cannot take are record errors for those
+   records alone, under the sink's ``on_record_error``;
 4. offers each prepared frame with ``sink.offer_frame`` (all or nothing per frame); a
    refusal stalls the batch and the runtime resumes it at the same frame later (B7, B8).
    A record error the sink raises for the whole frame as it offers it (a row its router
@@ -297,6 +298,9 @@ class FrameProcessor:
         letters: Letters,
     ) -> None:
         sink = self._sinks[sink_index]
+        meta = self._rt.row_meta[sink_index]
+        if meta is not None:
+            df = meta.frame(df, batch, self._rt.sink_labels[sink_index])
         rows: list[int] | None = (
             df.get_column(ROW_COLUMN).to_list() if ROW_COLUMN in df.columns else None
         )

@@ -218,7 +218,13 @@ class Interpreter:
 
 def record_meta(batch: PayloadBatch, index: int) -> RecordMeta:
     """Where record ``index`` of ``batch`` came from (for ``ctx.chain(meta=True)``)."""
-    return RecordMeta(batch.lane, batch.offsets[index], batch.keys[index], batch.timestamps[index])
+    return RecordMeta(
+        batch.lane,
+        batch.offsets[index],
+        batch.keys[index],
+        batch.timestamps[index],
+        batch.headers[index],
+    )
 
 
 def as_cursor(resume: object) -> Cursor:

@@ -63,6 +63,7 @@ from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKi
 from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
 from spate.ops._deser import own_policy
+from spate.ops._meta import RowMeta, row_meta
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, RowBatchSink, Sink, sink_record_policy, takes_rows
@@ -277,6 +278,17 @@ class ChainRuntime:
             )
             if bind_held_errors(sink, errors):
                 self.holding = True
+        self.row_meta: tuple[RowMeta | None, ...] = tuple(
+            row_meta(sink, self.cell) for sink in sink_objs
+        )
+        """Per sink: what adds its metadata columns to its rows (B252), else None."""
+        if any(meta is not None for meta in self.row_meta):
+            # The wrapped offers read the record from the cell: the loop sets it per record.
+            self.holding = True
+            self.offers = tuple(
+                offer if meta is None else meta.wrap(offer)
+                for offer, meta in zip(self.offers, self.row_meta, strict=True)
+            )
 
         # Metric series, resolved once.
         dc, oc = deser_component, component
@@ -688,6 +700,9 @@ class ChainRuntime:
             if sink is None:
                 raise RuntimeError(f"rows collected for {self.sink_names[index]}, not batched")
             values, records = rows
+            meta = self.row_meta[index]
+            if meta is not None:
+                values = meta.rows(values, records, batch)
             prepare = functools.partial(
                 sink.prepare_rows, values, list(map(keys.__getitem__, records)), batch.lane
             )

@@ -43,7 +43,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorPolicy
-from spate.records import Lane
+from spate.records import Lane, MetaColumn
 
 
 class Offer(enum.Enum):
@@ -129,6 +129,19 @@ class ReplayingSink(Sink, Protocol):
         """Lanes with a replayed block that holds rows and waits for more. Pipeline
         thread; cheap (called on loop turns while the source is paused)."""
         ...
+
+
+@runtime_checkable
+class MetaColumnsSink(Sink, Protocol):
+    """A sink some of whose columns come from each row's record, not from the row (B252).
+
+    The chain adds each :class:`~spate.records.MetaColumn` to every row it hands the sink
+    (a mapping row gets the column's name, a tuple or list row the value at the column's
+    position), from the record the row came from: one ``offer``, one call of rows or one
+    frame alike (ADR 0020). An empty ``meta_columns`` asks for nothing.
+    """
+
+    meta_columns: tuple[MetaColumn, ...]
 
 
 @runtime_checkable

@@ -62,7 +62,7 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
-from spate.records import Lane
+from spate.records import Lane, MetaColumn
 from spate.sink._admission import Admission, PreparedRows
 from spate.sink._batching import PoolBatch
 from spate.sink._contract import Offer
@@ -91,6 +91,10 @@ is built)."""
 
 class SinkPool:
     """A sink made of shards of replicas, written by a small pool of worker threads."""
+
+    meta_columns: tuple[MetaColumn, ...] = ()
+    """Columns the chain fills from each row's record (a
+    :class:`~spate.sink.MetaColumnsSink`, B252); set by the connector's factory."""
 
     def __init__(
         self,
