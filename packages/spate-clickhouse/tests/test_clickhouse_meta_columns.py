@@ -4,9 +4,12 @@ created by ``create_table`` (B254)."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+from spate.cli._main import main
 from spate.config import decode
 from spate.errors import ConfigError, SinkError
 from spate.records import MetaColumn, MetaSource
@@ -118,3 +121,31 @@ def test_b253_a_table_type_that_cannot_hold_the_metadata_is_refused_at_start(
             "r1", _server(**{column: type_name})
         )
     assert f"column {column} holds" in info.value.reason and says in info.value.reason
+
+
+def test_b252_spate_validate_refuses_an_unknown_metadata_name_with_its_place(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        """pipeline: {name: v}
+source:
+  kafka: {brokers: "127.0.0.1:1", topic: t, group_id: g}
+deserializer:
+  json: {framing: single}
+sink:
+  clickhouse:
+    table: events
+    columns: [id, {kafka_offset: $offset}, {tenant: $headers.tenant}]
+    shards: [{replicas: ["http://127.0.0.1:1"]}]
+"""
+    )
+    stderr = io.StringIO()
+    assert main(["validate", str(config)], stdout=io.StringIO(), stderr=stderr) == 2
+    assert (
+        "pipeline.yaml:9:45: sink.clickhouse.columns[2].tenant: unknown record metadata "
+        "'$headers.tenant'" in stderr.getvalue()
+    )
+    good = config.read_text().replace("$headers.tenant", "$header.tenant")
+    config.write_text(good)
+    assert main(["validate", str(config)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
