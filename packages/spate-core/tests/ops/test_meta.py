@@ -81,15 +81,10 @@ def _headed_batch(lane: Lane) -> PayloadBatch:
     )
 
 
-@pytest.mark.parametrize("interpreted", [False, True], ids=["generated", "interpreter"])
-def test_b250_meta_carries_the_records_headers_and_topic(interpreted: bool) -> None:
-    sink, script = capture_sink("out", max_rows=10)
+def _rows_of_headed_batch(chain: Any, sink: Any, script: Any, interpreted: bool) -> list[Any]:
+    """Run ``chain`` into ``sink`` over :func:`_headed_batch`; the rows the sink wrote."""
     processor = compile_chain(
-        lambda ctx: (
-            ctx.chain(meta=True)
-            .map(lambda pair: (pair[1].topic, pair[1].headers.pairs, pair[1].headers.get("tenant")))
-            .sink()
-        ),
+        chain,
         deserializer=Utf8(),
         sinks={"out": sink},
         meter=Meter("meta-h"),
@@ -100,7 +95,21 @@ def test_b250_meta_carries_the_records_headers_and_topic(interpreted: bool) -> N
     ack = AckToken(lane, 0, 0, 44, 3, lambda token: None)
     assert processor.process(_headed_batch(lane), ack) is None
     sink.flush(float("inf"))
-    assert script.rows == [
+    return list(script.rows)
+
+
+@pytest.mark.parametrize("interpreted", [False, True], ids=["generated", "interpreter"])
+def test_b250_meta_carries_the_records_headers_and_topic(interpreted: bool) -> None:
+    sink, script = capture_sink("out", max_rows=10)
+
+    def chain(ctx: Any) -> Any:
+        return (
+            ctx.chain(meta=True)
+            .map(lambda pair: (pair[1].topic, pair[1].headers.pairs, pair[1].headers.get("tenant")))
+            .sink()
+        )
+
+    assert _rows_of_headed_batch(chain, sink, script, interpreted) == [
         ("events", (("tenant", b"t1"), ("tenant", b"t2")), b"t2"),
         ("events", (), None),
         ("events", (("trace", b"\xff"), ("tenant", None)), None),
@@ -137,20 +146,10 @@ def test_b252_a_sink_gets_its_metadata_columns_added_to_each_row(
     sink, script = capture_sink("out", max_rows=10)
     sink.meta_columns = _META  # type: ignore[attr-defined]
     as_row = (lambda v: (v,)) if shape == "tuple" else (lambda v: {"v": v})
-    processor = compile_chain(
-        lambda ctx: ctx.chain().map(as_row).sink(),
-        deserializer=Utf8(),
-        sinks={"out": sink},
-        meter=Meter("meta-c"),
-        pipeline="meta-c",
-        interpreted=interpreted,
+    rows = _rows_of_headed_batch(
+        lambda ctx: ctx.chain().map(as_row).sink(), sink, script, interpreted
     )
-    lane = Lane("events", 3)
-    ack = AckToken(lane, 0, 0, 44, 3, lambda token: None)
-    assert processor.process(_headed_batch(lane), ack) is None
-    sink.flush(float("inf"))
-    names = ["v", *(c.name for c in _META)]
-    rows = (
-        script.rows if shape == "tuple" else [tuple(r[n] for n in names) for r in script.rows]  # type: ignore[index]
-    )
+    if shape == "dict":
+        names = ["v", *(c.name for c in _META)]
+        rows = [tuple(r[n] for n in names) for r in rows]
     assert rows == _expected()
