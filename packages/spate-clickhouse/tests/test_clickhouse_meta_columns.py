@@ -149,3 +149,35 @@ sink:
     good = config.read_text().replace("$headers.tenant", "$header.tenant")
     config.write_text(good)
     assert main(["validate", str(config)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
+
+
+@pytest.mark.parametrize("wrapper", ["tiered", "tee"])
+def test_b258_metadata_columns_behind_a_tier_or_a_tee_are_refused_at_start(
+    tmp_path: Path, wrapper: str
+) -> None:
+    from spate import Pipeline, load_config
+
+    clickhouse = (
+        "{clickhouse: {table: events, columns: [id, {kafka_offset: $offset}], "
+        'shards: [{replicas: ["http://127.0.0.1:1"]}]}}'
+    )
+    body = (
+        f"tiered: {{tiers: [{{memory: {{max_records: 10}}}}], terminal: {clickhouse}}}"
+        if wrapper == "tiered"
+        else f"tee: {{sinks: [{clickhouse}, {{capture: {{}}}}]}}"
+    )
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"""pipeline: {{name: v}}
+admin: {{listen: none}}
+source:
+  kafka: {{brokers: "127.0.0.1:1", topic: t, group_id: g}}
+sink:
+  {body}
+"""
+    )
+    with pytest.raises(ConfigError) as info:
+        Pipeline.from_config(load_config(config), handle_signals=False)
+    assert info.value.path.endswith(".clickhouse.columns")
+    assert "kafka_offset: $offset" in info.value.message
+    assert "not supported behind a tier or a tee" in info.value.message

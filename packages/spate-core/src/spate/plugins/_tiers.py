@@ -19,8 +19,9 @@ connector (ADR 0005)::
 
 Nested connector sections are built through the same registry as the top level. A
 memory tier after a spool is refused at validation: it would hold records whose custody
-the spool has already passed on (B17). Also the built-in ``jsonl`` spool store factory
-(``spate.stores``).
+the spool has already passed on (B17). A nested sink with metadata columns is refused
+(ADR 0020: the chain adds them for a top-level sink only). Also the built-in ``jsonl``
+spool store factory (``spate.stores``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from spate._context import BuildContext
 from spate.config._decode import decode, join_path
 from spate.errors import ConfigError, SpateError
 from spate.plugins._factory import PluginKind
-from spate.sink._contract import Sink
+from spate.sink._contract import MetaColumnsSink, Sink
 from spate.sink.tiers._memory import MemoryTier, MemoryTierConfig
 from spate.sink.tiers._spool import SpoolConfig, SpoolTier
 from spate.sink.tiers._store import JsonlStore, SpoolStore, adopted_directories, worker_directory
@@ -155,6 +156,15 @@ def _build_nested(raw: Mapping[str, Any], component: str, context: BuildContext)
     spec = decode_connector(spec, registry)
     factory = registry.factory("sink", tag, path=spec.path)
     sink: Sink = factory.build(spec.config, replace(context, component=component))
+    if isinstance(sink, MetaColumnsSink) and sink.meta_columns:
+        # The chain adds metadata columns to the rows it offers the outer sink, which a
+        # tier or a tee does not ask for (ADR 0020): refuse rather than write rows short.
+        raise ConfigError(
+            f"{spec.path}.columns",
+            "metadata columns ("
+            + ", ".join(f"{c.name}: {c.source}" for c in sink.meta_columns)
+            + ") are not supported behind a tier or a tee yet; put the sink at the top level",
+        )
     return sink
 
 
