@@ -25,7 +25,7 @@ from spate import (
 from spate.flow import InflightBudget
 from spate.metrics import Meter
 from spate.ops import compile_chain
-from spate.records import PayloadBatch
+from spate.records import Headers, PayloadBatch
 from spate.sink import BatchConfig, InflightConfig, Offer, PoolConfig, ShardConfig, SinkPool
 from spate.testing import IntFrameDeserializer, ScriptedFrameEndpoints
 
@@ -560,3 +560,57 @@ def test_b167_rows_the_router_cannot_place_are_dead_lettered_and_hold_the_batch(
     assert [h["spate.error.reason"] for h in headers] == [b"record_error", b"record_error"]
     assert [h["spate.error.source.offset"] for h in headers] == [b"1", b"3"]
     assert headers[0]["spate.error.message"].endswith(b"sink sink: 13 has no shard")
+
+
+def test_b259_frames_get_the_records_metadata_as_columns_on_request() -> None:
+    pool, ends, meter = make_pool()
+    seen: list[Any] = []
+
+    def look(df: Any) -> Any:
+        seen.append(df)
+        return df.select("n")
+
+    proc = compile_chain(
+        lambda ctx: (
+            ctx.frames(
+                meta={"off": "$offset", "key": "$key", "tenant": "$header.tenant", "t": "$topic"}
+            )
+            .filter(pl.col("tenant").is_not_null())
+            .map_batches(look)
+            .sink()
+        ),
+        deserializer=FrameDeser(),
+        sinks={"sink": pool},
+        meter=meter,
+        pipeline="p",
+    )
+    headed = PayloadBatch(
+        LANE,
+        [7, 8, 9],
+        [memoryview(b"1"), memoryview(b"2"), memoryview(b"3")],
+        [b"a", None, b"c"],
+        [0, 0, 0],
+        10,
+        headers=[
+            Headers([("tenant", b"x"), ("tenant", b"\xff")]),
+            Headers([("tenant", b"")]),
+            Headers(),
+        ],
+    )
+    results: dict[str, AckStatus] = {}
+    assert proc.process(headed, new_ack(results)) is None
+    pool.tick()
+    (df,) = seen
+    assert df.select("n", "off", "key", "tenant", "t").rows() == [
+        (1, 7, b"a", b"\xff", "t"),
+        (2, 8, None, b"", "t"),
+    ]
+    assert [r for w in ends.written for r in w.rows] == [(1,), (2,)]
+    with pytest.raises(ValueError, match=r"unknown record metadata '\$tenant'"):
+        compile_chain(
+            lambda ctx: ctx.frames(meta={"x": "$tenant"}).sink(),
+            deserializer=FrameDeser(),
+            sinks={"sink": pool},
+            meter=meter,
+            pipeline="p",
+        )

@@ -18,7 +18,7 @@ route function emits nowhere follows the split's ``unrouted`` policy, ``fail`` b
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -239,12 +239,17 @@ class ChainContext:
             raise ValueError("chain(on_error=...): use try_map for skip; 'fail' or 'dead_letter'")
         return Chain(meta=meta, on_error=policy)
 
-    def frames(self) -> Any:
+    def frames(self, meta: Mapping[str, str] | None = None) -> Any:
         """Start a frame chain (columnar path, ``spate[columnar]``): its operators receive
-        each batch as a polars DataFrame (see :mod:`spate.ops._frames`)."""
+        each batch as a polars DataFrame (see :mod:`spate.ops._frames`).
+
+        ``meta`` maps column names to record metadata (``$offset``, ``$partition``,
+        ``$timestamp``, ``$timestamp_ms``, ``$topic``, ``$key``, ``$value``,
+        ``$header.<name>``): each frame gets those columns before the first operator
+        (B259)."""
         from spate.ops._frames import FrameChain
 
-        return FrameChain()
+        return FrameChain.with_meta(meta or {})
 
     def sink(self, name: str) -> SinkHandle:
         """The handle of sink ``name``; an unknown name is an error listing the known ones."""

@@ -174,6 +174,8 @@ class FrameProcessor:
                     df = df.filter(*op.args)
                 elif op.kind == "with_columns":
                     df = df.with_columns(*op.args)
+                elif op.kind == "with_meta":
+                    df = op.args[0].frame(df, batch, self._rt.component)
                 elif op.kind == "select":
                     out = df.select(*op.args)
                     if ROW_COLUMN not in out.columns and out.height == df.height:

@@ -7,19 +7,24 @@ user function). It ends in ``sink(name)`` or in ``split()`` whose routes pick ro
 union branch and/or predicate. The description runs nothing; :mod:`spate.ops._columnar`
 executes it. Row operators (``map``, ``filter`` of a Python function, …) do not exist
 here: calling one names the row path instead of silently mixing the two.
+``ctx.frames(meta={"tenant": "$header.tenant", ...})`` starts the chain with the records'
+metadata as columns (a ``with_meta`` operator, B259, ADR 0020).
 
 This module imports no polars: expressions are kept as the opaque objects users pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from spate.errors import ErrorPolicy, PolicyLike, as_policy
+from spate.ops._meta import RowMeta
+from spate.records import MetaColumn, MetaSource
+from spate.sink._held import RecordCell
 
-FrameOpKind = Literal["select", "with_columns", "filter", "map_batches"]
+FrameOpKind = Literal["select", "with_columns", "filter", "map_batches", "with_meta"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,8 @@ class FrameOp:
         if self.kind == "map_batches":
             fn = self.args[0]
             return f"map_batches({getattr(fn, '__qualname__', type(fn).__name__)})"
+        if self.kind == "with_meta":
+            return f"with_meta({', '.join(self.args[1])})"
         return f"{self.kind}({len(self.args)} expr)"
 
 
@@ -79,6 +86,20 @@ class FrameChain:
     @property
     def ops(self) -> tuple[FrameOp, ...]:
         return self._ops
+
+    @classmethod
+    def with_meta(cls, columns: Mapping[str, str]) -> FrameChain:
+        """A chain whose first operator adds the records' metadata as columns
+        (``{"tenant": "$header.tenant", "kafka_offset": "$offset"}``, B259); an unknown
+        ``$name`` raises ``ValueError`` naming the known ones."""
+        parsed = tuple(
+            MetaColumn(name, MetaSource.parse(source), position)
+            for position, (name, source) in enumerate(columns.items())
+        )
+        if not parsed:
+            return cls()
+        meta = RowMeta(parsed, RecordCell())
+        return cls((FrameOp("with_meta", (meta, tuple(c.name for c in parsed))),))
 
     def _then(self, op: FrameOp) -> FrameChain:
         return FrameChain((*self._ops, op))
