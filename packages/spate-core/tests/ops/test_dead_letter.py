@@ -22,6 +22,7 @@ from spate.config import DeadLetterSettings
 from spate.metrics import Meter
 from spate.ops import ChainContext, compile_chain
 from spate.ops._deadletter import HEADER_NAMES, DeadLetter
+from spate.records import MetaColumn, MetaSource
 from spate.sink import BatchConfig, InflightConfig, PoolConfig
 from spate.testing import scripted_pool
 
@@ -368,3 +369,25 @@ def test_b71_an_error_asking_for_dead_letter_without_a_sink_fails_naming_the_rec
         FatalError, match=r"orders\[3\] offset 100 is to be dead-lettered.*no dead_letter"
     ):
         processor.process(make_batch([b"1"]), Acks().new(1))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_b257_a_dead_letter_sink_gets_its_metadata_columns_from_the_records_own(
+    path: str,
+) -> None:
+    rig = _setup(kafka=False, path=path)
+    rig.dlq_pool.meta_columns = (
+        MetaColumn("kafka_offset", MetaSource("offset"), 0),
+        MetaColumn("kafka_key", MetaSource("key"), 1),
+        MetaColumn("raw", MetaSource("value"), 2),
+    )
+    processor = rig.processor(_chain("frames" if rig.columnar else "chain"))
+    ack = Acks().new(len(PAYLOADS))
+    assert processor.process(make_batch(PAYLOADS), ack) is None
+    assert rig.dlq_pool.flush(rig.clock.monotonic() + 5)
+    rows = rig.dlq_ends.rows()
+    bad = [1, 4] if rig.columnar else [1, 2, 4]
+    assert [(r["kafka_offset"], r["kafka_key"], r["raw"]) for r in rows] == [
+        (100 + i, b"k%d" % i, PAYLOADS[i]) for i in bad
+    ]
+    assert [r["source_offset"] for r in rows] == [100 + i for i in bad]

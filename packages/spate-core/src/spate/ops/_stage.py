@@ -282,6 +282,10 @@ class ChainRuntime:
             row_meta(sink, self.cell) for sink in sink_objs
         )
         """Per sink: what adds its metadata columns to its rows (B252), else None."""
+        self.dead_letter_meta = (
+            row_meta(dead_letter.sink, self.cell) if dead_letter is not None else None
+        )
+        """What adds the dead-letter sink's metadata columns to each dead letter (B257)."""
         if any(meta is not None for meta in self.row_meta):
             # The wrapped offers read the record from the cell: the loop sets it per record.
             self.holding = True
@@ -581,7 +585,10 @@ class ChainRuntime:
         """Offer one dead letter; False when the sink refused it for now."""
         dlq = self.dead_letter
         assert dlq is not None
+        meta = self.dead_letter_meta
         try:
+            if meta is not None:
+                row = meta.one(row, batch, index)
             result = dlq.offer_fn(row, key, batch.lane, ack)
         except SinkError as exc:
             raise FatalError(
