@@ -116,7 +116,8 @@ def test_b250_meta_carries_the_records_headers_and_topic(interpreted: bool) -> N
     ]
 
 
-_META = (
+# Every kind of metadata, at the positions after the row's one value.
+META_COLUMNS = (
     MetaColumn("off", MetaSource("offset"), 1),
     MetaColumn("part", MetaSource("partition"), 2),
     MetaColumn("ts", MetaSource("timestamp"), 3),
@@ -144,12 +145,12 @@ def test_b252_a_sink_gets_its_metadata_columns_added_to_each_row(
     interpreted: bool, shape: str
 ) -> None:
     sink, script = capture_sink("out", max_rows=10)
-    sink.meta_columns = _META  # type: ignore[attr-defined]
+    sink.meta_columns = META_COLUMNS  # type: ignore[attr-defined]
     as_row = (lambda v: (v,)) if shape == "tuple" else (lambda v: {"v": v})
     rows = _rows_of_headed_batch(
         lambda ctx: ctx.chain().map(as_row).sink(), sink, script, interpreted
     )
     if shape == "dict":
-        names = ["v", *(c.name for c in _META)]
+        names = ["v", *(c.name for c in META_COLUMNS)]
         rows = [tuple(r[n] for n in names) for r in rows]
     assert rows == _expected()

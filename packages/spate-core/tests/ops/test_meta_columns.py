@@ -16,19 +16,11 @@ from spate.ops._meta import RowMeta
 from spate.records import ROW_COLUMN, Headers, Lane, MetaColumn, MetaSource, PayloadBatch
 from spate.sink._held import RecordCell
 
+from .test_meta import META_COLUMNS
+
 pl = pytest.importorskip("polars")
 
-COLUMNS = (
-    MetaColumn("off", MetaSource("offset"), 1),
-    MetaColumn("part", MetaSource("partition"), 2),
-    MetaColumn("ts", MetaSource("timestamp"), 3),
-    MetaColumn("ms", MetaSource("timestamp_ms"), 4),
-    MetaColumn("topic", MetaSource("topic"), 5),
-    MetaColumn("key", MetaSource("key"), 6),
-    MetaColumn("raw", MetaSource("value"), 7),
-    MetaColumn("tenant", MetaSource("header", "tenant"), 8),
-    MetaColumn("empty_name", MetaSource("header", ""), 9),
-)
+COLUMNS = (*META_COLUMNS, MetaColumn("empty_name", MetaSource("header", ""), 9))
 _header_keys = st.sampled_from(["tenant", "", "other", "Tenant"])
 _header_values = st.none() | st.binary(max_size=5) | st.just(b"\xff\xfe")
 _record = st.tuples(
