@@ -1,0 +1,413 @@
+"""Guarantees that must hold per partition while an incremental rebalance moves some of a
+member's partitions (B270, B271, B272, B273; B175, B32, B33, B34, B40, B54, B71, B88).
+
+Under ``cooperative`` and ``consumer`` a second member joins a group whose first member
+is mid-run, and takes some of its partitions: only those lanes are drained, committed and
+released, the others run on. Each test checks a feature that keeps state per lane:
+
+* a pause (B270): the first member's sink is full, so backpressure pauses every lane; the
+  lanes it keeps stay paused while the newcomer reads the moved ones, and resume once the
+  sink takes rows again;
+* bounded mode (B271): ``stop_at: end`` finishes on both members, with every record read
+  once the partitions it was given moved mid-run;
+* the dead-letter sink (B272): bad records before and after the move reach it, exactly
+  once under effectively-once and at least once otherwise;
+* the spool (B273): the first member's spool holds batches of the lanes being revoked
+  while its terminal refuses them; they are delivered later or left uncommitted.
+
+Throughout, the delivery sampler (tests/support/delivery.py) checks that the group's
+committed offsets never pass a record the destinations do not hold — for dead letters,
+the table and the dead-letter files together. Every step waits for a condition (an
+assignment, a metric, what a destination holds), never for a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import ChainMap, Counter
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import pytest
+from spate.testing import OK
+
+from tests.kafka._members import Member, start_member
+from tests.kafka._pipeline import (
+    ClickHouseTable,
+    read_keys,
+    revocations_logged,
+    start_pipeline,
+    stop_pipeline,
+    wait_running,
+    write_config,
+)
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.kafka_groups import set_consumer_session
+from tests.support.scale import current_scale, scaled
+from tests.support.services import (
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    produce_keyed,
+    unique_name,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+INCREMENTAL = pytest.mark.parametrize("rebalance", ["cooperative", "consumer"])
+PARTITIONS = 4
+CONSUME_BATCH = 100  # start_member's default: records per consume() at most
+
+
+def _sampler(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    positions: Mapping[bytes, tuple[int, int]],
+    keys: Callable[[], Iterable[bytes]],
+) -> DeliverySampler:
+    sampler = DeliverySampler(bootstrap, group, topic, positions, keys)
+    sampler.start(every=0.2)
+    return sampler
+
+
+def _check(sampler: DeliverySampler) -> None:
+    sampler.stop()
+    sampler.sample()
+    assert sampler.samples, sampler.errors[:3]
+    assert not sampler.violations(), sampler.violations()[:3]
+
+
+def _split(first: Member, second: Member) -> tuple[frozenset[int], frozenset[int]]:
+    """Wait until the newcomer owns some partitions and the first member the others;
+    return (kept, moved)."""
+    everything = frozenset(range(PARTITIONS))
+    wait_until(
+        lambda: (
+            bool(second.source.assigned_partitions)
+            and bool(first.source.assigned_partitions)
+            and first.source.assigned_partitions | second.source.assigned_partitions
+            == everything
+            and not first.source.assigned_partitions & second.source.assigned_partitions
+        ),
+        120,
+        "the partitions split between the two members",
+    )
+    return first.source.assigned_partitions, second.source.assigned_partitions
+
+
+def _stop(*members: Member | None) -> None:
+    for member in members:
+        if member is not None and member.thread.is_alive():
+            member.stop()
+
+
+@INCREMENTAL
+def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
+    kafka_bootstrap: str, rebalance: str
+) -> None:
+    """B270 (B32, B7, B175): the first member's sink is full, so every lane is paused. A
+    second member joins: the lanes the first keeps stay paused while the sink is full (at
+    most one refused poll of them, when the revocation dropped the refused batch), the
+    moved ones are read by the newcomer, and once the sink takes rows again the kept
+    lanes resume; every record is delivered, the end offsets committed, and no commit
+    ever passes the delivered records."""
+    topic, group = unique_name(f"pause-{rebalance}"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    positions = produce_keyed(
+        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
+    )
+    first = start_member(kafka_bootstrap, topic, group, rebalance=rebalance, client_id="a")
+    second: Member | None = None
+    sampler = _sampler(
+        kafka_bootstrap,
+        group,
+        topic,
+        positions,
+        lambda: first.delivered() | (second.delivered() if second else set()),
+    )
+    try:
+        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
+        wait_until(first.held, 120, "the full sink to pause the source")
+        polled = {p: first.polled(p) for p in range(PARTITIONS)}
+        second = start_member(
+            kafka_bootstrap, topic, group, rebalance=rebalance, held=False, client_id="z"
+        )
+        kept, moved = _split(first, second)
+        # The newcomer reads every record of the moved partitions ...
+        wait_until(
+            lambda: second.delivered() >= {k for k, (p, _) in positions.items() if p in moved},
+            120,
+            "the moved partitions read by the newcomer",
+        )
+        # ... while the kept lanes stayed paused behind the full sink. When the batch the
+        # sink refused was a moved lane's, the revocation dropped it and the kept lanes
+        # were offered one poll (the sink might have room after the write-out, B40):
+        # refused, they were paused again, so at most one consume() of records came.
+        assert first.held()
+        assert first.source.assigned_partitions == kept
+        assert sum(first.polled(p) - polled[p] for p in kept) <= CONSUME_BATCH
+        assert not first.delivered()
+        first.script.always(OK)
+        wait_until(
+            lambda: first.delivered() | second.delivered() >= set(positions),
+            120,
+            "every record delivered",
+        )
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
+        )
+        assert all(first.polled(p) > polled[p] for p in kept if polled[p] < ends[p])
+    finally:
+        reports = [m.stop() for m in (first, second) if m is not None]
+    _check(sampler)
+    assert [r.state for r in reports] == ["completed", "completed"], [
+        r.summary() for r in reports
+    ]
+
+
+@INCREMENTAL
+def test_b271_bounded_run_finishes_when_partitions_move_mid_run(
+    kafka_bootstrap: str, rebalance: str
+) -> None:
+    """B271 (B33, B34, B175): two bounded members (``stop_at: end``); the first is held
+    mid-run when the second joins and takes some of its partitions. Both complete, every
+    record is delivered, the committed offsets are the end offsets, and no commit ever
+    passes the delivered records."""
+    topic, group = unique_name(f"bounded-{rebalance}"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    positions = produce_keyed(
+        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
+    )
+    ends = end_offsets(kafka_bootstrap, topic)
+    first = start_member(
+        kafka_bootstrap, topic, group, bounded=True, rebalance=rebalance, client_id="a"
+    )
+    second: Member | None = None
+    sampler = _sampler(
+        kafka_bootstrap,
+        group,
+        topic,
+        positions,
+        lambda: first.delivered() | (second.delivered() if second else set()),
+    )
+    try:
+        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
+        wait_until(first.held, 120, "the first member held mid-run")
+        second = start_member(
+            kafka_bootstrap,
+            topic,
+            group,
+            bounded=True,
+            rebalance=rebalance,
+            held=False,
+            client_id="z",
+        )
+        _split(first, second)
+        first.script.always(OK)
+        reports = [first.join(180), second.join(180)]
+    finally:
+        _stop(first, second)
+    assert [r.state for r in reports] == ["completed", "completed"], [
+        r.summary() for r in reports
+    ]
+    assert second is not None and second.delivered()
+    assert first.delivered() | second.delivered() == set(positions)
+    assert committed_offsets(kafka_bootstrap, group, topic) == ends
+    _check(sampler)
+
+
+def _letters(paths: Iterable[Path], at: Mapping[tuple[int, int], bytes]) -> Counter[bytes]:
+    """The records in the dead-letter files, by the identity produced at their position."""
+    found: Counter[bytes] = Counter()
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_bytes().split(b"\n"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a torn tail, or an empty line
+            position = (int(row["source_partition"]), int(row["source_offset"]))
+            found[at.get(position, b"?%d/%d" % position)] += 1
+    return found
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "effectively_once"])
+@INCREMENTAL
+def test_b272_dead_letters_before_and_after_a_move(
+    kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str, delivery: str
+) -> None:
+    """B272 (B71, B88, B175): JSON records into a plain ``MergeTree``, every tenth one not
+    JSON (dead-lettered into a file per member). A second member joins while records
+    flow, and more come after the move. Every good record is in the table and every bad
+    one in a dead-letter file — exactly once each under effectively-once, at least once
+    otherwise — and no commit ever passes a record in neither place."""
+    topic, group = unique_name(f"dlq-{rebalance}"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    count = scaled(20_000, minimum=3_000)
+    before = count * 3 // 5
+
+    def value(i: int) -> bytes:
+        return b"{not json k%d" % i if i % 10 == 3 else b'{"k":"k%d"}' % i
+
+    bad = {b"k%d" % i for i in range(count) if i % 10 == 3}
+    table = ClickHouseTable.create(clickhouse_url, f"dlq_{rebalance}")
+    if rebalance == "consumer":
+        set_consumer_session(kafka_bootstrap, group, 6000)
+    base = json.loads(
+        write_config(
+            tmp_path / "base.json",
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            group=group,
+            out=tmp_path / "unused",
+            bounded=False,
+            rebalance=rebalance,
+            table=table,
+            delivery=delivery,
+        ).read_text()
+    )
+    base["deserializer"] = {"json": {"framing": "single", "on_error": "dead_letter"}}
+    dlqs = [tmp_path / f"dlq{i}.jsonl" for i in range(2)]
+    configs = []
+    for i, dlq in enumerate(dlqs):
+        base["dead_letter"] = {
+            "sink": {"file": {"path": str(dlq), "max_rows": 100}},
+            "format": "row",
+            "max_consecutive": 0,
+            "max_ratio": 1.0,
+        }
+        configs.append(tmp_path / f"c{i}.json")
+        configs[i].write_text(json.dumps(base))
+    producer = PacedProducer(
+        kafka_bootstrap,
+        topic,
+        ((b"k%d" % i, b"k%d" % i, value(i)) for i in range(before)),
+        before,
+        seconds=10 * max(current_scale(), 0.5),
+    )
+    later: dict[bytes, tuple[int, int]] = {}
+    positions = ChainMap(later, producer.positions)
+
+    def held() -> set[bytes]:
+        at = {where: key for key, where in positions.items()}
+        return set(table.keys()) | set(_letters(dlqs, at))
+
+    sampler = _sampler(kafka_bootstrap, group, topic, positions, held)
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = []
+    try:
+        procs.append(start_pipeline(configs[0], logs[0]))
+        wait_running(logs[0], 0)
+        producer.start()
+        wait_until(lambda: dlqs[0].exists() and dlqs[0].stat().st_size, 120, "a dead letter")
+        procs.append(start_pipeline(configs[1], logs[1]))
+        wait_running(logs[1], 0)  # the newcomer has partitions: some moved while flowing
+        wait_until(lambda: revocations_logged(logs[0]) > 0, 60, "the first member's revocation")
+        producer.finish()
+        # After the move: both members read new records, good and bad.
+        later.update(
+            produce_keyed(
+                kafka_bootstrap,
+                topic,
+                count - before,
+                key=lambda i: b"k%d" % (before + i),
+                value=lambda i: value(before + i),
+            )
+        )
+        at = {where: key for key, where in positions.items()}
+        wait_until(
+            lambda: set(table.keys()) | set(_letters(dlqs, at)) >= set(positions),
+            180,
+            "every record in the table or a dead-letter file",
+        )
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
+        )
+        # Bad records produced after the move, dead-lettered by each member.
+        after = [set(_letters([dlq], at)) & set(later) & bad for dlq in dlqs]
+    finally:
+        codes = [stop_pipeline(proc, timeout=120) for proc in procs]
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    _check(sampler)
+    assert all(after), "a member dead-lettered nothing after the move"
+    letters = _letters(dlqs, at)
+    assert set(letters) == bad
+    rows = Counter(table.keys())
+    assert set(rows) == set(positions) - bad
+    if delivery == "effectively_once":
+        assert set(letters.values()) == {1}, [k for k, n in letters.items() if n > 1][:5]
+        assert set(rows.values()) == {1}, [k for k, n in rows.items() if n > 1][:5]
+
+
+@INCREMENTAL
+def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
+    kafka_bootstrap: str, tmp_path: Path, rebalance: str
+) -> None:
+    """B273 (B54, B40, B15, B175): the first member spools (``ack: terminal``) in front of
+    a sink that refuses every write, so its spool holds batches of every lane when a
+    second member joins and takes some partitions. The revoked lanes' spooled batches are
+    not committed (the newcomer reads them again from the last commit); once the sink
+    takes rows the first member's spool hands every batch on and empties. Every record is
+    delivered, the end offsets committed, and no commit ever passes the delivered
+    records."""
+    topic, group = unique_name(f"spool-{rebalance}"), unique_name("g")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    positions = produce_keyed(
+        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
+    )
+    spools = [tmp_path / "spool-a", tmp_path / "spool-z"]
+    first = start_member(
+        kafka_bootstrap, topic, group, rebalance=rebalance, client_id="a", spool=spools[0]
+    )
+    second: Member | None = None
+    sampler = _sampler(
+        kafka_bootstrap,
+        group,
+        topic,
+        positions,
+        lambda: first.delivered() | (second.delivered() if second else set()),
+    )
+    try:
+        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
+        wait_until(
+            lambda: all(first.polled(p) > 0 for p in range(PARTITIONS)),
+            120,
+            "batches of every lane spooled",
+        )
+        second = start_member(
+            kafka_bootstrap,
+            topic,
+            group,
+            rebalance=rebalance,
+            held=False,
+            client_id="z",
+            spool=spools[1],
+        )
+        _kept, moved = _split(first, second)
+        wait_until(
+            lambda: second.delivered() >= {k for k, (p, _) in positions.items() if p in moved},
+            120,
+            "the moved partitions read again by the newcomer",
+        )
+        assert not first.delivered()  # the first member's sink took nothing so far
+        first.script.always(OK)
+        wait_until(
+            lambda: first.delivered() | second.delivered() >= set(positions),
+            120,
+            "every record delivered",
+        )
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
+        )
+    finally:
+        reports = [m.stop() for m in (first, second) if m is not None]
+    _check(sampler)
+    assert [r.state for r in reports] == ["completed", "completed"], [
+        r.summary() for r in reports
+    ]
+    assert [sorted(p.name for p in s.rglob("seg-*")) for s in spools] == [[], []]
