@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spate.testing import OK
@@ -34,7 +36,6 @@ from spate.testing import OK
 from tests.kafka._members import Member, start_member
 from tests.kafka._pipeline import (
     ClickHouseTable,
-    read_keys,
     revocations_logged,
     start_pipeline,
     stop_pipeline,
@@ -86,8 +87,7 @@ def _split(first: Member, second: Member) -> tuple[frozenset[int], frozenset[int
         lambda: (
             bool(second.source.assigned_partitions)
             and bool(first.source.assigned_partitions)
-            and first.source.assigned_partitions | second.source.assigned_partitions
-            == everything
+            and first.source.assigned_partitions | second.source.assigned_partitions == everything
             and not first.source.assigned_partitions & second.source.assigned_partitions
         ),
         120,
@@ -96,10 +96,78 @@ def _split(first: Member, second: Member) -> tuple[frozenset[int], frozenset[int
     return first.source.assigned_partitions, second.source.assigned_partitions
 
 
-def _stop(*members: Member | None) -> None:
-    for member in members:
-        if member is not None and member.thread.is_alive():
-            member.stop()
+@dataclass
+class _Pair:
+    """A topic of records produced up front, the first member of its group (all
+    partitions, started by :meth:`start`), the newcomer (:meth:`join`) and the sampler,
+    whose destination is what both members' sinks took."""
+
+    bootstrap: str
+    rebalance: str
+    topic: str
+    group: str
+    positions: dict[bytes, tuple[int, int]]
+    first: Member
+    second: Member | None = None
+    sampler: DeliverySampler | None = None
+
+    @classmethod
+    def start(cls, bootstrap: str, prefix: str, rebalance: str, **first: Any) -> _Pair:
+        topic, group = unique_name(f"{prefix}-{rebalance}"), unique_name("g")
+        create_topic(bootstrap, topic, PARTITIONS)
+        positions = produce_keyed(
+            bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
+        )
+        member = start_member(bootstrap, topic, group, rebalance=rebalance, client_id="a", **first)
+        pair = cls(bootstrap, rebalance, topic, group, positions, member)
+        pair.sampler = _sampler(bootstrap, group, topic, positions, pair.delivered)
+        wait_until(
+            lambda: len(member.source.assigned_partitions) == PARTITIONS,
+            120,
+            "all partitions for the first member",
+        )
+        return pair
+
+    def members(self) -> list[Member]:
+        return [self.first] if self.second is None else [self.first, self.second]
+
+    def delivered(self) -> set[bytes]:
+        return set().union(*(m.delivered() for m in self.members()))
+
+    def join(self, **second: Any) -> tuple[Member, Member, frozenset[int], frozenset[int]]:
+        """Start the newcomer (its sink not held) and wait for the split; return both
+        members, the partitions the first kept and those that moved."""
+        self.second = start_member(
+            self.bootstrap,
+            self.topic,
+            self.group,
+            rebalance=self.rebalance,
+            held=False,
+            client_id="z",
+            **second,
+        )
+        kept, moved = _split(self.first, self.second)
+        return self.first, self.second, kept, moved
+
+    def of(self, partitions: frozenset[int]) -> set[bytes]:
+        return {k for k, (p, _) in self.positions.items() if p in partitions}
+
+    def finish(self) -> None:
+        """Every record delivered, then the end offsets committed."""
+        wait_until(lambda: self.delivered() >= set(self.positions), 120, "every record")
+        ends = end_offsets(self.bootstrap, self.topic)
+        wait_until(
+            lambda: committed_offsets(self.bootstrap, self.group, self.topic) == ends,
+            60,
+            "final commits",
+        )
+
+    def stop(self) -> list[str]:
+        """Stop both members; their final states. Then check the sampler."""
+        states = [m.stop().state for m in self.members() if m.thread.is_alive()]
+        assert self.sampler is not None
+        _check(self.sampler)
+        return states
 
 
 @INCREMENTAL
@@ -112,34 +180,14 @@ def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
     moved ones are read by the newcomer, and once the sink takes rows again the kept
     lanes resume; every record is delivered, the end offsets committed, and no commit
     ever passes the delivered records."""
-    topic, group = unique_name(f"pause-{rebalance}"), unique_name("g")
-    create_topic(kafka_bootstrap, topic, PARTITIONS)
-    positions = produce_keyed(
-        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
-    )
-    first = start_member(kafka_bootstrap, topic, group, rebalance=rebalance, client_id="a")
-    second: Member | None = None
-    sampler = _sampler(
-        kafka_bootstrap,
-        group,
-        topic,
-        positions,
-        lambda: first.delivered() | (second.delivered() if second else set()),
-    )
+    pair = _Pair.start(kafka_bootstrap, "pause", rebalance)
+    states: list[str] = []
     try:
-        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
-        wait_until(first.held, 120, "the full sink to pause the source")
-        polled = {p: first.polled(p) for p in range(PARTITIONS)}
-        second = start_member(
-            kafka_bootstrap, topic, group, rebalance=rebalance, held=False, client_id="z"
-        )
-        kept, moved = _split(first, second)
+        wait_until(pair.first.held, 120, "the full sink to pause the source")
+        polled = {p: pair.first.polled(p) for p in range(PARTITIONS)}
+        first, second, kept, moved = pair.join()
         # The newcomer reads every record of the moved partitions ...
-        wait_until(
-            lambda: second.delivered() >= {k for k, (p, _) in positions.items() if p in moved},
-            120,
-            "the moved partitions read by the newcomer",
-        )
+        wait_until(lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read")
         # ... while the kept lanes stayed paused behind the full sink. When the batch the
         # sink refused was a moved lane's, the revocation dropped it and the kept lanes
         # were offered one poll (the sink might have room after the write-out, B40):
@@ -149,22 +197,12 @@ def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
         assert sum(first.polled(p) - polled[p] for p in kept) <= CONSUME_BATCH
         assert not first.delivered()
         first.script.always(OK)
-        wait_until(
-            lambda: first.delivered() | second.delivered() >= set(positions),
-            120,
-            "every record delivered",
-        )
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
-        )
+        pair.finish()
+        ends = end_offsets(kafka_bootstrap, pair.topic)
         assert all(first.polled(p) > polled[p] for p in kept if polled[p] < ends[p])
     finally:
-        reports = [m.stop() for m in (first, second) if m is not None]
-    _check(sampler)
-    assert [r.state for r in reports] == ["completed", "completed"], [
-        r.summary() for r in reports
-    ]
+        states = pair.stop()
+    assert states == ["completed", "completed"]
 
 
 @INCREMENTAL
@@ -175,47 +213,19 @@ def test_b271_bounded_run_finishes_when_partitions_move_mid_run(
     mid-run when the second joins and takes some of its partitions. Both complete, every
     record is delivered, the committed offsets are the end offsets, and no commit ever
     passes the delivered records."""
-    topic, group = unique_name(f"bounded-{rebalance}"), unique_name("g")
-    create_topic(kafka_bootstrap, topic, PARTITIONS)
-    positions = produce_keyed(
-        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
-    )
-    ends = end_offsets(kafka_bootstrap, topic)
-    first = start_member(
-        kafka_bootstrap, topic, group, bounded=True, rebalance=rebalance, client_id="a"
-    )
-    second: Member | None = None
-    sampler = _sampler(
-        kafka_bootstrap,
-        group,
-        topic,
-        positions,
-        lambda: first.delivered() | (second.delivered() if second else set()),
-    )
+    pair = _Pair.start(kafka_bootstrap, "bounded", rebalance, bounded=True)
+    ends = end_offsets(kafka_bootstrap, pair.topic)
     try:
-        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
-        wait_until(first.held, 120, "the first member held mid-run")
-        second = start_member(
-            kafka_bootstrap,
-            topic,
-            group,
-            bounded=True,
-            rebalance=rebalance,
-            held=False,
-            client_id="z",
-        )
-        _split(first, second)
+        wait_until(pair.first.held, 120, "the first member held mid-run")
+        first, second, _kept, _moved = pair.join(bounded=True)
         first.script.always(OK)
         reports = [first.join(180), second.join(180)]
     finally:
-        _stop(first, second)
-    assert [r.state for r in reports] == ["completed", "completed"], [
-        r.summary() for r in reports
-    ]
-    assert second is not None and second.delivered()
-    assert first.delivered() | second.delivered() == set(positions)
-    assert committed_offsets(kafka_bootstrap, group, topic) == ends
-    _check(sampler)
+        pair.stop()
+    assert [r.state for r in reports] == ["completed", "completed"], [r.summary() for r in reports]
+    assert second.delivered()
+    assert pair.delivered() == set(pair.positions)
+    assert committed_offsets(kafka_bootstrap, pair.group, pair.topic) == ends
 
 
 def _letters(paths: Iterable[Path], at: Mapping[tuple[int, int], bytes]) -> Counter[bytes]:
@@ -354,60 +364,23 @@ def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
     takes rows the first member's spool hands every batch on and empties. Every record is
     delivered, the end offsets committed, and no commit ever passes the delivered
     records."""
-    topic, group = unique_name(f"spool-{rebalance}"), unique_name("g")
-    create_topic(kafka_bootstrap, topic, PARTITIONS)
-    positions = produce_keyed(
-        kafka_bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
-    )
     spools = [tmp_path / "spool-a", tmp_path / "spool-z"]
-    first = start_member(
-        kafka_bootstrap, topic, group, rebalance=rebalance, client_id="a", spool=spools[0]
-    )
-    second: Member | None = None
-    sampler = _sampler(
-        kafka_bootstrap,
-        group,
-        topic,
-        positions,
-        lambda: first.delivered() | (second.delivered() if second else set()),
-    )
+    pair = _Pair.start(kafka_bootstrap, "spool", rebalance, spool=spools[0])
+    states: list[str] = []
     try:
-        wait_until(lambda: len(first.source.assigned_partitions) == PARTITIONS, 120, "all four")
         wait_until(
-            lambda: all(first.polled(p) > 0 for p in range(PARTITIONS)),
+            lambda: all(pair.first.polled(p) > 0 for p in range(PARTITIONS)),
             120,
             "batches of every lane spooled",
         )
-        second = start_member(
-            kafka_bootstrap,
-            topic,
-            group,
-            rebalance=rebalance,
-            held=False,
-            client_id="z",
-            spool=spools[1],
-        )
-        _kept, moved = _split(first, second)
+        first, second, _kept, moved = pair.join(spool=spools[1])
         wait_until(
-            lambda: second.delivered() >= {k for k, (p, _) in positions.items() if p in moved},
-            120,
-            "the moved partitions read again by the newcomer",
+            lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read again"
         )
         assert not first.delivered()  # the first member's sink took nothing so far
         first.script.always(OK)
-        wait_until(
-            lambda: first.delivered() | second.delivered() >= set(positions),
-            120,
-            "every record delivered",
-        )
-        ends = end_offsets(kafka_bootstrap, topic)
-        wait_until(
-            lambda: committed_offsets(kafka_bootstrap, group, topic) == ends, 60, "final commits"
-        )
+        pair.finish()
     finally:
-        reports = [m.stop() for m in (first, second) if m is not None]
-    _check(sampler)
-    assert [r.state for r in reports] == ["completed", "completed"], [
-        r.summary() for r in reports
-    ]
+        states = pair.stop()
+    assert states == ["completed", "completed"]
     assert [sorted(p.name for p in s.rglob("seg-*")) for s in spools] == [[], []]

@@ -12,18 +12,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from spate import ExitReport, Pipeline
-from spate.config.models import BackpressureConfig, CheckpointConfig
+from confluent_kafka import TopicPartition
 from spate.records import Lane
-from spate.testing import OK, RETRYABLE, CaptureScript, CopyToSinkProcessor, capture_sink
+from spate.testing import OK
 from spate_kafka import KafkaSource, KafkaSourceConfig
 
 from tests.kafka._members import GROUP_SETTINGS, Member, plain_member, start_member
@@ -37,6 +32,7 @@ from tests.support.services import (
 )
 
 pytestmark = pytest.mark.integration
+
 
 def test_pause_held_through_a_join_and_a_leave_is_lifted(
     kafka_bootstrap: str,
