@@ -1,5 +1,5 @@
 """Guarantees that must hold per partition while an incremental rebalance moves some of a
-member's partitions (B270, B271, B272, B273; B175, B32, B33, B34, B40, B54, B71, B88).
+member's partitions (B270, B271, B272, B273, B274; B175, B32, B33, B34, B40, B54, B71, B88).
 
 Under ``cooperative`` and ``consumer`` a second member joins a group whose first member
 is mid-run, and takes some of its partitions: only those lanes are drained, committed and
@@ -13,7 +13,9 @@ released, the others run on. Each test checks a feature that keeps state per lan
 * the dead-letter sink (B272): bad records before and after the move reach it, exactly
   once under effectively-once and at least once otherwise;
 * the spool (B273): the first member's spool holds batches of the lanes being revoked
-  while its terminal refuses them; they are delivered later or left uncommitted.
+  while its terminal refuses them; they are delivered later or left uncommitted;
+* a pause again (B274): a lane revoked while paused and assigned back to the first
+  member is fetched again.
 
 Throughout, the delivery sampler (tests/support/delivery.py) checks that the group's
 committed offsets never pass a record the destinations do not hold — for dead letters,
@@ -134,9 +136,8 @@ class _Pair:
     def delivered(self) -> set[bytes]:
         return set().union(*(m.delivered() for m in self.members()))
 
-    def join(self, **second: Any) -> tuple[Member, Member, frozenset[int], frozenset[int]]:
-        """Start the newcomer (its sink not held) and wait for the split; return both
-        members, the partitions the first kept and those that moved."""
+    def join(self, **second: Any) -> Member:
+        """Start the newcomer (its sink not held)."""
         self.second = start_member(
             self.bootstrap,
             self.topic,
@@ -146,8 +147,14 @@ class _Pair:
             client_id="z",
             **second,
         )
-        kept, moved = _split(self.first, self.second)
-        return self.first, self.second, kept, moved
+        return self.second
+
+    def split(self, **second: Any) -> tuple[Member, Member, frozenset[int], frozenset[int]]:
+        """Start the newcomer and wait for the split; return both members, the
+        partitions the first kept and those that moved."""
+        newcomer = self.join(**second)
+        kept, moved = _split(self.first, newcomer)
+        return self.first, newcomer, kept, moved
 
     def of(self, partitions: frozenset[int]) -> set[bytes]:
         return {k for k, (p, _) in self.positions.items() if p in partitions}
@@ -185,7 +192,7 @@ def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
     try:
         wait_until(pair.first.held, 120, "the full sink to pause the source")
         polled = {p: pair.first.polled(p) for p in range(PARTITIONS)}
-        first, second, kept, moved = pair.join()
+        first, second, kept, moved = pair.split()
         # The newcomer reads every record of the moved partitions ...
         wait_until(lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read")
         # ... while the kept lanes stayed paused behind the full sink. When the batch the
@@ -210,22 +217,69 @@ def test_b271_bounded_run_finishes_when_partitions_move_mid_run(
     kafka_bootstrap: str, rebalance: str
 ) -> None:
     """B271 (B33, B34, B175): two bounded members (``stop_at: end``); the first is held
-    mid-run when the second joins and takes some of its partitions. Both complete, every
-    record is delivered, the committed offsets are the end offsets, and no commit ever
-    passes the delivered records."""
+    mid-run when the second joins and takes some of its partitions. The second reads them
+    to their end offsets, completes and leaves while the first is still held; its
+    partitions come back to the first, which counts them read (committed at their end
+    offsets) and completes once its own are. Every record is delivered, the committed
+    offsets are the end offsets, and no commit ever passes the delivered records."""
     pair = _Pair.start(kafka_bootstrap, "bounded", rebalance, bounded=True)
     ends = end_offsets(kafka_bootstrap, pair.topic)
+    everything = frozenset(range(PARTITIONS))
     try:
         wait_until(pair.first.held, 120, "the first member held mid-run")
-        first, second, _kept, _moved = pair.join(bounded=True)
+        first, second = pair.first, pair.join(bounded=True)
+        # The newcomer may read its partitions and leave before the split is seen: what
+        # moved is what it delivered.
+        reports = [second.join(180)]
+        moved = frozenset(p for k, (p, _) in pair.positions.items() if k in second.delivered())
+        assert moved and moved != everything, moved
+        assert first.thread.is_alive() and first.held()
+        wait_until(lambda: first.source.assigned_partitions == everything, 120, "all back")
         first.script.always(OK)
-        reports = [first.join(180), second.join(180)]
+        reports.insert(0, first.join(180))
     finally:
         pair.stop()
     assert [r.state for r in reports] == ["completed", "completed"], [r.summary() for r in reports]
-    assert second.delivered()
+    assert second.delivered() >= pair.of(moved)
     assert pair.delivered() == set(pair.positions)
     assert committed_offsets(kafka_bootstrap, pair.group, pair.topic) == ends
+
+
+@INCREMENTAL
+def test_b274_a_lane_revoked_while_paused_and_assigned_back_is_fetched_again(
+    kafka_bootstrap: str, rebalance: str
+) -> None:
+    """B274 (B32, B175): the first member's sink is full when a second member joins and
+    takes some partitions, which librdkafka had paused for the first; the second reads
+    them and leaves, so they come back to the first while its sink is still full. Records
+    produced into them afterwards are read and delivered by the first once its sink takes
+    rows: a pause never outlives the ownership it was made under, also when only some
+    partitions move."""
+    pair = _Pair.start(kafka_bootstrap, "back", rebalance)
+    everything = frozenset(range(PARTITIONS))
+    try:
+        wait_until(pair.first.held, 120, "the full sink to pause the source")
+        first, second, _kept, moved = pair.split()
+        wait_until(lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read")
+        assert second.stop().state == "completed"
+        wait_until(lambda: first.source.assigned_partitions == everything, 120, "all back")
+        before = len(pair.positions)
+        later = produce_keyed(
+            kafka_bootstrap,
+            pair.topic,
+            scaled(4_000, minimum=400),
+            key=lambda i: b"k%d" % (before + i),
+            value=lambda i: b"k%d" % (before + i),
+        )
+        pair.positions.update(later)
+        assert first.held() and not first.delivered()
+        first.script.always(OK)
+        pair.finish()
+        returned = {k for k, (p, _) in later.items() if p in moved}
+        assert returned and first.delivered() >= returned
+    finally:
+        states = pair.stop()
+    assert states == ["completed"]
 
 
 def _letters(paths: Iterable[Path], at: Mapping[tuple[int, int], bytes]) -> Counter[bytes]:
@@ -373,7 +427,7 @@ def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
             120,
             "batches of every lane spooled",
         )
-        first, second, _kept, moved = pair.join(spool=spools[1])
+        first, second, _kept, moved = pair.split(spool=spools[1])
         wait_until(
             lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read again"
         )
