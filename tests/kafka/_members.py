@@ -2,11 +2,11 @@
 
 A :class:`Member` is one pipeline of a consumer group on a thread, its sink scripted so
 a test can hold it full (every write retried, the source paused by backpressure, B7) and
-release it while members join, leave or die. ``spool`` puts a spool tier
-(``ack: terminal``) in front of the capture sink, so the spool holds the batches the held
-sink has not taken. ``rebalance`` picks the group protocol (B175, B176); under
-``consumer`` the broker owns the session, so the group's own session is set instead of the
-client's.
+release it while members join, leave or die. ``spool`` puts a spool tier (``ack:
+terminal``) in front of the capture sink, so the spool holds the batches the held sink
+has not taken (or, with ``ack="spooled"``, has custody of). ``rebalance`` picks the
+group protocol (B175, B176); under ``consumer`` the broker owns the session, so the
+group's own session is set instead of the client's.
 """
 
 from __future__ import annotations
@@ -104,9 +104,11 @@ def start_member(
     client_id: str = "spate",
     rebalance: str = "eager",
     spool: Path | None = None,
+    ack: str = "terminal",
 ) -> Member:
     """A pipeline of ``group`` whose sink refuses rows (``held``) until the script says ok;
-    with ``spool`` (a directory) a spool tier (``ack: terminal``) sits in front of it."""
+    with ``spool`` (a directory) a spool tier (acknowledging at ``ack``) sits in front of
+    it."""
     source = KafkaSource(
         KafkaSourceConfig(
             brokers=bootstrap,
@@ -128,7 +130,7 @@ def start_member(
         script.always(RETRYABLE)
     meter = Meter(name)
     if spool is not None:
-        config = SpoolConfig(dir=str(spool), ack="terminal", max_records=50)
+        config = SpoolConfig(dir=str(spool), ack=ack, max_records=50)  # type: ignore[arg-type]
         store = JsonlStore(str(spool), segment_bytes=config.segment_bytes)
         sink = SpoolTier(  # type: ignore[assignment]
             "spool", config, sink, store, meter=meter, clock=SystemClock(), pipeline=name

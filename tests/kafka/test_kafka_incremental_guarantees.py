@@ -1,5 +1,5 @@
 """Guarantees that must hold per partition while an incremental rebalance moves some of a
-member's partitions (B270, B271, B272, B273, B274; B175, B32, B33, B34, B40, B54, B71, B88).
+member's partitions (B270, B271, B272, B273, B274, B275; B175, B32, B33, B34, B40, B54, B71, B88).
 
 Under ``cooperative`` and ``consumer`` a second member joins a group whose first member
 is mid-run, and takes some of its partitions: only those lanes are drained, committed and
@@ -15,11 +15,14 @@ released, the others run on. Each test checks a feature that keeps state per lan
 * the spool (B273): the first member's spool holds batches of the lanes being revoked
   while its terminal refuses them; they are delivered later or left uncommitted;
 * a pause again (B274): a lane revoked while paused and assigned back to the first
-  member is fetched again.
+  member is fetched again;
+* the spool under ``ack: spooled`` (B275): the batches it took custody of (and whose
+  offsets were committed) are delivered by it after their lanes moved away.
 
 Throughout, the delivery sampler (tests/support/delivery.py) checks that the group's
 committed offsets never pass a record the destinations do not hold — for dead letters,
-the table and the dead-letter files together. Every step waits for a condition (an
+the table and the dead-letter files together; under ``ack: spooled``, the sinks and the
+spools. Every step waits for a condition (an
 assignment, a metric, what a destination holds), never for a time.
 """
 
@@ -54,6 +57,7 @@ from tests.support.services import (
     produce_keyed,
     unique_name,
 )
+from tests.support.spool import spooled_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -112,17 +116,26 @@ class _Pair:
     first: Member
     second: Member | None = None
     sampler: DeliverySampler | None = None
+    custody: tuple[Path, ...] = ()
+    """Spool directories under ``ack: spooled``: a committed record may be held there."""
 
     @classmethod
-    def start(cls, bootstrap: str, prefix: str, rebalance: str, **first: Any) -> _Pair:
+    def start(
+        cls,
+        bootstrap: str,
+        prefix: str,
+        rebalance: str,
+        custody: tuple[Path, ...] = (),
+        **first: Any,
+    ) -> _Pair:
         topic, group = unique_name(f"{prefix}-{rebalance}"), unique_name("g")
         create_topic(bootstrap, topic, PARTITIONS)
         positions = produce_keyed(
             bootstrap, topic, scaled(20_000, minimum=2_000), value=lambda i: b"k%d" % i
         )
         member = start_member(bootstrap, topic, group, rebalance=rebalance, client_id="a", **first)
-        pair = cls(bootstrap, rebalance, topic, group, positions, member)
-        pair.sampler = _sampler(bootstrap, group, topic, positions, pair.delivered)
+        pair = cls(bootstrap, rebalance, topic, group, positions, member, custody=custody)
+        pair.sampler = _sampler(bootstrap, group, topic, positions, pair.held)
         wait_until(
             lambda: len(member.source.assigned_partitions) == PARTITIONS,
             120,
@@ -135,6 +148,12 @@ class _Pair:
 
     def delivered(self) -> set[bytes]:
         return set().union(*(m.delivered() for m in self.members()))
+
+    def held(self) -> set[bytes]:
+        """What the sampler counts as held: the spools in ``custody`` first (a batch only
+        leaves one for a sink), then what the sinks took."""
+        spooled = {bytes(row) for root in self.custody for row in spooled_rows(root)}  # type: ignore[call-overload]
+        return spooled | self.delivered()
 
     def join(self, **second: Any) -> Member:
         """Start the newcomer (its sink not held)."""
@@ -155,6 +174,19 @@ class _Pair:
         newcomer = self.join(**second)
         kept, moved = _split(self.first, newcomer)
         return self.first, newcomer, kept, moved
+
+    def produce_more(self) -> dict[bytes, tuple[int, int]]:
+        """Produce further records (new keys) and add them to ``positions``."""
+        before = len(self.positions)
+        later = produce_keyed(
+            self.bootstrap,
+            self.topic,
+            scaled(4_000, minimum=400),
+            key=lambda i: b"k%d" % (before + i),
+            value=lambda i: b"k%d" % (before + i),
+        )
+        self.positions.update(later)
+        return later
 
     def of(self, partitions: frozenset[int]) -> set[bytes]:
         return {k for k, (p, _) in self.positions.items() if p in partitions}
@@ -263,15 +295,7 @@ def test_b274_a_lane_revoked_while_paused_and_assigned_back_is_fetched_again(
         wait_until(lambda: second.delivered() >= pair.of(moved), 120, "the moved partitions read")
         assert second.stop().state == "completed"
         wait_until(lambda: first.source.assigned_partitions == everything, 120, "all back")
-        before = len(pair.positions)
-        later = produce_keyed(
-            kafka_bootstrap,
-            pair.topic,
-            scaled(4_000, minimum=400),
-            key=lambda i: b"k%d" % (before + i),
-            value=lambda i: b"k%d" % (before + i),
-        )
-        pair.positions.update(later)
+        later = pair.produce_more()
         assert first.held() and not first.delivered()
         first.script.always(OK)
         pair.finish()
@@ -434,6 +458,45 @@ def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
         assert not first.delivered()  # the first member's sink took nothing so far
         first.script.always(OK)
         pair.finish()
+    finally:
+        states = pair.stop()
+    assert states == ["completed", "completed"]
+    assert [sorted(p.name for p in s.rglob("seg-*")) for s in spools] == [[], []]
+
+
+@INCREMENTAL
+def test_b275_a_spool_delivers_the_revoked_lanes_batches_it_took_custody_of(
+    kafka_bootstrap: str, tmp_path: Path, rebalance: str
+) -> None:
+    """B275 (B54, B40, B175): under ``ack: spooled`` the first member's spool takes custody
+    of batches its terminal refuses, so their offsets are committed. A second member joins
+    and takes some partitions, reading on from those commits; the first member's spool,
+    no longer owning those lanes, still hands their batches on once the terminal takes
+    them, and empties. Every record is delivered, the end offsets committed, and no commit
+    ever passes a record that is neither delivered nor in a spool."""
+    spools = (tmp_path / "spool-a", tmp_path / "spool-z")
+    pair = _Pair.start(
+        kafka_bootstrap, "custody", rebalance, custody=spools, spool=spools[0], ack="spooled"
+    )
+    states: list[str] = []
+    try:
+        wait_until(
+            lambda: all(pair.first.polled(p) > 0 for p in range(PARTITIONS)),
+            120,
+            "batches of every lane spooled",
+        )
+        first, second, _kept, moved = pair.split(spool=spools[1], ack="spooled")
+        later = pair.produce_more()
+        wait_until(
+            lambda: second.delivered() >= {k for k, (p, _) in later.items() if p in moved},
+            120,
+            "the newcomer reading on after the move",
+        )
+        assert not first.delivered()  # the first member's terminal took nothing so far
+        first.script.always(OK)
+        pair.finish()
+        spooled_moved = pair.of(moved) - second.delivered()
+        assert first.delivered() >= spooled_moved
     finally:
         states = pair.stop()
     assert states == ["completed", "completed"]
