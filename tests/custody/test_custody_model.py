@@ -103,8 +103,6 @@ from spate.sink import (
     SpoolTier,
     TeeSink,
 )
-from spate.sink.tiers._spool import decode_records
-from spate.sink.tiers._store import _parse_name, _read_batches, _read_released
 from spate.testing import CaptureScript, capture_sink
 from spate.testing._memory_source import MemorySource, MemorySourceHandle
 from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
@@ -112,6 +110,7 @@ from spate_json import SingleJsonDeserializer
 
 from tests.support.crash import died
 from tests.support.scale import current_scale, scaled
+from tests.support.spool import spooled_rows
 
 STREAM = "custody"
 
@@ -364,21 +363,7 @@ def row_id(row: object) -> int | None:
 def spooled_ids(root: Path) -> set[int]:
     """Ids of the rows in batches not noted released in any spool segment under
     ``root`` (every worker's directory), read as recovery would without locking."""
-    ids: set[int] = set()
-    for path in root.rglob("seg-*.jsonl"):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # released and deleted meanwhile
-            continue
-        number, origin = _parse_name(path.name)
-        batches, _end = _read_batches(data, str(path), number, origin, last=True)
-        released = _read_released(str(path))
-        for batch in batches:
-            if batch.ref.position in released:
-                continue
-            for rows, _keys, _lane in decode_records(batch.records):
-                ids.update(i for i in map(row_id, rows) if i is not None)
-    return ids
+    return {i for i in map(row_id, spooled_rows(root)) if i is not None}
 
 
 # -- errors logged ----------------------------------------------------------------------
