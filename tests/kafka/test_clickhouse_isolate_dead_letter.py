@@ -13,17 +13,13 @@ its writes keeps the offsets back until it recovers.
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spate import Pipeline
 from spate.ops._deadletter import ROW_COLUMNS
 
-from tests.kafka.test_kafka_dead_letter import _dlq_records, _query
+from tests.kafka.test_kafka_dead_letter import _dead_letter_table, _dlq_records, _query, _run
 from tests.support.scale import scaled
 from tests.support.services import (
     committed_offsets,
@@ -60,7 +56,7 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def _config(
-    path: Path,
+    tmp_path: Path,
     *,
     name: str,
     bootstrap: str,
@@ -71,6 +67,7 @@ def _config(
     dead_letter: dict[str, Any],
     stop_at: str = "end",
 ) -> Path:
+    path = tmp_path / "c.json"
     path.write_text(
         json.dumps(
             {
@@ -108,22 +105,6 @@ def _ids(url: str, table: str) -> list[int]:
     return sorted(int(x) for x in _query(url, f"SELECT id FROM {table} FORMAT TSV").split())
 
 
-def _run(config: Path, chains: Any, until: Callable[[], bool] | None = None) -> int:
-    pipeline = Pipeline.from_config(config, chains=chains, handle_signals=False)
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(pipeline.run().exit_code))
-    thread.start()
-    if until is not None:
-        deadline = time.monotonic() + 300
-        while not until():
-            assert thread.is_alive() and time.monotonic() < deadline, "the run never caught up"
-            time.sleep(0.2)
-        pipeline.request_stop("test done")
-    thread.join(300)
-    assert result, "the run did not end"
-    return result[0]
-
-
 @pytest.mark.parametrize("path", ["rows", "columns"])
 def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_code(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, path: str
@@ -136,7 +117,7 @@ def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_
     create_topic(kafka_bootstrap, dlq, 1)
     dead_letter = {"kafka": {"brokers": kafka_bootstrap, "topic": dlq}}
     config = _config(
-        tmp_path / "c.json",
+        tmp_path,
         name=f"refused-{path}",
         bootstrap=kafka_bootstrap,
         topic=topic,
@@ -145,7 +126,7 @@ def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_
         table=table,
         dead_letter=dead_letter,
     )
-    assert _run(config, _chains if path == "rows" else None) == 0
+    assert _run(config, _chains if path == "rows" else None)[0] == 0
     assert _ids(clickhouse_url, table) == [i for i in range(count) if i not in bad]
     assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
     letters = _dlq_records(kafka_bootstrap, dlq)
@@ -184,13 +165,7 @@ def test_b247_a_dead_letter_sink_that_fails_keeps_the_offsets_back(
     )
     dl_front = chfront()
     dead = unique_name("dead").replace("-", "_")
-    _query(
-        dl_front.url,
-        f"CREATE TABLE {dead} (key Nullable(String), payload String, error_stage String, "
-        "error_reason String, error_message String, source_topic String, "
-        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
-        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
-    )
+    _dead_letter_table(dl_front.url, dead)
     dl_front.inject("5xx", only="insert")
     dead_letter = {
         "clickhouse": {
@@ -202,7 +177,7 @@ def test_b247_a_dead_letter_sink_that_fails_keeps_the_offsets_back(
         }
     }
     config = _config(
-        tmp_path / "c.json",
+        tmp_path,
         name=f"refused-down-{path}",
         bootstrap=kafka_bootstrap,
         topic=topic,
@@ -228,7 +203,7 @@ def test_b247_a_dead_letter_sink_that_fails_keeps_the_offsets_back(
             return False
         return committed == count
 
-    assert _run(config, _chains if path == "rows" else None, caught_up) == 0
+    assert _run(config, _chains if path == "rows" else None, caught_up)[0] == 0
     assert max(held) <= first_bad, held
     offsets = sorted(
         int(x) for x in _query(dl_front.url, f"SELECT source_offset FROM {dead} FORMAT TSV").split()

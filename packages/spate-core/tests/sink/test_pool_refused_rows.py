@@ -118,7 +118,7 @@ def _pool(
         config=PoolConfig(batch=BatchConfig(max_rows=100)),
     )
     charges = Charges()
-    pool.bind_held_errors(charges.errors())
+    assert pool.bind_held_errors(charges.errors()) is refuses_rows
     pool.start()
     return pool, endpoints, charges
 

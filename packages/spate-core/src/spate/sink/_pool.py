@@ -561,14 +561,16 @@ class SinkPool:
 
     # -- rows refused at write time (B245-B247) -------------------------------------
 
-    def bind_held_errors(self, errors: HeldErrors) -> None:
+    def bind_held_errors(self, errors: HeldErrors) -> bool:
         """Charge the rows the connector's writers refuse at write time to their own
         records through ``errors`` (:class:`~spate.sink._held.HoldingSink`). Called once
-        by the chain before the first offer; a connector that never refuses rows at
-        write time keeps no records."""
+        by the chain before the first offer. A connector that never refuses rows at
+        write time binds nothing and keeps no records: False (B249)."""
         connector = self._connector
         if isinstance(connector, RowRefusingConnector) and connector.refuses_rows:
             self._admission.errors = errors
+            return True
+        return False
 
     def _queue_refused(self, batch: PoolBatch, error: RowsRefused) -> str | None:
         """A worker wrote ``batch`` but for ``error.rows`` (lock held): queue it for
