@@ -13,6 +13,7 @@ its writes keeps the offsets back until it recovers.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,11 @@ def _ids(url: str, table: str) -> list[int]:
 
 @pytest.mark.parametrize("path", ["rows", "columns"])
 def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_code(
-    kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, path: str
+    kafka_bootstrap: str,
+    clickhouse_url: str,
+    tmp_path: Path,
+    path: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     count = scaled(20_000, 2_000)
     bad = {count // 7, count // 2, count - 3}
@@ -126,7 +131,8 @@ def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_
         table=table,
         dead_letter=dead_letter,
     )
-    assert _run(config, _chains if path == "rows" else None)[0] == 0
+    with caplog.at_level(logging.WARNING, logger="spate.ops.skipped"):
+        assert _run(config, _chains if path == "rows" else None)[0] == 0
     assert _ids(clickhouse_url, table) == [i for i in range(count) if i not in bad]
     assert committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic)
     letters = _dlq_records(kafka_bootstrap, dlq)
@@ -141,6 +147,14 @@ def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_
         assert "[code 469 VIOLATED_CONSTRAINT]" in headers["spate.error.message"]
         assert headers["spate.error.source.topic"] == topic
         assert headers["spate.error.pipeline"] == f"refused-{path}"
+    # The first dead letter's log line names its record and the server's code (B246).
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "spate.ops.skipped"]
+    places = [
+        f"{topic}[{h['spate.error.source.partition']}] offset {h['spate.error.source.offset']}:"
+        for _key, _value, h in letters
+    ]
+    assert any(place in line for place in places), line
+    assert "[code 469 VIOLATED_CONSTRAINT]" in line, line
 
 
 @pytest.mark.parametrize("path", ["rows", "columns"])
