@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 from spate.ops._deadletter import ROW_COLUMNS
 
-from tests.kafka.test_kafka_dead_letter import _dead_letter_table, _dlq_records, _query, _run
+from tests.kafka.test_kafka_dead_letter import (
+    _dead_letter_table,
+    _dlq_records,
+    _query,
+    _run,
+    _spate,
+)
 from tests.support.scale import scaled
 from tests.support.services import (
     committed_offsets,
@@ -147,6 +153,11 @@ def test_b245_b246_rows_the_server_refuses_reach_the_dead_letter_topic_with_its_
         assert "[code 469 VIOLATED_CONSTRAINT]" in headers["spate.error.message"]
         assert headers["spate.error.source.topic"] == topic
         assert headers["spate.error.pipeline"] == f"refused-{path}"
+    if path == "rows":  # `spate dlq inspect` selects them by the server's code (B246)
+        inspected = _spate("dlq", "inspect", str(config), "--json", "--filter", "code=469")
+        assert inspected.returncode == 0, inspected.stderr
+        shown = [json.loads(line) for line in inspected.stdout.splitlines()]
+        assert sorted(json.loads(s["value"])["id"] for s in shown) == sorted(bad), shown
     # The first dead letter's log line names its record and the server's code (B246).
     (line,) = [r.getMessage() for r in caplog.records if r.name == "spate.ops.skipped"]
     places = [
