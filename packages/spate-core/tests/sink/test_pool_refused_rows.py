@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from spate import AckStatus, AckToken, FatalError, Lane, ManualClock, SinkError
 from spate.metrics import Meter
-from spate.records import PayloadBatch
+from spate.records import ROW_COLUMN, PayloadBatch
 from spate.sink import (
     BatchConfig,
     PoolConfig,
@@ -29,6 +29,7 @@ from spate.sink import (
 )
 from spate.sink._held import HeldErrors, Origin, RecordCell
 from spate.testing import AckRecorder
+from spate.testing._frames import ScriptedFrameEndpoints
 from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, _UnboundedBudget
 
 LANE = Lane("t", 0)
@@ -36,6 +37,18 @@ LANE = Lane("t", 0)
 
 class RefusingEndpoints(ScriptedEndpoints):
     """Writes every row but those ``refuse`` names, which end the write in RowsRefused."""
+
+    def __init__(self, clock: ManualClock, refuse: Callable[[object], bool]) -> None:
+        super().__init__(clock)
+        self.refuse = refuse
+        self.refuses_rows = True
+
+    def open_writer(self, shard: int, replica: int, endpoint: str) -> ScriptedWriter:
+        return RefusingWriter(self, endpoint)
+
+
+class RefusingFrameEndpoints(ScriptedFrameEndpoints):
+    """The frame-taking scripted connector, refusing at write time as above."""
 
     def __init__(self, clock: ManualClock, refuse: Callable[[object], bool]) -> None:
         super().__init__(clock)
@@ -99,10 +112,15 @@ class Charges:
 
 
 def _pool(
-    refuse: Callable[[object], bool], refuses_rows: bool = True
-) -> tuple[SinkPool, RefusingEndpoints, Charges]:
+    refuse: Callable[[object], bool],
+    refuses_rows: bool = True,
+    frames: bool = False,
+    max_rows: int = 100,
+) -> tuple[SinkPool, RefusingEndpoints | RefusingFrameEndpoints, Charges]:
     clock = ManualClock()
-    endpoints = RefusingEndpoints(clock, refuse)
+    endpoints: RefusingEndpoints | RefusingFrameEndpoints = (
+        RefusingFrameEndpoints(clock, refuse) if frames else RefusingEndpoints(clock, refuse)
+    )
     endpoints.refuses_rows = refuses_rows
     assert isinstance(endpoints, RowRefusingConnector)
     pool = SinkPool(
@@ -115,7 +133,7 @@ def _pool(
         clock=clock,
         budget=_UnboundedBudget(),
         io_threads=0,
-        config=PoolConfig(batch=BatchConfig(max_rows=100)),
+        config=PoolConfig(batch=BatchConfig(max_rows=max_rows)),
     )
     charges = Charges()
     assert pool.bind_held_errors(charges.errors()) is refuses_rows
@@ -182,6 +200,32 @@ def test_b245_a_full_dead_letter_sink_holds_the_batch_until_it_takes_the_letter(
     charges.written()
     assert acks.status == {1: AckStatus.DELIVERED}
     assert pool.flush(pool_deadline(pool)) is True
+
+
+def test_b245_a_frame_cut_into_batches_charges_each_refused_row_to_its_record() -> None:
+    """The columnar path: the frame's rows name their records (record 3 was dropped by
+    the chain); the frame is cut at ``max_rows`` into three batches and each refused
+    row is charged to its own record, whatever batch it ended in."""
+    pl = pytest.importorskip("polars")
+    pool, endpoints, charges = _pool(lambda row: row[0] in (50, 90), frames=True, max_rows=4)  # type: ignore[index]
+    acks = AckRecorder(LANE)
+    source = _batch(0, 10)
+    records = [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    df = pl.DataFrame({"n": [r * 10 for r in records], ROW_COLUMN: records})
+    ack = acks.new(10)
+    charges.cell.batch = source
+    prepared, bad = pool.prepare_frame(df)
+    assert bad == []
+    pool.offer_frame(prepared, None, LANE, ack)
+    ack.release()
+    pool.tick()
+    assert [len(w.rows) for w in endpoints.written] == [4, 4, 1]
+    assert [(origin[0], origin[1], held) for origin, _exc, held in charges.charged] == [
+        (source, 5, ack),
+        (source, 9, ack),
+    ]
+    charges.written()
+    assert acks.status == {1: AckStatus.DELIVERED}
 
 
 def pool_deadline(pool: SinkPool) -> float:
