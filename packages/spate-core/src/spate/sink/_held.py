@@ -29,6 +29,12 @@ raises the error into another record's offer.
 
 A holder keeps a reference to each held row's source batch (for a dead letter's payload
 and timestamp) until the row is handed on.
+
+A sink pool whose connector refuses rows at write time (``RowRefusingConnector``) is a
+holder too: its batches keep their rows' records, and a row the destination refused is
+charged through :meth:`HeldErrors.report` on the pipeline thread (B245-B249). A pool whose
+connector never does binds nothing and tells the chain so (``bind_held_errors`` returns
+False).
 """
 
 from __future__ import annotations
