@@ -600,15 +600,16 @@ class SinkPool:
                 if not self._refused:
                     return
                 item = self._refused[0]
-            batch = item.batch
-            origins = batch.origins
-            if not batch.done and errors is not None and origins is not None:
-                try:
-                    if not self._charge(errors, item, origins):
-                        return
-                except FatalError:
-                    self._settle_refused(item, False)
-                    raise
+            origins = item.batch.origins
+            if item.batch.done or errors is None or origins is None:
+                self._settle_refused(item, False)  # abandoned meanwhile: nothing to charge
+                continue
+            try:
+                if not self._charge(errors, item, origins):
+                    return
+            except FatalError:
+                self._settle_refused(item, False)
+                raise
             self._settle_refused(item, True)
 
     def _charge(self, errors: HeldErrors, item: _Refused, origins: list[Origin]) -> bool:
