@@ -6,7 +6,8 @@ of that block takes a few seconds. The first run (no commit reaches the broker) 
 killed with SIGKILL once some of the block's sub-blocks have landed and before the
 search ends; the restart replays the recorded block, meets the same refusals and
 inserts the same sub-blocks under the same tokens: every good row is in the table once,
-the refused row never, and the group's offset is at the end.
+the refused row never, and the group's offset is at the end. Under ``on_record_error:
+dead_letter`` the restart dead-letters the same record, with the server's code (B248).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka.test_kafka_dead_letter import _dlq_records
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
@@ -31,7 +33,16 @@ COUNT = 1000
 BAD = 777
 
 
-def _config(path: Path, *, brokers: str, topic: str, group: str, front: str, first: bool) -> Path:
+def _config(
+    path: Path,
+    *,
+    brokers: str,
+    topic: str,
+    group: str,
+    front: str,
+    first: bool,
+    dlq: str | None = None,
+) -> Path:
     body: dict[str, Any] = {
         "pipeline": {"name": "eo-isolate", "delivery": "effectively_once"},
         "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
@@ -53,11 +64,13 @@ def _config(path: Path, *, brokers: str, topic: str, group: str, front: str, fir
                 "columns": ["id", "pad"],
                 "shards": [{"replicas": [front]}],
                 "batch": {"max_rows": COUNT, "linger": "1h"},
-                "on_record_error": "skip",
+                "on_record_error": "skip" if dlq is None else "dead_letter",
                 **({"table_options": {"dedup_window": 0}} if first else {}),
             }
         },
     }
+    if dlq is not None:
+        body["dead_letter"] = {"sink": {"kafka": {"brokers": brokers, "topic": dlq}}}
     path.write_text(json.dumps(body))
     return path
 
@@ -69,9 +82,12 @@ def _counts(client: Any) -> tuple[int, int, int]:
     return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
 
-@pytest.mark.parametrize("path", ["rows", "columns"])
-def test_b192_a_kill_in_the_middle_of_a_bisection_replays_the_same_sub_blocks(
-    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str
+@pytest.mark.parametrize(
+    ("path", "policy"),
+    [("rows", "skip"), ("columns", "skip"), ("rows", "dead_letter"), ("columns", "dead_letter")],
+)
+def test_b192_b248_a_kill_in_the_middle_of_a_bisection_replays_the_same_sub_blocks(
+    kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str, policy: str
 ) -> None:
     chain = ["--chain", ROW_CHAIN] if path == "rows" else []
     front = chfront()
@@ -89,11 +105,16 @@ def test_b192_a_kill_in_the_middle_of_a_bisection_replays_the_same_sub_blocks(
         value=lambda i: json.dumps({"id": i, "pad": "x"}).encode(),
         partition=0,
     )
+    dlq = None
+    if policy == "dead_letter":
+        dlq = unique_name("eo-isolate-dlq")
+        create_topic(kafka_bootstrap, dlq, 1)
     common: dict[str, Any] = {
         "brokers": kafka_bootstrap,
         "topic": topic,
         "group": group,
         "front": front.url,
+        "dlq": dlq,
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     front.inject("slow", delay=0.4, only="insert")
@@ -114,3 +135,11 @@ def test_b192_a_kill_in_the_middle_of_a_bisection_replays_the_same_sub_blocks(
     assert _counts(client) == (COUNT - 1, COUNT - 1, 0)
     assert committed_offsets(kafka_bootstrap, group, topic) == {0: COUNT}
     assert f"refused row {BAD % COUNT} of batch" in restart.text
+    if dlq is not None:
+        letters = _dlq_records(kafka_bootstrap, dlq)
+        assert letters, "the refused record was not dead-lettered"
+        for key, value, headers in letters:  # at least once: a copy per run that got there
+            assert json.loads(value)["id"] == BAD
+            assert key == b"k%d" % BAD
+            assert headers["spate.error.code"] == "469"
+            assert headers["spate.error.source.offset"] == str(BAD)

@@ -118,6 +118,17 @@ def _query(url: str, sql: str) -> str:
         return text
 
 
+def _dead_letter_table(url: str, name: str) -> None:
+    """A ClickHouse table of ``format: row`` dead letters (the columns of ROW_COLUMNS)."""
+    _query(
+        url,
+        f"CREATE TABLE {name} (key Nullable(String), payload String, error_stage String, "
+        "error_reason String, error_message String, source_topic String, "
+        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
+        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
+    )
+
+
 def _table_keys(url: str, table: str) -> list[bytes]:
     text = _query(url, f"SELECT id FROM {table} FORMAT TSV")
     return [b"k%d" % int(line) for line in text.split()]
@@ -385,13 +396,7 @@ def test_dead_letters_into_a_clickhouse_table_b71(
     suffix = unique_name("t").replace("-", "_")
     good, dead = f"dlq_good_{suffix}", f"dlq_dead_{suffix}"
     _query(clickhouse_url, f"CREATE TABLE {good} (id Int64) ENGINE = MergeTree ORDER BY id")
-    _query(
-        clickhouse_url,
-        f"CREATE TABLE {dead} (key Nullable(String), payload String, error_stage String, "
-        "error_reason String, error_message String, source_topic String, "
-        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
-        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
-    )
+    _dead_letter_table(clickhouse_url, dead)
     create_topic(kafka_bootstrap, topic, 1)
     count = 60
     positions = produce_keyed(
@@ -470,13 +475,7 @@ def test_a_dead_letter_table_that_is_down_holds_commits_until_it_is_back_b71(
     good, dead = f"dlq_good_{suffix}", f"dlq_dead_{suffix}"
     dl_front = chfront()
     _query(clickhouse_url, f"CREATE TABLE {good} (id Int64) ENGINE = MergeTree ORDER BY id")
-    _query(
-        dl_front.url,
-        f"CREATE TABLE {dead} (key Nullable(String), payload String, error_stage String, "
-        "error_reason String, error_message String, source_topic String, "
-        "source_partition UInt32, source_offset UInt64, source_timestamp UInt64, "
-        "pipeline String) ENGINE = MergeTree ORDER BY source_offset",
-    )
+    _dead_letter_table(dl_front.url, dead)
     create_topic(kafka_bootstrap, topic, 1)
     count = 200
     produce_keyed(

@@ -23,7 +23,10 @@ always written with the columns its rows hold.
 
 A block the server refuses for a value of some row (:mod:`spate_clickhouse._isolate`)
 is bisected down to the rows it refuses on their own; the other rows are written and
-those rows follow ``on_record_error`` (B190-B193, docs/adr/0017).
+those rows follow ``on_record_error`` (B190-B193, docs/adr/0017): under
+``dead_letter`` the write ends in :class:`~spate.sink.RowsRefused` and the pool charges
+each row to its own record, whose dead letter carries the server's code and message
+(B245-B249).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import CounterSeries, Meter, names
 from spate.records import Lane
 from spate.schema import Field
-from spate.sink import Intent, WriteBatch
+from spate.sink import Intent, RefusedRow, RowsRefused, WriteBatch
 
 from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
@@ -125,6 +128,11 @@ class ClickHouseConnector:
         self._m_isolate: CounterSeries | None = None
         self.health: TableHealth | None = None
         """Set by the factory when ``health`` follows the parts or a rate (B224)."""
+        self.refuses_rows = (
+            config.on_record_error is ErrorPolicy.DEAD_LETTER and config.isolate_max_inserts > 0
+        )
+        """Whether a write may end in ``RowsRefused`` (a ``RowRefusingConnector``): rows
+        the server refuses on their own are dead-lettered by the pool (B245)."""
 
     def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
         """Count isolated rows and the inserts spent finding them in ``meter``."""
@@ -138,8 +146,10 @@ class ClickHouseConnector:
 
         Worker thread. Logs the rows with the server's code and message and counts them;
         returns under ``skip`` (the batch counts as written: its rows are written or
-        accounted for), raises a fatal ``SinkError`` naming them otherwise (the batch
-        fails and its offsets are not committed past them).
+        accounted for); under ``dead_letter`` raises ``RowsRefused`` naming each row with
+        its code and message, which the pool charges to the rows' records (B245); raises
+        a fatal ``SinkError`` naming them under ``fail`` (the batch fails and its offsets
+        are not committed past them).
         """
         policy = self.config.on_record_error
         for row in rows[:_LOGGED_ROWS]:
@@ -187,9 +197,9 @@ class ClickHouseConnector:
             )
             return
         if policy is ErrorPolicy.DEAD_LETTER:
-            summary += (
-                "; rows refused by the server at insert time cannot be dead-lettered yet "
-                "(on_record_error: dead_letter), so the batch fails"
+            raise RowsRefused(
+                f"sink {self.name}: {summary}; dead-lettered (on_record_error: dead_letter)",
+                tuple(_refused_row(row, endpoint) for row in rows),
             )
         raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
 
@@ -713,6 +723,17 @@ class _EncodedStream:
 
     def __len__(self) -> int:
         return self.rows
+
+
+def _refused_row(row: Rejected, endpoint: str) -> RefusedRow:
+    """What the dead letter of a refused row says: the server's code, its name and its
+    message (B246)."""
+    name = code_name(row.code)
+    return RefusedRow(
+        row.row,
+        f"{endpoint} refused the row [code {row.code} {name}]: {row.message}",
+        (("code", str(row.code)), ("code.name", name)),
+    )
 
 
 def _server_message(exc: BaseException) -> str:

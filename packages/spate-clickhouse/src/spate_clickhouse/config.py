@@ -244,8 +244,8 @@ class ClickHouseSinkConfig:
     on_record_error: ErrorPolicy = ErrorPolicy.FAIL
     """A row with a value its column cannot take: ``fail`` the pipeline, ``skip``
     it, or write its record to the ``dead_letter`` sink. Also applies to a row the
-    server refuses on its own once its block is bisected (``isolate_max_inserts``);
-    such rows cannot be dead-lettered yet: under ``dead_letter`` their batch fails."""
+    server refuses on its own once its block is bisected (``isolate_max_inserts``): its
+    dead letter carries the server's code (``spate.error.code``) and message."""
     isolate_max_inserts: int = 256
     """When the server refuses a block for a value of some row (a constraint, a value it
     cannot parse or convert), the sink inserts the block's halves separately, down to

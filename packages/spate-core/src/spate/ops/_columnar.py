@@ -204,6 +204,8 @@ class FrameProcessor:
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None
     ) -> Stalled | None:
         rt = self._rt
+        if rt.holding:
+            rt.cell.batch = batch  # the source batch of the rows a sink holds (B111, B245)
         if resume.__class__ is HeldBatch:
             return rt.offer_held(resume, batch, ack)
         held = self._prepare(batch)

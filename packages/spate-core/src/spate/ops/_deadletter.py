@@ -124,8 +124,13 @@ class DeadLetter:
         message: str,
         batch: PayloadBatch,
         index: int,
+        fields: tuple[tuple[str, str], ...] = (),
     ) -> object:
-        """The dead-letter row of record ``index`` of ``batch``; checks the limits first."""
+        """The dead-letter row of record ``index`` of ``batch``; checks the limits first.
+
+        ``fields`` are further error fields (a row a server refused: its ``code`` and
+        ``code.name``, B246), written after the usual headers as ``spate.error.<name>``
+        in the ``kafka`` format; a ``row`` dead letter has them in its message."""
         self._check_limits(batch, index)
         self.count(stage, reason)
         payload = bytes(batch.payloads[index])
@@ -146,6 +151,7 @@ class DeadLetter:
                 self.pipeline,
             )
             headers = [(n, v.encode()) for n, v in zip(HEADER_NAMES, values, strict=True)]
+            headers += [(HEADER_PREFIX + name, value.encode()) for name, value in fields]
             return (key, payload, headers)
         return {
             "key": key.decode("utf-8", "replace") if key is not None else None,

@@ -69,6 +69,7 @@ from spate.records import Lane, PayloadBatch
 from spate.sink._contract import Offer, RowBatchSink, Sink, sink_record_policy, takes_rows
 from spate.sink._held import HeldErrors, Origin, RecordCell, bind_held_errors
 from spate.sink._intents import RecordPosition
+from spate.sink._writer import RowError
 
 logger = logging.getLogger(__name__)
 
@@ -537,13 +538,19 @@ class ChainRuntime:
         return Stalled(cursor, "sink_full", "dead_letter")
 
     def _dead_letter_row(
-        self, stage: Stage, reason: str, message: str, batch: PayloadBatch, index: int
+        self,
+        stage: Stage,
+        reason: str,
+        message: str,
+        batch: PayloadBatch,
+        index: int,
+        fields: tuple[tuple[str, str], ...] = (),
     ) -> object:
         """Record ``index``'s dead letter, counted and logged (checks the limits, B72)."""
         dlq = self.dead_letter
         if dlq is None:
             raise self._no_dead_letter(stage, reason, message, batch, index)
-        row = dlq.record(stage, reason, message, batch, index)
+        row = dlq.record(stage, reason, message, batch, index, fields)
         self.dead_letters.skipped(stage, reason, _where(batch, index), message)
         return row
 
@@ -568,7 +575,9 @@ class ChainRuntime:
         batch, index = origin
         if self.record_policies[sink_index] is ErrorPolicy.DEAD_LETTER:
             message = f"sink {self.sink_labels[sink_index]}: {exc.reason}"
-            row = self._dead_letter_row("sink", "record_error", message, batch, index)
+            # A row refused at write time carries the server's code with it (B246).
+            fields = exc.fields if isinstance(exc, RowError) else ()
+            row = self._dead_letter_row("sink", "record_error", message, batch, index, fields)
             if self.offer_dead_letter(row, batch.keys[index], batch, index, ack):
                 return None
             return row

@@ -33,8 +33,9 @@ from spate.checkpoint._ack import AckToken
 from spate.errors import ErrorClass, SinkError
 from spate.flow._contract import ByteBudget
 from spate.records import Lane
-from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
+from spate.sink._batching import BUDGET_CHUNK, LaneFrame, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
+from spate.sink._held import HeldErrors
 from spate.sink._router import Router
 from spate.sink._shard import Shard
 from spate.sink._writer import (
@@ -121,6 +122,10 @@ class Admission:
         self._pipeline = pipeline
         self._token_prefix = f"{pipeline}-{run_nonce}"
         self.identity: str | None = None
+        self.errors: HeldErrors | None = None
+        """The chain's record policy for rows refused at write time, bound by the pool
+        while its connector may refuse them (B245): every batch then keeps each row's
+        record (:attr:`PoolBatch.origins`)."""
         self._identity_rows: dict[int, int] = {}
 
     @property
@@ -168,6 +173,8 @@ class Admission:
                     f"sink {self.name}: cannot encode row: {exc!r}", ErrorClass.RECORD
                 ) from exc
             batch.rows += 1
+            if batch.origins is not None:
+                batch.note_row(self.errors.cell, ack)  # type: ignore[union-attr]
             nbytes = batch.nbytes + size
             batch.nbytes = nbytes
             if ack is not batch.last_ack:
@@ -193,6 +200,8 @@ class Admission:
         batch = shard.open = PoolBatch(
             shard.index, self._connector.new_buffer(shard.index), self._clock.monotonic()
         )
+        if self.errors is not None:
+            batch.origins = []
         self._cond.notify()  # a sleeping worker must learn the new linger deadline
         return batch
 
@@ -204,7 +213,13 @@ class Admission:
 
     # -- the one room rule and holding acks --------------------------------------------
 
-    def admit(self, parts: Parts, ack: AckToken, append: Append) -> Offer:
+    def admit(
+        self,
+        parts: Parts,
+        ack: AckToken,
+        append: Append,
+        records: Sequence[Sequence[int] | None] | None = None,
+    ) -> Offer:
         """Admit ``parts`` — ``(shard, rows, count)``, rows in any form ``append`` adds
         to a buffer — all or nothing (B7, B95, B144).
 
@@ -215,13 +230,15 @@ class Admission:
         and never waits forever. Rows are cut at ``batch.max_rows`` (batches opened past
         the queue limit by an admitted part are forced); a batch seals on ``max_bytes``
         after the rows that reach it. Each batch holds ``ack`` once (:meth:`hold`).
+        ``records`` gives, per part, the record index of each of its rows (kept while
+        the connector may refuse rows at write time, B245).
         """
         if self.closed:
             raise RuntimeError(f"sink {self.name} is closed")
         if not all(self.fits(shard, count) for shard, _part, count in parts):
             return Offer.REJECTED
         max_rows = self.max_rows
-        for shard, part, count in parts:
+        for i, (shard, part, count) in enumerate(parts):
             start = 0
             while start < count:
                 batch = shard.open
@@ -232,6 +249,8 @@ class Admission:
                 stop = min(count, start + max(max_rows - batch.rows, 1))
                 batch.nbytes += append(batch.buffer, part, start, stop)
                 batch.rows += stop - start
+                if batch.origins is not None:
+                    self.note(batch, None if records is None else records[i], start, stop, ack)
                 start = stop
                 self.hold(batch, ack)
                 if batch.rows >= max_rows:
@@ -239,6 +258,22 @@ class Admission:
                 elif batch.nbytes >= self.max_bytes:
                     self.seal(shard, "max_bytes")
         return ACCEPTED
+
+    def note(
+        self,
+        batch: PoolBatch,
+        records: Sequence[int] | None,
+        start: int,
+        stop: int,
+        ack: AckToken,
+    ) -> None:
+        """Keep the records of a part's rows ``start:stop`` just appended to ``batch``;
+        without them (rows whose records are not known) its origins become unknown."""
+        errors = self.errors
+        if records is None or errors is None:
+            batch.origins = None
+            return
+        batch.note(errors.cell.batch, records[start:stop], ack)
 
     def fits(
         self, shard: Shard, count: int, batch: PoolBatch | None = None, lane: bool = False
@@ -375,25 +410,40 @@ class Admission:
         shards: Sequence[int] | None,
     ) -> Offer:
         """:meth:`SinkPool.offer_frame <spate.sink.SinkPool.offer_frame>` under at least
-        once: the frame's rows by shard, admitted by :meth:`admit` (lock NOT held)."""
+        once: the frame's rows by shard, admitted by :meth:`admit` (lock NOT held). A
+        :class:`LaneFrame` carries its rows' records (kept for rows refused at write
+        time, B245)."""
+        records: list[int] | None = None
+        if isinstance(frame, LaneFrame):
+            records = frame.records
+            frame = frame.frame
         count = rows_of(frame)
         if not count:
             return ACCEPTED
         router = self._router
         parts: list[tuple[Shard, object]]
+        part_records: list[list[int]] | None = None
         if shards is None and router is not None:
             shards = self.route_frame(router, frame, keys, count, lane)
         if shards is None:
             parts = [(self._shards[0], frame)]
+            if records is not None:
+                part_records = [records]
         else:
             take = self.take_rows
+            by_shard = _by_shard(shards)
             parts = [
                 (self._shards[i], frame if len(rows) == count else take(frame, rows))
-                for i, rows in _by_shard(shards)
+                for i, rows in by_shard
             ]
+            if records is not None:
+                part_records = [[records[r] for r in rows] for _, rows in by_shard]
         with self._cond:
             return self.admit(
-                [(shard, part, rows_of(part)) for shard, part in parts], ack, self._append_frame
+                [(shard, part, rows_of(part)) for shard, part in parts],
+                ack,
+                self._append_frame,
+                part_records,
             )
 
     def _append_frame(self, buffer: RowBuffer, frame: object, start: int, stop: int) -> int:

@@ -12,14 +12,19 @@ batch itself is the holder it names when it retains and releases an ack.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from spate.checkpoint._ack import AckToken
-from spate.records import Lane
+from spate.records import Lane, PayloadBatch
+from spate.sink._held import RecordCell
 from spate.sink._intents import Intent, Position
 from spate.sink._writer import RowBuffer
 
 SealReason = Literal["max_rows", "max_bytes", "linger", "tick", "drain", "tier", "replay"]
+
+Origin = tuple[PayloadBatch, int, AckToken]
+"""A buffered row's record: its source batch, the record's index in it and its ack."""
 
 BUDGET_CHUNK = 64 * 1024
 """Bytes a batch may hold beyond what it has acquired from the budget before acquiring."""
@@ -46,6 +51,7 @@ class PoolBatch:
         "nbytes",
         "next_at",
         "opened_at",
+        "origins",
         "plan_last",
         "reason",
         "rows",
@@ -81,6 +87,10 @@ class PoolBatch:
         self.intent_recorded = False
         self.fenced = False  # its owner checked, after the intent, that it owns the lane
         self.generation = 0
+        self.origins: list[Origin] | None = None
+        """Each row's record, in buffer order, while the connector may refuse rows at
+        write time (:class:`~spate.sink.RowRefusingConnector`, B245); None when not kept
+        or not known for some row (a refused row then fails the batch)."""
 
     def hold(self, ack: AckToken) -> None:
         """Hold ``ack`` (retain once) if this batch does not hold it yet."""
@@ -93,8 +103,45 @@ class PoolBatch:
         """Whether a row of one of ``lanes`` is in this batch (under the pool lock)."""
         return any(ack.lane in lanes for ack in self.acks)
 
+    def note_row(self, cell: RecordCell, ack: AckToken) -> None:
+        """Keep the record of the row just appended: the one the chain is offering."""
+        origins = self.origins
+        if origins is None:
+            return
+        if cell.batch is None:
+            self.origins = None
+            return
+        origins.append((cell.batch, cell.index, ack))
+
+    def note(self, cell_batch: PayloadBatch | None, records: Sequence[int], ack: AckToken) -> None:
+        """Keep the records of the rows just appended (``records``: their indexes in
+        ``cell_batch``); an unknown source batch makes the batch's origins unknown."""
+        origins = self.origins
+        if origins is None:
+            return
+        if cell_batch is None:
+            self.origins = None
+            return
+        origins.extend((cell_batch, index, ack) for index in records)
+
     def __repr__(self) -> str:
         return (
             f"PoolBatch(shard={self.shard}, seq={self.seq}, rows={self.rows}, "
             f"attempts={self.attempts}, done={self.done})"
         )
+
+
+class LaneFrame:
+    """A prepared frame with the record index of each of its rows (the frame's row
+    column, which the connector's check drops): kept under effectively once (each row is
+    placed by its record's offset) and while a connector may refuse rows at write time
+    (each row's record is kept, B245)."""
+
+    __slots__ = ("frame", "records")
+
+    def __init__(self, frame: object, records: list[int]) -> None:
+        self.frame = frame
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)

@@ -29,6 +29,12 @@ raises the error into another record's offer.
 
 A holder keeps a reference to each held row's source batch (for a dead letter's payload
 and timestamp) until the row is handed on.
+
+A sink pool whose connector refuses rows at write time (``RowRefusingConnector``) is a
+holder too: its batches keep their rows' records, and a row the destination refused is
+charged through :meth:`HeldErrors.report` on the pipeline thread (B245-B249). A pool whose
+connector never does binds nothing and tells the chain so (``bind_held_errors`` returns
+False).
 """
 
 from __future__ import annotations
@@ -116,18 +122,21 @@ class HeldErrors:
 class HoldingSink(Sink, Protocol):
     """A sink that accepts rows before the sink after it has encoded them (B111)."""
 
-    def bind_held_errors(self, errors: HeldErrors) -> None:
+    def bind_held_errors(self, errors: HeldErrors) -> bool | None:
         """Report the record errors of held rows to ``errors`` (and bind the sinks after
-        it that hold rows too). Called once by the chain, before the first offer."""
+        it that hold rows too). Called once by the chain, before the first offer.
+        Returns False when the sink turns out to hold no rows that way (a sink pool
+        whose connector never refuses rows at write time, B249): the chain then notes
+        no record per offer for it."""
         ...
 
 
 def bind_held_errors(sink: Sink, errors: HeldErrors) -> bool:
-    """Bind ``sink`` to ``errors`` when it holds rows (:class:`HoldingSink`)."""
+    """Bind ``sink`` to ``errors`` when it holds rows (:class:`HoldingSink`); whether
+    it does."""
     if not isinstance(sink, HoldingSink):
         return False
-    sink.bind_held_errors(errors)
-    return True
+    return sink.bind_held_errors(errors) is not False
 
 
 class Charged(enum.Enum):

@@ -33,7 +33,7 @@ from spate.errors import ErrorClass, SinkError
 from spate.flow._contract import ByteBudget
 from spate.records import ROW_COLUMN, Lane
 from spate.sink._admission import Admission
-from spate.sink._batching import BUDGET_CHUNK, PoolBatch, SealReason
+from spate.sink._batching import BUDGET_CHUNK, LaneFrame, PoolBatch, SealReason
 from spate.sink._contract import ACCEPTED, Offer
 from spate.sink._intents import Intent, IntentWriter, Position, RecordPosition, live_intents
 from spate.sink._shard import Shard
@@ -60,26 +60,12 @@ class LaneBlocks:
         self.plans: deque[Intent] = deque(plans)
 
 
-class LaneFrame:
-    """A frame :meth:`EffectivelyOnceLanes.prepare_frame` checked, with the record index
-    of each of its rows."""
-
-    __slots__ = ("frame", "records")
-
-    def __init__(self, frame: object, records: list[int]) -> None:
-        self.frame = frame
-        self.records = records
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-
 class _Series(Protocol):
     def to_list(self) -> list[int]: ...
 
 
 @runtime_checkable
-class _RowFrame(Protocol):
+class RowFrame(Protocol):
     """A frame as the columnar path offers it (a polars DataFrame)."""
 
     @property
@@ -179,6 +165,8 @@ class EffectivelyOnceLanes:
             state.last = pos
             batch.last = pos
             batch.rows += 1
+            if batch.origins is not None:
+                batch.note_row(admission.errors.cell, ack)  # type: ignore[union-attr]
             batch.nbytes += size
             if ack is not batch.last_ack:
                 batch.hold(ack)
@@ -202,7 +190,7 @@ class EffectivelyOnceLanes:
         """The connector's per-column check of a frame, keeping the record index of each
         row that passes (the frame's row column, which the check drops): each row is
         placed by its record's offset (lock NOT held)."""
-        if not isinstance(frame, _RowFrame) or ROW_COLUMN not in frame.columns:
+        if not isinstance(frame, RowFrame) or ROW_COLUMN not in frame.columns:
             raise SinkError(
                 f"sink {self.name}: under effectively_once a frame must keep its "
                 f"{ROW_COLUMN} column (the record of each row)",
@@ -307,6 +295,8 @@ class EffectivelyOnceLanes:
             part = frame if len(run) == count else admission.take_rows(frame, run)
             block.nbytes += admission.append_frame(block.buffer, part)
             block.rows += len(run)
+            if block.origins is not None:
+                admission.note(block, [records[row] for row in run], 0, len(run), ack)
             admission.hold(block, ack)
             run.clear()
 
@@ -355,6 +345,8 @@ class EffectivelyOnceLanes:
         batch.lane = lane
         batch.first = pos
         batch.generation = self._generation.get(lane, 0)
+        if self._admission.errors is not None:
+            batch.origins = []  # each row's record, for rows refused at write time (B245)
         if plans and plans[0].first <= pos:
             intent = plans.popleft()
             batch.plan_last = intent.last

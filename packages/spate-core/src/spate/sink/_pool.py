@@ -28,6 +28,16 @@ pool does the rest:
   and releases it when written (ok) or failed/abandoned (not ok);
 * **record errors** (B28): the buffer checks each row on append; the ``SinkError``
   (``RECORD``) goes back to the chain, which applies :attr:`SinkPool.on_record_error`;
+* **rows refused at write time** (B245-B247): with a connector that may refuse rows
+  on their own once the rest of the batch is written
+  (:class:`~spate.sink.RowRefusingConnector`, the ClickHouse sink under ``dead_letter``)
+  the pool is a :class:`~spate.sink._held.HoldingSink`: each batch keeps its rows'
+  records, a write ending in :class:`~spate.sink.RowsRefused` queues the batch, and on
+  the pipeline thread (``tick``, ``flush``, frame and row-batch offers) each refused row
+  is charged to its own record through the chain's record policy — its dead letter is
+  offered with the row's source ack, again later while the dead-letter sink is full —
+  and only then is the batch settled, so no offset passes a row that is neither written
+  nor dead-lettered;
 * **effectively once** (``delivery="effectively_once"``, B88, B89): one open block per
   (shard, lane) instead of per shard; each row's position comes from the chain's
   :class:`~spate.sink._intents.RecordPosition`; a block's intent is recorded through its
@@ -54,32 +64,47 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from spate._clock import Clock
 from spate.checkpoint._ack import AckToken
-from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
-from spate.records import Lane, MetaColumn
+from spate.records import ROW_COLUMN, Lane, MetaColumn
 from spate.sink._admission import Admission, PreparedRows
-from spate.sink._batching import PoolBatch
+from spate.sink._batching import Origin, PoolBatch
 from spate.sink._contract import Offer
 from spate.sink._freshness import WriteFreshness
+from spate.sink._held import HeldErrors, PendingDeadLetter
 from spate.sink._intents import IntentWriter, RecordPosition
-from spate.sink._lanes import EffectivelyOnceLanes
+from spate.sink._lanes import EffectivelyOnceLanes, RowFrame
 from spate.sink._retry import Backoff
 from spate.sink._router import Router, StartingRouter, WeightedHashRouter
 from spate.sink._shard import Replica, Shard
 from spate.sink._workers import PoolWorkers, Settled, Work, release_settled, settle_batch
-from spate.sink._writer import SinkConnector
+from spate.sink._writer import RowError, RowRefusingConnector, RowsRefused, SinkConnector
 from spate.sink.config import PoolConfig, ShardConfig
 
 if TYPE_CHECKING:
     from spate._context import BuildContext
 
 logger = logging.getLogger(__name__)
+
+
+class _Refused:
+    """A written batch whose refused rows are being charged to their records (B245)."""
+
+    __slots__ = ("batch", "error", "next", "pending")
+
+    def __init__(self, batch: PoolBatch, error: RowsRefused) -> None:
+        self.batch = batch
+        self.error = error
+        self.next = 0
+        self.pending: PendingDeadLetter | None = None
+
 
 _JOIN_TIMEOUT = 5.0
 """Real seconds :meth:`SinkPool.close` waits for each worker (a stuck write may never end)."""
@@ -197,7 +222,10 @@ class SinkPool:
             fence=self._lanes.fence,
             stopping=self._stopped,
             freshness=WriteFreshness(meter, name, component_type, connector),
+            refused=self._queue_refused,
         )
+        self._refused: deque[_Refused] = deque()
+        """Written batches whose refused rows wait to be charged (pipeline thread)."""
 
     @classmethod
     def from_context(
@@ -328,6 +356,8 @@ class SinkPool:
         one rule rows, row batches and frames share (B7, B144): the whole is refused while
         a target shard has no room for its rows.
         """
+        if self._refused:
+            self.charge_refused()
         return self._admission.offer_rows(prepared, ack)
 
     # -- columnar path (frames from spate.ops._columnar) -------------------------------
@@ -350,9 +380,15 @@ class SinkPool:
         row is placed by its record's offset).
         """
         connector = self._admission.frame_connector()
-        if not self.effectively_once:
-            return connector.prepare_frame(frame)
-        return self._lanes.prepare_frame(connector, frame)
+        if self.effectively_once:
+            return self._lanes.prepare_frame(connector, frame)
+        if (
+            self._admission.errors is not None
+            and isinstance(frame, RowFrame)
+            and ROW_COLUMN in frame.columns
+        ):
+            return self._lanes.prepare_frame(connector, frame)  # keeps the rows' records
+        return connector.prepare_frame(frame)
 
     def offer_frame(
         self,
@@ -371,6 +407,8 @@ class SinkPool:
         (B7); the caller offers it again later. A value the router cannot place raises
         ``SinkError(RECORD)`` naming the sink (nothing is held).
         """
+        if self._refused:
+            self.charge_refused()
         if self.effectively_once:
             return self._lanes.offer_frame(frame, keys, lane, ack, shards)
         return self._admission.offer_frame(frame, keys, lane, ack, shards)
@@ -403,6 +441,8 @@ class SinkPool:
             self._lanes.seal_all("tick")
         if self._io_threads == 0:
             self.pump()
+        if self._refused:
+            self.charge_refused()
 
     def flush(self, deadline: float) -> bool:
         """Seal everything and wait until all is written or the clock reaches ``deadline``.
@@ -441,17 +481,24 @@ class SinkPool:
         return self._wait_until(deadline, lambda: all(b.done for b in targets))
 
     def _wait_until(self, deadline: float, done: Callable[[], bool]) -> bool:
-        """Let the writes run until ``done()`` (checked under the lock) or ``deadline``."""
+        """Let the writes run until ``done()`` (checked under the lock) or ``deadline``;
+        the refused rows of written batches are charged meanwhile (pipeline thread)."""
         if self._io_threads == 0:
             return self._pump_until(deadline, done)
-        with self._cond:
-            while True:
+        while True:
+            if self._refused:
+                self.charge_refused()
+            with self._cond:
                 if done():
                     return True
                 now = self._clock.monotonic()
                 if now >= deadline:
                     return False
-                self._cond.wait(min(deadline - now, 0.25))
+                if not self._refused:
+                    self._cond.wait(min(deadline - now, 0.25))
+                    continue
+            # A dead-letter sink that is full now: offer again after a short pause.
+            self._clock.sleep(min(deadline - now, 0.01))
 
     def abandon(self) -> int:
         """Fail the acks of every batch not yet written (B4); return how many rows.
@@ -462,6 +509,11 @@ class SinkPool:
         settled: list[Settled] = []
         rows = 0
         with self._cond:
+            while self._refused:
+                batch = self._refused.popleft().batch
+                if not batch.done:
+                    rows += batch.rows
+                    settled.append(settle_batch(batch, False))
             for shard in self._shards:
                 batches = list(shard.queue) + list(shard.writing)
                 if shard.open is not None:
@@ -510,6 +562,87 @@ class SinkPool:
                         "sink %s: closing %s failed", self.name, replica.endpoint, exc_info=True
                     )
         self._ready = False
+
+    # -- rows refused at write time (B245-B247) -------------------------------------
+
+    def bind_held_errors(self, errors: HeldErrors) -> bool:
+        """Charge the rows the connector's writers refuse at write time to their own
+        records through ``errors`` (:class:`~spate.sink._held.HoldingSink`). Called once
+        by the chain before the first offer. A connector that never refuses rows at
+        write time binds nothing and keeps no records: False (B249)."""
+        connector = self._connector
+        if isinstance(connector, RowRefusingConnector) and connector.refuses_rows:
+            self._admission.errors = errors
+            return True
+        return False
+
+    def _queue_refused(self, batch: PoolBatch, error: RowsRefused) -> str | None:
+        """A worker wrote ``batch`` but for ``error.rows`` (lock held): queue it for
+        :meth:`charge_refused`, or say why its rows cannot be charged."""
+        origins = batch.origins
+        if self._admission.errors is None:
+            return "no chain record policy is bound to the sink, so they cannot be charged"
+        if origins is None or len(origins) != batch.rows:
+            return "the records of its rows are not known, so they cannot be charged"
+        if any(not 0 <= row.row < batch.rows for row in error.rows):
+            return "the writer named rows beyond the batch"
+        self._refused.append(_Refused(batch, error))
+        return None
+
+    def charge_refused(self) -> None:
+        """Charge each refused row of the written batches to its own record (B245): the
+        chain applies its record policy — under ``dead_letter`` the row's record goes to
+        the dead-letter sink with its source ack, so the source batch is delivered only
+        once that is written too (B71). A batch is settled once all its rows are
+        charged; a dead letter the dead-letter sink refuses for now is offered again at
+        the next call, before anything else (B7, B8). Raises ``FatalError`` when the
+        policy fails the record (``fail``, a dead-letter limit, B72), after failing the
+        batch. Pipeline thread."""
+        errors = self._admission.errors
+        while True:
+            with self._cond:
+                if not self._refused:
+                    return
+                item = self._refused[0]
+            origins = item.batch.origins
+            if item.batch.done or errors is None or origins is None:
+                self._settle_refused(item, False)  # abandoned meanwhile: nothing to charge
+                continue
+            try:
+                if not self._charge(errors, item, origins):
+                    return
+            except FatalError:
+                self._settle_refused(item, False)
+                raise
+            self._settle_refused(item, True)
+
+    def _charge(self, errors: HeldErrors, item: _Refused, origins: list[Origin]) -> bool:
+        """Charge ``item``'s rows from where it stopped; False while a dead letter waits."""
+        if item.pending is not None:
+            if not errors.offer_again(item.pending):
+                return False
+            item.pending = None
+            item.next += 1
+        rows = item.error.rows
+        while item.next < len(rows):
+            row = rows[item.next]
+            source, index, ack = origins[row.row]
+            pending = errors.report((source, index), RowError(row.reason, row.fields), ack)
+            if pending is not None:
+                item.pending = pending
+                return False
+            item.next += 1
+        return True
+
+    def _settle_refused(self, item: _Refused, ok: bool) -> None:
+        settled: list[Settled] = []
+        with self._cond:
+            if self._refused and self._refused[0] is item:
+                self._refused.popleft()
+            if not item.batch.done:
+                settled.append(settle_batch(item.batch, ok))
+            self._cond.notify_all()
+        release_settled(self._budget, settled)
 
     # -- effectively once (B88, B89; spate.sink._lanes) ------------------------------
 
@@ -628,7 +761,7 @@ class SinkPool:
     def _all_written(self) -> bool:
         """Nothing left to write; a replayed block waiting for its rows is not waited for
         (it is never written short, B89)."""
-        return all(
+        return not self._refused and all(
             shard.idle and shard.open is None and not self._lanes.opens(shard.index, True)
             for shard in self._shards
         )
@@ -636,6 +769,8 @@ class SinkPool:
     def _pump_until(self, deadline: float, done: Callable[[], bool]) -> bool:
         while True:
             self.pump()
+            if self._refused:
+                self.charge_refused()
             with self._cond:
                 if done():
                     return True

@@ -28,7 +28,7 @@ from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent
 from spate.sink._retry import Backoff
 from spate.sink._shard import Replica, Shard
-from spate.sink._writer import WriteBatch
+from spate.sink._writer import RowsRefused, WriteBatch
 
 logger = logging.getLogger("spate.sink._pool")
 
@@ -74,11 +74,15 @@ class PoolWorkers:
         fence: Callable[[Shard, object, PoolBatch, Intent], None],
         stopping: Callable[[], bool],
         freshness: WriteFreshness | None = None,
+        refused: Callable[[PoolBatch, RowsRefused], str | None] | None = None,
     ) -> None:
         """``next_work(now)`` (lock held): seal lingering batches and pick one due now;
         ``next_wake(now)`` (lock held): when something may come due; ``fence`` (lock NOT
         held): record a block's intent and check the lane is still the pool's;
-        ``stopping()`` (lock held): the workers should return."""
+        ``stopping()`` (lock held): the workers should return; ``refused(batch, error)``
+        (lock held): hand a batch whose other rows are written, with the rows the
+        destination refused on their own, to be charged to their records on the pipeline
+        thread (B245) — None once queued, else why they cannot be (the batch fails)."""
         self.name = name
         self._cond = cond
         self._clock = clock
@@ -89,6 +93,7 @@ class PoolWorkers:
         self._fence = fence
         self._stopping = stopping
         self._freshness = freshness
+        self._refused = refused
 
     def run(self) -> None:
         """A worker thread: wait for a due batch, write it, until the pool stops."""
@@ -135,7 +140,8 @@ class PoolWorkers:
         result = outcome(error)
         now = self._clock.monotonic()
         elapsed = max(now - started, 0.0)
-        freshness = self._freshness if error is None else None
+        charged = isinstance(error, RowsRefused) and self._refused is not None
+        freshness = self._freshness if error is None or charged else None
         column = freshness.column_time(batch.buffer) if freshness is not None else None
         settled: list[Settled] = []
         with self._cond:
@@ -145,7 +151,27 @@ class PoolWorkers:
             shard.m_write_seconds["fatal" if result == "record" else result].observe(elapsed)
             if result != "ok":
                 shard.m_errors[result].inc()
-            if error is None:
+            if isinstance(error, RowsRefused) and self._refused is not None and not batch.done:
+                why = self._refused(batch, error)
+                if why is None:
+                    # Written but for the refused rows: settled once they are charged.
+                    shard.m_records.inc(batch.rows - len(error.rows))
+                    shard.m_bytes.inc(batch.nbytes)
+                    if freshness is not None:
+                        freshness.written(batch, self._clock.time(), column)
+                else:
+                    logger.error(
+                        "sink %s shard %d: batch %d failed on %s: %s; %s",
+                        self.name,
+                        shard.index,
+                        batch.seq,
+                        replica.endpoint,
+                        error.reason,
+                        why,
+                    )
+                    shard.m_abandoned.inc(batch.rows)
+                    settled.append(settle_batch(batch, False))
+            elif error is None:
                 if not batch.done:
                     shard.m_records.inc(batch.rows)
                     shard.m_bytes.inc(batch.nbytes)

@@ -103,6 +103,44 @@ class WriteBatch:
     """1 for the first attempt, 2 for the first retry, …"""
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedRow:
+    """One row of a batch the destination refused on its own, at write time."""
+
+    row: int
+    """The row's position in the batch (the order the pool appended it)."""
+    reason: str
+    """Why, for the log and the dead letter's message (the server's code and message)."""
+    fields: tuple[tuple[str, str], ...] = ()
+    """Error fields a dead letter carries besides the usual ones (Kafka headers
+    ``spate.error.<name>``), e.g. ``(("code", "469"), ("code.name", "VIOLATED_CONSTRAINT"))``."""
+
+
+class RowError(SinkError):
+    """The record error of one row refused at write time, as the chain charges it to the
+    row's record (B245): a :class:`~spate.errors.SinkError` (``RECORD``) with the
+    :attr:`RefusedRow.fields` its dead letter carries."""
+
+    def __init__(self, reason: str, fields: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(reason, ErrorClass.RECORD)
+        self.fields = fields
+
+
+class RowsRefused(SinkError):
+    """Raised by :meth:`ShardWriter.write` when every row of the batch is written except
+    :attr:`rows`, which the destination refused on their own (B245).
+
+    Only a :class:`RowRefusingConnector` whose ``refuses_rows`` is set raises it: the
+    pool then charges each refused row to its own record through the chain's record
+    policy (:mod:`spate.sink._held`: a dead letter with the row's source ack) on the
+    pipeline thread, and settles the batch once every one is charged.
+    """
+
+    def __init__(self, reason: str, rows: tuple[RefusedRow, ...]) -> None:
+        super().__init__(reason, ErrorClass.RECORD)
+        self.rows = rows
+
+
 class ShardWriter(Protocol):
     """Writes sealed batches to one endpoint (one replica of one shard)."""
 
@@ -116,7 +154,9 @@ class ShardWriter(Protocol):
         ...
 
     def write(self, batch: WriteBatch) -> None:
-        """Write ``batch`` durably, or raise ``SinkError`` (RETRYABLE or FATAL).
+        """Write ``batch`` durably, or raise ``SinkError`` (RETRYABLE or FATAL), or
+        :class:`RowsRefused` once every other row is written (a
+        :class:`RowRefusingConnector`'s writer only).
 
         Called on a sink worker thread; may block (network waits release the GIL).
         """
@@ -136,6 +176,23 @@ class SinkConnector(Protocol):
 
     def open_writer(self, shard: int, replica: int, endpoint: str) -> ShardWriter:
         """The writer for ``endpoint``, replica ``replica`` of ``shard``. Called at start."""
+        ...
+
+
+@runtime_checkable
+class RowRefusingConnector(Protocol):
+    """A :class:`SinkConnector` whose writers may raise :class:`RowsRefused` (B245).
+
+    ``refuses_rows`` says whether they do now (the ClickHouse sink under
+    ``on_record_error: dead_letter``). The pool then keeps each buffered row's record
+    (its source batch, index and ack), so a row refused at write time can be charged to
+    its own record; the cost is one small tuple per row, paid only while it is set.
+    """
+
+    refuses_rows: bool
+
+    def new_buffer(self, shard: int) -> RowBuffer:
+        """As :meth:`SinkConnector.new_buffer`."""
         ...
 
 
