@@ -8,6 +8,11 @@ write each key as its own value, so the file's lines are the delivered keys.
 ``MergeTree`` table of its own on the ClickHouse HTTP front: the values are then
 ``{"k": key}``, decoded by the JSON deserializer, and the table's ``k`` column holds the
 delivered keys (:class:`ClickHouseTable`).
+
+A test that runs ``spate run`` on the real broker, whatever its sink, builds its
+configuration here rather than writing the document out: :func:`kafka_source` (or
+:func:`replay_source` for a kill-and-restart test) is the ``source:`` section,
+:func:`pipeline_document` the whole document and :func:`write_document` writes it.
 """
 
 from __future__ import annotations
