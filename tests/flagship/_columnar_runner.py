@@ -37,7 +37,7 @@ def main() -> None:
     from spate_datagen import encode_avro, storefront_events
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
-    from tests.support.mock_kafka import MockKafkaCluster
+    from spate_kafka.testing import MockKafkaCluster
 
     # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
     cluster = MockKafkaCluster()

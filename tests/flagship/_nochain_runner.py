@@ -53,7 +53,7 @@ class Seen(logging.Handler):
 def main() -> None:
     chdb_dir, count = sys.argv[1], int(sys.argv[2])
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
-    from tests.support.mock_kafka import MockKafkaCluster
+    from spate_kafka.testing import MockKafkaCluster
 
     # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
     cluster = MockKafkaCluster()

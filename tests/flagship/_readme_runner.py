@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support
-    from tests.support.mock_kafka import MockKafkaCluster
+    from spate_kafka.testing import MockKafkaCluster
 
     # Groups form at once (no 3 s initial rebalance delay); it lives as long as the process.
     cluster = MockKafkaCluster()

@@ -44,7 +44,7 @@ from tests.support.no_loss import (
     start_flagship,
 )
 from tests.support.scale import current_scale, scaled
-from tests.support.services import committed_offsets, create_topic, unique_name
+from tests.support.services import committed_total, create_topic, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -132,11 +132,8 @@ def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
         delivered=in_clickhouse,
     )
 
-    def committed_total() -> int:
-        return sum(committed_offsets(kafka_bootstrap, group, topic).values())
-
     def wait_for_progress(what: str) -> None:
-        run.wait_for_growth(committed_total, 180, what)
+        run.wait_for_growth(lambda: committed_total(kafka_bootstrap, group, topic), 180, what)
 
     def faults() -> None:
         run.wait_produced(0.15)

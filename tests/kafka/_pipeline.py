@@ -8,6 +8,11 @@ write each key as its own value, so the file's lines are the delivered keys.
 ``MergeTree`` table of its own on the ClickHouse HTTP front: the values are then
 ``{"k": key}``, decoded by the JSON deserializer, and the table's ``k`` column holds the
 delivered keys (:class:`ClickHouseTable`).
+
+A test that runs ``spate run`` on the real broker, whatever its sink, builds its
+configuration here rather than writing the document out: :func:`kafka_source` (or
+:func:`replay_source` for a kill-and-restart test) is the ``source:`` section,
+:func:`pipeline_document` the whole document and :func:`write_document` writes it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,106 @@ from tests.support.services import committed_offsets, create_topic, end_offsets,
 
 SPATE = Path(sys.executable).parent / "spate"
 PARTITIONS = 6
+
+
+JSON_VALUES: dict[str, object] = {"json": {"framing": "single"}}
+"""The ``deserializer:`` section of a pipeline whose Kafka values are one JSON object each."""
+
+
+def kafka_source(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    *,
+    stop_at: str | None = "never",
+    commit_interval: str = "200ms",
+    consume_batch: int | None = None,
+    session_timeout_ms: int | None = 6000,
+    rebalance: str | None = None,
+    rdkafka: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """The ``source:`` section of a test pipeline reading ``topic`` as ``group``.
+
+    It commits every ``commit_interval`` and reads until ``stop_at`` (``"end"``,
+    ``"never"``; ``None`` leaves the key out). ``consume_batch`` and ``rebalance`` are
+    written only when given. ``session_timeout_ms`` sets ``session.timeout.ms`` with a
+    heartbeat every 500 ms; ``None`` leaves the session to the broker (as ``rebalance:
+    consumer`` must). ``rdkafka`` adds librdkafka settings after those; with none at all
+    the ``rdkafka:`` key is left out."""
+    kafka: dict[str, object] = {
+        "brokers": bootstrap,
+        "topic": topic,
+        "group_id": group,
+        "commit_interval": commit_interval,
+    }
+    if stop_at is not None:
+        kafka["stop_at"] = stop_at
+    if consume_batch is not None:
+        kafka["consume_batch"] = consume_batch
+    if rebalance is not None:
+        kafka["rebalance"] = rebalance
+    settings: dict[str, object] = (
+        {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
+        if session_timeout_ms is not None
+        else {}
+    )
+    settings.update(rdkafka or {})
+    if settings:
+        kafka["rdkafka"] = settings
+    return {"kafka": kafka}
+
+
+def replay_source(
+    bootstrap: str, topic: str, group: str, *, first: bool, **options: Any
+) -> dict[str, object]:
+    """The source of a kill-and-restart test: the ``first`` run never sends a commit (an
+    hour's interval) and never ends, so everything it wrote is replayed after its kill;
+    the restart commits every 200 ms and ends at the end offsets. ``options`` are
+    :func:`kafka_source`'s."""
+    return kafka_source(
+        bootstrap,
+        topic,
+        group,
+        commit_interval="1h" if first else "200ms",
+        stop_at="never" if first else "end",
+        **options,
+    )
+
+
+def pipeline_document(
+    name: str,
+    source: Mapping[str, object],
+    sink: Mapping[str, object] | None,
+    *,
+    delivery: str | None = None,
+    drain_timeout: str = "15s",
+    checkpoint: Mapping[str, object] | None = None,
+    listen: str = "none",
+    **sections: object,
+) -> dict[str, object]:
+    """A pipeline process's whole configuration, as :func:`write_document` writes it.
+
+    ``name`` and, when given, ``delivery`` are the ``pipeline:`` section; the checkpoint
+    runs every 200 ms with ``drain_timeout`` (``checkpoint`` adds keys); the admin server
+    listens on ``listen`` (none: several processes share the machine). ``sink`` is the
+    ``sink:`` section (``None`` when ``sections`` has ``sinks:``); ``sections`` are the
+    other top-level sections (``deserializer``, ``supervisor``, ...)."""
+    document: dict[str, object] = {
+        "pipeline": {"name": name, **({"delivery": delivery} if delivery is not None else {})},
+        "checkpoint": {"interval": "200ms", "drain_timeout": drain_timeout, **(checkpoint or {})},
+        "admin": {"listen": listen},
+        "source": dict(source),
+    }
+    if sink is not None:
+        document["sink"] = dict(sink)
+    document.update(sections)
+    return document
+
+
+def write_document(path: Path, document: Mapping[str, object]) -> Path:
+    """Write a configuration document (JSON, which the YAML loader reads) to ``path``."""
+    path.write_text(json.dumps(document))
+    return path
 
 
 def write_config(
@@ -58,40 +163,19 @@ def write_config(
     )
     sink: dict[str, object] = {"file": {"path": str(out), "max_rows": 500}}
     if table is not None:
-        extra["deserializer"] = {"json": {"framing": "single"}}
+        extra["deserializer"] = JSON_VALUES
         sink = table.sink()
-    session: dict[str, int] = (
-        {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
-        if rebalance != "consumer"
-        else {}
+    source = kafka_source(
+        bootstrap,
+        topic,
+        group,
+        stop_at="end" if bounded else "never",
+        consume_batch=500,
+        rebalance=rebalance,
+        session_timeout_ms=session_timeout_ms if rebalance != "consumer" else None,
+        rdkafka={"topic.metadata.refresh.interval.ms": 2000},
     )
-    path.write_text(
-        json.dumps(
-            {
-                **extra,
-                "pipeline": {
-                    "name": name,
-                    "delivery": delivery,
-                },
-                "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "stop_at": "end" if bounded else "never",
-                        "consume_batch": 500,
-                        "rebalance": rebalance,
-                        "rdkafka": {**session, "topic.metadata.refresh.interval.ms": 2000},
-                    }
-                },
-                "sink": sink,
-            }
-        )
-    )
-    return path
+    return write_document(path, pipeline_document(name, source, sink, delivery=delivery, **extra))
 
 
 def start_pipeline(config: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka._pipeline import JSON_VALUES, pipeline_document, replay_source, write_document
 from tests.kafka.test_kafka_dead_letter import _dlq_records
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
@@ -43,36 +44,30 @@ def _config(
     first: bool,
     dlq: str | None = None,
 ) -> Path:
-    body: dict[str, Any] = {
-        "pipeline": {"name": "eo-isolate", "delivery": "effectively_once"},
-        "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
-        "admin": {"listen": "none"},
-        "source": {
-            "kafka": {
-                "brokers": brokers,
-                "topic": topic,
-                "group_id": group,
-                "commit_interval": "1h" if first else "200ms",
-                "stop_at": "never" if first else "end",
-                "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
-            }
-        },
-        "deserializer": {"json": {"framing": "single"}},
-        "sink": {
-            "clickhouse": {
-                "table": "events",
-                "columns": ["id", "pad"],
-                "shards": [{"replicas": [front]}],
-                "batch": {"max_rows": COUNT, "linger": "1h"},
-                "on_record_error": "skip" if dlq is None else "dead_letter",
-                **({"table_options": {"dedup_window": 0}} if first else {}),
-            }
-        },
+    source = replay_source(brokers, topic, group, first=first)
+    sink = {
+        "clickhouse": {
+            "table": "events",
+            "columns": ["id", "pad"],
+            "shards": [{"replicas": [front]}],
+            "batch": {"max_rows": COUNT, "linger": "1h"},
+            "on_record_error": "skip" if dlq is None else "dead_letter",
+            **({"table_options": {"dedup_window": 0}} if first else {}),
+        }
     }
+    sections: dict[str, Any] = {}
     if dlq is not None:
-        body["dead_letter"] = {"sink": {"kafka": {"brokers": brokers, "topic": dlq}}}
-    path.write_text(json.dumps(body))
-    return path
+        sections["dead_letter"] = {"sink": {"kafka": {"brokers": brokers, "topic": dlq}}}
+    document = pipeline_document(
+        "eo-isolate",
+        source,
+        sink,
+        delivery="effectively_once",
+        drain_timeout="30s",
+        deserializer=JSON_VALUES,
+        **sections,
+    )
+    return write_document(path, document)
 
 
 def _counts(client: Any) -> tuple[int, int, int]:

@@ -25,10 +25,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.kafka._pipeline import JSON_VALUES, kafka_source, pipeline_document, write_document
 from tests.support.chfront_fixtures import ChFront, FrontFactory
 from tests.support.delivery import wait_until
 from tests.support.scale import scaled
@@ -57,42 +57,34 @@ def _config(
     client_id: str,
 ) -> Path:
     # Under the consumer protocol the broker owns the session (6 s on the test broker).
-    session = (
-        {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500}
-        if rebalance != "consumer"
-        else {}
-    )
     # A member id starts with the client id: the range assignor of the eager protocol
     # gives the first partition to the member whose id sorts first.
-    session["client.id"] = client_id
-    data: dict[str, Any] = {
-        "pipeline": {"name": f"handover-{topic}", "delivery": "effectively_once"},
-        "checkpoint": {"interval": "200ms", "drain_timeout": "1s"},
-        "admin": {"listen": "none"},
-        "source": {
-            "kafka": {
-                "brokers": bootstrap,
-                "topic": topic,
-                "group_id": group,
-                "commit_interval": "200ms",
-                "stop_at": "never",
-                "rebalance": rebalance,
-                "rdkafka": session,
-            }
-        },
-        "deserializer": {"json": {"framing": "single"}},
-        "sink": {
-            "clickhouse": {
-                "table": "handover",
-                "columns": ["k"],
-                "shards": [{"replicas": [front.url]}],
-                "batch": {"max_rows": max_rows, "linger": "200ms"},
-                "inflight": {"max_per_shard": 4},
-            }
-        },
+    source = kafka_source(
+        bootstrap,
+        topic,
+        group,
+        rebalance=rebalance,
+        session_timeout_ms=SESSION_TIMEOUT_MS if rebalance != "consumer" else None,
+        rdkafka={"client.id": client_id},
+    )
+    sink = {
+        "clickhouse": {
+            "table": "handover",
+            "columns": ["k"],
+            "shards": [{"replicas": [front.url]}],
+            "batch": {"max_rows": max_rows, "linger": "200ms"},
+            "inflight": {"max_per_shard": 4},
+        }
     }
-    path.write_text(json.dumps(data))
-    return path
+    document = pipeline_document(
+        f"handover-{topic}",
+        source,
+        sink,
+        delivery="effectively_once",
+        drain_timeout="1s",
+        deserializer=JSON_VALUES,
+    )
+    return write_document(path, document)
 
 
 def _spate(log: Path, config: Path) -> subprocess.Popen[bytes]:

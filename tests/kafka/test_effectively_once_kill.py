@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka._pipeline import JSON_VALUES, pipeline_document, replay_source, write_document
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
 from tests.support.services import (
@@ -84,35 +85,28 @@ def _config(
         }
         for name, table in tables.items()
     }
-    body: dict[str, Any] = {
-        "pipeline": {"name": "eo-kill", "delivery": "effectively_once"},
-        "checkpoint": {
-            "interval": interval,
-            "drain_timeout": "30s",
-            "max_pending_batches": max_pending,
-        },
-        "admin": {"listen": "none"},
-        "source": {
-            "kafka": {
-                "brokers": brokers,
-                "topic": topic,
-                "group_id": group,
-                "commit_interval": "1h" if first else "200ms",
-                "stop_at": "never" if first else "end",
-                "consume_batch": consume_batch,
-                "rdkafka": {
-                    "session.timeout.ms": 6000,
-                    "heartbeat.interval.ms": 500,
-                    "max.partition.fetch.bytes": 65536,
-                },
-            }
-        },
-        "deserializer": {"json": {"framing": "single"}},
-        **({"sink": sink[next(iter(sink))]} if len(sink) == 1 else {"sinks": sink}),
+    source = replay_source(
+        brokers,
+        topic,
+        group,
+        first=first,
+        consume_batch=consume_batch,
+        rdkafka={"max.partition.fetch.bytes": 65536},
+    )
+    single = sink[next(iter(sink))] if len(sink) == 1 else None
+    sinks = {"sinks": sink} if single is None else {}
+    document = pipeline_document(
+        "eo-kill",
+        source,
+        single,
+        delivery="effectively_once",
+        drain_timeout="30s",
+        checkpoint={"interval": interval, "max_pending_batches": max_pending},
+        deserializer=JSON_VALUES,
+        **sinks,
         **(extra or {}),
-    }
-    path.write_text(json.dumps(body))
-    return path
+    )
+    return write_document(path, document)
 
 
 def _env() -> dict[str, str]:

@@ -11,7 +11,6 @@ and no committed offset passes the first of them.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.kafka._pipeline import start_pipeline, stop_pipeline
+from tests.kafka._pipeline import (
+    kafka_source,
+    pipeline_document,
+    start_pipeline,
+    stop_pipeline,
+    write_document,
+)
 from tests.kafka._registry import FORMATS, Fields, Format
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
@@ -74,34 +79,20 @@ def test_b60_new_fields_become_columns_mid_stream_and_b61_a_type_change_waits(
         value=lambda i: fmt.encode(v1_id, V1, {"id": i, "shop": f"s{i % 5}"}),
     )
     config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": unique_name("evolve")},
-                "admin": {"listen": "none"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "stop_at": "never",
-                    }
-                },
-                "deserializer": fmt.section(schema_registry.url),
-                "sink": {
-                    "clickhouse": {
-                        "table": f"{database}.orders",
-                        "columns": ["id", "shop"],
-                        "shards": [{"replicas": [clickhouse_url]}],
-                        "evolve": "add_columns",
-                        "batch": {"max_rows": 500, "linger": "200ms"},
-                    }
-                },
-            }
-        )
+    sink = {
+        "clickhouse": {
+            "table": f"{database}.orders",
+            "columns": ["id", "shop"],
+            "shards": [{"replicas": [clickhouse_url]}],
+            "evolve": "add_columns",
+            "batch": {"max_rows": 500, "linger": "200ms"},
+        }
+    }
+    source = kafka_source(kafka_bootstrap, topic, group, session_timeout_ms=None)
+    document = pipeline_document(
+        unique_name("evolve"), source, sink, deserializer=fmt.section(schema_registry.url)
     )
+    write_document(config, document)
     log = tmp_path / "run.log"
     proc = start_pipeline(config, log)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka._pipeline import JSON_VALUES, kafka_source, pipeline_document, write_document
 from tests.support.chfront_fixtures import ChFront, FrontFactory
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.scale import current_scale, scaled
@@ -83,40 +84,34 @@ def _config(
     stalled_fail_after: str = "60s",
     delivery: str = "at_least_once",
 ) -> Path:
-    data: dict[str, Any] = {
-        "pipeline": {"name": table, "delivery": delivery},
-        "checkpoint": {
-            "interval": "200ms",
-            "drain_timeout": "15s",
-            "stalled_fail_after": stalled_fail_after,
-        },
-        "admin": {"listen": listen},
-        "source": {
-            "kafka": {
-                "brokers": bootstrap,
-                "topic": topic,
-                "group_id": group,
-                "commit_interval": "200ms",
-                "stop_at": "end" if bounded else "never",
-                "rdkafka": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500},
-            }
-        },
-        "deserializer": {"json": {"framing": "single"}},
-        "sink": {
-            "clickhouse": {
-                "table": table,
-                "database": DATABASE,
-                "columns": ["k"],
-                "shards": [{"replicas": [front.url]}],
-                "batch": {"max_rows": 2000, "linger": "200ms"},
-                "inflight": {"max_per_shard": 1},
-            }
-        },
+    source = kafka_source(
+        bootstrap,
+        topic,
+        group,
+        stop_at="end" if bounded else "never",
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+    )
+    sink = {
+        "clickhouse": {
+            "table": table,
+            "database": DATABASE,
+            "columns": ["k"],
+            "shards": [{"replicas": [front.url]}],
+            "batch": {"max_rows": 2000, "linger": "200ms"},
+            "inflight": {"max_per_shard": 1},
+        }
     }
-    if supervisor is not None:
-        data["supervisor"] = supervisor
-    path.write_text(json.dumps(data))
-    return path
+    document = pipeline_document(
+        table,
+        source,
+        sink,
+        delivery=delivery,
+        checkpoint={"stalled_fail_after": stalled_fail_after},
+        listen=listen,
+        deserializer=JSON_VALUES,
+        **({"supervisor": supervisor} if supervisor is not None else {}),
+    )
+    return write_document(path, document)
 
 
 def _spate(log: Path, *argv: str) -> subprocess.Popen[bytes]:

@@ -20,7 +20,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.kafka._pipeline import start_pipeline
+from tests.kafka._pipeline import (
+    JSON_VALUES,
+    kafka_source,
+    pipeline_document,
+    start_pipeline,
+    write_document,
+)
 from tests.s3.s3kit import s3_client
 from tests.support.delivery import DeliverySampler, wait_until
 from tests.support.scale import scaled
@@ -49,38 +55,21 @@ def write_config(
     run: str,
     consume_batch: int,
 ) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": f"parquet-{run}"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "stop_at": "end",
-                        "consume_batch": consume_batch,
-                        "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
-                    }
-                },
-                "deserializer": {"json": {"framing": "single"}},
-                "sink": {
-                    "parquet": {
-                        "path": f"s3://{bucket}/{run}",
-                        "publish": "manifest",
-                        "table": TABLE,
-                        "schema": {"key": "string", "n": "int64", "note": "string"},
-                        "max_records": 150,
-                        "s3": {"endpoint_url": endpoint, "region": "us-east-1"},
-                    }
-                },
-            }
-        )
+    source = kafka_source(bootstrap, topic, group, stop_at="end", consume_batch=consume_batch)
+    sink = {
+        "parquet": {
+            "path": f"s3://{bucket}/{run}",
+            "publish": "manifest",
+            "table": TABLE,
+            "schema": {"key": "string", "n": "int64", "note": "string"},
+            "max_records": 150,
+            "s3": {"endpoint_url": endpoint, "region": "us-east-1"},
+        }
+    }
+    document = pipeline_document(
+        f"parquet-{run}", source, sink, drain_timeout="30s", deserializer=JSON_VALUES
     )
-    return path
+    return write_document(path, document)
 
 
 class Bucket:

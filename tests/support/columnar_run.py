@@ -21,7 +21,8 @@ from typing import Any
 from spate import ExitReport, Pipeline, load_config
 
 from tests.support.chfront_fixtures import ChFront
-from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
+from tests.support.services import committed_total as group_committed_total
+from tests.support.services import create_topic, produce_keyed, unique_name
 
 
 class ColumnarSeen(logging.Handler):
@@ -120,4 +121,4 @@ def deser_count(pipeline: Pipeline, name: str, outcome: str) -> float | None:
 
 def committed_total(kafka_bootstrap: str, run: KafkaColumnarRun) -> int:
     """The offsets the run's group committed, summed over the topic's partitions."""
-    return sum(committed_offsets(kafka_bootstrap, run.group, run.topic).values())
+    return group_committed_total(kafka_bootstrap, run.group, run.topic)

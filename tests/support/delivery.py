@@ -100,6 +100,19 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.2)
 
 
+def wait_for_growth(
+    measure: Callable[[], int],
+    timeout: float,
+    what: str,
+    *,
+    or_else: Callable[[], bool] | None = None,
+) -> None:
+    """Until ``measure()`` (rows written, offsets committed) passes what it reads now, or
+    ``or_else()`` holds (say, nothing more can come): progress, waited for as a condition."""
+    before = measure()
+    wait_until(lambda: measure() > before or (or_else is not None and or_else()), timeout, what)
+
+
 class PacedProducer(threading.Thread):
     """Produces records at a steady pace from a background thread, recording positions.
 

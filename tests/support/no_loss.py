@@ -22,7 +22,7 @@ from typing import Any
 
 from spate_datagen import encode_avro, storefront_events
 
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_for_growth, wait_until
 from tests.support.services import SESSION_TIMEOUT_MS, committed_offsets, end_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,14 +145,16 @@ class NoLossRun:
     def wait_for_growth(
         self, measure: Callable[[], int], timeout: float, what: str, *, or_done: bool = False
     ) -> None:
-        """Until ``measure()`` (rows written, offsets committed) passes what it reads now;
-        with ``or_done``, also once the producer has finished (nothing more may come)."""
-        before = measure()
-        self.wait(
-            lambda: measure() > before or (or_done and not self.producer.is_alive()),
-            timeout,
-            what,
-        )
+        """:func:`wait_for_growth` of ``measure()``, failing with the pipeline's exit code
+        and log tail; with ``or_done``, also once the producer has finished (nothing more
+        may come)."""
+        done = (lambda: not self.producer.is_alive()) if or_done else None
+        try:
+            wait_for_growth(measure, timeout, what, or_else=done)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; exit code {self.proc.poll()}; log: {self.tail()}"
+            ) from None
 
     def wait_produced(self, share: float) -> None:
         wait_until(

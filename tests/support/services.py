@@ -483,6 +483,12 @@ def committed_offsets(
     return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
 
 
+def committed_total(bootstrap: str, group: str, topic: str) -> int:
+    """The offsets ``group`` committed on ``topic``, summed over its partitions: a count
+    that grows with every commit, for waiting on a pipeline's progress."""
+    return sum(committed_offsets(bootstrap, group, topic).values())
+
+
 # ---------------------------------------------------------------- stopping and starting
 
 

@@ -14,7 +14,6 @@ after the drain.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka._pipeline import JSON_VALUES, kafka_source, pipeline_document, write_document
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.delivery import wait_until
 from tests.support.scale import scaled
@@ -60,45 +60,31 @@ def test_b114_a_restarted_worker_replays_only_its_own_spool(
     table = "spoolw.rows"
     spool = tmp_path / "spool"
     config = tmp_path / "spool.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "spoolw"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "15s"},
-                "admin": {"listen": "none"},
-                "supervisor": {"initial_backoff": "200ms"},
-                "deserializer": {"json": {"framing": "single"}},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "rdkafka": {
-                            "session.timeout.ms": SESSION_TIMEOUT_MS,
-                            "heartbeat.interval.ms": 500,
-                        },
-                    }
-                },
-                "sink": {
-                    "tiered": {
-                        "tiers": [
-                            {"spool": {"dir": str(spool), "ack": "spooled", "max_records": 500}}
-                        ],
-                        "terminal": {
-                            "clickhouse": {
-                                "database": "spoolw",
-                                "table": "rows",
-                                "columns": ["k"],
-                                "shards": [{"replicas": [front.url]}],
-                                "batch": {"max_rows": 2000, "linger": "200ms"},
-                            }
-                        },
-                    }
-                },
-            }
-        )
+    source = kafka_source(
+        kafka_bootstrap, topic, group, stop_at=None, session_timeout_ms=SESSION_TIMEOUT_MS
     )
+    sink = {
+        "tiered": {
+            "tiers": [{"spool": {"dir": str(spool), "ack": "spooled", "max_records": 500}}],
+            "terminal": {
+                "clickhouse": {
+                    "database": "spoolw",
+                    "table": "rows",
+                    "columns": ["k"],
+                    "shards": [{"replicas": [front.url]}],
+                    "batch": {"max_rows": 2000, "linger": "200ms"},
+                }
+            },
+        }
+    }
+    document = pipeline_document(
+        "spoolw",
+        source,
+        sink,
+        supervisor={"initial_backoff": "200ms"},
+        deserializer=JSON_VALUES,
+    )
+    write_document(config, document)
     log = tmp_path / "parent.log"
     with log.open("ab") as sink:
         parent = subprocess.Popen(

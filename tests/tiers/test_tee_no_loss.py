@@ -29,11 +29,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.chfront_fixtures import FrontFactory
-from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
+from tests.support.delivery import DeliverySampler, PacedProducer, wait_for_growth, wait_until
 from tests.support.scale import current_scale, scaled
 from tests.support.services import (
     SESSION_TIMEOUT_MS,
     committed_offsets,
+    committed_total,
     create_topic,
     end_offsets,
     unique_name,
@@ -212,15 +213,11 @@ def test_b58_tee_to_clickhouse_and_kafka_survives_an_outage_and_kill_9_b1(
         views.append((time.monotonic(), front.running, len(held), len(written)))
         return held & written
 
-    def committed_total() -> int:
-        return sum(committed_offsets(kafka_bootstrap, group, topic).values())
-
     proc = start(config, log)
 
     def wait_for_progress(what: str) -> None:
-        before = committed_total()
         try:
-            wait_until(lambda: committed_total() > before, 180, what)
+            wait_for_growth(lambda: committed_total(kafka_bootstrap, group, topic), 180, what)
         except AssertionError as exc:
             tail = log.read_text()[-3000:]
             raise AssertionError(f"{exc}; exit code {proc.poll()}; log: {tail}") from None

@@ -18,8 +18,7 @@ from spate_datagen import (
     storefront_schema_text,
 )
 from spate_datagen.cli import produce_events
-
-from tests.support.mock_kafka import MockKafkaCluster
+from spate_kafka.testing import MockKafkaCluster
 
 
 class Recorder:

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Producer
 from spate.records import Lane
-
-from tests.support.mock_kafka import MockKafkaCluster
+from spate_kafka.testing import MockKafkaCluster
 
 
 @dataclass

@@ -1,10 +1,12 @@
-"""librdkafka's mock cluster with groups that form at once, for fast unit tests.
+"""Test helpers for packages that use spate-kafka: a librdkafka mock cluster whose groups
+form at once (:class:`MockKafkaCluster`), for fast unit tests without a broker.
 
 A mock cluster made by a client's ``test.mock.num.brokers`` holds every group's first join
 for its initial rebalance delay, 3 s in librdkafka's mock and not settable through client
 configuration: every unit test that subscribed waited those 3 s. Here the cluster is made
 through librdkafka's C API (the library confluent-kafka loads) with the delay set to 0, as
-the real test broker's ``group.initial.rebalance.delay.ms`` is.
+a test broker's ``group.initial.rebalance.delay.ms=0`` does. Delivery, rebalance and
+failure behaviours are still proven against a real broker: the mock is for unit tests.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 
 import confluent_kafka
+
+__all__ = ["MockKafkaCluster"]
 
 _RD_KAFKA_PRODUCER = 0
 
