@@ -33,6 +33,7 @@ from spate.metrics._meter import Meter
 from spate.ops._deadletter import is_kafka_sink
 from spate.plugins._registry import Registry, default_registry
 from spate.schema import Field, SchemaChanges, record_fields_of
+from spate.sink._contract import records_intents
 from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def new_run_nonce() -> str:
 def _check_effectively_once(config: PipelineConfig, sinks: dict[str, Any]) -> None:
     """Every sink must keep block intents under ``delivery: effectively_once`` (B90)."""
     for sink_name, sink in sinks.items():
-        if not getattr(sink, "effectively_once", False):
+        if not records_intents(sink):
             tag = config.sinks[sink_name].tag
             raise ConfigError(
                 "pipeline.delivery",

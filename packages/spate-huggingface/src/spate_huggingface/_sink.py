@@ -186,7 +186,12 @@ class HuggingFaceSink(WindowedWriter[Window]):
         return _Prepared(rows), bad
 
     def offer_frame(
-        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
     ) -> Offer:
         """Add every prepared row to its window, or none for now (``REJECTED``, B7)."""
         if not isinstance(frame, _Prepared):

@@ -423,7 +423,12 @@ class ParquetSink(WindowedWriter[Window]):
         return Offer.ACCEPTED
 
     def offer_frame(
-        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
     ) -> Offer:
         """Take a prepared table's rows, all or nothing, cut into windows as rows are.
 

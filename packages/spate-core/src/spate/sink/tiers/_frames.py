@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spate.checkpoint._ack import AckToken
 from spate.records import Lane
-from spate.sink._contract import FrameSink, Sink, takes_frames
+from spate.sink._contract import Offer, Sink, frame_needs_keys, frame_sink, takes_frames
 
 __all__ = [
     "ForwardsFrames",
@@ -36,14 +37,10 @@ __all__ = [
     "frame_bytes",
     "frame_needs_keys",
     "frame_rows",
+    "frame_sink",
     "offer_held",
     "takes_frames",
 ]
-
-
-def frame_needs_keys(sink: Sink) -> bool:
-    """Whether ``sink`` needs the records' keys with a frame (a router placing by key)."""
-    return isinstance(sink, FrameSink) and sink.frame_needs_keys is True
 
 
 def frame_rows(frame: object) -> int:
@@ -84,9 +81,10 @@ class HeldFrame:
     rows: int
 
 
-def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: object) -> object:
-    """``sink.offer_frame`` for a held frame (the frame-taking sink's own signature)."""
-    return sink.offer_frame(held.frame, held.keys, lane, ack, held.shards)  # type: ignore[attr-defined]
+def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: AckToken) -> Offer:
+    """``sink.offer_frame`` for a held frame; a tier holds frames only for a
+    :class:`~spate.sink.FrameSink` (``SinkError`` otherwise, :func:`frame_sink`)."""
+    return frame_sink(sink, "a tier").offer_frame(held.frame, held.keys, lane, ack, held.shards)
 
 
 class ForwardsFrames:
