@@ -226,7 +226,7 @@ class Pipeline:
         if processor is not None and self._chains is not None:
             raise ConfigError("chains", "give either a processor or chains(fn), not both")
         if processor is not None:
-            if hasattr(processor, "process"):
+            if isinstance(processor, BatchProcessor):
                 return processor
             return processor(self.sinks)
         # No processor: compile the user's chain, or (without one) send every decoded
