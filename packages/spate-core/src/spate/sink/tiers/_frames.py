@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
 from spate.records import Lane
@@ -48,12 +49,28 @@ def frame_rows(frame: object) -> int:
     return len(frame)  # type: ignore[arg-type]
 
 
+@runtime_checkable
+class _ArrowSized(Protocol):
+    """An Arrow table's size (core does not import pyarrow)."""
+
+    nbytes: int
+
+
+@runtime_checkable
+class _PolarsSized(Protocol):
+    """A polars frame's size (core does not import polars)."""
+
+    def estimated_size(self) -> int: ...
+
+
 def frame_bytes(frame: object) -> int:
     """The size a prepared frame counts in a tier's ``max_bytes``."""
     if isinstance(frame, TeeFrame):
         return sum(frame_bytes(part) for part in frame.parts)
-    size = getattr(frame, "nbytes", None)  # an Arrow table
-    if size is None and hasattr(frame, "estimated_size"):  # a polars frame
+    size: object = None
+    if isinstance(frame, _ArrowSized):
+        size = frame.nbytes
+    elif isinstance(frame, _PolarsSized):
         size = frame.estimated_size()
     return int(size) if isinstance(size, int) else 64 * frame_rows(frame)
 
