@@ -274,3 +274,72 @@ def test_b205_no_attribute_probing_on_the_sink_seam() -> None:
         if "type: ignore[attr-defined]" in path.read_text():
             probes.append(f"{path.relative_to(ROOT)}: type: ignore[attr-defined]")
     assert not probes, "attribute probing on the sink seam:\n" + "\n".join(probes)
+
+
+def _protocol_members(protocol: type) -> set[str]:
+    """The public members a Protocol declares, its bases' included."""
+    names: set[str] = set()
+    for klass in protocol.__mro__:
+        if klass.__module__ in ("typing", "builtins"):
+            continue
+        names |= {name for name in vars(klass) if not name.startswith("_")}
+        names |= set(vars(klass).get("__annotations__", {}))
+    return names
+
+
+def _seam_capabilities() -> dict[str, str]:
+    """Every member of a Protocol ``spate.sink`` or ``spate.ops`` exports, beyond the base
+    ``Sink`` contract every sink has, mapped to the protocol declaring it; read from the
+    protocols themselves, so a capability added later is covered at once."""
+    found: dict[str, str] = {}
+    base: set[str] = set()
+    for module_name in ("spate.sink", "spate.ops"):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = vars(module)[name]
+            if not isinstance(obj, type) or not vars(obj).get("_is_protocol", False):
+                continue
+            if name == "Sink":
+                base = _protocol_members(obj)
+                continue
+            for member in _protocol_members(obj):
+                found.setdefault(member, f"{module_name}.{name}")
+    return {member: where for member, where in found.items() if member not in base}
+
+
+def test_b230_no_seam_capability_is_probed_by_attribute() -> None:
+    """B230: no ``hasattr(x, "<capability>")`` or ``getattr(x, "<capability>", …)`` of a
+    member of a seam protocol anywhere in spate-core or a connector (use ``isinstance``
+    against the protocol), and no ``type: ignore[attr-defined]`` in ``spate.ops`` or
+    ``spate.sink`` (a call the protocols do not declare)."""
+    capabilities = _seam_capabilities()
+    assert {"offer_frame", "prepare_frame", "takes_frames", "frame_needs_keys"} <= set(
+        capabilities
+    ), "the seam protocols were not found"
+    assert {"offer_rows", "takes_bytes", "many", "begin_identified", "lanes_revoked"} <= set(
+        capabilities
+    )
+    probes = []
+    for path, src in _sources():
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in capabilities
+            ):
+                continue
+            name = node.args[1].value
+            probes.append(
+                f"{path.relative_to(ROOT)}:{node.lineno}: {node.func.id}(…, {name!r}): "
+                f"isinstance(…, {capabilities[name]}) instead"
+            )
+        module = _module_name(path, src)
+        if src == CORE and module.split(".")[:2] in (["spate", "ops"], ["spate", "sink"]):
+            for number, line in enumerate(text.splitlines(), 1):
+                if "type: ignore[attr-defined]" in line:
+                    probes.append(f"{path.relative_to(ROOT)}:{number}: type: ignore[attr-defined]")
+    assert not probes, "a seam capability probed by attribute:\n" + "\n".join(probes)

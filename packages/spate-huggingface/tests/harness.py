@@ -13,6 +13,7 @@ from spate.checkpoint._ack import AckToken
 from spate.config import decode
 from spate.records import Lane
 from spate.sink import Offer
+from spate.sink.writebehind import CommitGates
 from spate.testing.conformance import conformance_context
 from spate_huggingface import HuggingFaceSink, HuggingFaceSinkConfig, build_sink
 
@@ -43,10 +44,15 @@ def make_sink(
     name: str = "hub",
     start: bool = True,
     io_threads: int = 1,
+    commit_gates: CommitGates | None = None,
 ) -> HuggingFaceSink:
-    """``io_threads=0``: commits happen inline, on the caller's thread."""
+    """``io_threads=0``: commits happen inline, on the caller's thread. ``commit_gates``:
+    the registry of gate locks (pipelines of one process that share it, B231)."""
     decoded = decode(HuggingFaceSinkConfig, dict(config), f"sinks.{name}.huggingface")
-    sink = build_sink(decoded, conformance_context(name, clock=clock, io_threads=io_threads))
+    context = conformance_context(
+        name, clock=clock, io_threads=io_threads, commit_gates=commit_gates
+    )
+    sink = build_sink(decoded, context)
     if start:
         sink.start()
     return sink

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from spate import AckStatus, ManualClock
 from spate.errors import SinkError
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGates
 from spate_huggingface import HubError
 
 from tests.support.hub import HubServer, parse_commit
@@ -159,7 +159,8 @@ def test_b79_a_refused_commit_is_not_retried(hub: HubServer) -> None:
 
 def test_b80_a_stalled_commit_times_out_releases_the_gate_and_is_retried(hub: HubServer) -> None:
     hub.stall_commits(1, seconds=2.0)
-    sink = make_sink(body(hub, request_timeout="500ms"))
+    gates = CommitGates()
+    sink = make_sink(body(hub, request_timeout="500ms"), commit_gates=gates)
     feeder = Feeder(sink)
     try:
         token = feeder.batch(_readings(3))
@@ -167,16 +168,18 @@ def test_b80_a_stalled_commit_times_out_releases_the_gate_and_is_retried(hub: Hu
     finally:
         sink.close()
     assert hub.attempts == 2 and token.status is AckStatus.DELIVERED
-    gate = CommitGate(f"{hub.endpoint}/datasets/{REPO}@main", 0.0)
+    gate = gates.gate(f"{hub.endpoint}/datasets/{REPO}@main", 0.0)
     assert gate.acquire(0.0), "the gate is still held after the commit"
     gate.release()
 
 
 def test_b80_two_pipelines_on_one_repository_never_commit_at_once() -> None:
-    """Each commit stays in flight 300ms on the server; both sinks flush together."""
+    """Each commit stays in flight 300ms on the server; both sinks flush together. The two
+    pipelines share one process's registry of commit gates (B231)."""
+    gates = CommitGates()
     with HubServer(token=TOKEN, commit_delay=0.3) as hub:
         hub.create_repo(REPO)
-        sinks = [make_sink(body(hub), name=f"pipeline-{i}") for i in range(2)]
+        sinks = [make_sink(body(hub), name=f"pipeline-{i}", commit_gates=gates) for i in range(2)]
         try:
             for i, sink in enumerate(sinks):
                 Feeder(sink).batch(_readings(4, start=10 * i))

@@ -27,6 +27,7 @@ from spate.checkpoint._ack import AckStatus
 from spate.config import decode
 from spate.errors import ConfigError
 from spate.records import Lane
+from spate.sink.writebehind import CommitGates
 from spate.testing.conformance import conformance_context
 from spate_coordination import NatsStoreConfig
 from spate_coordination._nats import NatsStore
@@ -51,9 +52,8 @@ ROOMY = 60.0
 
 def _gate(url: str, job: str, destination: str, timeout: float, *, lease: float = 5.0) -> StoreGate:
     config = NatsStoreConfig(servers=[url], connect_timeout=ROOMY, request_timeout=ROOMY)
-    gate = StoreGate(destination, timeout, NatsStore(config, job, lease))
-    gate._lock = threading.Lock()  # its own process, as far as the in-process lock goes
-    return gate
+    # A registry of its own: its own process, as far as the in-process lock goes.
+    return StoreGate(destination, timeout, NatsStore(config, job, lease), gates=CommitGates())
 
 
 def test_b52_the_coordination_gate_admits_one_writer_at_a_time(

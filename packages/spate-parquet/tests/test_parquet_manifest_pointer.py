@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGates
 from spate_parquet import LocalStore, ManifestStore, Part, S3Store
 from spate_parquet._manifest import POINTER
 
@@ -73,7 +73,7 @@ def test_b128_a_publish_retried_after_the_pointer_failed_moves_the_pointer(
     place: tuple[LocalStore | S3Store, str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, _, _ = place
-    manifests = ManifestStore(store, "t", CommitGate(f"b128-{uuid.uuid4().hex}", 5.0))
+    manifests = ManifestStore(store, "t", CommitGates().gate(f"b128-{uuid.uuid4().hex}", 5.0))
     manifests.publish(_part(0), "id: int64")
     failed = _fail_pointer_once(monkeypatch, type(store))
     with pytest.raises(SinkError, match="503"):
@@ -103,7 +103,7 @@ def test_b128_a_create_that_landed_but_answered_taken_still_moves_the_pointer(
         assert original(self, key, data)
         return False
 
-    manifests = ManifestStore(store, "t", CommitGate(f"b128-{uuid.uuid4().hex}", 5.0))
+    manifests = ManifestStore(store, "t", CommitGates().gate(f"b128-{uuid.uuid4().hex}", 5.0))
     with monkeypatch.context() as patch:
         patch.setattr(kind, "create", create)
         published = manifests.publish(_part(0), "id: int64")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGates
 from spate_parquet import LocalStore, ManifestStore, Part
 from spate_parquet._manifest import VERSIONS
 
@@ -52,10 +52,12 @@ def test_b104_old_versions_go_while_two_writers_publish_and_a_reader_polls(
     store = lake_store(lake)
     keep = 3
     writers = [
-        ManifestStore(store, "t", CommitGate(f"b104-{name}-{i}", 5.0), keep=keep, grace=0.0)
+        ManifestStore(store, "t", CommitGates().gate(f"b104-{name}-{i}", 5.0), keep=keep, grace=0.0)
         for i in range(2)
     ]
-    roller = ManifestStore(store, "t", CommitGate(f"b104-{name}-r", 5.0), keep=keep, grace=0.0)
+    roller = ManifestStore(
+        store, "t", CommitGates().gate(f"b104-{name}-r", 5.0), keep=keep, grace=0.0
+    )
     per_writer = 12
     stop = threading.Event()
     problems: list[str] = []
@@ -123,7 +125,7 @@ def test_b104_versions_within_the_grace_period_are_kept(
         def versions() -> list[int]:
             return sorted(int(p.stem) for p in (tmp_path / "t.parts" / VERSIONS).glob("*.json"))
 
-    gate = CommitGate(f"b104-grace-{uuid.uuid4().hex}", 5.0)
+    gate = CommitGates().gate(f"b104-grace-{uuid.uuid4().hex}", 5.0)
     young = ManifestStore(store, "t", gate, keep=1, grace=3600.0)
     for n in range(4):
         young.publish(_part(0, n), "id: int64")
@@ -138,14 +140,15 @@ def test_b104_versions_within_the_grace_period_are_kept(
 _KILLED_WRITER = """
 import os, signal, sys
 from spate.config import decode
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGates
 from spate_parquet import ManifestStore, ParquetSinkConfig, Part, S3Store
 
 bucket, endpoint = sys.argv[1], sys.argv[2]
 config = decode(
     ParquetSinkConfig, {"path": f"s3://{bucket}/lake", "s3": {"endpoint_url": endpoint}}, "p"
 )
-manifests = ManifestStore(S3Store(config), "t", CommitGate("killed", 5.0), keep=2, grace=0.0)
+gate = CommitGates().gate("killed", 5.0)
+manifests = ManifestStore(S3Store(config), "t", gate, keep=2, grace=0.0)
 manifests.clean = lambda: os.kill(os.getpid(), signal.SIGKILL)  # dies before cleaning
 manifests.publish(Part("t.parts/w0-5.parquet", 1, 10, "s0", 0, 5, 5, 0), "id: int64")
 """
@@ -156,7 +159,7 @@ def test_b104_a_writer_killed_before_its_clean_up_leaves_only_extra_versions(
 ) -> None:
     client, name, endpoint = lake
     store = lake_store(lake)
-    gate = CommitGate(f"b104-kill-{name}", 5.0)
+    gate = CommitGates().gate(f"b104-kill-{name}", 5.0)
     everything = ManifestStore(store, "t", gate, keep=0)  # keeps every version
     for n in range(5):
         everything.publish(_part(0, n), "id: int64")

@@ -26,7 +26,7 @@ from spate.checkpoint._ack import AckStatus
 from spate.config import decode
 from spate.errors import ErrorClass, SinkError
 from spate.records import Lane
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGates
 from spate_parquet import (
     LocalStore,
     ManifestStore,
@@ -256,7 +256,7 @@ def test_b52_two_writers_never_lose_a_part_and_readers_never_see_a_torn_manifest
 
     # Two "processes": separate gates, so only the compare-and-set serializes them.
     writers = [
-        ManifestStore(store, "t", CommitGate(f"writer-{i}-{tmp_path}", timeout=5.0))
+        ManifestStore(store, "t", CommitGates().gate(f"writer-{i}-{tmp_path}", timeout=5.0))
         for i in range(2)
     ]
     per_writer = 40 if where == "local" else 15
@@ -473,8 +473,9 @@ def test_b51_processing_time_windows_close_on_the_tick_after_they_end(tmp_path: 
 
 def test_b52_a_stalled_gate_holder_does_not_stop_publishing(tmp_path: Path) -> None:
     store = LocalStore(str(tmp_path))
-    gate = CommitGate(f"stalled-{tmp_path}", timeout=0.2)
-    stalled = CommitGate(f"stalled-{tmp_path}", timeout=0.2)
+    gates = CommitGates()
+    gate = gates.gate(f"stalled-{tmp_path}", timeout=0.2)
+    stalled = gates.gate(f"stalled-{tmp_path}", timeout=0.2)
     release = threading.Event()
     held = threading.Event()
 

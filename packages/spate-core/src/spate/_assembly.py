@@ -33,6 +33,8 @@ from spate.metrics._meter import Meter
 from spate.ops._deadletter import is_kafka_sink
 from spate.plugins._registry import Registry, default_registry
 from spate.schema import Field, SchemaChanges, record_fields_of
+from spate.sink._contract import records_intents
+from spate.sink._gate import CommitGates
 from spate.sink._intents import RecordPosition
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ def build_parts(
     meter: Meter | None = None,
     run_nonce: str | None = None,
     worker: tuple[int, int] | None = None,
+    commit_gates: CommitGates | None = None,
 ) -> Parts:
     """Build every component of ``config`` through ``registry``.
 
@@ -73,7 +76,9 @@ def build_parts(
     here. Raises ``ConfigError`` / ``MissingConnectorError`` for what the configuration
     gets wrong; factories may raise ``ConfigError`` for settings they cannot use.
     ``worker``: ``(index, count)`` when this process is one of ``spate run --processes``
-    workers (factories see it in their ``BuildContext``).
+    workers (factories see it in their ``BuildContext``). ``commit_gates``: the registry
+    of commit-gate locks every sink of the pipeline shares (B231); a new one when None —
+    pass one to several pipelines of a process that write the same destination.
     """
     registry = registry if registry is not None else default_registry()
     name = config.pipeline.name
@@ -86,6 +91,7 @@ def build_parts(
     schema_changes = SchemaChanges()
     delivery = config.pipeline.delivery
     position = RecordPosition() if delivery == "effectively_once" else None
+    gates = commit_gates if commit_gates is not None else CommitGates()
 
     def build(
         spec: ConnectorSpec,
@@ -111,6 +117,7 @@ def build_parts(
             delivery=delivery if sink else "at_least_once",
             position=position if sink else None,
             worker=worker,
+            commit_gates=gates,
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name
@@ -181,7 +188,7 @@ def new_run_nonce() -> str:
 def _check_effectively_once(config: PipelineConfig, sinks: dict[str, Any]) -> None:
     """Every sink must keep block intents under ``delivery: effectively_once`` (B90)."""
     for sink_name, sink in sinks.items():
-        if not getattr(sink, "effectively_once", False):
+        if not records_intents(sink):
             tag = config.sinks[sink_name].tag
             raise ConfigError(
                 "pipeline.delivery",

@@ -10,12 +10,13 @@ with :mod:`spate.sink` in the core's layering (it names the sink's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spate._clock import Clock
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
 from spate.schema import Field, SchemaChanges
+from spate.sink._gate import CommitGates
 from spate.sink._intents import RecordPosition
 
 __all__ = ["BuildContext"]
@@ -59,3 +60,8 @@ class BuildContext:
     """``(index, count)`` in worker process ``index`` of ``count`` (``spate run
     --processes``); None in a single process. Components that keep local state per
     process (a spool's directory, B114) keep it apart per worker."""
+    commit_gates: CommitGates = field(default_factory=CommitGates)
+    """The locks of the pipeline's commit gates (B231): windowed sinks build their
+    :class:`~spate.sink.writebehind.CommitGate` from it, so every writer of one
+    destination in the pipeline commits one at a time. The assembly gives every factory
+    of a pipeline the same registry (a context built alone gets one of its own)."""

@@ -30,6 +30,7 @@ from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
 from spate.pipeline._supervisor import Supervisor
 from spate.plugins._registry import Registry
+from spate.sink._gate import CommitGates
 
 logger = logging.getLogger(__name__)
 
@@ -68,23 +69,29 @@ def supervise(
     supervisor: SupervisorConfig | None = None,
     handle_signals: bool = True,
     worker: str = "0",
+    commit_gates: CommitGates | None = None,
 ) -> SupervisedRun:
     """Build the supervised run of ``config`` (its ``supervisor:`` rules by default).
 
     The first pipeline is assembled here, so a configuration problem raises at once
     (``ConfigError``, B29); later ones are assembled by the supervisor before each run.
+    Every run builds its commit gates from ``commit_gates`` (one registry of the
+    supervised run when None, B231).
     """
+    gates = commit_gates if commit_gates is not None else CommitGates()
     rules = supervisor if supervisor is not None else config.supervisor
     meter = Meter(config.pipeline.name)
     quiet = dataclasses.replace(config, admin=dataclasses.replace(config.admin, listen="none"))
     first: list[Pipeline] = [
-        assemble(quiet, registry=registry, chains=chains, meter=meter).pipeline
+        assemble(quiet, registry=registry, chains=chains, meter=meter, commit_gates=gates).pipeline
     ]
 
     def build() -> Pipeline:
         if first:
             return first.pop()
-        return assemble(quiet, registry=registry, chains=chains, meter=meter).pipeline
+        return assemble(
+            quiet, registry=registry, chains=chains, meter=meter, commit_gates=gates
+        ).pipeline
 
     admin = None
     if config.admin.listen != "none":

@@ -396,6 +396,67 @@ def test_b28_many_record_payload_isolates_a_bad_line() -> None:
     assert counter(meter, "spate_deser_dropped_total", reason="malformed", **deser) == 1
 
 
+class UpperDeser:
+    """A deserializer declaring only ``deserialize`` (no ``many`` attribute)."""
+
+    def deserialize(self, payload: memoryview) -> object:
+        return bytes(payload).upper()
+
+
+class ManyFalseDeser(NdjsonDeser):
+    """Both methods, ``many = False``: the chain calls ``deserialize``."""
+
+    many = False
+
+    def deserialize(self, payload: memoryview) -> object:
+        return [bytes(payload)]
+
+
+@pytest.mark.parametrize(
+    ("deserializer", "rows"),
+    [(UpperDeser(), [b"AB", b"C"]), (ManyFalseDeser(), [[b"ab"], [b"c"]])],
+    ids=["deserialize-only", "many-false"],
+)
+def test_b232_the_chain_calls_the_method_a_deserializer_declares(
+    deserializer: object, rows: list[object]
+) -> None:
+    """B232: ``deserialize_many`` for a ManyDeserializer with ``many = True`` (above),
+    else ``deserialize`` of a Deserializer, with or without a ``many`` attribute."""
+    clock = ManualClock()
+    pool, ends = scripted_pool(clock=clock)
+    pool.start()
+    processor = compile_chain(
+        None,
+        deserializer=deserializer,
+        sinks={"sink": pool},
+        meter=Meter("p", CollectorRegistry()),
+        pipeline="p",
+    )
+    ack = Acks().new(2)
+    assert processor.process(make_batch([b"ab", b"c"]), ack) is None
+    ack.release()
+    assert pool.flush(clock.monotonic() + 5)
+    assert ends.rows() == rows
+
+
+def test_b232_an_object_declaring_no_deserializer_method_is_refused_at_build() -> None:
+    """B232: neither ``deserialize`` nor ``many = True`` with ``deserialize_many``: the
+    chain refuses it when it is compiled, naming its type, before any batch."""
+
+    class NoMethod:
+        many = True  # but no deserialize_many
+
+    pool, _ends = scripted_pool(clock=ManualClock())
+    with pytest.raises(TypeError, match="NoMethod is not a deserializer"):
+        compile_chain(
+            None,
+            deserializer=NoMethod(),
+            sinks={"sink": pool},
+            meter=Meter("p", CollectorRegistry()),
+            pipeline="p",
+        )
+
+
 def test_generated_loop_calls_user_functions_directly() -> None:
     """The fused loop is one function with the user's calls inlined, no generators."""
     from spate.ops._codegen import FusedChain

@@ -18,7 +18,7 @@ import pytest
 from spate import AckStatus, AckToken, Lane, ManualClock
 from spate.errors import ErrorClass, SinkError
 from spate.sink import Backoff, BreakerConfig, BreakerState, RetryConfig
-from spate.sink.writebehind import CommitGate, WindowedWriter
+from spate.sink.writebehind import CommitGate, CommitGates, WindowedWriter
 
 LANE = Lane("events", 0)
 OTHER = Lane("events", 1)
@@ -229,8 +229,9 @@ def test_b11_an_open_breaker_holds_the_next_attempt_until_it_half_opens() -> Non
 def test_b155_acks_are_released_only_after_the_write_and_the_commit_gate() -> None:
     clock = ManualClock()
     destination = f"toy-{uuid.uuid4().hex}"
-    gate = CommitGate(destination, timeout=600.0, when_held="retry")
-    elsewhere = CommitGate(destination, timeout=0.0)  # another writer of the destination
+    gates = CommitGates()
+    gate = gates.gate(destination, timeout=600.0, when_held="retry")
+    elsewhere = gates.gate(destination, timeout=0.0)  # another writer of the destination
     released_with_gate_free: list[bool] = []
 
     def resolved(token: AckToken) -> None:
@@ -304,17 +305,18 @@ def test_b155_flush_lanes_writes_only_the_windows_of_those_lanes() -> None:
 
 def test_b157_a_gate_held_past_its_timeout_retries_or_proceeds_as_configured() -> None:
     destination = f"toy-{uuid.uuid4().hex}"
-    holder = CommitGate(destination, timeout=0.0)
+    gates = CommitGates()
+    holder = gates.gate(destination, timeout=0.0)
     assert holder.acquire(0.0)
     try:
-        retry = CommitGate(destination, timeout=0.0, when_held="retry")
+        retry = CommitGate(destination, timeout=0.0, gates=gates, when_held="retry")
         with pytest.raises(SinkError, match=destination) as caught:
             retry.run(lambda: "committed")
         assert caught.value.error_class is ErrorClass.RETRYABLE
-        proceed = CommitGate(destination, timeout=0.0)
+        proceed = gates.gate(destination, timeout=0.0)
         assert proceed.run(lambda: "committed") == "committed"
         # Another destination has a gate of its own.
-        assert CommitGate(f"{destination}-b", timeout=0.0, when_held="retry").run(lambda: 1) == 1
+        assert gates.gate(f"{destination}-b", timeout=0.0, when_held="retry").run(lambda: 1) == 1
     finally:
         holder.release()
     assert retry.run(lambda: "committed") == "committed"

@@ -35,6 +35,7 @@ def build_sink(config: HuggingFaceSinkConfig, context: BuildContext) -> HuggingF
         context.clock,
         resolve_token(config),
         io_threads=context.io_threads,
+        commit_gates=context.commit_gates,
     )
 
 

@@ -19,9 +19,11 @@ The token is sent only in the ``Authorization`` header; errors name the endpoint
 repository and the status and quote the Hub's answer, which ``SinkError`` scrubs of
 registered secrets (the token is one), so it never reaches a log line (B67).
 
-The sink commits through the core commit gate (``spate.sink.writebehind.CommitGate``)
-named by :attr:`HubClient.where`, which serializes the commits of one repository and
-branch within a process (B80): simultaneous flushes queue, each holding the gate for one
+The sink commits through the core commit gate (``spate.sink.writebehind.CommitGate``,
+the same class the Parquet sink uses) named by :attr:`HubClient.where`, built from the
+pipeline's registry of gate locks (``BuildContext.commit_gates``, B231), which
+serializes the commits of one repository and branch among the pipeline's writers (B80):
+simultaneous flushes queue, each holding the gate for one
 request, which ``request_timeout`` bounds (a request that makes no progress for that
 long fails with a transport error and lets the gate go).
 """

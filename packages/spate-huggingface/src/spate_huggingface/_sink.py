@@ -38,7 +38,7 @@ from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import ROW_COLUMN, Lane
 from spate.sink import Backoff, Offer
-from spate.sink.writebehind import CommitGate, WindowedWriter
+from spate.sink.writebehind import CommitGates, WindowedWriter
 from spate_parquet import RowShaper, parse_schema, safe
 
 from spate_huggingface._encode import FileEncoder, build_encoder
@@ -99,9 +99,11 @@ class HuggingFaceSink(WindowedWriter[Window]):
         *,
         io_threads: int = 1,
         encoder: FileEncoder | None = None,
+        commit_gates: CommitGates | None = None,
     ) -> None:
         """``token`` is the write token (already registered as a secret); ``encoder``
-        replaces the one ``config.encoder`` names."""
+        replaces the one ``config.encoder`` names; ``commit_gates`` is the registry the
+        commit gate's lock comes from (the pipeline's, B231; one of its own when None)."""
         self.name = name
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
@@ -114,14 +116,15 @@ class HuggingFaceSink(WindowedWriter[Window]):
         self._hub = HubClient(
             config.endpoint, config.repo, config.branch, token, config.request_timeout
         )
-        # One commit at a time per repository and branch in this process (B80); a gate
-        # held past gate_timeout fails the attempt, which is retried after the backoff.
+        # One commit at a time per repository and branch in the pipeline (B80, B231); a
+        # gate held past gate_timeout fails the attempt, retried after the backoff.
+        gates = commit_gates if commit_gates is not None else CommitGates()
         self._init_writer(
             clock=clock,
             threaded=io_threads > 0,
             backoff=Backoff(config.retry.as_retry()),
             join_timeout=config.request_timeout + 5.0,
-            gate=CommitGate(self._hub.where, config.gate_timeout, when_held="retry"),
+            gate=gates.gate(self._hub.where, config.gate_timeout, when_held="retry"),
             breaker=config.breaker,
         )
         self._open: dict[int, Window] = {}
@@ -186,7 +189,12 @@ class HuggingFaceSink(WindowedWriter[Window]):
         return _Prepared(rows), bad
 
     def offer_frame(
-        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
     ) -> Offer:
         """Add every prepared row to its window, or none for now (``REJECTED``, B7)."""
         if not isinstance(frame, _Prepared):

@@ -21,10 +21,12 @@ def build_sink(config: ParquetSinkConfig, context: BuildContext) -> ParquetSink:
         store = open_coordination_store(context.coordination, context)
 
         def gate(destination: str, timeout: float) -> CommitGate:
-            return StoreGate(destination, timeout, store)
+            return StoreGate(destination, timeout, store, gates=context.commit_gates)
 
         return ParquetSink(context.component, config, context.clock, context.io_threads, gate)
-    return ParquetSink(context.component, config, context.clock, context.io_threads)
+    return ParquetSink(
+        context.component, config, context.clock, context.io_threads, context.commit_gates.gate
+    )
 
 
 class ParquetSinkFactory:

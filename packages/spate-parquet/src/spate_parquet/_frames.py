@@ -26,7 +26,7 @@ _UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 def prepare_frame(frame: Any, schema: pa.Schema | None) -> tuple[pa.Table, list[tuple[int, str]]]:
     """``(arrow table of the good rows, [(position, reason), …])`` for a polars frame."""
-    table: pa.Table = frame.to_arrow() if hasattr(frame, "to_arrow") else frame
+    table: pa.Table = frame if isinstance(frame, pa.Table) else frame.to_arrow()
     if ROW_COLUMN not in table.column_names:
         raise SinkError(f"the frame has no {ROW_COLUMN} column", ErrorClass.FATAL)
     rows = table.column(ROW_COLUMN)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spate.errors import ConfigError
-from spate.sink.writebehind import CommitGate
+from spate.sink.writebehind import CommitGate, CommitGates
 
 if TYPE_CHECKING:
     from spate.plugins import BuildContext
@@ -39,8 +39,8 @@ _POLL = 0.02
 class StoreGate(CommitGate):
     """A :class:`CommitGate` that also holds a lease in the coordination store."""
 
-    def __init__(self, destination: str, timeout: float, store: Any) -> None:
-        super().__init__(destination, timeout)
+    def __init__(self, destination: str, timeout: float, store: Any, *, gates: CommitGates) -> None:
+        super().__init__(destination, timeout, gates=gates)
         digest = hashlib.sha256(destination.encode()).hexdigest()[:32]
         self.key = f"parquet-gate.{digest}"
         self._store = store

@@ -35,7 +35,7 @@ from spate.checkpoint import AckToken
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import ROW_COLUMN, Lane
 from spate.sink import Backoff, Offer, estimate_row_bytes
-from spate.sink.writebehind import CommitGate, WindowedWriter
+from spate.sink.writebehind import CommitGate, CommitGates, WindowedWriter
 
 from spate_parquet._audit import AuditFailure, Auditor
 from spate_parquet._encode import Encoder, parse_key, safe
@@ -102,9 +102,11 @@ class ParquetSink(WindowedWriter[Window]):
         config: ParquetSinkConfig,
         clock: Clock,
         io_threads: int = 1,
-        gate: Callable[[str, float], CommitGate] = CommitGate,
+        gate: Callable[[str, float], CommitGate] | None = None,
     ) -> None:
-        """``gate(destination, timeout)`` builds the commit gate of manifest mode."""
+        """``gate(destination, timeout)`` builds the commit gate of manifest mode; by
+        default a gate of a registry of its own (:class:`~spate.sink.writebehind.
+        CommitGates`): the factory passes the pipeline's (B231)."""
         self.name = name
         self.config = config
         self.on_record_error: ErrorPolicy = config.on_record_error
@@ -117,7 +119,8 @@ class ParquetSink(WindowedWriter[Window]):
         self._gate: CommitGate | None = None
         if config.publish == "manifest":
             # The engine runs each publish under the gate (after the part is durable).
-            self._gate = gate(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
+            build = gate if gate is not None else CommitGates().gate
+            self._gate = build(f"{self._store.endpoint}#{config.table}", config.gate_timeout)
             self._manifest = ManifestStore(
                 self._store,
                 config.table,
@@ -423,7 +426,12 @@ class ParquetSink(WindowedWriter[Window]):
         return Offer.ACCEPTED
 
     def offer_frame(
-        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
     ) -> Offer:
         """Take a prepared table's rows, all or nothing, cut into windows as rows are.
 

@@ -43,6 +43,7 @@ from spate.errors import ConfigError, PluginError, SpateError
 from spate.pipeline._builder import Pipeline, assemble
 from spate.pipeline._exit import ExitReport
 from spate.plugins._registry import Registry, default_registry
+from spate.sink._gate import CommitGates
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,9 @@ class _Cli:
         log_handler: logging.StreamHandler[Any] | None = None,
     ) -> None:
         self.registry = registry
+        self.commit_gates = CommitGates()
+        """The process's commit-gate locks: pipelines run side by side here share them, so
+        their writers of one destination commit one at a time (B231)."""
         self.stdout = stdout
         self.stderr = stderr
         self.log_handler = log_handler
@@ -345,9 +349,17 @@ class _Cli:
     ) -> SupervisedRun | Pipeline:
         """A supervised run when the configuration has ``supervisor:``, else one run."""
         if cfg.supervisor is not None:
-            return supervise(cfg, registry=self.registry, chains=chains)
+            return supervise(
+                cfg, registry=self.registry, chains=chains, commit_gates=self.commit_gates
+            )
         worker = (slot.index, slot.count) if slot is not None else None
-        assembly = assemble(cfg, registry=self.registry, chains=chains, worker=worker)
+        assembly = assemble(
+            cfg,
+            registry=self.registry,
+            chains=chains,
+            worker=worker,
+            commit_gates=self.commit_gates,
+        )
         if slot is not None and assembly.admin is not None:
             # Started after the admin server (services start in order): its port is known.
             admin = assembly.admin

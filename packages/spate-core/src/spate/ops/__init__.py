@@ -18,6 +18,7 @@ from spate.ops._compile import compile_chain
 from spate.ops._contract import BatchProcessor, ReportsSkips, Stalled
 from spate.ops._deser import (
     NO_RECORD,
+    BytesDeserializer,
     Deserializer,
     ManyDeserializer,
     PolicyDeserializer,
@@ -29,6 +30,7 @@ from spate.ops._stage import Cursor
 __all__ = [
     "NO_RECORD",
     "BatchProcessor",
+    "BytesDeserializer",
     "Chain",
     "ChainContext",
     "ChainSpec",

@@ -36,8 +36,10 @@ class Stalled:
     """The sink that refused a row (for ``sink_full``)."""
 
 
+@runtime_checkable
 class BatchProcessor(Protocol):
-    """One compiled chain: payload batch in, rows offered to sinks."""
+    """One compiled chain: payload batch in, rows offered to sinks. Runtime-checkable:
+    ``Pipeline(processor=...)`` takes a processor or a factory of one (B230)."""
 
     def process(
         self, batch: PayloadBatch, ack: AckToken, resume: object | None = None

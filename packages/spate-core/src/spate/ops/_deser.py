@@ -7,11 +7,12 @@ build clients per call. When the view spans a whole object (a Kafka message's
 ``bytes`` should use it. A slice (an S3 line) must be decoded from the view itself.
 
 A deserializer that accepts ``bytes`` as well as a ``memoryview`` may set
-``takes_bytes = True``: for a batch whose source holds every payload as a whole
-``bytes`` object (Kafka, :attr:`~spate.records.PayloadBatch.values`) it is then called
-with those objects, and no view is made per record. It must still accept views (the
-payloads of other sources). A pipeline without a deserializer passes such values on as
-they are (``bytes`` of a ``bytes`` object is the object itself, no copy).
+``takes_bytes = True`` (:class:`BytesDeserializer`): for a batch whose source holds every
+payload as a whole ``bytes`` object (Kafka, :attr:`~spate.records.PayloadBatch.values`)
+it is then called with those objects, and no view is made per record. It must still
+accept views (the payloads of other sources). A pipeline without a deserializer passes
+such values on as they are (``bytes`` of a ``bytes`` object is the object itself, no
+copy).
 
 Outcomes:
 
@@ -34,6 +35,9 @@ A deserializer whose framing yields several records per payload (``ndjson``, ``a
 sets ``many = True`` and implements :meth:`ManyDeserializer.deserialize_many`, which
 returns a list whose items are values or ``DeserError`` instances (one bad line is one
 bad record), or raises ``DeserError`` when the whole payload is bad.
+
+Each of these is a declared, runtime-checkable :class:`~typing.Protocol` the chain
+checks with ``isinstance`` once, when it is compiled (ADR 0023, B232).
 """
 
 from __future__ import annotations
@@ -70,24 +74,50 @@ def whole_payload(payload: bytes | memoryview) -> bytes | memoryview:
     return payload
 
 
+@runtime_checkable
 class Deserializer(Protocol):
-    """Decodes one payload into one value (``many`` is False)."""
-
-    many: ClassVar[bool]
+    """Decodes one payload into one value (its ``many``, when it has one, is False)."""
 
     def deserialize(self, payload: memoryview) -> object:
         """Return the decoded value or ``NO_RECORD``; raise ``DeserError``. Never blocks."""
         ...
 
 
+@runtime_checkable
 class ManyDeserializer(Protocol):
-    """Decodes one payload into any number of values (``many`` is True)."""
+    """Decodes one payload into any number of values (when ``many`` is True)."""
 
     many: ClassVar[bool]
 
     def deserialize_many(self, payload: memoryview) -> list[object]:
         """Return values and ``DeserError`` items in order; raise for a wholly bad payload."""
         ...
+
+
+@runtime_checkable
+class BytesDeserializer(Protocol):
+    """A deserializer that says whether it takes whole ``bytes`` payloads as well as
+    views (``takes_bytes``, B97): the chain then hands it a batch's ``bytes`` values as
+    they are."""
+
+    takes_bytes: bool
+
+
+def takes_bytes(deserializer: object) -> bool:
+    """Whether the chain may hand ``deserializer`` whole ``bytes`` payloads
+    (:class:`BytesDeserializer` with ``takes_bytes``); no deserializer passes payloads
+    on as ``bytes`` (``bytes`` of a ``bytes`` object is the object itself)."""
+    return deserializer is None or (
+        isinstance(deserializer, BytesDeserializer) and deserializer.takes_bytes is True
+    )
+
+
+def many_per_payload(deserializer: object) -> ManyDeserializer | None:
+    """``deserializer`` when it yields several records per payload
+    (:class:`ManyDeserializer` with ``many``), else None."""
+    if isinstance(deserializer, ManyDeserializer) and deserializer.many is True:
+        return deserializer
+    return None
 
 
 @runtime_checkable

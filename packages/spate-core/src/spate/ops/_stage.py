@@ -62,7 +62,7 @@ from spate.metrics.names import (
 from spate.ops._builder import ChainSpec, SinkHandle, SinkTerminal, Step, StepKind
 from spate.ops._contract import Stalled
 from spate.ops._deadletter import DeadLetter, Stage
-from spate.ops._deser import own_policy
+from spate.ops._deser import Deserializer, many_per_payload, own_policy, takes_bytes
 from spate.ops._meta import RowMeta, row_meta
 from spate.ops._skiplog import SkipLog
 from spate.records import Lane, PayloadBatch
@@ -240,21 +240,21 @@ class ChainRuntime:
         # Deserializer stage.
         # The deserializer may be handed a batch's whole ``bytes`` values instead of
         # views (``takes_bytes``); ``bytes`` itself returns such a value unchanged.
-        self.takes_bytes = (
-            deserializer is None or getattr(deserializer, "takes_bytes", False) is True
-        )
-        if deserializer is None:
-            self.many = False
-            self.deser: Callable[[memoryview | bytes], Any] = bytes
-            self.deser_many: Callable[[memoryview | bytes], list[Any]] = _no_many
-        else:
-            self.many = bool(getattr(deserializer, "many", False))
-            if self.many:
-                self.deser = bytes
-                self.deser_many = deserializer.deserialize_many  # type: ignore[attr-defined]
-            else:
-                self.deser = deserializer.deserialize  # type: ignore[attr-defined]
-                self.deser_many = _no_many
+        # Either is called with a view, or with ``bytes`` when ``takes_bytes``.
+        self.takes_bytes = takes_bytes(deserializer)
+        self.deser: Callable[..., Any] = bytes
+        self.deser_many: Callable[..., list[Any]] = _no_many
+        many = many_per_payload(deserializer)
+        self.many = many is not None
+        if many is not None:
+            self.deser_many = many.deserialize_many
+        elif isinstance(deserializer, Deserializer):
+            self.deser = deserializer.deserialize
+        elif deserializer is not None:
+            raise TypeError(
+                f"{type(deserializer).__name__} is not a deserializer: it has no "
+                "deserialize(), nor many = True with deserialize_many()"
+            )
         if deser_policy is None:
             found = own_policy(deserializer)
             deser_policy = found if found is not None else ErrorPolicy.SKIP

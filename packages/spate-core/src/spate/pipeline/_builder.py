@@ -46,6 +46,7 @@ from spate.pipeline._runtime import PipelineRuntime
 from spate.pipeline._signals import ShutdownHandle, install_signal_handlers
 from spate.plugins._registry import Registry, default_registry
 from spate.sink._contract import Sink
+from spate.sink._gate import CommitGates
 from spate.sink._intents import RecordPosition
 from spate.source._contract import Source
 
@@ -225,7 +226,7 @@ class Pipeline:
         if processor is not None and self._chains is not None:
             raise ConfigError("chains", "give either a processor or chains(fn), not both")
         if processor is not None:
-            if hasattr(processor, "process"):
+            if isinstance(processor, BatchProcessor):
                 return processor
             return processor(self.sinks)
         # No processor: compile the user's chain, or (without one) send every decoded
@@ -362,11 +363,20 @@ def assemble(
     run_nonce: str | None = None,
     handle_signals: bool = True,
     worker: tuple[int, int] | None = None,
+    commit_gates: CommitGates | None = None,
 ) -> Assembly:
     """Build every component of ``config`` (:func:`spate._assembly.build_parts`) and wire
-    the pipeline, with ``chains`` and the admin server as a service of the run."""
+    the pipeline, with ``chains`` and the admin server as a service of the run.
+    ``commit_gates``: the registry of commit-gate locks to build the sinks' gates from,
+    shared by the pipelines of a process (B231); a new one when None."""
     parts = build_parts(
-        config, registry=registry, clock=clock, meter=meter, run_nonce=run_nonce, worker=worker
+        config,
+        registry=registry,
+        clock=clock,
+        meter=meter,
+        run_nonce=run_nonce,
+        worker=worker,
+        commit_gates=commit_gates,
     )
     try:
         pipeline = Pipeline(

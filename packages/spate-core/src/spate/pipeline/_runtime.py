@@ -51,7 +51,7 @@ from spate.pipeline._exit import ExitReport
 from spate.pipeline._signals import ShutdownHandle
 from spate.pipeline._status import StatusLine
 from spate.records import Lane, PayloadBatch
-from spate.sink._contract import ReplayingSink, Sink
+from spate.sink._contract import ReplayingSink, RevocationAwareSink, Sink
 from spate.source._contract import AssignmentWaitSource, FetchLagSource, Source
 
 logger = logging.getLogger(__name__)
@@ -278,9 +278,8 @@ class PipelineRuntime:
     def _forget_in_sinks(self, lanes: set[Lane]) -> None:
         for sink in self._sinks.values():
             # Effectively-once sinks forget the lanes' blocks and intents (B89).
-            lanes_revoked = getattr(sink, "lanes_revoked", None)
-            if lanes_revoked is not None:
-                lanes_revoked(lanes)
+            if isinstance(sink, RevocationAwareSink):
+                sink.lanes_revoked(lanes)
 
     def _release_lanes(self, lanes: set[Lane]) -> None:
         """The runtime's own state of ``lanes`` after a revocation or a loss."""

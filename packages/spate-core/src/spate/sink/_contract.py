@@ -30,9 +30,15 @@ The columnar path hands a sink a source batch's rows as one frame (:class:`Frame
 :func:`takes_frames`, and decodes a batch as columns only with a
 :class:`BatchDeserializer` whose ``columnar`` decoder is present.
 
-Every capability is a declared :class:`~typing.Protocol` checked once, when the chain is
-compiled or the revocation asks (``isinstance``), never probed attribute by attribute
-on the per-batch path.
+A spool in front of the sink pool names the batches it hands on
+(:class:`IdentifiedSink`, B56); a sink with per-lane state forgets revoked lanes
+(:class:`RevocationAwareSink`, B89); ``delivery: effectively_once`` needs every sink to be
+an :class:`EffectivelyOnceSink` that records intents (B90).
+
+Every capability is a declared :class:`~typing.Protocol` (ADR 0023), checked with
+``isinstance`` once, when the chain is compiled, a tier starts or the revocation asks,
+never probed attribute by attribute (``hasattr``/``getattr``) and never called past the
+type checker (``# type: ignore``); a test of the source tree keeps it so (B230).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from collections.abc import Collection, Sequence
 from typing import Final, Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
-from spate.errors import ErrorPolicy
+from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.records import Lane, MetaColumn
 
 
@@ -194,12 +200,53 @@ class FrameSink(Sink, Protocol):
         ...
 
     def offer_frame(
-        self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane, ack: AckToken
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        ack: AckToken,
+        shards: Sequence[int] | None = None,
     ) -> Offer:
         """Take every row of a prepared frame, or none of them for now (``REJECTED``; the
         chain offers the same frame again later, B7, B8). ``keys`` are the rows' record
-        keys when :attr:`frame_needs_keys`, else None. Never blocks."""
+        keys when :attr:`frame_needs_keys`, else None. ``shards``, when given, are the
+        rows' shards as the chain's router placed them (a sink that places rows itself,
+        or has no shards, ignores them). Never blocks."""
         ...
+
+
+@runtime_checkable
+class IdentifiedSink(Sink, Protocol):
+    """A sink that can name the batches some rows form, so the same rows offered again
+    under the same identity in a later run carry the same dedup tokens (a spool's
+    replay, B56). The spool calls it around each stored batch it hands on."""
+
+    def begin_identified(self, identity: str) -> None:
+        """Rows offered from now until :meth:`end_identified` form batches whose tokens
+        derive from ``identity``. Pipeline thread; never blocks."""
+        ...
+
+    def end_identified(self) -> None:
+        """Seal the identified rows' batches and return to run-nonce tokens."""
+        ...
+
+
+@runtime_checkable
+class RevocationAwareSink(Sink, Protocol):
+    """A sink that keeps per-lane state beyond its buffers (effectively once: replayed
+    blocks and intents, B89) and must forget a lane the pipeline lost or gave up."""
+
+    def lanes_revoked(self, lanes: Collection[Lane]) -> None:
+        """Forget ``lanes``' state (read again if assigned later). Pipeline thread."""
+        ...
+
+
+@runtime_checkable
+class EffectivelyOnceSink(Protocol):
+    """A sink that says whether it records block intents, as
+    ``pipeline.delivery: effectively_once`` needs of every sink (B90)."""
+
+    effectively_once: bool
 
 
 @runtime_checkable
@@ -246,6 +293,28 @@ def takes_rows(sink: Sink) -> bool:
 def takes_frames(sink: Sink) -> bool:
     """Whether ``sink`` takes frames now (:class:`FrameSink` with ``takes_frames``)."""
     return isinstance(sink, FrameSink) and sink.takes_frames is True
+
+
+def frame_needs_keys(sink: Sink) -> bool:
+    """Whether ``sink`` needs the records' keys with a frame (a router placing by key)."""
+    return isinstance(sink, FrameSink) and sink.frame_needs_keys is True
+
+
+def frame_sink(sink: Sink, who: str) -> FrameSink:
+    """``sink`` as a :class:`FrameSink`, for a caller (``who``) that was handed a frame
+    for it; ``SinkError`` (fatal) when it does not declare one — a composition the chain
+    compiler refuses, so reaching it is a defect."""
+    if not isinstance(sink, FrameSink):
+        raise SinkError(
+            f"{who}: sink {sink.name} takes no frames (it does not implement FrameSink)",
+            ErrorClass.FATAL,
+        )
+    return sink
+
+
+def records_intents(sink: object) -> bool:
+    """Whether ``sink`` records block intents (:class:`EffectivelyOnceSink`, B90)."""
+    return isinstance(sink, EffectivelyOnceSink) and sink.effectively_once is True
 
 
 def decodes_columns(deserializer: object) -> bool:

@@ -14,8 +14,10 @@ sealed window to :class:`WindowedWriter`, which owns everything after the cut:
 * **a breaker** (B11), optional: after ``failure_threshold`` retryable failures in a row
   the writer waits ``open_for`` before one trial write;
 * **the commit gate**: what makes a written window visible (a manifest, a Hub commit)
-  runs through :class:`CommitGate`, which serializes the commits of one destination in
-  the process;
+  runs through :class:`CommitGate`, which serializes the commits of one destination
+  among the gates of one :class:`CommitGates` registry (the pipeline's, from
+  :attr:`BuildContext.commit_gates <spate.plugins.BuildContext.commit_gates>`; B157,
+  B231; defined in :mod:`spate.sink._gate` and exported here);
 * **ack settlement** (B2, B4, B39): each window is the holder of its acks
   (``ack.retain(window)``, done by the sink when a row joins it) and the engine releases
   them once, whoever gets there first: delivered after the write *and* the commit
@@ -42,94 +44,25 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from spate._clock import Clock
 from spate.checkpoint._ack import AckToken, release_all
-from spate.errors import ErrorClass, SinkError
+from spate.errors import SinkError
 from spate.records import Lane
 from spate.sink._attempts import attempt, judge_breaker, outcome
 from spate.sink._breaker import Breaker
+from spate.sink._gate import CommitGate, CommitGates
 from spate.sink._retry import Backoff
 from spate.sink.config import BreakerConfig
 
-__all__ = ["CommitGate", "SealedWindow", "WindowedWriter"]
+__all__ = ["CommitGate", "CommitGates", "SealedWindow", "WindowedWriter"]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _POLL = 0.25
 """Longest real wait of the writer thread for a due retry: a ``ManualClock`` moved by a
 test is seen within this, as the flush wait sees it."""
-
-
-class CommitGate:
-    """Serializes the commits of one destination within a process (B52, B80).
-
-    Every gate built for the same ``destination`` string shares one lock, so writers of
-    one manifest, or of one repository and branch, commit one at a time. A writer that
-    waits longer than ``timeout`` either commits without the gate
-    (``when_held="proceed"``: the commit is correct without it, a compare-and-set for
-    instance, and a stalled holder must not stop publishing) or fails the attempt with a
-    RETRYABLE ``SinkError`` (``when_held="retry"``: the engine tries again after its
-    backoff).
-
-    Subclasses may add a gate across processes (``spate_parquet.StoreGate``) by
-    overriding :meth:`run` and :meth:`close`.
-
-    The registry of locks is process-wide on purpose, the one piece of process state in
-    the framework (ADR 0014): the gate exists to serialize every writer of a destination
-    in the process, whichever pipeline it belongs to. It holds only those locks.
-    """
-
-    _gates: ClassVar[dict[str, threading.Lock]] = {}
-    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(
-        self,
-        destination: str,
-        timeout: float,
-        *,
-        when_held: Literal["proceed", "retry"] = "proceed",
-    ) -> None:
-        with CommitGate._registry_lock:
-            self._lock = CommitGate._gates.setdefault(destination, threading.Lock())
-        self.destination = destination
-        self.timeout = timeout
-        self.when_held = when_held
-
-    def acquire(self, timeout: float) -> bool:
-        """Take the gate, waiting at most ``timeout`` seconds; False if it stayed held."""
-        return self._lock.acquire(timeout=timeout)
-
-    def release(self) -> None:
-        """Give back a gate taken with :meth:`acquire`."""
-        self._lock.release()
-
-    def run(self, commit: Callable[[], T]) -> T:
-        """Call ``commit`` holding the gate; what happens after ``timeout`` is
-        ``when_held``'s. Called on a writer thread; blocks."""
-        held = self.acquire(self.timeout)
-        if not held:
-            if self.when_held == "retry":
-                raise SinkError(
-                    f"the commit gate of {self.destination} stayed held for {self.timeout:.0f}s",
-                    ErrorClass.RETRYABLE,
-                )
-            logger.warning(
-                "commit gate of %s held longer than %.1fs; committing without it",
-                self.destination,
-                self.timeout,
-            )
-        try:
-            return commit()
-        finally:
-            if held:
-                self.release()
-
-    def close(self) -> None:
-        """Release what the gate holds (nothing for the in-process gate)."""
 
 
 class SealedWindow(Hashable, Protocol):

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
+from spate.checkpoint._ack import AckToken
 from spate.records import Lane
-from spate.sink._contract import FrameSink, Sink, takes_frames
+from spate.sink._contract import Offer, Sink, frame_needs_keys, frame_sink, takes_frames
 
 __all__ = [
     "ForwardsFrames",
@@ -36,14 +38,10 @@ __all__ = [
     "frame_bytes",
     "frame_needs_keys",
     "frame_rows",
+    "frame_sink",
     "offer_held",
     "takes_frames",
 ]
-
-
-def frame_needs_keys(sink: Sink) -> bool:
-    """Whether ``sink`` needs the records' keys with a frame (a router placing by key)."""
-    return isinstance(sink, FrameSink) and sink.frame_needs_keys is True
 
 
 def frame_rows(frame: object) -> int:
@@ -51,12 +49,28 @@ def frame_rows(frame: object) -> int:
     return len(frame)  # type: ignore[arg-type]
 
 
+@runtime_checkable
+class _ArrowSized(Protocol):
+    """An Arrow table's size (core does not import pyarrow)."""
+
+    nbytes: int
+
+
+@runtime_checkable
+class _PolarsSized(Protocol):
+    """A polars frame's size (core does not import polars)."""
+
+    def estimated_size(self) -> int: ...
+
+
 def frame_bytes(frame: object) -> int:
     """The size a prepared frame counts in a tier's ``max_bytes``."""
     if isinstance(frame, TeeFrame):
         return sum(frame_bytes(part) for part in frame.parts)
-    size = getattr(frame, "nbytes", None)  # an Arrow table
-    if size is None and hasattr(frame, "estimated_size"):  # a polars frame
+    size: object = None
+    if isinstance(frame, _ArrowSized):
+        size = frame.nbytes
+    elif isinstance(frame, _PolarsSized):
         size = frame.estimated_size()
     return int(size) if isinstance(size, int) else 64 * frame_rows(frame)
 
@@ -84,9 +98,10 @@ class HeldFrame:
     rows: int
 
 
-def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: object) -> object:
-    """``sink.offer_frame`` for a held frame (the frame-taking sink's own signature)."""
-    return sink.offer_frame(held.frame, held.keys, lane, ack, held.shards)  # type: ignore[attr-defined]
+def offer_held(sink: Sink, held: HeldFrame, lane: Lane, ack: AckToken) -> Offer:
+    """``sink.offer_frame`` for a held frame; a tier holds frames only for a
+    :class:`~spate.sink.FrameSink` (``SinkError`` otherwise, :func:`frame_sink`)."""
+    return frame_sink(sink, "a tier").offer_frame(held.frame, held.keys, lane, ack, held.shards)
 
 
 class ForwardsFrames:

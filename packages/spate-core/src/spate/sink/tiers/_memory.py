@@ -40,7 +40,14 @@ from spate.records import Lane
 from spate.sink._contract import ACCEPTED, Offer, Sink, sink_record_policy
 from spate.sink._held import HeldErrors, Origin, PendingDeadLetter, bind_held_errors, settle
 from spate.sink._writer import estimate_row_bytes
-from spate.sink.tiers._frames import ForwardsFrames, HeldFrame, frame_bytes, frame_rows, offer_held
+from spate.sink.tiers._frames import (
+    ForwardsFrames,
+    HeldFrame,
+    frame_bytes,
+    frame_rows,
+    frame_sink,
+    offer_held,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +146,7 @@ class MemoryTier(ForwardsFrames):
 
     def prepare_frame(self, frame: object) -> tuple[object, list[tuple[int, str]]]:
         """The next tier's check of a frame (record errors now, for their own records)."""
-        result: tuple[object, list[tuple[int, str]]] = self.next.prepare_frame(frame)  # type: ignore[attr-defined]
-        return result
+        return frame_sink(self.next, f"memory tier {self.name}").prepare_frame(frame)
 
     def offer_frame(
         self,

@@ -26,9 +26,10 @@ stays in the store: with ``ack: spooled`` it is handed on again within the run, 
 rows kept in memory, after a backoff of 1 s doubling up to 60 s (checked on every tick,
 counted in ``spate_spool_retried_batches_total``, B66); with ``ack: terminal`` its
 source batch fails (B4). Either way a batch not yet accepted when the spool drains is
-replayed on the next start. A next tier with
-``begin_identified`` (the sink pool) gets each batch's identity (writing run, segment,
-position), from which it derives dedup tokens that a replay repeats (B9, B56).
+replayed on the next start. A next tier that is an
+:class:`~spate.sink.IdentifiedSink` (the sink pool) gets each batch's identity (writing
+run, segment, position), from which it derives dedup tokens that a replay repeats (B9,
+B56).
 
 On :meth:`SpoolTier.start` the store is recovered (torn tails cut, corruption fails
 start-up naming segment and byte offset, B55) and the batches found are handed on before
@@ -62,6 +63,7 @@ from spate.sink._attempts import retry_at
 from spate.sink._contract import (
     ACCEPTED,
     REJECTED,
+    IdentifiedSink,
     Offer,
     RowBatchSink,
     Sink,
@@ -70,7 +72,7 @@ from spate.sink._contract import (
 )
 from spate.sink._retry import Backoff
 from spate.sink.config import RetryConfig
-from spate.sink.tiers._frames import ForwardsFrames, frame_rows
+from spate.sink.tiers._frames import ForwardsFrames, frame_rows, frame_sink
 from spate.sink.tiers._spool_codec import (
     FRAME_TAG,
     decode_frame,
@@ -747,22 +749,21 @@ class SpoolTier(ForwardsFrames):
         nxt = self.next
         # A next tier that can name batches (the sink pool) gets each spooled batch's
         # identity, so its dedup tokens are the same when the batch is replayed (B56).
-        begin = getattr(nxt, "begin_identified", None)
-        end = getattr(nxt, "end_identified", None)
-        batched = takes_rows(nxt)
+        identified = nxt if isinstance(nxt, IdentifiedSink) else None
+        batched = nxt if isinstance(nxt, RowBatchSink) and takes_rows(nxt) else None
         while handing:
             batch = handing[0]
             token = batch.token
             assert token is not None and batch.ref is not None
-            if batch.handed == 0 and begin is not None and batch.ref.origin:
-                begin(batch.ref.identity)
+            if batch.handed == 0 and identified is not None and batch.ref.origin:
+                identified.begin_identified(batch.ref.identity)
             if batch.frames:
                 if not self._offer_frames(batch, token):
                     return
             elif not self._offer_runs(batch, token, batched):
                 return
-            if end is not None and batch.ref.origin:
-                end()
+            if identified is not None and batch.ref.origin:
+                identified.end_identified()
             handing.popleft()
             if self.config.ack != "spooled" or batch.failed:
                 batch.drop_rows()  # no retry within the run: nothing to re-read (B66)
@@ -772,7 +773,7 @@ class SpoolTier(ForwardsFrames):
         self,
         batch: _Batch,
         token: AckToken,
-        batched: bool,
+        batched: RowBatchSink | None,
     ) -> bool:
         """Offer ``batch``'s rows from ``batch.handed`` on; False once the next tier refuses."""
         rows, keys, runs = batch.rows, batch.keys, batch.runs
@@ -782,8 +783,8 @@ class SpoolTier(ForwardsFrames):
             i = max(start, batch.handed)
             if i >= stop:
                 continue
-            if batched:
-                nxt: RowBatchSink = self.next  # type: ignore[assignment]
+            if batched is not None:
+                nxt = batched
                 pending = batch.prepared
                 prepared = pending[1] if pending is not None and pending[0] == i else None
                 if prepared is None:
@@ -838,7 +839,7 @@ class SpoolTier(ForwardsFrames):
         it cannot take at all (``SinkError`` from ``prepare_frame``, or a record error
         from ``offer_frame``) fails the batch and the other frames go on."""
         frames = batch.frames
-        nxt = self.next
+        nxt = frame_sink(self.next, f"spool {self.name}")
         while batch.handed < len(frames):
             frame, keys, lane = frames[batch.handed]
             pending = batch.prepared
@@ -846,7 +847,7 @@ class SpoolTier(ForwardsFrames):
                 prepared, keys = pending[1]  # type: ignore[misc]
             else:
                 try:
-                    prepared, bad = nxt.prepare_frame(frame)  # type: ignore[attr-defined]
+                    prepared, bad = nxt.prepare_frame(frame)
                 except SinkError as exc:
                     self._refused_frame(batch, exc.reason)
                     batch.handed += 1
@@ -857,7 +858,7 @@ class SpoolTier(ForwardsFrames):
                         dropped = {position for position, _ in bad}
                         keys = [k for i, k in enumerate(keys) if i not in dropped]
             try:
-                offered = nxt.offer_frame(prepared, keys, lane, token)  # type: ignore[attr-defined]
+                offered = nxt.offer_frame(prepared, keys, lane, token)
             except SinkError as exc:
                 if exc.error_class is not ErrorClass.RECORD:
                     raise

@@ -48,6 +48,7 @@ from spate.sink.tiers._frames import (
     TeeFrame,
     frame_needs_keys,
     frame_rows,
+    frame_sink,
     offer_held,
     takes_frames,
 )
@@ -191,7 +192,7 @@ class TeeSink:
             parts: list[object] = []
             found = False
             for branch in self.branches:
-                prepared, refused = branch.prepare_frame(sub)  # type: ignore[attr-defined]
+                prepared, refused = frame_sink(branch, f"tee {self.name}").prepare_frame(sub)
                 parts.append(prepared)
                 for position, reason in refused:
                     index = position if kept is None else kept[position]

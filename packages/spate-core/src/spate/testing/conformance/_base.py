@@ -30,6 +30,7 @@ from spate.config._decode import decode
 from spate.errors import ConfigError
 from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
+from spate.sink._gate import CommitGates
 
 
 class Promise(NamedTuple):
@@ -74,12 +75,18 @@ UNKNOWN_KEY = "surely_not_a_key"
 
 
 def conformance_context(
-    component: str, *, io_threads: int = 1, clock: Clock | None = None
+    component: str,
+    *,
+    io_threads: int = 1,
+    clock: Clock | None = None,
+    commit_gates: CommitGates | None = None,
 ) -> BuildContext:
     """A :class:`~spate.plugins.BuildContext` of its own for one conformance test.
 
     A fresh pipeline name and meter (no state shared between tests), a new run nonce, a
-    byte budget large enough never to pause anything, the system clock by default.
+    byte budget large enough never to pause anything, the system clock by default, and
+    a registry of commit gates of its own unless ``commit_gates`` is given (contexts
+    standing for pipelines of one process that share their gates, B231).
     """
     pipeline = f"conformance-{uuid.uuid4().hex[:8]}"
     return BuildContext(
@@ -90,6 +97,7 @@ def conformance_context(
         run_nonce=uuid.uuid4().hex[:12],
         budget=InflightBudget(1 << 40),
         io_threads=io_threads,
+        commit_gates=commit_gates if commit_gates is not None else CommitGates(),
     )
 
 

@@ -11,7 +11,9 @@ Borrowed payloads are described in docs/concepts/architecture.md.
   a ``many`` deserializer, yields ``DeserError`` items — and never any other exception,
   so the pipeline counts and skips or fails by policy instead of crashing (B28);
 * every truncation of a sample decodes or raises ``DeserError``, nothing else (B28);
-* ``many`` says which method the runtime calls, and that method exists;
+* it declares the method the runtime calls: ``deserialize`` (a
+  :class:`~spate.ops.Deserializer`) or ``many = True`` with ``deserialize_many`` (a
+  :class:`~spate.ops.ManyDeserializer`);
 * a deserializer with ``takes_bytes = True`` decodes whole ``bytes`` payloads (what a
   Kafka batch hands it) to the same values as views, and refuses malformed ones with
   ``DeserError`` alike (B97).
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from spate.errors import DeserError, DeserErrorKind
-from spate.ops._deser import NO_RECORD
+from spate.ops._deser import NO_RECORD, Deserializer, many_per_payload, takes_bytes
 from spate.testing.conformance._base import (
     ConfigConformance,
     ConformanceFailure,
@@ -83,7 +85,7 @@ class DeserializerConformance(ConfigConformance):
 
     def decode(self, deserializer: Any, view: bytes | memoryview) -> list[object]:
         """Decode one payload as the runtime does; ``DeserError`` items stay in the list."""
-        if deserializer.many:
+        if many_per_payload(deserializer) is not None:
             return list(deserializer.deserialize_many(view))
         value = deserializer.deserialize(view)
         return [] if value is NO_RECORD else [value]
@@ -132,17 +134,12 @@ class DeserializerConformance(ConfigConformance):
 
     def test_many_names_the_method_the_runtime_calls(self) -> None:
         deserializer = self.make_deserializer()
-        many = getattr(deserializer, "many", None)
+        name = type(deserializer).__name__
         check(
-            isinstance(many, bool),
+            many_per_payload(deserializer) is not None or isinstance(deserializer, Deserializer),
             DESER_SHAPE,
-            f"{type(deserializer).__name__}.many must be a bool class attribute, got {many!r}",
-        )
-        method = "deserialize_many" if many else "deserialize"
-        check(
-            callable(getattr(deserializer, method, None)),
-            DESER_SHAPE,
-            f"{type(deserializer).__name__} has many={many} but no {method}()",
+            f"{name} declares neither deserialize() (Deserializer) nor many = True with "
+            "deserialize_many() (ManyDeserializer)",
         )
 
     def test_decodes_whole_payload_views(self) -> None:
@@ -164,7 +161,7 @@ class DeserializerConformance(ConfigConformance):
 
     def test_b97_takes_bytes_decodes_whole_bytes_as_views(self) -> None:
         deserializer = self.make_deserializer()
-        if getattr(deserializer, "takes_bytes", False) is not True:
+        if not takes_bytes(deserializer):
             raise skip(f"{type(deserializer).__name__} takes views only (no takes_bytes)")
         for payload, expected in self.samples():
             self._expect(
