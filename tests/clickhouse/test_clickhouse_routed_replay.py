@@ -20,6 +20,7 @@ from spate.records import Headers, PayloadBatch
 
 from tests.clickhouse.sinkkit import build_sink
 from tests.clickhouse.test_clickhouse_effectively_once import eo_sink
+from tests.clickhouse.test_clickhouse_meta_replay import IntDeser
 from tests.support.chfront_fixtures import ChFront
 from tests.support.services import unique_name
 
@@ -28,13 +29,6 @@ pytestmark = [pytest.mark.integration]
 LANE = Lane("orders", 3)
 COLUMNS: list[Any] = [{"id": "UInt64"}, {"kind": "String"}, {"tenant": "$header.tenant"}]
 KINDS = 5
-
-
-class IntDeser:
-    many = False
-
-    def deserialize(self, payload: memoryview) -> object:
-        return int(bytes(payload))
 
 
 def _batch(first: int, stop: int, prefix: str) -> PayloadBatch:

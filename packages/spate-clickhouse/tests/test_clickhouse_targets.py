@@ -4,17 +4,21 @@ naming the same target, or the same reason, for every row (B296)."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spate.cli._main import main
 from spate.config import decode
 from spate.errors import ConfigError, ErrorClass, SinkError
 from spate_clickhouse._targets import OpenTargets, TargetPlan
 from spate_clickhouse.config import ClickHouseSinkConfig
 
 PATH = "sinks.events.clickhouse"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "multi_tenant.yaml"
 COLUMNS: list[Any] = [{"id": "Int64"}, {"kind": "String"}, {"tenant": "$header.tenant"}]
 
 
@@ -62,6 +66,18 @@ def test_b290_a_placeholder_that_names_no_column_is_refused_with_its_path(
         _decode(**{key: text})
     assert info.value.path == f"{PATH}.{key}"
     assert message in info.value.message
+
+
+def test_b290_spate_validate_checks_the_templates_of_the_multi_tenant_example(
+    tmp_path: Path,
+) -> None:
+    out = io.StringIO()
+    assert main(["validate", str(EXAMPLE)], stdout=out, stderr=io.StringIO()) == 0
+    bad = tmp_path / "pipeline.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("{$header.tenant}", "{$header.org}"))
+    stderr = io.StringIO()
+    assert main(["validate", str(bad)], stdout=io.StringIO(), stderr=stderr) == 2
+    assert "sink.clickhouse.database: {$header.org} needs a metadata column" in stderr.getvalue()
 
 
 def test_b293_open_targets_forget_the_least_recently_used() -> None:

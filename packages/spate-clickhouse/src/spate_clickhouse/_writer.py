@@ -185,14 +185,18 @@ class ClickHouseConnector:
 
     def unroutable(self, target: Target, rows: int, seq: int, reason: str) -> None:
         """Apply ``on_record_error`` at write time to the rows of a target that cannot be
-        made ready (B292): logged with the target and batch, counted as refused rows;
+        made ready (B292): logged with the target and the batch;
         returns under ``skip``, raises a fatal ``SinkError`` otherwise. Worker thread."""
-        policy = self.config.on_record_error
         summary = (
             f"{rows} row(s) of batch {seq} for target {_qualified(*target)} cannot be "
             f"written: {reason}"
         )
-        if policy is ErrorPolicy.SKIP:
+        self._write_time_error(summary)
+
+    def _write_time_error(self, summary: str) -> None:
+        """``on_record_error`` for rows found at write time: logged and skipped, or a
+        fatal ``SinkError`` (they cannot be dead-lettered yet, ADR 0017)."""
+        if self.config.on_record_error is ErrorPolicy.SKIP:
             logger.warning(
                 "sink %s: %s; skipped (on_record_error: skip)",
                 self.name,
@@ -200,6 +204,11 @@ class ClickHouseConnector:
                 extra={"component": self.name},
             )
             return
+        if self.config.on_record_error is ErrorPolicy.DEAD_LETTER:
+            summary += (
+                "; rows refused by the server at insert time cannot be dead-lettered yet "
+                "(on_record_error: dead_letter), so the batch fails"
+            )
         raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
 
     def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
@@ -254,20 +263,7 @@ class ClickHouseConnector:
             f"{code_name(first.code)}]: {first.message}); its other rows were written "
             f"in {inserts} inserts"
         )
-        if policy is ErrorPolicy.SKIP:
-            logger.warning(
-                "sink %s: %s; skipped (on_record_error: skip)",
-                self.name,
-                summary,
-                extra={"component": self.name},
-            )
-            return
-        if policy is ErrorPolicy.DEAD_LETTER:
-            summary += (
-                "; rows refused by the server at insert time cannot be dead-lettered yet "
-                "(on_record_error: dead_letter), so the batch fails"
-            )
-        raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
+        self._write_time_error(summary)
 
     def event_time(self, buffer: ColumnBuffer) -> float | None:
         """The oldest ``event_time_column`` value of a written buffer, wall-clock seconds
