@@ -68,6 +68,19 @@ def test_b290_a_placeholder_that_names_no_column_is_refused_with_its_path(
     assert message in info.value.message
 
 
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [({"evolve": "add_columns"}, "evolve"), ({"health": {"follow_parts": True}}, "health")],
+)
+def test_b290_settings_that_need_one_table_are_refused_with_a_template(
+    body: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _decode(**body)
+    assert info.value.path.startswith(f"{PATH}.{key}")
+    assert "templated table" in info.value.message
+
+
 def test_b290_spate_validate_checks_the_templates_of_the_multi_tenant_example(
     tmp_path: Path,
 ) -> None:
@@ -144,3 +157,12 @@ def test_b296_row_and_columnar_paths_route_every_row_identically(
     # The row path's buffer (encoded columns) splits its rows the same way.
     data = [[i for i in good], [rows[i][0] for i in good], [rows[i][1] for i in good]]
     assert plan.targets_of_columns(data, len(good)) == [expected[i] for i in good]
+
+
+def test_b291_spate_schema_ddl_shows_the_statement_each_target_is_created_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["schema", "ddl", str(EXAMPLE)]) == 0
+    text = capsys.readouterr().out
+    assert "one table per target: {placeholders} filled from each row" in text
+    assert "`tenant`       Nullable(String)" in text

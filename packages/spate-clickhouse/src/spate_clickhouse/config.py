@@ -390,6 +390,11 @@ class ClickHouseSinkConfig:
                     yield key, str(exc)
         if self.evolve != "off":
             yield "evolve", "a templated table or database cannot evolve its tables yet"
+        if self.health.follow_parts:
+            yield (
+                "health.follow_parts",
+                "a templated table or database has no one table whose parts to follow",
+            )
 
     def _column_names(self) -> list[str]:
         """The column names, without parsing types or metadata (for the checks)."""
