@@ -6,7 +6,8 @@ target is created on first use (B291) — tens at the smallest scale, hundreds a
 scale — with fewer open targets allowed than there are (B293); each target holds exactly
 its records (B290); records whose target cannot be named (a kind that is not an
 identifier, no tenant header) reach the dead-letter topic as read (B292). The row path
-(a source batch's rows at once, B95) and the columnar path (B296) write the same.
+(a source batch's rows at once, B95, or row by row under ``effectively_once``, B295) and
+the columnar path (B296) write the same.
 """
 
 from __future__ import annotations
@@ -44,14 +45,20 @@ def _target(i: int, kinds: int, tenants: int, prefix: str) -> tuple[str, str]:
     return f"tenant_{tenant.decode()}", f"events_{_kind(i, kinds)}"
 
 
-@pytest.mark.parametrize("path", ["rows", "columnar"])
+@pytest.mark.parametrize(
+    "path", ["rows", "columnar", "rows-effectively-once", "columnar-effectively-once"]
+)
 def test_b290_one_topic_routed_by_field_and_header_to_many_tables_and_databases_b291_b292(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, path: str
 ) -> None:
     import clickhouse_connect
 
-    if path == "columnar":
+    if path.startswith("columnar"):
         pytest.importorskip("polars")
+    delivery = "effectively_once" if path.endswith("effectively-once") else "at_least_once"
+    # Effectively once is read from a plain MergeTree without FINAL: each record once.
+    engine = "MergeTree" if delivery == "effectively_once" else "ReplacingMergeTree"
+    final = "" if delivery == "effectively_once" else "FINAL"
     topic, dlq = unique_name("route"), unique_name("route-dlq")
     prefix = unique_name("t").replace("-", "")[:10] + "_"
     create_topic(kafka_bootstrap, topic, 2)
@@ -70,7 +77,7 @@ def test_b290_one_topic_routed_by_field_and_header_to_many_tables_and_databases_
     config = tmp_path / "pipeline.yaml"
     config.write_text(
         f"""
-pipeline: {{name: {unique_name("route")}}}
+pipeline: {{name: {unique_name("route")}, delivery: {delivery}}}
 admin: {{listen: none}}
 source:
   kafka:
@@ -92,7 +99,7 @@ sink:
     shards: [{{replicas: ["{clickhouse_url}"]}}]
     create_table: if_missing
     max_targets: 16
-    table_options: {{order_by: [id], engine: ReplacingMergeTree}}
+    table_options: {{order_by: [id], engine: {engine}}}
     batch: {{linger: 100ms}}
     on_record_error: dead_letter
 dead_letter:
@@ -101,11 +108,11 @@ dead_letter:
     )
     with watch_columnar() as seen:
         pipeline = Pipeline.from_config(load_config(config), handle_signals=False)
-        if path == "rows":
+        if path.startswith("rows"):
             pipeline = pipeline.chains(lambda ctx: ctx.chain())
         report = pipeline.run()
     assert report.exit_code == 0, report.summary()
-    assert seen.columnar is (path == "columnar")
+    assert seen.columnar is path.startswith("columnar")
 
     expected = Counter(
         _target(i, kinds, tenants, prefix) for i in range(count) if not _unroutable(i)
@@ -119,7 +126,7 @@ dead_letter:
     ).result_rows
     assert sorted(found) == sorted(expected)
     for (database, table), n in expected.items():
-        ids = client.query(f"SELECT id FROM {database}.{table} FINAL ORDER BY id").result_rows
+        ids = client.query(f"SELECT id FROM {database}.{table} {final} ORDER BY id").result_rows
         assert len(ids) == n, f"{database}.{table}"
         for (i,) in ids:
             assert _target(i, kinds, tenants, prefix) == (database, table)
