@@ -100,7 +100,7 @@ def connect(endpoint: Endpoint, config: ClickHouseSinkConfig) -> Client:
         _require_chdb(endpoint)
     import clickhouse_connect
 
-    database = config.database_name or None
+    database = config.fixed_database or None
     try:
         if endpoint.embedded:
             kwargs: dict[str, Any] = {"interface": "chdb", "database": database}

@@ -13,15 +13,18 @@ type cannot be derived fails the build with its name (B29); each replica's probe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import ClassVar
 
 from spate.errors import ConfigError
 from spate.plugins import BuildContext
-from spate.sink import PoolConfig, SinkPool
+from spate.sink import PoolConfig, Router, SinkPool, WeightedHashRouter
 
-from spate_clickhouse._ddl import DdlError, create_table_sql
+from spate_clickhouse._ddl import DdlError, create_table_sql, table_columns
 from spate_clickhouse._health import TableHealth
 from spate_clickhouse._router import DistributedRouter
+from spate_clickhouse._targets import TargetPlan, TargetRouter
 from spate_clickhouse._writer import ClickHouseConnector
 from spate_clickhouse.config import ClickHouseSinkConfig
 
@@ -29,7 +32,7 @@ from spate_clickhouse.config import ClickHouseSinkConfig
 def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
     """The sink for one ``clickhouse:`` section."""
     create_sql = ""
-    if config.create_table == "if_missing":
+    if config.create_table == "if_missing" and not config.templated:
         try:
             create_sql = create_table_sql(config, context.record_fields)
         except DdlError as exc:
@@ -45,7 +48,7 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
                 "remove async_insert",
             )
         connector.effectively_once = True
-    router: DistributedRouter | None = None
+    router: DistributedRouter | TargetRouter | None = None
     if config.router == "distributed":
         function, column = config.sharding
         router = DistributedRouter(
@@ -55,6 +58,11 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
             [shard.weight for shard in config.shards],
             connector.columns,
         )
+    if config.templated:
+        inner: Router | None = router
+        if inner is None and len(config.shards) > 1:
+            inner = WeightedHashRouter([shard.weight for shard in config.shards])
+        router = _route(config, context, connector, inner)
     pool = SinkPool.from_context(
         connector, context, shards=config.shards, config=PoolConfig.of(config), router=router
     )
@@ -80,6 +88,41 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
         connector.seal_open = pool.tick
         context.schema_changes.subscribe(connector.evolve)
     return pool
+
+
+def _route(
+    config: ClickHouseSinkConfig,
+    context: BuildContext,
+    connector: ClickHouseConnector,
+    inner: Router | None,
+) -> TargetRouter:
+    """A templated ``table``/``database`` (B290): the connector writes each row to its
+    target, created on first use under ``create_table: if_missing`` (B291), and the pool's
+    router checks every row's target as it is offered (B292). Column types come from the
+    declarations or the records' schema, as ``create_table`` derives them."""
+    plan = TargetPlan(config.database, config.table, config.column_specs)
+    try:
+        types = table_columns(config, context.record_fields)
+    except DdlError as exc:
+        raise ConfigError(
+            f"{context.component}.table",
+            f"a templated table needs every column's type (no target exists at start): {exc}",
+        ) from None
+    if context.delivery == "effectively_once" and config.create_table != "if_missing":
+        raise ConfigError(
+            f"{context.component}.create_table",
+            "effectively_once with a templated table needs create_table: if_missing, so "
+            "every target is created with table_options.dedup_window (B295)",
+        )
+    create: Callable[[str, str], str] | None = None
+    if config.create_table == "if_missing":
+        fields = context.record_fields
+
+        def create(database: str, table: str) -> str:
+            return create_table_sql(replace(config, database=database, table=table), fields)
+
+    connector.route(plan, types, create)
+    return TargetRouter(plan, inner)
 
 
 class ClickHouseSinkFactory:

@@ -13,7 +13,7 @@ the same dedup token, B9).
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from spate.errors import ErrorClass, SinkError
@@ -24,8 +24,15 @@ from spate_clickhouse._arrowvalues import arrow_type, convert_column
 from spate_clickhouse._encoder import Column
 
 
-def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[int, str]]]:
+def prepare_frame(
+    df: Any,
+    columns: Sequence[Column],
+    route: Callable[[Any], list[tuple[int, str]]] | None = None,
+) -> tuple[Any, list[tuple[int, str]]]:
     """``(arrow table of the good rows, [(position, reason), …])`` for a polars frame.
+
+    ``route`` (a templated sink's :meth:`~spate_clickhouse._targets.TargetPlan.refused`)
+    names the rows of the converted table that have no target (B292, B296).
 
     Each column is converted to the Arrow type its ClickHouse column is sent in and
     checked with Arrow kernels (:func:`spate_clickhouse._arrowvalues.convert_column`):
@@ -59,6 +66,9 @@ def prepare_frame(df: Any, columns: Sequence[Column]) -> tuple[Any, list[tuple[i
         for position, reason in bad:
             reasons.setdefault(position, f"column {name} ({column.type}): {reason}")
     out = pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+    if route is not None:
+        for position, reason in route(out):
+            reasons.setdefault(position, reason)
     if reasons:
         import polars as pl
 
@@ -148,7 +158,7 @@ def arrow_stream(tables: Sequence[Any], compression: str | None = None) -> bytes
     """
     import pyarrow as pa
 
-    table = tables[0] if len(tables) == 1 else _concat(tables)
+    table = tables[0] if len(tables) == 1 else concat_tables(tables)
     # One record batch whatever frames the block was built from: ClickHouse makes a
     # block of each, and the dedup token names the blocks, so a replayed block cut from
     # other source batches must reach it in the same blocks (B165).
@@ -167,7 +177,7 @@ def read_stream(data: bytes) -> Any:
     return pa.ipc.open_stream(data).read_all()
 
 
-def _concat(tables: Sequence[Any]) -> Any:
+def concat_tables(tables: Sequence[Any]) -> Any:
     """The tables as one, their column types made one (B87).
 
     Prepared tables carry their columns' Arrow types, so they differ only where a

@@ -34,8 +34,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import CounterSeries, Meter, names
@@ -44,6 +45,7 @@ from spate.schema import Field
 from spate.sink import Intent, RefusedRow, RowsRefused, WriteBatch
 
 from spate_clickhouse._client import connect
+from spate_clickhouse._ddl import quote_name
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._endpoint import Endpoint, parse_endpoint
 from spate_clickhouse._errors import code_name, code_of, to_sink_error
@@ -69,7 +71,9 @@ from spate_clickhouse._isolate import (
     isolate,
 )
 from spate_clickhouse._schema import SchemaCheck, table_columns
+from spate_clickhouse._targets import OpenTargets, Target, TargetPlan
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
+from spate_clickhouse.config import ColumnSpec
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -133,6 +137,89 @@ class ClickHouseConnector:
         )
         """Whether a write may end in ``RowsRefused`` (a ``RowRefusingConnector``): rows
         the server refuses on their own are dead-lettered by the pool (B245)."""
+        self.targets: TargetPlan | None = None
+        """The templates of a templated ``table``/``database`` (B290); set by :meth:`route`."""
+        self.open_targets = OpenTargets(config.max_targets)
+        self._create_target: Callable[[str, str], str] | None = None
+
+    def route(
+        self,
+        plan: TargetPlan,
+        types: Sequence[tuple[str, str]],
+        create: Callable[[str, str], str] | None,
+    ) -> None:
+        """Write each row to the target ``plan`` names for it (B290). ``types`` are the
+        columns' types (declared or derived from the records' schema: no target exists
+        at start to read them from); ``create`` gives a target's ``CREATE TABLE`` under
+        ``create_table: if_missing`` (B291). Called by the factory before start."""
+        self.targets = plan
+        self._create_target = create
+        self.database = self.config.fixed_database  # where the intents are kept
+        by_name = dict(types)
+        self.specs = tuple(
+            ColumnSpec(s.name, parse_type(by_name[s.name]), s.meta) for s in self.specs
+        )
+        self.schema = SchemaCheck("off", self.destination, self.specs)
+
+    def ready_target(self, writer: ClickHouseShardWriter, target: Target) -> None:
+        """Create ``target`` on ``writer``'s replica (``create_table: if_missing``) or
+        check that it exists, once per replica while it stays among the open targets
+        (:class:`~spate_clickhouse._targets.OpenTargets`, B291, B293). Worker thread;
+        blocks. ``SinkError`` (RECORD) for a target that cannot be made ready."""
+        database, table = target
+
+        def ready() -> None:
+            create = self._create_target
+            if create is not None:
+                if database and database != self.config.fixed_database:
+                    writer.command(
+                        f"CREATE DATABASE IF NOT EXISTS {quote_name(database)}",
+                        f"creating database {database}",
+                    )
+                writer.command(create(database, table), f"creating table {database}.{table}")
+                return
+            if writer.columns_of(database, table) is None:
+                raise SinkError(
+                    f"target {_qualified(database, table)} does not exist (create_table: off)",
+                    ErrorClass.RECORD,
+                )
+
+        try:
+            self.open_targets.use((writer.endpoint, database, table), ready)
+        except SinkError as exc:
+            if exc.error_class is ErrorClass.RETRYABLE:
+                raise
+            raise SinkError(exc.reason, ErrorClass.RECORD) from exc
+
+    def unroutable(self, target: Target, rows: int, seq: int, reason: str) -> None:
+        """Apply ``on_record_error`` at write time to the rows of a target that cannot be
+        made ready (B292): logged with the target and the batch;
+        returns under ``skip``, raises a fatal ``SinkError`` otherwise. Worker thread."""
+        summary = (
+            f"{rows} row(s) of batch {seq} for target {_qualified(*target)} cannot be "
+            f"written: {reason}"
+        )
+        self._write_time_error(summary)
+
+    def _write_time_error(self, summary: str) -> None:
+        """``on_record_error`` for rows found at write time that are not dead-lettered:
+        logged and skipped, or a fatal ``SinkError``. Rows the server refuses on their own
+        are dead-lettered by the pool (:class:`RowsRefused`, B245); the rows of a target
+        that cannot be made ready are not (ADR 0024)."""
+        if self.config.on_record_error is ErrorPolicy.SKIP:
+            logger.warning(
+                "sink %s: %s; skipped (on_record_error: skip)",
+                self.name,
+                summary,
+                extra={"component": self.name},
+            )
+            return
+        if self.config.on_record_error is ErrorPolicy.DEAD_LETTER:
+            summary += (
+                "; the rows of a target that cannot be made ready cannot be dead-lettered "
+                "(on_record_error: dead_letter), so the batch fails"
+            )
+        raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
 
     def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
         """Count isolated rows and the inserts spent finding them in ``meter``."""
@@ -188,20 +275,12 @@ class ClickHouseConnector:
             f"{code_name(first.code)}]: {first.message}); its other rows were written "
             f"in {inserts} inserts"
         )
-        if policy is ErrorPolicy.SKIP:
-            logger.warning(
-                "sink %s: %s; skipped (on_record_error: skip)",
-                self.name,
-                summary,
-                extra={"component": self.name},
-            )
-            return
         if policy is ErrorPolicy.DEAD_LETTER:
             raise RowsRefused(
                 f"sink {self.name}: {summary}; dead-lettered (on_record_error: dead_letter)",
                 tuple(_refused_row(row, endpoint) for row in rows),
             )
-        raise SinkError(f"sink {self.name}: {summary}", ErrorClass.FATAL)
+        self._write_time_error(summary)
 
     def event_time(self, buffer: ColumnBuffer) -> float | None:
         """The oldest ``event_time_column`` value of a written buffer, wall-clock seconds
@@ -355,7 +434,10 @@ class ClickHouseConnector:
         """Check a polars frame per column; ``(arrow table, bad rows)`` (columnar path)."""
         from spate_clickhouse._frames import prepare_frame
 
-        return prepare_frame(frame, self.encoder().columns)
+        plan = self.targets
+        return prepare_frame(
+            frame, self.encoder().columns, plan.refused if plan is not None else None
+        )
 
     def take_rows(self, table: object, rows: list[int]) -> object:
         from spate_clickhouse._frames import take_rows
@@ -459,12 +541,7 @@ class ClickHouseShardWriter:
 
     def table_columns(self) -> list[tuple[str, str]] | None:
         """``(name, type)`` of the table's columns on this replica; None if it is missing."""
-        try:
-            return table_columns(self._get_client(), self.connector.database, self.connector.table)
-        except SinkError:
-            raise
-        except Exception as exc:
-            raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
+        return self.columns_of(self.connector.database, self.connector.table)
 
     def _probe_effectively_once(self, client: Client) -> None:
         """Create the state table and check the target can deduplicate replays (B90)."""
@@ -474,6 +551,10 @@ class ClickHouseShardWriter:
             client.command(state_table_sql(connector.database, config.state_table))
         except Exception as exc:
             raise to_sink_error(exc, self.endpoint, "creating the intent table") from exc
+        if connector.targets is not None:
+            # No target exists yet: each is created with table_options.dedup_window (the
+            # factory requires create_table: if_missing under effectively once, B295).
+            return
         try:
             check_deduplication(
                 client,
@@ -586,6 +667,9 @@ class ClickHouseShardWriter:
         if health is not None and health.enabled:
             # Follow the table's parts and the insert rate (B224-B227); may wait here.
             self._intent_call("reading the table's parts", health.before_insert)
+        if connector.targets is not None:
+            self._write_targets(batch, buffer, connector.targets)
+            return
         if buffer.frames is not None:
             self._write_frames(batch, buffer)
             return
@@ -608,6 +692,96 @@ class ClickHouseShardWriter:
 
         self._write_isolating(batch, rows, insert)
 
+    def _write_targets(self, batch: WriteBatch, buffer: ColumnBuffer, plan: TargetPlan) -> None:
+        """A templated sink's batch: one insert per target, in the order targets first
+        appear, each with the batch's token and the target (B294, B295); a retry sends
+        every part again with the same tokens, so the parts written before are dropped
+        by the server's deduplication."""
+        connector = self.connector
+        if buffer.frames is not None:
+            from spate_clickhouse._frames import concat_tables, take_rows
+
+            table = concat_tables(buffer.frames)
+            for target, indices in plan.group_table(table):
+                part = take_rows(table, indices)
+                positions = [int(i) for i in indices]
+                self._write_target(batch, target, positions, self._frame_insert(part, target))
+            return
+        encoder = buffer.encoder or connector.encoder()
+        data = buffer.columns(len(encoder.columns), encoder.binary_columns())
+        rows = len(data[0]) if data else 0
+        groups: dict[Target, list[int]] = {}
+        for position, target in enumerate(plan.targets_of_columns(data, rows)):
+            groups.setdefault(target, []).append(position)
+        for target, positions in groups.items():
+            part = data if len(positions) == rows else [[c[p] for p in positions] for c in data]
+            self._write_target(batch, target, positions, self._rows_insert(part, target))
+
+    def _rows_insert(self, part: list[list[object]], target: Target) -> Insert:
+        """The insert of rows ``start:stop`` of one target's columns (the row path)."""
+        connector = self.connector
+        encoder_columns = connector.encoder().columns
+        names = [c.name for c in encoder_columns]
+        types = [str(c.type) for c in encoder_columns]
+        rows = len(part[0]) if part else 0
+
+        def insert(start: int, stop: int, token: str) -> None:
+            cut = part if start == 0 and stop == rows else [c[start:stop] for c in part]
+            try:
+                self._get_client().insert(
+                    target[1],
+                    cut,
+                    column_names=names,
+                    database=target[0] or None,
+                    column_type_names=types,
+                    column_oriented=True,
+                    settings=connector.insert_settings(token),
+                )
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._failed(exc) from exc
+
+        return insert
+
+    def _frame_insert(self, part: Any, target: Target) -> Insert:
+        """The insert of rows ``start:stop`` of one target's Arrow table (columnar path)."""
+        from spate_clickhouse._frames import arrow_stream
+
+        def insert(start: int, stop: int, token: str) -> None:
+            piece = (
+                part if start == 0 and stop == part.num_rows else part.slice(start, stop - start)
+            )
+            self._insert_stream(token, arrow_stream([piece], self._stream_compression), target)
+
+        return insert
+
+    def _write_target(
+        self, batch: WriteBatch, target: Target, positions: list[int], insert: Insert
+    ) -> None:
+        """Make ``target`` ready and insert its rows of ``batch`` (at ``positions`` of the
+        batch) with its own token; a row the server refuses is reported at its position
+        in the batch, so its record is the one charged (B245)."""
+        rows = len(positions)
+        try:
+            self.connector.ready_target(self, target)
+        except SinkError as exc:
+            if exc.error_class is not ErrorClass.RECORD:
+                raise
+            self.connector.unroutable(target, rows, batch.seq, exc.reason)
+            return
+        token = f"{batch.token}-{_qualified(*target)}"
+        self._write_isolating(replace(batch, token=token, rows=rows), rows, insert, positions)
+
+    def columns_of(self, database: str, table: str) -> list[tuple[str, str]] | None:
+        """``(name, type)`` of a table's columns on this replica; None if it is missing."""
+        try:
+            return table_columns(self._get_client(), database, table)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading system.columns") from exc
+
     def _failed(self, exc: Exception) -> Exception:
         """What an insert's exception becomes: :class:`Refused` for a refusal of some
         row's value (the block can be bisected), a ``SinkError`` otherwise."""
@@ -623,9 +797,17 @@ class ClickHouseShardWriter:
             self._drop_client()
         return error
 
-    def _write_isolating(self, batch: WriteBatch, rows: int, insert: Insert) -> None:
+    def _write_isolating(
+        self,
+        batch: WriteBatch,
+        rows: int,
+        insert: Insert,
+        positions: list[int] | None = None,
+    ) -> None:
         """Insert the whole batch; when the server refuses a value of some row, bisect
-        it (B190, B191) and apply ``on_record_error`` to the rows refused alone."""
+        it (B190, B191) and apply ``on_record_error`` to the rows refused alone.
+        ``positions`` maps a part's rows to their places in the pool's batch (a templated
+        sink's target, B294); the refused rows are reported at those places."""
         try:
             insert(0, rows, batch.token)
             return
@@ -648,6 +830,8 @@ class ClickHouseShardWriter:
         except Refused as exc:  # pragma: no cover - isolate() catches every Refused
             raise whole from exc
         if found:
+            if positions is not None:
+                found = [r._replace(row=positions[r.row]) for r in found]
             self.connector.rejected(found, inserts, batch.seq, self.endpoint)
 
     def _insert_context(self, client: Client, encoder: RowEncoder) -> InsertContext:
@@ -689,11 +873,11 @@ class ClickHouseShardWriter:
 
         self._write_isolating(batch, rows, insert)
 
-    def _insert_stream(self, token: str, data: bytes) -> None:
+    def _insert_stream(self, token: str, data: bytes, target: Target | None = None) -> None:
         connector = self.connector
-        table = connector.table
-        if connector.database:
-            table = f"{connector.database}.{table}"
+        database, table = target if target is not None else (connector.database, connector.table)
+        if database:
+            table = f"{database}.{table}"
         try:
             client = self._get_client()
             client.raw_insert(
@@ -710,6 +894,10 @@ class ClickHouseShardWriter:
 
     def close(self) -> None:
         self._drop_client()
+
+
+def _qualified(database: str, table: str) -> str:
+    return f"{database}.{table}" if database else table
 
 
 class _EncodedStream:

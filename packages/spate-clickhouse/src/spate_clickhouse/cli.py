@@ -167,6 +167,10 @@ class SchemaCommand:
                 if described is None and branches:
                     having = _branch_for(config_, branches)
                     described, of = branches[having[0]], f" (records of {' or '.join(having)})"
+                if config_.templated:
+                    # Each target is created on first use as below, placeholders filled
+                    # from the row (B291).
+                    of += " (one table per target: {placeholders} filled from each row)"
                 statements.append((of, create_table_sql(config_, described)))
             except DdlError as exc:
                 sys.stderr.write(f"{spec.path}: {exc}\n")

@@ -45,6 +45,7 @@ from spate.records import MetaColumn, MetaSource
 from spate.sink.config import BatchConfig, BreakerConfig, InflightConfig, RetryConfig, ShardConfig
 
 from spate_clickhouse._endpoint import EndpointError, parse_endpoint
+from spate_clickhouse._targets import Template, is_template
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 
 __all__ = [
@@ -206,7 +207,9 @@ class ClickHouseSinkConfig:
     """One ClickHouse sink: destination, columns, endpoints, settings and pool keys."""
 
     table: str = field(default="", metadata={"required": True})
-    """Destination table, ``table`` or ``database.table``."""
+    """Destination table, ``table`` or ``database.table``; or a template such as
+    ``events_{kind}`` whose ``{placeholders}`` name sink columns (a field, or a metadata
+    column as ``{$header.tenant}``): each row goes to the table its values name (B290)."""
     columns: tuple[str | dict[str, str], ...] = ()
     """Column names in row order; an entry ``{name: Type}`` also declares the type, and an
     entry ``{name: $source}`` fills the column from each row's record instead of the row:
@@ -218,7 +221,12 @@ class ClickHouseSinkConfig:
     shards: tuple[ShardConfig, ...] = field(default=(), metadata={"required": True})
     """Shards, each with its replica URLs (``http://``, ``https://`` or ``chdb://<dir>``)."""
     database: str = ""
-    """Database of ``table`` (default: the user's default database)."""
+    """Database of ``table`` (default: the user's default database); may be a template
+    as ``table`` may (``tenant_{$header.tenant}``)."""
+    max_targets: int = 1000
+    """With a templated ``table`` or ``database``: how many targets the sink keeps as
+    created or checked; the least recently used is forgotten past it and checked (or
+    created) again on its next row (B293)."""
     user: str = "default"
     """User for ``http://``/``https://`` replicas (a user in a replica's URL wins)."""
     password: Secret = NO_SECRET
@@ -307,13 +315,25 @@ class ClickHouseSinkConfig:
     @property
     def database_name(self) -> str:
         """The database: from ``database`` or the ``db.`` prefix of ``table`` ('' = default)."""
-        if "." in self.table:
+        if "." in self.table and not self.templated:
             return self.table.split(".", 1)[0].strip("`")
         return self.database
 
     @property
     def table_name(self) -> str:
-        return self.table.split(".", 1)[1].strip("`") if "." in self.table else self.table
+        if "." in self.table and not self.templated:
+            return self.table.split(".", 1)[1].strip("`")
+        return self.table
+
+    @property
+    def fixed_database(self) -> str:
+        """The database a connection starts in: '' when ``database`` is a template."""
+        return "" if is_template(self.database) else self.database_name
+
+    @property
+    def templated(self) -> bool:
+        """Whether ``table`` or ``database`` is a template (a target per row, B290)."""
+        return is_template(self.table) or is_template(self.database)
 
     @property
     def sharding(self) -> tuple[str, str]:
@@ -351,6 +371,30 @@ class ClickHouseSinkConfig:
                     yield "sharding_key", f"column {column!r} is not one of the sink's columns"
         elif self.sharding_key:
             yield "sharding_key", "only used with router: distributed"
+        yield from self._template_errors()
+
+    def _template_errors(self) -> Iterator[tuple[str, str]]:
+        if self.max_targets < 1:
+            yield "max_targets", "must be at least 1"
+        if not self.templated:
+            return
+        try:
+            specs = self.column_specs
+        except ValueError:
+            return  # the column checks name it
+        for key, text in (("table", self.table), ("database", self.database)):
+            if is_template(text):
+                try:
+                    Template.parse(text, specs)
+                except ValueError as exc:
+                    yield key, str(exc)
+        if self.evolve != "off":
+            yield "evolve", "a templated table or database cannot evolve its tables yet"
+        if self.health.follow_parts:
+            yield (
+                "health.follow_parts",
+                "a templated table or database has no one table whose parts to follow",
+            )
 
     def _column_names(self) -> list[str]:
         """The column names, without parsing types or metadata (for the checks)."""
@@ -362,6 +406,8 @@ class ClickHouseSinkConfig:
     def _table_errors(self) -> Iterator[tuple[str, str]]:
         if not self.table.strip():
             yield "table", "required key is missing"
+            return
+        if self.templated:
             return
         if self.table.count(".") > 1 or not all(p.strip() for p in self.table.split(".")):
             yield "table", f"expected table or database.table, got {self.table!r}"
