@@ -214,6 +214,48 @@ def test_b303_the_prewarmed_subject_describes_the_table_b59(
     }
 
 
+def test_b303_each_new_schema_id_is_announced_before_its_first_record_b60_b61(
+    schema_registry: SchemaRegistryServer, serialize: Serialize
+) -> None:
+    """A sink that refuses the schema holds its records as not ready; once it takes it,
+    records decode and the schema is not announced again."""
+    import dataclasses
+
+    from spate.schema import Field, SchemaChanges
+
+    wire = serialize(ORDER, RECORD)
+    schema_id = int.from_bytes(wire[1:5], "big")
+    changes = SchemaChanges()
+    heard: list[tuple[str, tuple[str, ...]]] = []
+    refuse = ["field amount changed type"]
+
+    def listener(schema: str, fields: tuple[Field, ...]) -> None:
+        heard.append((schema, tuple(f.name for f in fields)))
+        if refuse:
+            raise ValueError(refuse[0])
+
+    changes.subscribe(listener)
+    config = decode(
+        JsonConfig,
+        {"mode": "confluent", "registry": {"url": schema_registry.url}, "fetch_wait": "5s"},
+        "deserializer.json",
+    )
+    context = dataclasses.replace(conformance_context("deserializer"), schema_changes=changes)
+    deser = JsonDeserializerFactory.build(config, context)
+    try:
+        for _ in range(2):
+            with pytest.raises(DeserError) as caught:
+                deser.deserialize(wire)
+            assert caught.value.kind is DeserErrorKind.NOT_READY
+            assert caught.value.reason == f"schema id {schema_id}: field amount changed type"
+        refuse.clear()
+        assert deser.deserialize(wire) == RECORD
+        assert deser.deserialize(wire) == RECORD
+    finally:
+        deser.close()
+    assert heard == [(f"schema id {schema_id}", tuple(ORDER["properties"]))] * 3
+
+
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
