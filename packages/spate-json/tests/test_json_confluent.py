@@ -24,6 +24,7 @@ from spate.schema import FieldKind
 from spate.testing.conformance import conformance_context
 from spate_json import ConfluentJsonDeserializer, JsonConfig, JsonDeserializerFactory
 
+from tests.support.deser_fuzz import JSON_VALUES, corrupt
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
 
@@ -277,14 +278,7 @@ def test_b305_confluent_keys_are_checked_with_their_path_b17(
 
 pl = pytest.importorskip("polars")
 
-VALUES: dict[str, Any] = {
-    "int": st.integers(-(2**63), 2**63 - 1),
-    "float": st.floats(allow_nan=False, allow_infinity=False),
-    "text": st.text(max_size=8),
-    "bool": st.booleans(),
-    "maybe": st.none() | st.integers(-1000, 1000),
-    "ints": st.lists(st.integers(-1000, 1000), max_size=3),
-}
+VALUES = JSON_VALUES
 SCHEMA = {
     "type": "object",
     "properties": {"id": {"type": "integer", "minimum": 0}},
@@ -314,15 +308,7 @@ def batches(draw: st.DrawFn, schema_id: int) -> list[bytes]:
             max_size=20,
         )
     )
-    payloads = [framed(schema_id, orjson.dumps(r)) for r in records]
-    for index, kind in draw(
-        st.lists(
-            st.tuples(st.integers(0, len(payloads) - 1), st.sampled_from(sorted(CORRUPTIONS))),
-            max_size=3,
-        )
-    ):
-        payloads[index] = CORRUPTIONS[kind](payloads[index])
-    return payloads
+    return corrupt(draw, [framed(schema_id, orjson.dumps(r)) for r in records], CORRUPTIONS, 3)
 
 
 def _rows(deser: ConfluentJsonDeserializer, payloads: list[bytes]) -> tuple[Any, Any]:

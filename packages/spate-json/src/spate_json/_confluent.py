@@ -235,16 +235,8 @@ class ConfluentJsonDeserializer(JsonDeserializer, ConfluentDeserializer):
 def _header(data: Any) -> int:
     """The schema id of a Confluent-framed payload; ``MALFORMED`` when the header is bad."""
     if len(data) < _HEADER or data[0] != CONFLUENT_MAGIC:
-        if not len(data):
-            reason = "empty payload"
-        elif data[0] != CONFLUENT_MAGIC:
-            reason = f"wrong magic byte 0x{data[0]:02x}"
-        else:
-            reason = f"only {len(data)} bytes"
-        raise DeserError(
-            f"not a Confluent JSON payload ({reason}; expected magic byte 0, a 4-byte "
-            "schema id and the JSON text)",
-            DeserErrorKind.MALFORMED,
+        raise ConfluentDeserializer._not_framed(
+            data, "JSON", ", a 4-byte schema id and the JSON text"
         )
     schema_id: int = _schema_id(data, 1)[0]
     return schema_id
