@@ -347,6 +347,7 @@ def test_b304_row_and_columnar_paths_decode_identically(
     schema_id = schema_registry.register("prop-value", json.dumps(SCHEMA), "JSON")
     avro = schema_registry.register("other-value", {"type": "record", "name": "R", "fields": []})
     unknown = b"\x00" + avro.to_bytes(4, "big")
+    known = {schema_id.to_bytes(4, "big"), avro.to_bytes(4, "big")}
     deser = confluent(schema_registry, validate=validate)
     assert deser.columnar is not None
 
@@ -358,6 +359,11 @@ def test_b304_row_and_columnar_paths_decode_identically(
     @given(payloads=batches(schema_id))
     def check(payloads: list[bytes]) -> None:
         payloads = [unknown + p[5:] if p[:5] == b"\0\0\0\0\x7f" else p for p in payloads]
+        # A corruption of a corruption may frame an id the registry never had: such a
+        # record waits (B21, the test below), so it is no record error to compare.
+        payloads = [p for p in payloads if len(p) < 5 or p[0] or p[1:5] in known]
+        if not payloads:
+            return
         expected = _rows(deser, payloads)
         assert _columns(deser, [memoryview(p) for p in payloads]) == expected
         assert _columns(deser, list(payloads)) == expected
