@@ -222,6 +222,7 @@ def test_b26_kafka_extra_installs_kafka_avro_json_clients_and_no_other(
             "confluent-kafka",
             "fastavro",
             "orjson",
+            "jsonschema",  # spate-json's validation of Confluent JSON Schema records
         },
         absent={
             "clickhouse-connect",

@@ -83,3 +83,32 @@ def random_batches_test(decoder: str) -> Callable[..., None]:
         assert counts.ok + counts.skipped == len(payloads)
 
     return test
+
+
+def corrupt(
+    draw: st.DrawFn,
+    payloads: list[bytes],
+    corruptions: Mapping[str, Callable[[bytes], bytes]],
+    most: int,
+) -> list[bytes]:
+    """``payloads`` with up to ``most`` of them (drawn at random) passed through a
+    randomly drawn corruption of ``corruptions``; the list is changed in place."""
+    for index, kind in draw(
+        st.lists(
+            st.tuples(st.integers(0, len(payloads) - 1), st.sampled_from(sorted(corruptions))),
+            max_size=most,
+        )
+    ):
+        payloads[index] = corruptions[kind](payloads[index])
+    return payloads
+
+
+JSON_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "int": st.integers(-(2**63), 2**63 - 1),
+    "float": st.floats(allow_nan=False, allow_infinity=False),
+    "text": st.text(max_size=8),
+    "bool": st.booleans(),
+    "maybe": st.none() | st.integers(-1000, 1000),
+    "ints": st.lists(st.integers(-1000, 1000), max_size=3),
+}
+"""Strategies of JSON field values by kind, for random JSON records."""

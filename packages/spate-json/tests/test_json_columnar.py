@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from spate import NO_RECORD, DeserError
 from spate_json import JsonDeserializer
 
+from tests.support.deser_fuzz import JSON_VALUES, corrupt
 from tests.support.scale import scaled
 
 pl = pytest.importorskip("polars")
@@ -38,12 +39,7 @@ SETTINGS = settings(
 )
 
 VALUES: dict[str, Any] = {
-    "int": st.integers(-(2**63), 2**63 - 1),
-    "float": st.floats(allow_nan=False, allow_infinity=False),
-    "text": st.text(max_size=8),
-    "bool": st.booleans(),
-    "maybe": st.none() | st.integers(-1000, 1000),
-    "ints": st.lists(st.integers(-1000, 1000), max_size=3),
+    **JSON_VALUES,
     "when": st.sampled_from(["2024-01-01T00:00:00", "2026-12-01 10:20:30.123", "1999-01-01"]),
 }
 
@@ -78,15 +74,7 @@ def batches(draw: st.DrawFn) -> list[bytes]:
             max_size=30,
         )
     )
-    payloads = [orjson.dumps(r) for r in records]
-    for index, kind in draw(
-        st.lists(
-            st.tuples(st.integers(0, len(payloads) - 1), st.sampled_from(sorted(CORRUPTIONS))),
-            max_size=4,
-        )
-    ):
-        payloads[index] = CORRUPTIONS[kind](payloads[index])
-    return payloads
+    return corrupt(draw, [orjson.dumps(r) for r in records], CORRUPTIONS, 4)
 
 
 def reference(deser: JsonDeserializer, payloads: list[bytes]) -> tuple[dict[int, list[str]], Any]:

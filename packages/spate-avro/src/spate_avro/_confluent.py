@@ -137,6 +137,21 @@ class ConfluentDeserializer:
             self._refused.discard(schema_id)
 
     @staticmethod
+    def _not_framed(data: Any, fmt: str, expected: str) -> DeserError:
+        """The ``MALFORMED`` error of a payload whose Confluent header is wrong or cut
+        short (``fmt`` names the format, ``expected`` what follows the magic byte)."""
+        if not len(data):
+            reason = "empty payload"
+        elif data[0] != 0:
+            reason = f"wrong magic byte 0x{data[0]:02x}"
+        else:
+            reason = f"only {len(data)} bytes"
+        return DeserError(
+            f"not a Confluent {fmt} payload ({reason}; expected magic byte 0{expected})",
+            DeserErrorKind.MALFORMED,
+        )
+
+    @staticmethod
     def _in_batch(
         group_frames: list[tuple[str | None, Any]], rows: list[int]
     ) -> list[tuple[str | None, Any]]:

@@ -203,17 +203,7 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
         """
         data: Any = payload if type(payload) is bytes else whole_payload(payload)
         if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
-            if not len(data):
-                reason = "empty payload"
-            elif data[0] != CONFLUENT_MAGIC:
-                reason = f"wrong magic byte 0x{data[0]:02x}"
-            else:
-                reason = f"only {len(data)} bytes"
-            raise DeserError(
-                f"not a Confluent Avro payload ({reason}; expected magic byte 0 and a "
-                "4-byte schema id)",
-                DeserErrorKind.MALFORMED,
-            )
+            raise self._not_framed(data, "Avro", " and a 4-byte schema id")
         schema_id: int = _schema_id(data, 1)[0]
         decode = self._decoders.get(schema_id)
         if decode is None:

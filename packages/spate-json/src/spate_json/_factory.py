@@ -2,7 +2,9 @@
 
 Turns a decoded :class:`~spate_json.JsonConfig` into the deserializer for its framing;
 a ``target`` type is imported and its field checks are built once here, so a bad target
-fails start-up naming the key (B29).
+fails start-up naming the key (B29). ``mode: confluent`` builds spate-avro's registry
+client with a parser of ``schemaType: JSON`` answers, probes the registry and fetches
+``prewarm_subjects`` before anything is consumed (B300, B303).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any, ClassVar
 
 from spate import BuildContext, ConfigError
 from spate.schema import Field
+from spate_avro import open_registry
 
+from spate_json._confluent import ConfluentJsonDeserializer, RegistryJsonSchemas
 from spate_json._deserializer import (
     ArrayJsonDeserializer,
     JsonDeserializer,
@@ -31,7 +35,10 @@ class JsonDeserializerFactory:
 
     @classmethod
     def build(cls, config: JsonConfig, context: BuildContext) -> JsonDeserializer:
-        """Build at start-up; imports the target type if one is configured."""
+        """Build at start-up; imports the target type if one is configured (blocks for
+        registry calls in ``confluent`` mode)."""
+        if config.mode == "confluent":
+            return _confluent(config, context)
         convert: Converter | None = None
         target: type[Any] | None = None
         if config.target is not None:
@@ -67,6 +74,32 @@ class JsonDeserializerFactory:
         if objects_only:
             deserializer.columnar = _columnar(config, target, deserializer)
         return deserializer
+
+
+def _confluent(config: JsonConfig, context: BuildContext) -> ConfluentJsonDeserializer:
+    """``mode: confluent``: the registry client, probed and prewarmed, and the deserializer;
+    the one prewarmed subject's latest schema describes the table (B59)."""
+    client, prewarmed = open_registry(
+        config,
+        context,
+        f"{context.component}.json",
+        parser=RegistryJsonSchemas(config.validate),
+    )
+    deserializer = ConfluentJsonDeserializer(
+        client,
+        config,
+        objects_only=config.top_level == "object",
+        described=prewarmed[0].fields if len(prewarmed) == 1 else None,
+        schema_changes=context.schema_changes,
+    )
+    if config.top_level == "object":
+        from spate_json._columnar import ColumnarJsonDecoder, columnar_available
+
+        if columnar_available():
+            deserializer.columnar = ColumnarJsonDecoder(
+                deserializer.body_reference, ndjson=False, declared=None
+            )
+    return deserializer
 
 
 def _described(source: JsonSchemaSource, key: str) -> tuple[Field, ...]:

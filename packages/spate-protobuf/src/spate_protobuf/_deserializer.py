@@ -182,17 +182,7 @@ class ConfluentProtobufDeserializer(ProtobufDeserializer, ConfluentDeserializer)
         if type(data) is not bytes:
             data = data.tobytes()  # a slice: the parser needs bytes
         if len(data) < 6 or data[0] != CONFLUENT_MAGIC:
-            if not len(data):
-                reason = "empty payload"
-            elif data[0] != CONFLUENT_MAGIC:
-                reason = f"wrong magic byte 0x{data[0]:02x}"
-            else:
-                reason = f"only {len(data)} bytes"
-            raise DeserError(
-                f"not a Confluent Protobuf payload ({reason}; expected magic byte 0, a "
-                "4-byte schema id and the message indexes)",
-                DeserErrorKind.MALFORMED,
-            )
+            raise self._not_framed(data, "Protobuf", ", a 4-byte schema id and the message indexes")
         key, start = _type_key(data)
         message_type = self._types.get(key)
         if message_type is None:
