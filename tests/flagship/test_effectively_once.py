@@ -149,6 +149,7 @@ def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
                 assert second.wait(120) == 0, second_log.read_text()[-3000:]
                 wait_for_a_write()
             if crash == 2:  # a ClickHouse outage while the pipeline runs
+                run.wait_started()
                 front.stop()
                 time.sleep(outage)
                 assert run.proc.poll() is None, run.tail()

@@ -82,6 +82,7 @@ def test_flagship_survives_kills_and_a_clickhouse_outage(
             run.wait_produced(share)
             wait_for_a_write()
             if crash == 1:
+                run.wait_started()
                 front.stop()
                 time.sleep(outage)
                 assert run.proc.poll() is None, run.tail()

@@ -122,6 +122,8 @@ class NoLossRun:
         self.log = log
         self._start = start
         self.delivered = delivered or durable
+        self._log_mark = log.stat().st_size if log.exists() else 0
+        """Where the current process's part of the shared log begins."""
         self.proc = start()
         self.members: list[subprocess.Popen[bytes]] = []
         """Other processes of the group a test started; sent SIGTERM at the end too."""
@@ -165,7 +167,23 @@ class NoLossRun:
         """SIGKILL the pipeline and start it again on the same log."""
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
+        self._log_mark = self.log.stat().st_size if self.log.exists() else 0
         self.proc = self._start()
+
+    def wait_started(self, timeout: float = 180) -> None:
+        """Until the current process is past its start-up: its part of the log says its
+        partitions were assigned, and the source subscribes only after every sink has
+        started (probing its endpoints, B29). A test that stops ClickHouse waits for this
+        first: rows growing in a table can be a killed process's last insert finishing,
+        and a producer that is done says nothing of the process, so neither shows that
+        the new one is running, and a start-up that meets the outage fails (B29)."""
+
+        def started() -> bool:
+            with self.log.open("rb") as log:
+                log.seek(self._log_mark)
+                return b"partitions assigned" in log.read()
+
+        self.wait(started, timeout, "the pipeline past its start-up")
 
     def produced_by_kind(self) -> dict[str, int]:
         """How many events of each kind the producer wrote."""
