@@ -53,6 +53,7 @@ def build_sink(
     pipeline: str | None = None,
     meter: Meter | None = None,
     budget: InflightBudget | None = None,
+    sinks: dict[str, dict[str, Any]] | None = None,
 ) -> BuiltSink:
     config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
     pipeline = pipeline if pipeline is not None else f"chtest{next(_names)}"
@@ -66,6 +67,10 @@ def build_sink(
         run_nonce=f"nonce{time.monotonic_ns()}",
         budget=budget,
         io_threads=io_threads,
+        sinks={
+            other: decode(ClickHouseSinkConfig, section, f"sinks.{other}.clickhouse")
+            for other, section in {name: body, **(sinks or {})}.items()
+        },
     )
     sink = ClickHouseSinkFactory.build(config, context)
     return BuiltSink(sink, meter, name, pipeline, budget)

@@ -24,15 +24,20 @@ always written with the columns its rows hold.
 A block the server refuses for a value of some row (:mod:`spate_clickhouse._isolate`)
 is bisected down to the rows it refuses on their own; the other rows are written and
 those rows follow ``on_record_error`` (B190-B193, docs/adr/0017).
+
+Each block is first cut by the table's partitions, late rows set apart
+(:mod:`spate_clickhouse._blocks`, B240-B244, docs/adr/0022); every piece is inserted
+(and isolated) on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import CounterSeries, Meter, names
@@ -40,6 +45,13 @@ from spate.records import Lane
 from spate.schema import Field
 from spate.sink import Intent, WriteBatch
 
+from spate_clickhouse._blocks import (
+    LateTable,
+    Partitioning,
+    Piece,
+    TooManyPartitions,
+    too_many_partitions,
+)
 from spate_clickhouse._client import connect
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
 from spate_clickhouse._endpoint import Endpoint, parse_endpoint
@@ -125,6 +137,12 @@ class ClickHouseConnector:
         self._m_isolate: CounterSeries | None = None
         self.health: TableHealth | None = None
         """Set by the factory when ``health`` follows the parts or a rate (B224)."""
+        late = config.late_data
+        self.partitioning = Partitioning(
+            name, config.max_partitions_per_insert_block, late.after if late else None, None
+        )
+        """Blocks cut by the table's partitions, late rows apart (B240-B244); the factory
+        sets its late table, the first probe its key."""
 
     def bind_meter(self, meter: Meter, component_type: str = "sink") -> None:
         """Count isolated rows and the inserts spent finding them in ``meter``."""
@@ -132,6 +150,7 @@ class ClickHouseConnector:
         self._m_isolate = meter.counter(
             names.SINK_ISOLATE_INSERTS, component=self.name, component_type=component_type
         )
+        self.partitioning.bind_meter(meter, component_type)
 
     def rejected(self, rows: list[Rejected], inserts: int, seq: int, endpoint: str) -> None:
         """Apply ``on_record_error`` to rows the server refused on their own (B190).
@@ -405,7 +424,12 @@ class ClickHouseShardWriter:
                 logger.debug("closing the client of %s failed", self.endpoint, exc_info=True)
 
     def probe(self) -> None:
-        """Connect and check the table on this replica (B20, B29). Blocks; start-up only."""
+        """Connect and check the table on this replica (B20, B29), then read its
+        partition key (B240). Blocks; start-up only."""
+        self._probe()
+        self._learn_partitions(self._get_client())
+
+    def _probe(self) -> None:
         client = self._get_client()
         if self.connector.create_sql:
             try:
@@ -437,6 +461,18 @@ class ClickHouseShardWriter:
             self.endpoint,
             check.mode,
         )
+
+    def _learn_partitions(self, client: Client) -> None:
+        """Read the table's partition key (B240); fatal for a ``late_data`` it cannot
+        serve (B242)."""
+        connector = self.connector
+        types = {c.name: c.type for c in connector.encoder().columns}
+        try:
+            connector.partitioning.learn(client, connector.database, connector.table, types)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading the partition key") from exc
 
     def command(self, sql: str, what: str) -> None:
         """Run one statement on this replica (``SinkError`` naming it on failure)."""
@@ -582,11 +618,35 @@ class ClickHouseShardWriter:
         encoder = buffer.encoder or connector.encoder()
         data = buffer.columns(len(encoder.columns), encoder.binary_columns())
         rows = len(data[0]) if data else 0
+        pieces = connector.partitioning.pieces(
+            batch.token, rows, lambda wanted: _row_arrays(encoder, data, wanted)
+        )
+        for piece in pieces:
+            block = data if piece.rows is None else [[c[i] for i in piece.rows] for c in data]
+            self._write_piece(batch, piece, piece.size(rows), self._row_insert(encoder, block, piece))
+        connector.partitioning.written(pieces, rows)
+
+    def _row_insert(self, encoder: RowEncoder, data: list[list[object]], piece: Piece) -> Insert:
+        """Inserts rows ``[start, stop)`` of one piece's columns on the row path."""
+        connector = self.connector
+        rows = len(data[0]) if data else 0
+        late = connector.partitioning.late if piece.late else None
 
         def insert(start: int, stop: int, token: str) -> None:
             part = data if start == 0 and stop == rows else [c[start:stop] for c in data]
             try:
                 client = self._get_client()
+                if late is not None:
+                    client.insert(
+                        late.table,
+                        part,
+                        column_names=[c.name for c in encoder.columns],
+                        database=late.database or None,
+                        column_type_names=[str(c.type) for c in encoder.columns],
+                        column_oriented=True,
+                        settings=late.settings(token),
+                    )
+                    return
                 context = self._insert_context(client, encoder)
                 context.settings = connector.insert_settings(token)
                 context.insert_exception = None
@@ -596,13 +656,24 @@ class ClickHouseShardWriter:
             except Exception as exc:
                 raise self._failed(exc) from exc
 
-        self._write_isolating(batch, rows, insert)
+        return insert
+
+    def _write_piece(self, batch: WriteBatch, piece: Piece, rows: int, insert: Insert) -> None:
+        """Insert one piece of a block with its token, split in halves when refused for
+        too many partitions (B241) and isolating refused rows (B190)."""
+        if piece.rows is not None:
+            batch = dataclasses.replace(batch, token=piece.token, rows=rows)
+        self._write_isolating(
+            batch, rows, self.connector.partitioning.halving(insert, piece.token)
+        )
 
     def _failed(self, exc: Exception) -> Exception:
         """What an insert's exception becomes: :class:`Refused` for a refusal of some
         row's value (the block can be bisected), a ``SinkError`` otherwise."""
         error = to_sink_error(exc, self.endpoint)
         code = code_of(exc)
+        if too_many_partitions(code, str(exc)):
+            return TooManyPartitions(error)  # split in halves (B241), not a parts problem
         if code == TOO_MANY_PARTS and self.connector.health is not None:
             self.connector.health.too_many_parts()
         if code in ISOLABLE_CODES:
@@ -668,29 +739,60 @@ class ClickHouseShardWriter:
         rows = len(buffer)
         table: list[object] = []
 
-        def insert(start: int, stop: int, token: str) -> None:
-            if start == 0 and stop == rows:
-                self._insert_stream(token, data)
-                return
+        def whole() -> Any:
             if not table:
                 table.append(read_stream(data))
-            part = table[0].slice(start, stop - start)  # type: ignore[attr-defined]
-            self._insert_stream(token, arrow_stream([part], self._stream_compression))
+            return table[0]
 
-        self._write_isolating(batch, rows, insert)
+        partitioning = self.connector.partitioning
+        pieces = partitioning.pieces(
+            batch.token, rows, lambda wanted: {n: whole().column(n) for n in wanted}
+        )
+        for piece in pieces:
+            size = piece.size(rows)
+            if piece.rows is None:
+                stream, taken = data, None
+            else:
+                taken = whole().take(piece.rows)
+                stream = arrow_stream([taken], self._stream_compression)
+            late = partitioning.late if piece.late else None
 
-    def _insert_stream(self, token: str, data: bytes) -> None:
+            def insert(
+                start: int, stop: int, token: str, stream: bytes = stream, taken: Any = taken,
+                size: int = size, late: LateTable | None = late,
+            ) -> None:
+                target = late.qualified if late is not None else None
+                settings = late.settings(token) if late is not None else None
+                if start == 0 and stop == size:
+                    self._insert_stream(token, stream, target, settings)
+                    return
+                part = (taken if taken is not None else whole()).slice(start, stop - start)
+                chunk = arrow_stream([part], self._stream_compression)
+                self._insert_stream(token, chunk, target, settings)
+
+            self._write_piece(batch, piece, size, insert)
+        partitioning.written(pieces, rows)
+
+    def _insert_stream(
+        self,
+        token: str,
+        data: bytes,
+        target: str | None = None,
+        settings: dict[str, object] | None = None,
+    ) -> None:
         connector = self.connector
         table = connector.table
         if connector.database:
             table = f"{connector.database}.{table}"
+        if target is not None:
+            table = target  # the late_data sink's table (B242)
         try:
             client = self._get_client()
             client.raw_insert(
                 table,
                 connector.column_names,
                 insert_block=data,
-                settings=connector.insert_settings(token),
+                settings=settings if settings is not None else connector.insert_settings(token),
                 fmt="ArrowStream",
             )
         except SinkError:
@@ -713,6 +815,16 @@ class _EncodedStream:
 
     def __len__(self) -> int:
         return self.rows
+
+
+def _row_arrays(
+    encoder: RowEncoder, data: list[list[object]], wanted: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """The row path's columns named ``wanted`` as Arrow arrays (the partition key's)."""
+    from spate_clickhouse._partition import arrow_column
+
+    index = {c.name: i for i, c in enumerate(encoder.columns)}
+    return {n: arrow_column(data[index[n]], encoder.columns[index[n]].type) for n in wanted}
 
 
 def _server_message(exc: BaseException) -> str:

@@ -87,6 +87,13 @@ def build_parts(
     delivery = config.pipeline.delivery
     position = RecordPosition() if delivery == "effectively_once" else None
 
+    # Decoded up front: a sink may name another (``late_data.to``) and read its section.
+    sink_specs = {
+        sink_name: spec if spec.config is not None else decode_connector(spec, registry)
+        for sink_name, spec in config.sinks.items()
+    }
+    sink_sections = {sink_name: spec.config for sink_name, spec in sink_specs.items()}
+
     def build(
         spec: ConnectorSpec,
         record_fields: tuple[Field, ...] | None = None,
@@ -111,6 +118,7 @@ def build_parts(
             delivery=delivery if sink else "at_least_once",
             position=position if sink else None,
             worker=worker,
+            sinks=sink_sections if sink else {},
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name
@@ -122,7 +130,7 @@ def build_parts(
     try:
         fields = record_fields_of(deserializer)
         sinks = {
-            sink_name: build(spec, fields, sink=True) for sink_name, spec in config.sinks.items()
+            sink_name: build(spec, fields, sink=True) for sink_name, spec in sink_specs.items()
         }
         if position is not None:
             _check_effectively_once(config, sinks)

@@ -10,7 +10,7 @@ with :mod:`spate.sink` in the core's layering (it names the sink's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spate._clock import Clock
 from spate.flow._contract import ByteBudget
@@ -59,3 +59,7 @@ class BuildContext:
     """``(index, count)`` in worker process ``index`` of ``count`` (``spate run
     --processes``); None in a single process. Components that keep local state per
     process (a spool's directory, B114) keep it apart per worker."""
+    sinks: Mapping[str, object] = field(default_factory=dict)
+    """For sinks: the decoded sections of every sink under ``sinks:`` by name, for a
+    sink that names another (the ClickHouse sink's ``late_data.to``); empty outside a
+    pipeline."""

@@ -1,0 +1,215 @@
+"""Partition-aware blocks and late data against chDB's HTTP front (B240-B242, B244).
+
+A stream whose tenth of rows is spread over two years goes into a table ``PARTITION BY
+toYYYYMMDD(ts)``: one insert of a block fails as the server says ("Too many partitions
+for single INSERT block", code 252); the sink writes every row, on the row path and on
+the columnar path, cutting each block by its partitions (B240), or, for a key it cannot
+compute, splitting refused inserts in halves (B241). With ``late_data`` the old rows go
+to a side table, counted (B242); a block written again (a retry, or a replay under
+``effectively_once``) rebuilds the same pieces with the same tokens and adds nothing
+(B244). Row counts are checked exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from spate.errors import ConfigError, SinkError
+from spate.sink import WriteBatch
+
+from tests.clickhouse.sinkkit import Driver, build_sink
+from tests.support.chfront_fixtures import ChFront
+from tests.support.scale import scaled
+
+pytestmark = [pytest.mark.integration]
+
+NOW = dt.datetime(2026, 6, 30, 12, 0, tzinfo=dt.UTC)
+WEEK = dt.timedelta(days=7)
+
+
+@pytest.fixture(scope="module")
+def front(chfront_module: Callable[..., ChFront]) -> Iterator[ChFront]:
+    yield chfront_module()
+
+
+def _table(front: ChFront, name: str, partition_by: str = "toYYYYMMDD(ts)") -> Any:
+    client = front.client()
+    client.command(
+        f"CREATE TABLE {name} (id UInt64, ts DateTime64(3, 'UTC')) ENGINE = MergeTree "
+        f"PARTITION BY {partition_by} ORDER BY id "
+        "SETTINGS non_replicated_deduplication_window = 1000"
+    )
+    return client
+
+
+def _rows(count: int, seed: int = 34) -> list[tuple[int, dt.datetime]]:
+    """A tenth of the rows spread over two years, the rest within the last hour."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        if i % 10 == 3:
+            ts = NOW - dt.timedelta(seconds=rng.randrange(0, 2 * 365 * 86_400))
+        else:
+            ts = NOW - dt.timedelta(seconds=rng.randrange(0, 3600))
+        rows.append((i, ts))
+    rows[-1] = (count - 1, NOW)  # the newest row of the (single) block
+    return rows
+
+
+def _body(front: ChFront, table: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "table": table,
+        "columns": ["id", "ts"],
+        "shards": [{"replicas": [front.url]}],
+        "batch": {"max_rows": 1_000_000, "linger": "1h"},
+        "retry": {"initial": "50ms", "max": "200ms", "max_attempts": 3},
+    }
+    body.update(extra)
+    return body
+
+
+def _count(client: Any, table: str) -> int:
+    return int(client.command(f"SELECT count() FROM {table}"))
+
+
+def _late(rows: list[tuple[int, dt.datetime]]) -> int:
+    """Rows whose day ended a week or more before the newest row."""
+    newest = max(ts for _, ts in rows)
+    horizon = newest - WEEK
+    return sum(
+        1
+        for _, ts in rows
+        if dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+        <= horizon
+    )
+
+
+def test_b240_a_block_over_two_years_of_days_is_refused_whole_and_written_in_pieces(
+    front: ChFront,
+) -> None:
+    client = _table(front, "parts_rows")
+    count = scaled(20_000, minimum=4_000)
+    rows = _rows(count)
+    with pytest.raises(Exception, match="Too many partitions for single INSERT block") as naive:
+        client.insert("parts_rows", rows, column_names=["id", "ts"])
+    assert "252" in str(naive.value)  # TOO_MANY_PARTS, the code the server uses for it
+    assert _count(client, "parts_rows") == 0
+
+    built = build_sink(_body(front, "parts_rows"))
+    built.sink.start()
+    driver = Driver(built.sink, batch_rows=count)
+    driver.offer_all(rows)
+    assert driver.finish()
+    built.sink.close()
+    assert driver.all_delivered
+    assert _count(client, "parts_rows") == count
+    days = int(client.command("SELECT uniqExact(toYYYYMMDD(ts)) FROM parts_rows"))
+    assert built.metric("spate_sink_partition_inserts_total") == -(-days // 100) - 1
+
+
+def test_b240_b244_frames_are_cut_alike_and_a_rewrite_adds_nothing(front: ChFront) -> None:
+    client = _table(front, "parts_frames")
+    count = scaled(10_000, minimum=3_000)
+    rows = _rows(count, seed=35)
+    built = build_sink(_body(front, "parts_frames"))
+    built.sink.start()
+    connector = built.sink._connector  # the sink's own connector, as its workers use it
+    writer = connector.open_writer(0, 0, front.url)
+    buffer = connector.new_buffer(0)
+    half = count // 2
+    for part in (rows[:half], rows[half:]):
+        buffer.append_frame(
+            pa.table(
+                {
+                    "id": pa.array([r[0] for r in part], pa.uint64()),
+                    "ts": pa.array([r[1] for r in part], pa.timestamp("ms", "UTC")),
+                }
+            )
+        )
+    batch = WriteBatch(buffer, count, 0, 0, 1, "frames-token", 1)
+    writer.write(batch)
+    writer.write(batch)  # the same block again (a retry, a replay): same pieces, same tokens
+    writer.close()
+    built.sink.close()
+    assert _count(client, "parts_frames") == count
+    assert int(client.command("SELECT uniqExact(id) FROM parts_frames")) == count
+
+
+def test_b241_a_key_the_client_cannot_compute_is_split_in_halves(front: ChFront) -> None:
+    client = _table(front, "parts_halves", partition_by="id % 400")
+    count = scaled(4_000, minimum=2_000)
+    rows = _rows(count, seed=36)
+    built = build_sink(_body(front, "parts_halves"))
+    built.sink.start()
+    driver = Driver(built.sink, batch_rows=count)
+    driver.offer_all(rows)
+    assert driver.finish()
+    built.sink.close()
+    assert driver.all_delivered
+    assert _count(client, "parts_halves") == count
+    assert built.metric("spate_sink_partition_inserts_total") >= 3  # at least two levels
+
+
+@pytest.mark.parametrize("path", ["rows", "frames"])
+def test_b242_late_rows_go_to_the_late_data_sink_and_are_counted(
+    front: ChFront, path: str
+) -> None:
+    main, side = f"late_main_{path}", f"late_side_{path}"
+    client = _table(front, main)
+    _table(front, side, partition_by="toYYYYMM(ts)")
+    count = scaled(10_000, minimum=3_000)
+    rows = _rows(count, seed=37)
+    late = _late(rows)
+    assert late > count // 20
+    body = _body(front, main, late_data={"after": "7d", "to": "late"})
+    built = build_sink(body, sinks={"late": _body(front, side)})
+    built.sink.start()
+    if path == "rows":
+        driver = Driver(built.sink, batch_rows=count)
+        driver.offer_all(rows)
+        assert driver.finish()
+        assert driver.all_delivered
+    else:
+        connector = built.sink._connector
+        writer = connector.open_writer(0, 0, front.url)
+        buffer = connector.new_buffer(0)
+        buffer.append_frame(
+            pa.table(
+                {
+                    "id": pa.array([r[0] for r in rows], pa.uint64()),
+                    "ts": pa.array([r[1] for r in rows], pa.timestamp("ms", "UTC")),
+                }
+            )
+        )
+        batch = WriteBatch(buffer, count, 0, 0, 1, f"late-{path}", 1)
+        writer.write(batch)
+        writer.write(batch)  # B244: the same late and on-time pieces, deduplicated
+        writer.close()
+    built.sink.close()
+    assert _count(client, side) == late
+    assert _count(client, main) == count - late
+    oldest_kept = client.command(f"SELECT min(ts) FROM {main}")
+    assert oldest_kept >= (NOW - WEEK - dt.timedelta(days=1)).replace(tzinfo=None)
+    assert built.metric("spate_sink_late_rows_total", table=side) == late
+
+
+def test_b242_late_data_on_a_table_not_partitioned_by_time_fails_start(front: ChFront) -> None:
+    _table(front, "late_ids", partition_by="intDiv(id, 1000)")
+    _table(front, "late_ids_side")
+    body = _body(front, "late_ids", late_data={"after": "7d", "to": "late"})
+    built = build_sink(body, sinks={"late": _body(front, "late_ids_side")})
+    with pytest.raises(SinkError, match=r"events\.late_data needs a table partitioned by time"):
+        built.sink.start()
+    built.sink.close()
+
+
+def test_b242_late_data_naming_no_sink_is_refused_with_its_path(front: ChFront) -> None:
+    body = _body(front, "late_none", late_data={"after": "7d", "to": "nowhere"})
+    with pytest.raises(ConfigError, match="nowhere") as refused:
+        build_sink(body)
+    assert "events.late_data.to" in str(refused.value)
