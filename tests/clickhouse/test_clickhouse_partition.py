@@ -74,7 +74,9 @@ def _values(rng: random.Random, n: int) -> dict[str, list[Any]]:
     days = [dt.date(1970, 1, 1), dt.date(2149, 6, 6), dt.date(2000, 2, 29)]
     days += [dt.date(1970, 1, 1) + dt.timedelta(days=rng.randrange(0, 65535)) for _ in range(n - 3)]
     days32 = [dt.date(1900, 1, 1), dt.date(1969, 12, 31), dt.date(2299, 12, 31)]
-    days32 += [dt.date(1900, 1, 1) + dt.timedelta(days=rng.randrange(0, 146_000)) for _ in range(n - 3)]
+    days32 += [
+        dt.date(1900, 1, 1) + dt.timedelta(days=rng.randrange(0, 146_000)) for _ in range(n - 3)
+    ]
     ints = [0, -1, -7, -6, 7, 6, -(2**63), 2**63 - 1] + [
         rng.randrange(-(10**12), 10**12) for _ in range(n - 8)
     ]
@@ -144,7 +146,9 @@ def test_b243_client_partition_values_match_the_server(
     term = key.terms[0]
     server = [
         None if r[0] is None else str(r[0])
-        for r in client.query(f"SELECT toString({expression}) FROM part_values ORDER BY k").result_rows
+        for r in client.query(
+            f"SELECT toString({expression}) FROM part_values ORDER BY k"
+        ).result_rows
     ]
     rows = arrow_column(values[term.column], types[term.column])
     assert _rendered(term.values(rows)) == server, "row path"
@@ -169,7 +173,9 @@ def test_b243_a_tuple_key_makes_as_many_partitions_as_the_server(
     assert len(pairs) == count
 
 
-def test_b243_the_server_reports_keys_the_client_parses(chfront_module: Callable[..., ChFront]) -> None:
+def test_b243_the_server_reports_keys_the_client_parses(
+    chfront_module: Callable[..., ChFront],
+) -> None:
     client = chfront_module().client()
     client.command(
         "CREATE TABLE part_key (ts DateTime64(3, 'UTC'), id Int64) ENGINE = MergeTree "

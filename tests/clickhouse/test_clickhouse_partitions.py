@@ -84,8 +84,7 @@ def _late(rows: list[tuple[int, dt.datetime]]) -> int:
     return sum(
         1
         for _, ts in rows
-        if dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
-        <= horizon
+        if dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.UTC) + dt.timedelta(days=1) <= horizon
     )
 
 
@@ -156,9 +155,7 @@ def test_b241_a_key_the_client_cannot_compute_is_split_in_halves(front: ChFront)
 
 
 @pytest.mark.parametrize("path", ["rows", "frames"])
-def test_b242_late_rows_go_to_the_late_data_sink_and_are_counted(
-    front: ChFront, path: str
-) -> None:
+def test_b242_late_rows_go_to_the_late_data_sink_and_are_counted(front: ChFront, path: str) -> None:
     main, side = f"late_main_{path}", f"late_side_{path}"
     client = _table(front, main)
     _table(front, side, partition_by="toYYYYMM(ts)")

@@ -74,7 +74,11 @@ def test_b242_a_month_partition_is_late_only_once_the_whole_month_is() -> None:
     key = parse_key("toYYYYMM(ts)", TYPES)
     planner = BlockPlanner(key, 100, late_after=7 * DAY)
     newest = dt.datetime(2024, 3, 5, tzinfo=dt.UTC)
-    stamps = [newest, dt.datetime(2024, 3, 1, tzinfo=dt.UTC), dt.datetime(2024, 2, 1, tzinfo=dt.UTC)]
+    stamps = [
+        newest,
+        dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        dt.datetime(2024, 2, 1, tzinfo=dt.UTC),
+    ]
     columns = {"ts": pa.array(stamps, pa.timestamp("ms", "UTC"))}
     pieces = planner.pieces("tok", 3, lambda wanted: columns)
     # February ended on March 1st, less than a week before the newest row: not late
@@ -113,7 +117,10 @@ def test_b241_one_row_still_refused_raises_the_servers_error() -> None:
 
 
 def test_b241_too_many_parts_is_not_too_many_partitions() -> None:
-    assert too_many_partitions(252, "Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100).")
+    assert too_many_partitions(
+        252,
+        "Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100).",
+    )
     assert not too_many_partitions(252, "Code: 252. DB::Exception: Too many parts (300).")
     assert not too_many_partitions(None, "Too many partitions for single INSERT block")
 
@@ -134,7 +141,14 @@ def test_b240_partition_keys_split_into_terms(expression: str, terms: list[str])
 
 @pytest.mark.parametrize(
     "expression",
-    ["id % 10", "toMonday(ts)", "intDiv(ts, 10)", "toYYYYMM(id)", "toYYYYMM(other)", "intDiv(id, 0)"],
+    [
+        "id % 10",
+        "toMonday(ts)",
+        "intDiv(ts, 10)",
+        "toYYYYMM(id)",
+        "toYYYYMM(other)",
+        "intDiv(id, 0)",
+    ],
 )
 def test_b241_other_keys_are_left_to_the_server(expression: str) -> None:
     assert parse_key(expression, TYPES) is None

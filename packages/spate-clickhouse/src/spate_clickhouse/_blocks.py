@@ -121,7 +121,10 @@ class BlockPlanner:
             return self._cut(None, ids, count, token) or [Piece(None, token)]
         on_time, late_rows = late
         pieces: list[Piece] = []
-        for chosen, prefix, is_late in ((on_time, token, False), (late_rows, f"{token}:late", True)):
+        for chosen, prefix, is_late in (
+            (on_time, token, False),
+            (late_rows, f"{token}:late", True),
+        ):
             if not chosen:
                 continue
             taken = {name: _take(array, chosen) for name, array in arrays.items()}

@@ -42,9 +42,7 @@ __all__ = ["PartitionKey", "Term", "parse_key"]
 
 Function = Literal["toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfHour", "intDiv", ""]
 
-_CALL = re.compile(
-    r"^(?P<fn>toYYYYMM|toYYYYMMDD|toDate|toStartOfHour|intDiv)\((?P<args>[^()]*)\)$"
-)
+_CALL = re.compile(r"^(?P<fn>toYYYYMM|toYYYYMMDD|toDate|toStartOfHour|intDiv)\((?P<args>[^()]*)\)$")
 _NAME = re.compile(r"^`?(?P<name>[A-Za-z_][A-Za-z0-9_]*)`?$")
 _TIME_FUNCTIONS = frozenset({"toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfHour"})
 _DAY = 86_400
@@ -68,7 +66,12 @@ class Term:
         """Whether the term's partitions are spans of time (``late_data`` needs one)."""
         if self.function in _TIME_FUNCTIONS:
             return True
-        return self.function == "" and self.type.name in ("Date", "Date32", "DateTime", "DateTime64")
+        return self.function == "" and self.type.name in (
+            "Date",
+            "Date32",
+            "DateTime",
+            "DateTime64",
+        )
 
     def values(self, column: pa.Array | pa.ChunkedArray) -> pa.Array:
         """This term of every row of ``column`` as the server computes it (nulls stay
@@ -114,7 +117,12 @@ class Term:
         offset = pc.subtract(local, instant)
         floored = pc.multiply(pc.floor(pc.divide(local.cast(pa.float64()), 3600.0)), 3600.0)
         hours = floored.cast(pa.int64())
-        midnight = pc.subtract(pc.multiply(pc.floor(pc.divide(local.cast(pa.float64()), 86400.0)), 86400.0).cast(pa.int64()), offset)
+        midnight = pc.subtract(
+            pc.multiply(pc.floor(pc.divide(local.cast(pa.float64()), 86400.0)), 86400.0).cast(
+                pa.int64()
+            ),
+            offset,
+        )
         early = pc.add(pc.multiply(pc.divide(instant, 3600), 3600), offset)
         return pc.if_else(pc.less(midnight, 0), early, hours).cast(pa.timestamp("s"))
 
@@ -179,7 +187,8 @@ def _unit(kind: str, chtype: ChType) -> tuple[str, int]:
     factor that brings them to it."""
     if kind != "DateTime64":
         return "s", 1
-    precision = int(chtype.args[0]) if chtype.args else 3
+    first = chtype.args[0] if chtype.args else 3
+    precision = first if isinstance(first, int) else 3
     for unit, digits in (("s", 0), ("ms", 3), ("us", 6), ("ns", 9)):
         if precision <= digits:
             return unit, 10 ** (digits - precision)
@@ -224,7 +233,9 @@ class PartitionKey:
 
         combined: pa.Array | None = None
         for term in self.terms:
-            encoded = pc.dictionary_encode(term.values(columns[term.column]), null_encoding="encode")
+            encoded = pc.dictionary_encode(
+                term.values(columns[term.column]), null_encoding="encode"
+            )
             indices = encoded.indices.cast(pa.int64())
             size = len(encoded.dictionary)
             combined = indices if combined is None else pc.add(pc.multiply(combined, size), indices)

@@ -623,7 +623,9 @@ class ClickHouseShardWriter:
         )
         for piece in pieces:
             block = data if piece.rows is None else [[c[i] for i in piece.rows] for c in data]
-            self._write_piece(batch, piece, piece.size(rows), self._row_insert(encoder, block, piece))
+            self._write_piece(
+                batch, piece, piece.size(rows), self._row_insert(encoder, block, piece)
+            )
         connector.partitioning.written(pieces, rows)
 
     def _row_insert(self, encoder: RowEncoder, data: list[list[object]], piece: Piece) -> Insert:
@@ -663,9 +665,7 @@ class ClickHouseShardWriter:
         too many partitions (B241) and isolating refused rows (B190)."""
         if piece.rows is not None:
             batch = dataclasses.replace(batch, token=piece.token, rows=rows)
-        self._write_isolating(
-            batch, rows, self.connector.partitioning.halving(insert, piece.token)
-        )
+        self._write_isolating(batch, rows, self.connector.partitioning.halving(insert, piece.token))
 
     def _failed(self, exc: Exception) -> Exception:
         """What an insert's exception becomes: :class:`Refused` for a refusal of some
@@ -758,8 +758,13 @@ class ClickHouseShardWriter:
             late = partitioning.late if piece.late else None
 
             def insert(
-                start: int, stop: int, token: str, stream: bytes = stream, taken: Any = taken,
-                size: int = size, late: LateTable | None = late,
+                start: int,
+                stop: int,
+                token: str,
+                stream: bytes = stream,
+                taken: Any = taken,
+                size: int = size,
+                late: LateTable | None = late,
             ) -> None:
                 target = late.qualified if late is not None else None
                 settings = late.settings(token) if late is not None else None
