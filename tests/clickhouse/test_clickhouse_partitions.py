@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from spate.errors import ConfigError, SinkError
+from spate.errors import ConfigError, ErrorClass, SinkError
 from spate.sink import WriteBatch
 
 from tests.clickhouse.sinkkit import Driver, build_sink
@@ -73,6 +73,46 @@ def _body(front: ChFront, table: str, **extra: Any) -> dict[str, Any]:
     return body
 
 
+def _drive(built: Any, rows: list[tuple[int, dt.datetime]]) -> None:
+    """Offer every row as one source batch through the pool and flush; all delivered."""
+    built.sink.start()
+    driver = Driver(built.sink, batch_rows=len(rows))
+    driver.offer_all(rows)
+    assert driver.finish()
+    built.sink.close()
+    assert driver.all_delivered
+
+
+def _frames_batch(
+    built: Any, url: str, parts: list[list[Any]], token: str
+) -> tuple[Any, WriteBatch]:
+    """A started sink's writer and a batch of ``parts`` as the Arrow frames of one block."""
+    built.sink.start()
+    connector = built.sink._connector  # the sink's own connector, as its workers use it
+    writer = connector.open_writer(0, 0, url)
+    buffer = connector.new_buffer(0)
+    for part in parts:
+        buffer.append_frame(
+            pa.table(
+                {
+                    "id": pa.array([r[0] for r in part], pa.uint64()),
+                    "ts": pa.array([r[1] for r in part], pa.timestamp("ms", "UTC")),
+                }
+            )
+        )
+    return writer, WriteBatch(buffer, sum(len(p) for p in parts), 0, 0, 1, token, 1)
+
+
+def _write_frames(built: Any, url: str, parts: list[list[Any]], token: str) -> None:
+    """Write ``parts`` as the Arrow frames of one block, twice (a retry, a replay: the
+    same pieces under the same tokens)."""
+    writer, batch = _frames_batch(built, url, parts, token)
+    writer.write(batch)
+    writer.write(batch)
+    writer.close()
+    built.sink.close()
+
+
 def _count(client: Any, table: str) -> int:
     return int(client.command(f"SELECT count() FROM {table}"))
 
@@ -100,12 +140,7 @@ def test_b240_a_block_over_two_years_of_days_is_refused_whole_and_written_in_pie
     assert _count(client, "parts_rows") == 0
 
     built = build_sink(_body(front, "parts_rows"))
-    built.sink.start()
-    driver = Driver(built.sink, batch_rows=count)
-    driver.offer_all(rows)
-    assert driver.finish()
-    built.sink.close()
-    assert driver.all_delivered
+    _drive(built, rows)
     assert _count(client, "parts_rows") == count
     days = int(client.command("SELECT uniqExact(toYYYYMMDD(ts)) FROM parts_rows"))
     assert built.metric("spate_sink_partition_inserts_total") == -(-days // 100) - 1
@@ -116,25 +151,8 @@ def test_b240_b244_frames_are_cut_alike_and_a_rewrite_adds_nothing(front: ChFron
     count = scaled(10_000, minimum=3_000)
     rows = _rows(count, seed=35)
     built = build_sink(_body(front, "parts_frames"))
-    built.sink.start()
-    connector = built.sink._connector  # the sink's own connector, as its workers use it
-    writer = connector.open_writer(0, 0, front.url)
-    buffer = connector.new_buffer(0)
     half = count // 2
-    for part in (rows[:half], rows[half:]):
-        buffer.append_frame(
-            pa.table(
-                {
-                    "id": pa.array([r[0] for r in part], pa.uint64()),
-                    "ts": pa.array([r[1] for r in part], pa.timestamp("ms", "UTC")),
-                }
-            )
-        )
-    batch = WriteBatch(buffer, count, 0, 0, 1, "frames-token", 1)
-    writer.write(batch)
-    writer.write(batch)  # the same block again (a retry, a replay): same pieces, same tokens
-    writer.close()
-    built.sink.close()
+    _write_frames(built, front.url, [rows[:half], rows[half:]], "frames-token")
     assert _count(client, "parts_frames") == count
     assert int(client.command("SELECT uniqExact(id) FROM parts_frames")) == count
 
@@ -144,12 +162,7 @@ def test_b241_a_key_the_client_cannot_compute_is_split_in_halves(front: ChFront)
     count = 600  # halves of 300 and quarters of 150 rows span 150 partitions, eighths 75
     rows = _rows(count, seed=36)
     built = build_sink(_body(front, "parts_halves"))
-    built.sink.start()
-    driver = Driver(built.sink, batch_rows=count)
-    driver.offer_all(rows)
-    assert driver.finish()
-    built.sink.close()
-    assert driver.all_delivered
+    _drive(built, rows)
     assert _count(client, "parts_halves") == count
     assert built.metric("spate_sink_partition_inserts_total") == 7  # 1 + 2 + 4 splits
 
@@ -165,29 +178,10 @@ def test_b242_late_rows_go_to_the_late_data_sink_and_are_counted(front: ChFront,
     assert late > count // 20
     body = _body(front, main, late_data={"after": "7d", "to": "late"})
     built = build_sink(body, sinks={"late": _body(front, side)})
-    built.sink.start()
     if path == "rows":
-        driver = Driver(built.sink, batch_rows=count)
-        driver.offer_all(rows)
-        assert driver.finish()
-        assert driver.all_delivered
-    else:
-        connector = built.sink._connector
-        writer = connector.open_writer(0, 0, front.url)
-        buffer = connector.new_buffer(0)
-        buffer.append_frame(
-            pa.table(
-                {
-                    "id": pa.array([r[0] for r in rows], pa.uint64()),
-                    "ts": pa.array([r[1] for r in rows], pa.timestamp("ms", "UTC")),
-                }
-            )
-        )
-        batch = WriteBatch(buffer, count, 0, 0, 1, f"late-{path}", 1)
-        writer.write(batch)
-        writer.write(batch)  # B244: the same late and on-time pieces, deduplicated
-        writer.close()
-    built.sink.close()
+        _drive(built, rows)
+    else:  # B244: the block written twice, the same late and on-time pieces deduplicated
+        _write_frames(built, front.url, [rows], f"late-{path}")
     assert _count(client, side) == late
     assert _count(client, main) == count - late
     oldest_kept = client.query(f"SELECT min(ts) FROM {main}").result_rows[0][0]
@@ -214,3 +208,39 @@ def test_b242_late_data_naming_no_sink_is_refused_with_its_path(front: ChFront) 
     with pytest.raises(ConfigError, match="nowhere") as refused:
         build_sink(body)
     assert "events.late_data.to" in str(refused.value)
+
+
+def test_b244_a_block_cut_short_after_its_first_piece_is_completed_by_its_retry(
+    front: ChFront, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link fails after the first piece landed: the batch fails (nothing acked), and
+    its retry — or a replay rebuilding the block — sends every piece again under the same
+    tokens; the first is dropped by ClickHouse's deduplication, the others land."""
+    from spate_clickhouse._writer import ClickHouseShardWriter
+
+    client = _table(front, "parts_cut")
+    count = scaled(10_000, minimum=3_000)
+    rows = _rows(count, seed=38)
+    built = build_sink(_body(front, "parts_cut"))
+    writer, batch = _frames_batch(built, front.url, [rows], "cut-token")
+    sent: list[str] = []
+    insert = ClickHouseShardWriter._insert_stream
+
+    def flaky(self: Any, token: str, *args: Any) -> None:
+        if len(sent) == 1:
+            sent.append(token)
+            raise SinkError("connection reset by peer", ErrorClass.RETRYABLE)
+        sent.append(token)
+        insert(self, token, *args)
+
+    monkeypatch.setattr(ClickHouseShardWriter, "_insert_stream", flaky)
+    with pytest.raises(SinkError, match="connection reset"):
+        writer.write(batch)
+    first = _count(client, "parts_cut")
+    assert 0 < first < count  # the first piece landed, the rest did not
+    writer.write(batch)
+    writer.close()
+    built.sink.close()
+    assert sent[0] == sent[2] == "cut-token:p0/" + sent[0].rsplit("/", 1)[1]
+    assert _count(client, "parts_cut") == count
+    assert int(client.command("SELECT uniqExact(id) FROM parts_cut")) == count
