@@ -13,7 +13,9 @@ to a side table, counted (B242); a block written again (a retry, or a replay und
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -244,3 +246,22 @@ def test_b244_a_block_cut_short_after_its_first_piece_is_completed_by_its_retry(
     assert sent[0] == sent[2] == "cut-token:p0/" + sent[0].rsplit("/", 1)[1]
     assert _count(client, "parts_cut") == count
     assert int(client.command("SELECT uniqExact(id) FROM parts_cut")) == count
+
+
+def test_b244_rows_refused_in_a_piece_are_named_by_their_place_in_the_block(
+    front: ChFront, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Isolation (B190) runs inside each piece; a refused row keeps its block position."""
+    client = front.client()
+    client.command(
+        "CREATE TABLE parts_checked (id UInt64, ts DateTime64(3, 'UTC'), "
+        "CONSTRAINT small CHECK id != 1003 AND id != 2503) ENGINE = MergeTree "
+        "PARTITION BY toYYYYMMDD(ts) ORDER BY id"
+    )
+    rows = _rows(3_000, seed=39)
+    built = build_sink(_body(front, "parts_checked", on_record_error="skip"))
+    with caplog.at_level(logging.WARNING):
+        _drive(built, rows)
+    assert _count(client, "parts_checked") == len(rows) - 2
+    refused = sorted(int(m) for m in re.findall(r"refused row (\d+) of batch", caplog.text))
+    assert refused == [1003, 2503]

@@ -33,6 +33,7 @@ Each block is first cut by the table's partitions, late rows set apart
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -665,7 +666,8 @@ class ClickHouseShardWriter:
         too many partitions (B241) and isolating refused rows (B190)."""
         if piece.rows is not None:
             batch = dataclasses.replace(batch, token=piece.token, rows=rows)
-        self._write_isolating(batch, rows, self.connector.partitioning.halving(insert, piece.token))
+        halving = self.connector.partitioning.halving(insert, piece.token)
+        self._write_isolating(batch, rows, halving, piece.rows)
 
     def _failed(self, exc: Exception) -> Exception:
         """What an insert's exception becomes: :class:`Refused` for a refusal of some
@@ -684,9 +686,13 @@ class ClickHouseShardWriter:
             self._drop_client()
         return error
 
-    def _write_isolating(self, batch: WriteBatch, rows: int, insert: Insert) -> None:
+    def _write_isolating(
+        self, batch: WriteBatch, rows: int, insert: Insert, positions: list[int] | None = None
+    ) -> None:
         """Insert the whole batch; when the server refuses a value of some row, bisect
-        it (B190, B191) and apply ``on_record_error`` to the rows refused alone."""
+        it (B190, B191) and apply ``on_record_error`` to the rows refused alone.
+        ``positions``: the block rows of a piece's rows (B244), so refused rows are
+        named by their place in the block."""
         try:
             insert(0, rows, batch.token)
             return
@@ -709,6 +715,8 @@ class ClickHouseShardWriter:
         except Refused as exc:  # pragma: no cover - isolate() catches every Refused
             raise whole from exc
         if found:
+            if positions is not None:
+                found = [r._replace(row=positions[r.row]) for r in found]
             self.connector.rejected(found, inserts, batch.seq, self.endpoint)
 
     def _insert_context(self, client: Client, encoder: RowEncoder) -> InsertContext:
@@ -749,34 +757,38 @@ class ClickHouseShardWriter:
             batch.token, rows, lambda wanted: {n: whole().column(n) for n in wanted}
         )
         for piece in pieces:
-            size = piece.size(rows)
             if piece.rows is None:
-                stream, taken = data, None
+                insert = self._frame_insert(data, whole, rows, None)
             else:
                 taken = whole().take(piece.rows)
                 stream = arrow_stream([taken], self._stream_compression)
-            late = partitioning.late if piece.late else None
-
-            def insert(
-                start: int,
-                stop: int,
-                token: str,
-                stream: bytes = stream,
-                taken: Any = taken,
-                size: int = size,
-                late: LateTable | None = late,
-            ) -> None:
-                target = late.qualified if late is not None else None
-                settings = late.settings(token) if late is not None else None
-                if start == 0 and stop == size:
-                    self._insert_stream(token, stream, target, settings)
-                    return
-                part = (taken if taken is not None else whole()).slice(start, stop - start)
-                chunk = arrow_stream([part], self._stream_compression)
-                self._insert_stream(token, chunk, target, settings)
-
-            self._write_piece(batch, piece, size, insert)
+                late = partitioning.late if piece.late else None
+                insert = self._frame_insert(
+                    stream, functools.partial(_same, taken), len(taken), late
+                )
+            self._write_piece(batch, piece, piece.size(rows), insert)
         partitioning.written(pieces, rows)
+
+    def _frame_insert(
+        self, stream: bytes, table: Callable[[], Any], rows: int, late: LateTable | None
+    ) -> Insert:
+        """Inserts rows ``[start, stop)`` of one piece on the columnar path: ``stream``
+        whole, else slices of ``table()`` (read from it only when a piece is cut)."""
+        from spate_clickhouse._frames import arrow_stream
+
+        target = late.qualified if late is not None else None
+
+        def insert(start: int, stop: int, token: str) -> None:
+            settings = late.settings(token) if late is not None else None
+            if start == 0 and stop == rows:
+                self._insert_stream(token, stream, target, settings)
+                return
+            part = table().slice(start, stop - start)
+            self._insert_stream(
+                token, arrow_stream([part], self._stream_compression), target, settings
+            )
+
+        return insert
 
     def _insert_stream(
         self,
@@ -820,6 +832,10 @@ class _EncodedStream:
 
     def __len__(self) -> int:
         return self.rows
+
+
+def _same(value: _T) -> _T:
+    return value
 
 
 def _row_arrays(
