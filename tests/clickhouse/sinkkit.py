@@ -2,7 +2,8 @@
 
 ``build_sink(body, name)`` decodes a ``clickhouse:`` body and builds the sink as the
 runtime would (through the entry-point factory, with its own meter, a real clock and byte
-budget). :class:`Driver` plays the pipeline thread: it offers rows with one ack per source
+budget; ``sinks`` are the other sinks' sections by name, for ``late_data.to``).
+:class:`Driver` plays the pipeline thread: it offers rows with one ack per source
 batch, waits and offers again while the sink refuses (counting how often: that is the
 source being backpressured), releases the chain's hold on each ack, and flushes.
 """
