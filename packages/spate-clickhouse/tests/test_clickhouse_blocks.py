@@ -152,3 +152,13 @@ def test_b240_partition_keys_split_into_terms(expression: str, terms: list[str])
 )
 def test_b241_other_keys_are_left_to_the_server(expression: str) -> None:
     assert parse_key(expression, TYPES) is None
+
+
+def test_b241_a_block_whose_partitions_cannot_be_computed_goes_whole() -> None:
+    """Values the key's functions cannot read leave the block to the halving (B241)."""
+    from spate_clickhouse._blocks import Partitioning, Piece
+
+    partitioning = Partitioning("events", 100, None, None)
+    partitioning.planner = BlockPlanner(parse_key("toYYYYMMDD(ts)", TYPES), 100)
+    columns = {"ts": pa.array(["not", "a", "time"])}
+    assert partitioning.pieces("tok", 3, lambda wanted: columns) == [Piece(None, "tok")]

@@ -230,6 +230,7 @@ class Partitioning:
         """The table's ``PARTITION BY`` as the server reported it ('' before the probe)."""
         self._split: Counter | None = None
         self._late_rows: Counter | None = None
+        self._warned = False
 
     def bind_meter(self, meter: Meter, component_type: str) -> None:
         """Count extra inserts and late rows in ``meter``."""
@@ -279,7 +280,21 @@ class Partitioning:
 
     def pieces(self, token: str, rows: int, columns: Columns) -> list[Piece]:
         """The inserts of one block (see :class:`BlockPlanner`). Worker thread."""
-        pieces = self.planner.pieces(token, rows, columns)
+        try:
+            pieces = self.planner.pieces(token, rows, columns)
+        except (TypeError, ValueError, ArithmeticError, NotImplementedError) as exc:
+            # Values the key's functions cannot read (pyarrow's errors are ValueErrors and
+            # TypeErrors): the block goes whole, split in halves if the server refuses it.
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "sink %s: cannot compute the partitions of a block (%s); such blocks "
+                    "are sent whole and split when refused",
+                    self.name,
+                    exc,
+                    extra={"component": self.name},
+                )
+            return [Piece(None, token)]
         if len(pieces) > 1 and self._split is not None:
             self._split.inc(len(pieces) - 1)
         return pieces
