@@ -10,7 +10,9 @@ source being backpressured), releases the chain's hold on each ack, and flushes.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -157,3 +159,24 @@ class GaugeWatcher:
         self._stop.set()
         self._thread.join(5)
         return self.peak
+
+
+STRAGGLERS_NOW = dt.datetime(2026, 6, 30, 12, 0, tzinfo=dt.UTC)
+"""The newest event time of :func:`straggling_rows` (data, not a clock)."""
+
+
+def straggling_rows(
+    count: int, now: dt.datetime = STRAGGLERS_NOW, seed: int = 34
+) -> list[tuple[int, dt.datetime]]:
+    """``(id, ts)`` rows: a tenth spread over the two years before ``now``, the rest in
+    its last hour, the last row at ``now`` (B240, B242)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        if i % 10 == 3:
+            ts = now - dt.timedelta(seconds=rng.randrange(0, 2 * 365 * 86_400))
+        else:
+            ts = now - dt.timedelta(seconds=rng.randrange(0, 3600))
+        rows.append((i, ts))
+    rows[-1] = (count - 1, now)
+    return rows

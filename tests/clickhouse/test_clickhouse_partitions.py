@@ -7,16 +7,17 @@ the columnar path, cutting each block by its partitions (B240), or, for a key it
 compute, splitting refused inserts in halves (B241). With ``late_data`` the old rows go
 to a side table, counted (B242); a block written again (a retry, or a replay under
 ``effectively_once``) rebuilds the same pieces with the same tokens and adds nothing
-(B244). Row counts are checked exactly.
+(B244). Row counts are checked exactly. ``tests/clickhouse/chdb_child.py`` (mode
+``partitions``) runs the stream with ``late_data`` on a ``chdb://`` replica.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,13 +25,14 @@ import pytest
 from spate.errors import ConfigError, ErrorClass, SinkError
 from spate.sink import WriteBatch
 
-from tests.clickhouse.sinkkit import Driver, build_sink
+from tests.clickhouse.chdb_child import run_child
+from tests.clickhouse.sinkkit import STRAGGLERS_NOW, Driver, build_sink, straggling_rows
 from tests.support.chfront_fixtures import ChFront
 from tests.support.scale import scaled
 
 pytestmark = [pytest.mark.integration]
 
-NOW = dt.datetime(2026, 6, 30, 12, 0, tzinfo=dt.UTC)
+NOW = STRAGGLERS_NOW
 WEEK = dt.timedelta(days=7)
 
 
@@ -50,17 +52,7 @@ def _table(front: ChFront, name: str, partition_by: str = "toYYYYMMDD(ts)") -> A
 
 
 def _rows(count: int, seed: int = 34) -> list[tuple[int, dt.datetime]]:
-    """A tenth of the rows spread over two years, the rest within the last hour."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(count):
-        if i % 10 == 3:
-            ts = NOW - dt.timedelta(seconds=rng.randrange(0, 2 * 365 * 86_400))
-        else:
-            ts = NOW - dt.timedelta(seconds=rng.randrange(0, 3600))
-        rows.append((i, ts))
-    rows[-1] = (count - 1, NOW)  # the newest row of the (single) block
-    return rows
+    return straggling_rows(count, NOW, seed)
 
 
 def _body(front: ChFront, table: str, **extra: Any) -> dict[str, Any]:
@@ -265,3 +257,18 @@ def test_b244_rows_refused_in_a_piece_are_named_by_their_place_in_the_block(
     assert _count(client, "parts_checked") == len(rows) - 2
     refused = sorted(int(m) for m in re.findall(r"refused row (\d+) of batch", caplog.text))
     assert refused == [1003, 2503]
+
+
+def test_b240_b242_a_chdb_replica_takes_the_stragglers_in_pieces_and_aside(
+    tmp_path: Path,
+) -> None:
+    count = scaled(10_000, minimum=3_000)
+    result = run_child("partitions", str(tmp_path / "ch"), str(count))
+    late = _late(_rows(count))
+    assert result == {
+        "naive": 252,
+        "delivered": True,
+        "days": count - late,
+        "days_late": late,
+        "late": late,
+    }
