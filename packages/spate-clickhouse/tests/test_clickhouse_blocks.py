@@ -101,7 +101,7 @@ def test_b241_a_refused_insert_is_halved_with_tokens_of_its_ranges() -> None:
     splits: list[int] = []
     halving(insert, "tok", lambda: splits.append(1))(0, 8, "tok")
     written = [c for c in calls if c[1] - c[0] <= 2]
-    assert [c[2] for c in written] == ["tok:h0-2", "tok:h2-4", "tok:h4-6", "tok:h6-8"]
+    assert [c[2] for c in written] == ["tok:0-2", "tok:2-4", "tok:4-6", "tok:6-8"]
     assert len(splits) == 3
 
 

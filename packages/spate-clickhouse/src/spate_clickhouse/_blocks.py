@@ -13,7 +13,11 @@
   tokens ``{token}:late:p{i}/{n}`` (B242).
 - With any other key, :func:`halving` splits an insert the server refuses with
   ``TOO_MANY_PARTS`` (code 252) "Too many partitions for single INSERT block" in
-  halves, ``{piece token}:h{start}-{stop}``, down to inserts it takes (B241).
+  halves, ``{piece token}:{start}-{stop}``, down to inserts it takes (B241). These are
+  the tokens :mod:`spate_clickhouse._isolate` gives the same ranges, split at the same
+  middles: when a half is refused for a value of some row after the other half landed,
+  the isolation that follows sends the landed half again under the same token, and
+  ClickHouse drops it.
 
 Everything is a function of the block's rows and token: under ``effectively_once`` a
 replay rebuilds the same block from its intent, hence the same pieces with the same
@@ -37,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from spate.errors import ErrorClass, SinkError
 
-from spate_clickhouse._isolate import Insert
+from spate_clickhouse._isolate import Insert, sub_token
 from spate_clickhouse._partition import PartitionKey, parse_key
 
 if TYPE_CHECKING:
@@ -180,19 +184,20 @@ def _take(array: pa.Array | pa.ChunkedArray, rows: list[int]) -> pa.Array | pa.C
 def halving(insert: Insert, token: str, split: Callable[[], None]) -> Insert:
     """``insert`` that splits a range the server refuses for spanning too many partitions
     in halves, recursively (B241): rows ``[a, b)`` of the piece whose token is ``token``
-    go as ``{token}:h{a}-{b}``. ``split`` is called once per split (a metric). A single
+    go as ``{token}:{a}-{b}`` (:func:`sub_token`, as isolation names the same range).
+    ``split`` is called once per split (a metric). A single
     row still refused raises the server's error."""
 
-    def run(start: int, stop: int, sub_token: str) -> None:
+    def run(start: int, stop: int, range_token: str) -> None:
         try:
-            insert(start, stop, sub_token)
+            insert(start, stop, range_token)
         except TooManyPartitions as exc:
             if stop - start <= 1:
                 raise exc.error from None
             middle = (start + stop) // 2
             split()
-            run(start, middle, f"{token}:h{start}-{middle}")
-            run(middle, stop, f"{token}:h{middle}-{stop}")
+            run(start, middle, sub_token(token, start, middle))
+            run(middle, stop, sub_token(token, middle, stop))
 
     return run
 
