@@ -467,7 +467,10 @@ class ClickHouseShardWriter:
         """Read the table's partition key (B240); fatal for a ``late_data`` it cannot
         serve (B242)."""
         connector = self.connector
-        types = {c.name: c.type for c in connector.encoder().columns}
+        # The types the probe learnt, not encoder(): a first buffer builds the encoder
+        # under its lock and probes a replica to learn them (``_learn_types``).
+        known = connector.schema.types or {}
+        types = {name: known[name] for name in connector.column_names if name in known}
         try:
             connector.partitioning.learn(client, connector.database, connector.table, types)
         except SinkError:
