@@ -13,6 +13,9 @@ Modes:
 * ``schema`` — a configured column missing from the table fails start-up (B20);
 * ``isolate`` — three rows a ``CHECK`` constraint refuses among 1,000 are isolated and
   skipped, the others written (B190);
+* ``partitions`` — COUNT rows, a tenth over two years, into ``PARTITION BY
+  toYYYYMMDD(ts)``: the naive insert's error code, then the sink with ``late_data`` to a
+  side table; the rows of each table and the late rows counted (B240, B242);
 * ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
   message naming both (one engine per process).
 """
@@ -20,14 +23,17 @@ Modes:
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import clickhouse_connect
 from spate.errors import SinkError
 from spate.sink import WriteBatch
 
-from tests.clickhouse.sinkkit import Driver, build_sink
+from tests.clickhouse.sinkkit import Driver, build_sink, straggling_rows
 from tests.support.chfront import alltypes
 
 
@@ -132,6 +138,61 @@ def _isolate(url: str, client: Any) -> dict[str, Any]:
     return {"rows": int(rows), "rejected": int(rejected)}
 
 
+def _partitions(url: str, client: Any, count: int) -> dict[str, Any]:
+    for table, key in (("days", "toYYYYMMDD(ts)"), ("days_late", "tuple()")):
+        client.command(
+            f"CREATE TABLE {table} (id UInt64, ts DateTime64(3, 'UTC')) ENGINE = MergeTree "
+            f"PARTITION BY {key} ORDER BY id"
+        )
+    rows = straggling_rows(count)
+    naive = None
+    try:
+        client.insert("days", rows, column_names=["id", "ts"])
+    except Exception as exc:
+        naive = getattr(exc, "code", None) or str(exc)[:200]
+
+    def body(table: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "table": table,
+            "columns": ["id", "ts"],
+            "shards": [{"replicas": [url]}],
+            "batch": {"max_rows": count, "linger": "1h"},
+            **extra,
+        }
+
+    built = build_sink(
+        body("days", late_data={"after": "7d", "to": "side"}), sinks={"side": body("days_late")}
+    )
+    built.sink.start()
+    driver = Driver(built.sink, batch_rows=count)
+    driver.offer_all(rows)
+    driver.finish()
+    built.sink.close()
+    counts = {
+        table: int(client.query(f"SELECT count() FROM {table}").result_rows[0][0])
+        for table in ("days", "days_late")
+    }
+    late = built.metric("spate_sink_late_rows_total", table="days_late")
+    return {"naive": naive, "delivered": driver.all_delivered, **counts, "late": int(late)}
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    """Run this module with ``args`` (``MODE DIR …``) in a child; its JSON result."""
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.clickhouse.chdb_child", *args],
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if out.returncode != 0:
+        raise AssertionError(out.stderr[-3000:])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main(argv: list[str]) -> int:
     mode, directory = argv[0], argv[1]
     url = f"chdb://{directory}"
@@ -144,6 +205,8 @@ def main(argv: list[str]) -> int:
         result = _schema(url, client)
     elif mode == "isolate":
         result = _isolate(url, client)
+    elif mode == "partitions":
+        result = _partitions(url, client, int(argv[2]))
     elif mode == "twodirs":
         result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:

@@ -2,14 +2,17 @@
 
 ``build_sink(body, name)`` decodes a ``clickhouse:`` body and builds the sink as the
 runtime would (through the entry-point factory, with its own meter, a real clock and byte
-budget). :class:`Driver` plays the pipeline thread: it offers rows with one ack per source
+budget; ``sinks`` are the other sinks' sections by name, for ``late_data.to``).
+:class:`Driver` plays the pipeline thread: it offers rows with one ack per source
 batch, waits and offers again while the sink refuses (counting how often: that is the
 source being backpressured), releases the chain's hold on each ack, and flushes.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -53,6 +56,7 @@ def build_sink(
     pipeline: str | None = None,
     meter: Meter | None = None,
     budget: InflightBudget | None = None,
+    sinks: dict[str, dict[str, Any]] | None = None,
 ) -> BuiltSink:
     config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
     pipeline = pipeline if pipeline is not None else f"chtest{next(_names)}"
@@ -66,6 +70,10 @@ def build_sink(
         run_nonce=f"nonce{time.monotonic_ns()}",
         budget=budget,
         io_threads=io_threads,
+        sinks={
+            other: decode(ClickHouseSinkConfig, section, f"sinks.{other}.clickhouse")
+            for other, section in {name: body, **(sinks or {})}.items()
+        },
     )
     sink = ClickHouseSinkFactory.build(config, context)
     return BuiltSink(sink, meter, name, pipeline, budget)
@@ -151,3 +159,24 @@ class GaugeWatcher:
         self._stop.set()
         self._thread.join(5)
         return self.peak
+
+
+STRAGGLERS_NOW = dt.datetime(2026, 6, 30, 12, 0, tzinfo=dt.UTC)
+"""The newest event time of :func:`straggling_rows` (data, not a clock)."""
+
+
+def straggling_rows(
+    count: int, now: dt.datetime = STRAGGLERS_NOW, seed: int = 34
+) -> list[tuple[int, dt.datetime]]:
+    """``(id, ts)`` rows: a tenth spread over the two years before ``now``, the rest in
+    its last hour, the last row at ``now`` (B240, B242)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        if i % 10 == 3:
+            ts = now - dt.timedelta(seconds=rng.randrange(0, 2 * 365 * 86_400))
+        else:
+            ts = now - dt.timedelta(seconds=rng.randrange(0, 3600))
+        rows.append((i, ts))
+    rows[-1] = (count - 1, now)
+    return rows

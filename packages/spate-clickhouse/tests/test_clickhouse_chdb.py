@@ -6,28 +6,9 @@ chDB hosts one engine per process, so each case runs the sink in a child process
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _child(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.clickhouse.chdb_child", *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+from tests.clickhouse.chdb_child import run_child as _child
 
 
 def test_b9_a_batch_resent_with_its_token_is_kept_once_in_chdb(tmp_path: Path) -> None:

@@ -70,7 +70,11 @@ def test_b290_a_placeholder_that_names_no_column_is_refused_with_its_path(
 
 @pytest.mark.parametrize(
     ("body", "key"),
-    [({"evolve": "add_columns"}, "evolve"), ({"health": {"follow_parts": True}}, "health")],
+    [
+        ({"evolve": "add_columns"}, "evolve"),
+        ({"health": {"follow_parts": True}}, "health"),
+        ({"late_data": {"after": "7d", "to": "side"}}, "late_data"),
+    ],
 )
 def test_b290_settings_that_need_one_table_are_refused_with_a_template(
     body: dict[str, Any], key: str

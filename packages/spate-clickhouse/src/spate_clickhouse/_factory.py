@@ -8,7 +8,9 @@ runtime's ``start()`` does. ``create_table: if_missing`` builds the ``CREATE TAB
 (from the declared column types and ``BuildContext.record_fields``), so a column whose
 type cannot be derived fails the build with its name (B29); each replica's probe runs it.
 ``evolve: add_columns`` subscribes the connector to the pipeline's new writer schemas
-(``BuildContext.schema_changes``, B60).
+(``BuildContext.schema_changes``, B60). ``late_data.to`` must name another ClickHouse
+sink of the pipeline with the same columns on the same servers (B242): its table takes
+the late rows.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from spate.errors import ConfigError
 from spate.plugins import BuildContext
 from spate.sink import PoolConfig, Router, SinkPool, WeightedHashRouter
 
+from spate_clickhouse._blocks import LateTable
 from spate_clickhouse._ddl import DdlError, create_table_sql, table_columns
 from spate_clickhouse._health import TableHealth
 from spate_clickhouse._router import DistributedRouter
 from spate_clickhouse._targets import TargetPlan, TargetRouter
 from spate_clickhouse._writer import ClickHouseConnector
-from spate_clickhouse.config import ClickHouseSinkConfig
+from spate_clickhouse.config import ClickHouseSinkConfig, LateDataConfig
 
 
 def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
@@ -38,6 +41,8 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
         except DdlError as exc:
             raise ConfigError(f"{context.component}.create_table", str(exc)) from None
     connector = ClickHouseConnector(config, context.component, create_sql)
+    if config.late_data is not None:
+        connector.partitioning.late = late_table(config, config.late_data, context)
     connector.bind_meter(context.meter)
     if context.delivery == "effectively_once":
         async_insert = str(config.settings.get("async_insert", "0")).strip().lower()
@@ -123,6 +128,38 @@ def _route(
 
     connector.route(plan, types, create)
     return TargetRouter(plan, inner)
+
+
+def late_table(
+    config: ClickHouseSinkConfig, late: LateDataConfig, context: BuildContext
+) -> LateTable:
+    """The table of the sink ``late_data.to`` names, checked against this sink (B242)."""
+    target_name = late.to
+    path = f"{context.component}.late_data.to"
+    target = context.sinks.get(target_name)
+    if target is None:
+        declared = ", ".join(sorted(context.sinks)) or "none"
+        raise ConfigError(path, f"no sink named {target_name!r} (sinks: {declared})")
+    if target_name == context.component:
+        raise ConfigError(path, "late rows must go to another sink than this one")
+    if not isinstance(target, ClickHouseSinkConfig):
+        raise ConfigError(path, f"sink {target_name!r} is not a clickhouse sink")
+    mine = [s.name for s in config.column_specs]
+    theirs = [s.name for s in target.column_specs]
+    if mine != theirs:
+        raise ConfigError(
+            path,
+            f"sink {target_name!r} writes columns {theirs}, this sink {mine}: late rows "
+            "are written with this sink's columns",
+        )
+    if [s.replicas for s in target.shards] != [s.replicas for s in config.shards]:
+        raise ConfigError(
+            path,
+            f"sink {target_name!r} must write to the same shards and replicas: late rows "
+            "are inserted through this sink's connections",
+        )
+    side = ClickHouseConnector(target, target_name)
+    return LateTable(target_name, side.database, side.table, side.insert_settings)
 
 
 class ClickHouseSinkFactory:

@@ -27,14 +27,20 @@ those rows follow ``on_record_error`` (B190-B193, docs/adr/0017): under
 ``dead_letter`` the write ends in :class:`~spate.sink.RowsRefused` and the pool charges
 each row to its own record, whose dead letter carries the server's code and message
 (B245-B249).
+
+Each block is first cut by the table's partitions, late rows set apart
+(:mod:`spate_clickhouse._blocks`, B240-B244, docs/adr/0022); every piece is inserted
+(and isolated) on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +50,13 @@ from spate.records import Lane
 from spate.schema import Field
 from spate.sink import Intent, RefusedRow, RowsRefused, WriteBatch
 
+from spate_clickhouse._blocks import (
+    LateTable,
+    Partitioning,
+    Piece,
+    TooManyPartitions,
+    too_many_partitions,
+)
 from spate_clickhouse._client import connect
 from spate_clickhouse._ddl import quote_name
 from spate_clickhouse._encoder import Column, ColumnBuffer, RowBlock, RowEncoder
@@ -142,6 +155,13 @@ class ClickHouseConnector:
         self.open_targets = OpenTargets(config.max_targets)
         self._create_target: Callable[[str, str], str] | None = None
 
+        late = config.late_data
+        self.partitioning = Partitioning(
+            name, config.max_partitions_per_insert_block, late.after if late else None, None
+        )
+        """Blocks cut by the table's partitions, late rows apart (B240-B244); the factory
+        sets its late table, the first probe its key."""
+
     def route(
         self,
         plan: TargetPlan,
@@ -227,6 +247,7 @@ class ClickHouseConnector:
         self._m_isolate = meter.counter(
             names.SINK_ISOLATE_INSERTS, component=self.name, component_type=component_type
         )
+        self.partitioning.bind_meter(meter, component_type)
 
     def rejected(self, rows: list[Rejected], inserts: int, seq: int, endpoint: str) -> None:
         """Apply ``on_record_error`` to rows the server refused on their own (B190).
@@ -497,7 +518,14 @@ class ClickHouseShardWriter:
                 logger.debug("closing the client of %s failed", self.endpoint, exc_info=True)
 
     def probe(self) -> None:
-        """Connect and check the table on this replica (B20, B29). Blocks; start-up only."""
+        """Connect and check the table on this replica (B20, B29), then read its
+        partition key (B240; a templated sink has no one table to read it from, and its
+        blocks are not cut by partitions). Blocks; start-up only."""
+        self._probe()
+        if self.connector.targets is None:
+            self._learn_partitions(self._get_client())
+
+    def _probe(self) -> None:
         client = self._get_client()
         if self.connector.create_sql:
             try:
@@ -529,6 +557,21 @@ class ClickHouseShardWriter:
             self.endpoint,
             check.mode,
         )
+
+    def _learn_partitions(self, client: Client) -> None:
+        """Read the table's partition key (B240); fatal for a ``late_data`` it cannot
+        serve (B242)."""
+        connector = self.connector
+        # The types the probe learnt, not encoder(): a first buffer builds the encoder
+        # under its lock and probes a replica to learn them (``_learn_types``).
+        known = connector.schema.types or {}
+        types = {name: known[name] for name in connector.column_names if name in known}
+        try:
+            connector.partitioning.learn(client, connector.database, connector.table, types)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise to_sink_error(exc, self.endpoint, "reading the partition key") from exc
 
     def command(self, sql: str, what: str) -> None:
         """Run one statement on this replica (``SinkError`` naming it on failure)."""
@@ -676,11 +719,37 @@ class ClickHouseShardWriter:
         encoder = buffer.encoder or connector.encoder()
         data = buffer.columns(len(encoder.columns), encoder.binary_columns())
         rows = len(data[0]) if data else 0
+        pieces = connector.partitioning.pieces(
+            batch.token, rows, lambda wanted: _row_arrays(encoder, data, wanted)
+        )
+        for piece in pieces:
+            block = data if piece.rows is None else [[c[i] for i in piece.rows] for c in data]
+            self._write_piece(
+                batch, piece, piece.size(rows), self._row_insert(encoder, block, piece)
+            )
+        connector.partitioning.written(pieces, rows)
+
+    def _row_insert(self, encoder: RowEncoder, data: list[list[object]], piece: Piece) -> Insert:
+        """Inserts rows ``[start, stop)`` of one piece's columns on the row path."""
+        connector = self.connector
+        rows = len(data[0]) if data else 0
+        late = connector.partitioning.late if piece.late else None
 
         def insert(start: int, stop: int, token: str) -> None:
             part = data if start == 0 and stop == rows else [c[start:stop] for c in data]
             try:
                 client = self._get_client()
+                if late is not None:
+                    client.insert(
+                        late.table,
+                        part,
+                        column_names=[c.name for c in encoder.columns],
+                        database=late.database or None,
+                        column_type_names=[str(c.type) for c in encoder.columns],
+                        column_oriented=True,
+                        settings=late.settings(token),
+                    )
+                    return
                 context = self._insert_context(client, encoder)
                 context.settings = connector.insert_settings(token)
                 context.insert_exception = None
@@ -690,7 +759,15 @@ class ClickHouseShardWriter:
             except Exception as exc:
                 raise self._failed(exc) from exc
 
-        self._write_isolating(batch, rows, insert)
+        return insert
+
+    def _write_piece(self, batch: WriteBatch, piece: Piece, rows: int, insert: Insert) -> None:
+        """Insert one piece of a block with its token, split in halves when refused for
+        too many partitions (B241) and isolating refused rows (B190)."""
+        if piece.rows is not None:
+            batch = dataclasses.replace(batch, token=piece.token, rows=rows)
+        halving = self.connector.partitioning.halving(insert, piece.token)
+        self._write_isolating(batch, rows, halving, piece.rows)
 
     def _write_targets(self, batch: WriteBatch, buffer: ColumnBuffer, plan: TargetPlan) -> None:
         """A templated sink's batch: one insert per target, in the order targets first
@@ -705,7 +782,9 @@ class ClickHouseShardWriter:
             for target, indices in plan.group_table(table):
                 part = take_rows(table, indices)
                 positions = [int(i) for i in indices]
-                self._write_target(batch, target, positions, self._frame_insert(part, target))
+                self._write_target(
+                    batch, target, positions, self._target_frame_insert(part, target)
+                )
             return
         encoder = buffer.encoder or connector.encoder()
         data = buffer.columns(len(encoder.columns), encoder.binary_columns())
@@ -744,7 +823,7 @@ class ClickHouseShardWriter:
 
         return insert
 
-    def _frame_insert(self, part: Any, target: Target) -> Insert:
+    def _target_frame_insert(self, part: Any, target: Target) -> Insert:
         """The insert of rows ``start:stop`` of one target's Arrow table (columnar path)."""
         from spate_clickhouse._frames import arrow_stream
 
@@ -752,7 +831,9 @@ class ClickHouseShardWriter:
             piece = (
                 part if start == 0 and stop == part.num_rows else part.slice(start, stop - start)
             )
-            self._insert_stream(token, arrow_stream([piece], self._stream_compression), target)
+            self._insert_stream(
+                token, arrow_stream([piece], self._stream_compression), _qualified(*target)
+            )
 
         return insert
 
@@ -787,6 +868,8 @@ class ClickHouseShardWriter:
         row's value (the block can be bisected), a ``SinkError`` otherwise."""
         error = to_sink_error(exc, self.endpoint)
         code = code_of(exc)
+        if too_many_partitions(code, str(exc)):
+            return TooManyPartitions(error)  # split in halves (B241), not a parts problem
         if code == TOO_MANY_PARTS and self.connector.health is not None:
             self.connector.health.too_many_parts()
         if code in ISOLABLE_CODES:
@@ -806,8 +889,9 @@ class ClickHouseShardWriter:
     ) -> None:
         """Insert the whole batch; when the server refuses a value of some row, bisect
         it (B190, B191) and apply ``on_record_error`` to the rows refused alone.
-        ``positions`` maps a part's rows to their places in the pool's batch (a templated
-        sink's target, B294); the refused rows are reported at those places."""
+        ``positions`` maps a part's rows to their places in the pool's batch (a piece of
+        a block cut by partitions, B244, or a templated sink's target, B294), so refused
+        rows are named, and charged, by their place in the batch."""
         try:
             insert(0, rows, batch.token)
             return
@@ -862,29 +946,69 @@ class ClickHouseShardWriter:
         rows = len(buffer)
         table: list[object] = []
 
-        def insert(start: int, stop: int, token: str) -> None:
-            if start == 0 and stop == rows:
-                self._insert_stream(token, data)
-                return
+        def whole() -> Any:
             if not table:
                 table.append(read_stream(data))
-            part = table[0].slice(start, stop - start)  # type: ignore[attr-defined]
-            self._insert_stream(token, arrow_stream([part], self._stream_compression))
+            return table[0]
 
-        self._write_isolating(batch, rows, insert)
+        partitioning = self.connector.partitioning
+        pieces = partitioning.pieces(
+            batch.token, rows, lambda wanted: {n: whole().column(n) for n in wanted}
+        )
+        for piece in pieces:
+            if piece.rows is None:
+                insert = self._frame_insert(data, whole, rows, None)
+            else:
+                taken = whole().take(piece.rows)
+                stream = arrow_stream([taken], self._stream_compression)
+                late = partitioning.late if piece.late else None
+                insert = self._frame_insert(
+                    stream, functools.partial(_same, taken), len(taken), late
+                )
+            self._write_piece(batch, piece, piece.size(rows), insert)
+        partitioning.written(pieces, rows)
 
-    def _insert_stream(self, token: str, data: bytes, target: Target | None = None) -> None:
+    def _frame_insert(
+        self, stream: bytes, table: Callable[[], Any], rows: int, late: LateTable | None
+    ) -> Insert:
+        """Inserts rows ``[start, stop)`` of one piece on the columnar path: ``stream``
+        whole, else slices of ``table()`` (read from it only when a piece is cut)."""
+        from spate_clickhouse._frames import arrow_stream
+
+        target = late.qualified if late is not None else None
+
+        def insert(start: int, stop: int, token: str) -> None:
+            settings = late.settings(token) if late is not None else None
+            if start == 0 and stop == rows:
+                self._insert_stream(token, stream, target, settings)
+                return
+            part = table().slice(start, stop - start)
+            self._insert_stream(
+                token, arrow_stream([part], self._stream_compression), target, settings
+            )
+
+        return insert
+
+    def _insert_stream(
+        self,
+        token: str,
+        data: bytes,
+        target: str | None = None,
+        settings: dict[str, object] | None = None,
+    ) -> None:
         connector = self.connector
-        database, table = target if target is not None else (connector.database, connector.table)
-        if database:
-            table = f"{database}.{table}"
+        table = connector.table
+        if connector.database:
+            table = f"{connector.database}.{table}"
+        if target is not None:
+            table = target  # the late_data sink's table (B242)
         try:
             client = self._get_client()
             client.raw_insert(
                 table,
                 connector.column_names,
                 insert_block=data,
-                settings=connector.insert_settings(token),
+                settings=settings if settings is not None else connector.insert_settings(token),
                 fmt="ArrowStream",
             )
         except SinkError:
@@ -922,6 +1046,20 @@ def _refused_row(row: Rejected, endpoint: str) -> RefusedRow:
         f"{endpoint} refused the row [code {row.code} {name}]: {row.message}",
         (("code", str(row.code)), ("code.name", name)),
     )
+
+
+def _same(value: _T) -> _T:
+    return value
+
+
+def _row_arrays(
+    encoder: RowEncoder, data: list[list[object]], wanted: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """The row path's columns named ``wanted`` as Arrow arrays (the partition key's)."""
+    from spate_clickhouse._partition import arrow_column
+
+    index = {c.name: i for i, c in enumerate(encoder.columns)}
+    return {n: arrow_column(data[index[n]], encoder.columns[index[n]].type) for n in wanted}
 
 
 def _server_message(exc: BaseException) -> str:

@@ -52,6 +52,7 @@ __all__ = [
     "ClickHouseSinkConfig",
     "ClickHouseTlsConfig",
     "ColumnSpec",
+    "LateDataConfig",
     "TableHealthConfig",
     "TableOptions",
     "TimeoutsConfig",
@@ -167,6 +168,31 @@ class TableHealthConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LateDataConfig:
+    """``late_data:`` — rows of old partitions written to another sink's table (B242).
+
+    A row is late when its partition (by the table's time-based ``PARTITION BY``: a
+    ``toYYYYMM``, ``toYYYYMMDD``, ``toDate`` or ``toStartOfHour`` of a column, or a
+    ``Date``/``DateTime`` column itself) ended ``after`` or more before the newest row
+    of its block. Late rows are written to the table of the sink named ``to`` (a
+    ClickHouse sink of the pipeline with the same columns) instead of creating parts in
+    old partitions, in the same write as the rest of the block (B244).
+    """
+
+    after: Duration = 0.0
+    """How far behind the newest row of its block a partition may end and still be
+    written to the sink's own table; e.g. ``7d``."""
+    to: str = ""
+    """The name of the ClickHouse sink (under ``sinks:``) whose table takes late rows."""
+
+    def config_errors(self) -> Iterator[tuple[str, str]]:
+        if self.after <= 0:
+            yield "after", "must be positive (e.g. 7d)"
+        if not self.to.strip():
+            yield "to", "required key is missing (the name of the sink late rows go to)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClickHouseTlsConfig:
     """``tls:`` — how ``https://`` replicas are verified, and the client certificate (B69)."""
 
@@ -267,6 +293,13 @@ class ClickHouseSinkConfig:
     records' timestamps."""
     health: TableHealthConfig = field(default_factory=TableHealthConfig)
     """Inserts that follow the table's parts and an insert rate (see below)."""
+    max_partitions_per_insert_block: int = 100
+    """The most partitions one insert may span (the server's setting of the same name,
+    100 by default, refuses more). The sink reads the table's ``PARTITION BY`` at start
+    and cuts each block into inserts of at most this many partitions; for a key it
+    cannot compute it splits a refused insert in halves. ``0``: never cut."""
+    late_data: LateDataConfig | None = None
+    """Rows of partitions older than a horizon go to another sink's table (see below)."""
     create_table: Literal["off", "if_missing"] = "off"
     """``if_missing``: create the table at start-up from every replica's probe (``ON
     CLUSTER`` with ``table_options.on_cluster``) before ``validate_schema`` runs; column
@@ -354,6 +387,8 @@ class ClickHouseSinkConfig:
         yield from self._settings_errors()
         if self.isolate_max_inserts < 0:
             yield "isolate_max_inserts", "must not be negative"
+        if self.max_partitions_per_insert_block < 0:
+            yield "max_partitions_per_insert_block", "must be 0 (no limit) or positive"
         if self.event_time_column and self.event_time_column not in self._column_names():
             yield "event_time_column", f"{self.event_time_column!r} is not one of the columns"
         if self.router == "distributed":
@@ -394,6 +429,12 @@ class ClickHouseSinkConfig:
             yield (
                 "health.follow_parts",
                 "a templated table or database has no one table whose parts to follow",
+            )
+        if self.late_data is not None:
+            yield (
+                "late_data",
+                "a templated table or database has no one partition key to cut blocks by "
+                "(blocks of a templated sink are not cut by partitions yet)",
             )
 
     def _column_names(self) -> list[str]:

@@ -93,6 +93,13 @@ def build_parts(
     position = RecordPosition() if delivery == "effectively_once" else None
     gates = commit_gates if commit_gates is not None else CommitGates()
 
+    # Decoded up front: a sink may name another (``late_data.to``) and read its section.
+    sink_specs = {
+        sink_name: spec if spec.config is not None else decode_connector(spec, registry)
+        for sink_name, spec in config.sinks.items()
+    }
+    sink_sections = {sink_name: spec.config for sink_name, spec in sink_specs.items()}
+
     def build(
         spec: ConnectorSpec,
         record_fields: tuple[Field, ...] | None = None,
@@ -118,6 +125,7 @@ def build_parts(
             position=position if sink else None,
             worker=worker,
             commit_gates=gates,
+            sinks=sink_sections if sink else {},
         )
         logger.debug(
             "building %s %s (%s) for pipeline %s", spec.kind, spec.component, spec.tag, name
@@ -129,7 +137,7 @@ def build_parts(
     try:
         fields = record_fields_of(deserializer)
         sinks = {
-            sink_name: build(spec, fields, sink=True) for sink_name, spec in config.sinks.items()
+            sink_name: build(spec, fields, sink=True) for sink_name, spec in sink_specs.items()
         }
         if position is not None:
             _check_effectively_once(config, sinks)

@@ -65,3 +65,8 @@ class BuildContext:
     :class:`~spate.sink.writebehind.CommitGate` from it, so every writer of one
     destination in the pipeline commits one at a time. The assembly gives every factory
     of a pipeline the same registry (a context built alone gets one of its own)."""
+
+    sinks: Mapping[str, object] = field(default_factory=dict)
+    """For sinks: the decoded sections of every sink under ``sinks:`` by name, for a
+    sink that names another (the ClickHouse sink's ``late_data.to``); empty outside a
+    pipeline."""

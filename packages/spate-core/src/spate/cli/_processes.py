@@ -262,6 +262,7 @@ class WorkerSlot:
                 "records_failed": report.records_failed,
                 "dropped": report.dropped,
                 "source_dropped": report.source_dropped,
+                "late_rows": report.late_rows,
             }
         )
         with (self.directory / f"worker-{self.index}.reports").open("a") as out:
@@ -578,7 +579,7 @@ class ProcessParent:
 
     def _log_total(self) -> None:
         """One line summing the workers' run reports (each worker logged its own)."""
-        total: dict[str, Any] = {"dropped": {}, "source_dropped": {}}
+        total: dict[str, Any] = {"dropped": {}, "source_dropped": {}, "late_rows": {}}
         runs = 0
         for worker in self.workers:
             path = self._dir / f"worker-{worker.index}.reports"
@@ -609,6 +610,7 @@ class ProcessParent:
             records_failed=total.get("records_failed", 0),
             dropped=total["dropped"],
             source_dropped=total["source_dropped"],
+            late_rows=total["late_rows"],
         )
         counts = summary.counts()
         unreported = max(ended - runs, 0)

@@ -152,6 +152,15 @@ SINK_ISOLATE_INSERTS = _c(
     "spate_sink_isolate_inserts_total",
     "Extra inserts made to isolate the rows of blocks the server refused.",
 )
+SINK_LATE_ROWS = _c(
+    "spate_sink_late_rows_total",
+    "Rows older than late_data.after written to the late_data sink's table, by table.",
+    "table",
+)
+SINK_PARTITION_INSERTS = _c(
+    "spate_sink_partition_inserts_total",
+    "Extra inserts made to keep each insert within max_partitions_per_insert_block.",
+)
 
 SINK_EVENT_TO_WRITTEN = MetricFamily(
     "spate_sink_event_to_written_seconds",

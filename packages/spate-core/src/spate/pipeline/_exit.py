@@ -48,6 +48,9 @@ class ExitReport:
     replays them); normal during rebalances, so they do not fail the run."""
     abandoned_rows: int = 0
     """Rows the sinks dropped unwritten at the end (B4)."""
+    late_rows: dict[str, int] = field(default_factory=dict)
+    """Rows written to a ``late_data`` side table instead of their sink's, by table
+    (B242). Written, so among :attr:`records_delivered`; shown apart."""
     final_watermarks: dict[Lane, int] = field(default_factory=dict)
     """Committable position per lane at the end (what the tracker proved delivered)."""
     committed: dict[Lane, int] = field(default_factory=dict)
@@ -79,13 +82,16 @@ class ExitReport:
 
     def counts(self) -> str:
         """The record counts of :meth:`summary`: ``records in=... delivered=... dropped=...
-        (by reason) [source_dropped=... (by reason)] failed=...``."""
+        (by reason) [source_dropped=... (by reason)] [late_rows=... (by table)] failed=...``."""
         reasons = ", ".join(f"{why}={n}" for why, n in sorted(self.dropped.items()))
         dropped = f"dropped={self.records_dropped}" + (f" ({reasons})" if reasons else "")
         if self.source_dropped:
             before = ", ".join(f"{w}={n}" for w, n in sorted(self.source_dropped.items()))
             total = sum(self.source_dropped.values())
             dropped += f" source_dropped={total} ({before})"
+        if self.late_rows:
+            tables = ", ".join(f"{t}={n}" for t, n in sorted(self.late_rows.items()))
+            dropped += f" late_rows={sum(self.late_rows.values())} ({tables})"
         return (
             f"records in={self.records_in} delivered={self.records_delivered} {dropped} "
             f"failed={self.records_failed}"

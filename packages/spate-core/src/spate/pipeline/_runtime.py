@@ -656,6 +656,10 @@ class PipelineRuntime:
             why: int(count)
             for why, count in self._meter.totals(names.SOURCE_DROPPED, "reason").items()
         }
+        late_rows = {
+            table: int(count)
+            for table, count in self._meter.totals(names.SINK_LATE_ROWS, "table").items()
+        }
         self._closing = True
         try:
             self._source.close()
@@ -697,6 +701,7 @@ class PipelineRuntime:
             abandoned_batches=unfinished,
             revoked_batches_dropped=self._revoke_abandoned,
             abandoned_rows=abandoned_rows,
+            late_rows=late_rows,
             final_watermarks=marks,
             committed=self._committer.committed,
             duration_seconds=self._clock.monotonic() - self._started_at,
