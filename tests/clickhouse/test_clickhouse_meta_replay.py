@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -36,7 +37,9 @@ class IntDeser:
         return int(bytes(payload))
 
 
-def _batch(first: int, stop: int) -> PayloadBatch:
+def offsets_batch(first: int, stop: int, headers: Callable[[int], Headers]) -> PayloadBatch:
+    """Offsets ``first`` to ``stop`` of :data:`LANE`: each value is its offset, each
+    timestamp 1.7e12 ms plus it, and ``headers(offset)`` the record's headers."""
     offsets = list(range(first, stop))
     return PayloadBatch(
         LANE,
@@ -45,8 +48,30 @@ def _batch(first: int, stop: int) -> PayloadBatch:
         [None] * len(offsets),
         [1_700_000_000_000 + o for o in offsets],
         stop,
-        headers=[Headers([("tenant", b"x"), ("tenant", b"t%d" % o)]) for o in offsets],
+        headers=[headers(o) for o in offsets],
     )
+
+
+def _headers(offset: int) -> Headers:
+    return Headers([("tenant", b"x"), ("tenant", b"t%d" % offset)])
+
+
+def feed(
+    processor: Any, sink: Any, batch: Callable[[], PayloadBatch], first: int, stop: int
+) -> None:
+    """Process ``batch()`` (offsets ``first`` to ``stop``), resuming while the sink stalls
+    (60 s at most), then flush and close ``sink``."""
+    ack = AckToken(LANE, 0, first, stop, stop - first, lambda t: None)
+    resume = None
+    deadline = time.monotonic() + 60
+    while (stalled := processor.process(batch(), ack, resume)) is not None:
+        assert time.monotonic() < deadline, "the sink refused rows for 60s"
+        resume = stalled.cursor
+        time.sleep(0.01)
+    ack.release()
+    sink.tick()
+    assert sink.flush(time.monotonic() + 60)
+    sink.close()
 
 
 def _run(front: ChFront, table: str, first: int, stop: int, **extra: Any) -> None:
@@ -60,17 +85,7 @@ def _run(front: ChFront, table: str, first: int, stop: int, **extra: Any) -> Non
         pipeline="eo",
         position=position,
     )
-    ack = AckToken(LANE, 0, first, stop, stop - first, lambda t: None)
-    resume = None
-    deadline = time.monotonic() + 60
-    while (stalled := processor.process(_batch(first, stop), ack, resume)) is not None:
-        assert time.monotonic() < deadline, "the sink refused rows for 60s"
-        resume = stalled.cursor
-        time.sleep(0.01)
-    ack.release()
-    sink.tick()
-    assert sink.flush(time.monotonic() + 60)
-    sink.close()
+    feed(processor, sink, lambda: offsets_batch(first, stop, _headers), first, stop)
 
 
 def test_b255_a_replay_rebuilds_the_same_metadata_columns_and_writes_each_record_once(

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from spate import AckToken, Lane
+from spate import AckToken
 from spate.errors import ErrorPolicy
 from spate.metrics._meter import Meter
 from spate.ops import compile_chain
@@ -20,28 +20,26 @@ from spate.records import Headers, PayloadBatch
 
 from tests.clickhouse.sinkkit import build_sink
 from tests.clickhouse.test_clickhouse_effectively_once import eo_sink
-from tests.clickhouse.test_clickhouse_meta_replay import IntDeser
+from tests.clickhouse.test_clickhouse_meta_replay import (
+    LANE,
+    IntDeser,
+    feed,
+    offsets_batch,
+)
 from tests.support.chfront_fixtures import ChFront
 from tests.support.services import unique_name
 
 pytestmark = [pytest.mark.integration]
 
-LANE = Lane("orders", 3)
 COLUMNS: list[Any] = [{"id": "UInt64"}, {"kind": "String"}, {"tenant": "$header.tenant"}]
 KINDS = 5
 
 
 def _batch(first: int, stop: int, prefix: str) -> PayloadBatch:
-    offsets = list(range(first, stop))
-    return PayloadBatch(
-        LANE,
-        offsets,
-        [memoryview(b"%d" % o) for o in offsets],
-        [None] * len(offsets),
-        [1_700_000_000_000 + o for o in offsets],
-        stop,
-        headers=[Headers([("tenant", b"%s%d" % (prefix.encode(), o % 3))]) for o in offsets],
-    )
+    def headers(offset: int) -> Headers:
+        return Headers([("tenant", b"%s%d" % (prefix.encode(), offset % 3))])
+
+    return offsets_batch(first, stop, headers)
 
 
 def _run(front: ChFront, prefix: str, first: int, stop: int, **extra: Any) -> Any:
@@ -64,17 +62,7 @@ def _run(front: ChFront, prefix: str, first: int, stop: int, **extra: Any) -> An
         position=position,
         record_policy=ErrorPolicy.SKIP,
     )
-    ack = AckToken(LANE, 0, first, stop, stop - first, lambda t: None)
-    resume = None
-    deadline = time.monotonic() + 60
-    while (stalled := processor.process(_batch(first, stop, prefix), ack, resume)) is not None:
-        assert time.monotonic() < deadline, "the sink refused rows for 60s"
-        resume = stalled.cursor
-        time.sleep(0.01)
-    ack.release()
-    sink.tick()
-    assert sink.flush(time.monotonic() + 60)
-    sink.close()
+    feed(processor, sink, lambda: _batch(first, stop, prefix), first, stop)
     return sink
 
 

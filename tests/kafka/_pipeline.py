@@ -12,7 +12,9 @@ delivered keys (:class:`ClickHouseTable`).
 A test that runs ``spate run`` on the real broker, whatever its sink, builds its
 configuration here rather than writing the document out: :func:`kafka_source` (or
 :func:`replay_source` for a kill-and-restart test) is the ``source:`` section,
-:func:`pipeline_document` the whole document and :func:`write_document` writes it.
+:func:`pipeline_document` the whole document and :func:`write_document` writes it. A test
+that writes its document as YAML text takes the ``source:`` section from
+:func:`source_yaml`.
 """
 
 from __future__ import annotations
@@ -46,32 +48,33 @@ def kafka_source(
     group: str,
     *,
     stop_at: str | None = "never",
-    commit_interval: str = "200ms",
+    commit_interval: str | None = "200ms",
     consume_batch: int | None = None,
     session_timeout_ms: int | None = 6000,
     rebalance: str | None = None,
+    statistics_interval: str | None = None,
     rdkafka: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The ``source:`` section of a test pipeline reading ``topic`` as ``group``.
 
     It commits every ``commit_interval`` and reads until ``stop_at`` (``"end"``,
-    ``"never"``; ``None`` leaves the key out). ``consume_batch`` and ``rebalance`` are
-    written only when given. ``session_timeout_ms`` sets ``session.timeout.ms`` with a
+    ``"never"``; ``None`` leaves either key out, to the source's default).
+    ``consume_batch``, ``rebalance`` and ``statistics_interval`` are written only when
+    given. ``session_timeout_ms`` sets ``session.timeout.ms`` with a
     heartbeat every 500 ms; ``None`` leaves the session to the broker (as ``rebalance:
     consumer`` must). ``rdkafka`` adds librdkafka settings after those; with none at all
     the ``rdkafka:`` key is left out."""
-    kafka: dict[str, object] = {
-        "brokers": bootstrap,
-        "topic": topic,
-        "group_id": group,
-        "commit_interval": commit_interval,
-    }
+    kafka: dict[str, object] = {"brokers": bootstrap, "topic": topic, "group_id": group}
+    if commit_interval is not None:
+        kafka["commit_interval"] = commit_interval
     if stop_at is not None:
         kafka["stop_at"] = stop_at
     if consume_batch is not None:
         kafka["consume_batch"] = consume_batch
     if rebalance is not None:
         kafka["rebalance"] = rebalance
+    if statistics_interval is not None:
+        kafka["statistics_interval"] = statistics_interval
     settings: dict[str, object] = (
         {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
         if session_timeout_ms is not None
@@ -81,6 +84,24 @@ def kafka_source(
     if settings:
         kafka["rdkafka"] = settings
     return {"kafka": kafka}
+
+
+def source_yaml(bootstrap: str, topic: str, group: str, *, json_values: bool = False) -> str:
+    """The YAML ``source:`` section of a test pipeline written as text: ``topic`` read as
+    ``group`` to the end offsets; with ``json_values`` the ``deserializer:`` section of
+    :data:`JSON_VALUES` follows. No trailing newline: the next section goes on the next
+    line of the caller's text."""
+    text = (
+        "source:\n"
+        "  kafka:\n"
+        f'    brokers: "{bootstrap}"\n'
+        f"    topic: {topic}\n"
+        f"    group_id: {group}\n"
+        "    stop_at: end"
+    )
+    if json_values:
+        text += "\ndeserializer:\n  json: {framing: single}"
+    return text
 
 
 def replay_source(
@@ -106,7 +127,7 @@ def pipeline_document(
     sink: Mapping[str, object] | None,
     *,
     delivery: str | None = None,
-    drain_timeout: str = "15s",
+    drain_timeout: str | None = "15s",
     checkpoint: Mapping[str, object] | None = None,
     listen: str = "none",
     **sections: object,
@@ -114,13 +135,18 @@ def pipeline_document(
     """A pipeline process's whole configuration, as :func:`write_document` writes it.
 
     ``name`` and, when given, ``delivery`` are the ``pipeline:`` section; the checkpoint
-    runs every 200 ms with ``drain_timeout`` (``checkpoint`` adds keys); the admin server
+    runs every 200 ms with ``drain_timeout`` (``None`` leaves it to the default;
+    ``checkpoint`` adds keys); the admin server
     listens on ``listen`` (none: several processes share the machine). ``sink`` is the
     ``sink:`` section (``None`` when ``sections`` has ``sinks:``); ``sections`` are the
     other top-level sections (``deserializer``, ``supervisor``, ...)."""
     document: dict[str, object] = {
         "pipeline": {"name": name, **({"delivery": delivery} if delivery is not None else {})},
-        "checkpoint": {"interval": "200ms", "drain_timeout": drain_timeout, **(checkpoint or {})},
+        "checkpoint": {
+            "interval": "200ms",
+            **({"drain_timeout": drain_timeout} if drain_timeout is not None else {}),
+            **(checkpoint or {}),
+        },
         "admin": {"listen": listen},
         "source": dict(source),
     }

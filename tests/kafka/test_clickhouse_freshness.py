@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from spate import Pipeline, load_config
 
+from tests.kafka._pipeline import source_yaml
 from tests.support.scale import scaled
 from tests.support.services import create_topic, produce_keyed, unique_name
 
@@ -59,14 +60,7 @@ pipeline: {{name: {name}}}
 admin: {{listen: none}}
 checkpoint: {{interval: 200ms}}
 readiness: {{max_freshness: 1h}}
-source:
-  kafka:
-    brokers: "{kafka_bootstrap}"
-    topic: {topic}
-    group_id: {unique_name("g")}
-    stop_at: end
-deserializer:
-  json: {{framing: single}}
+{source_yaml(kafka_bootstrap, topic, unique_name("g"), json_values=True)}
 sinks:
   ts:
     clickhouse:

@@ -28,6 +28,7 @@ from spate_avro._columnar import _zigzag
 from spate_avro._scan import SCAN_ENV
 from spate_avro._scratch import SCRATCH_ENV
 
+from tests.kafka._pipeline import kafka_source, pipeline_document, write_document
 from tests.support.avro_native import needs_avro_columnar
 from tests.support.cli_run import SpateRun
 from tests.support.services import (
@@ -87,40 +88,21 @@ def _setup(kafka_bootstrap: str, tmp_path: Path) -> tuple[str, str, Path]:
     create_topic(kafka_bootstrap, topic, 1)
     produce_keyed(kafka_bootstrap, topic, COUNT, value=_value, partition=0)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "avro-abort"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "stop_at": "end",
-                        "consume_batch": 200,
-                        "rdkafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
-                    }
-                },
-                "deserializer": {
-                    "avro": {
-                        "mode": "raw",
-                        "schema": {"inline": json.dumps(SCHEMA)},
-                        "on_error": "skip",
-                    }
-                },
-                "sink": {
-                    "parquet": {
-                        "path": str(tmp_path / "lake"),
-                        "schema": {"id": "int64", "s": "string"},
-                        "max_records": 500,
-                    }
-                },
-            }
-        )
+    source = kafka_source(kafka_bootstrap, topic, group, stop_at="end", consume_batch=200)
+    sink = {
+        "parquet": {
+            "path": str(tmp_path / "lake"),
+            "schema": {"id": "int64", "s": "string"},
+            "max_records": 500,
+        }
+    }
+    deserializer = {
+        "avro": {"mode": "raw", "schema": {"inline": json.dumps(SCHEMA)}, "on_error": "skip"}
+    }
+    document = pipeline_document(
+        "avro-abort", source, sink, drain_timeout="30s", deserializer=deserializer
     )
+    write_document(config, document)
     return topic, group, config
 
 

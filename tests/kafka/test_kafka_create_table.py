@@ -17,6 +17,7 @@ import fastavro
 import pytest
 from spate import Pipeline, load_config
 
+from tests.kafka._pipeline import source_yaml
 from tests.support.scale import scaled
 from tests.support.services import create_topic, produce_keyed, unique_name
 
@@ -68,12 +69,7 @@ def test_b59_create_table_if_missing_creates_then_validates_and_loads_b20(
         f"""
 pipeline: {{name: {unique_name("ct")}}}
 admin: {{listen: none}}
-source:
-  kafka:
-    brokers: "{kafka_bootstrap}"
-    topic: {topic}
-    group_id: {unique_name("g")}
-    stop_at: end
+{source_yaml(kafka_bootstrap, topic, unique_name("g"))}
 deserializer:
   avro:
     mode: raw

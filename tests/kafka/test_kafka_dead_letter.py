@@ -34,6 +34,7 @@ from spate import Pipeline
 from spate.metrics import Meter
 from spate.ops._deadletter import ROW_COLUMNS
 
+from tests.kafka._pipeline import kafka_source, pipeline_document, write_document
 from tests.support.avro_native import needs_avro_columnar
 from tests.support.delivery import DeliverySampler
 from tests.support.scale import scaled
@@ -47,6 +48,9 @@ from tests.support.services import (
 )
 
 pytestmark = pytest.mark.integration
+
+JSON_DEAD_LETTER: dict[str, object] = {"json": {"on_error": "dead_letter"}}
+"""The ``deserializer:`` section of the JSON cases: a malformed value is a dead letter."""
 
 SPATE = Path(sys.executable).parent / "spate"
 PARTITIONS = 3
@@ -175,51 +179,42 @@ def _config(
     registry: str,
     stop_at: str = "end",
 ) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "dlq-e2e"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "stop_at": stop_at,
-                        "consume_batch": 200,
-                    }
-                },
-                "deserializer": {
-                    "avro": {"registry": {"url": registry}, "on_error": "dead_letter"}
-                },
-                "sink": {
-                    "clickhouse": {
-                        "table": table,
-                        "columns": ["id", "qty", "attrs"],
-                        "shards": [{"replicas": [ch]}],
-                        "batch": {"max_rows": 150, "linger": "200ms"},
-                        "on_record_error": "dead_letter",
-                    }
-                },
-                "dead_letter": {
-                    "sink": {
-                        "kafka": {
-                            "brokers": bootstrap,
-                            "topic": dlq,
-                            "batch": {"max_rows": 50, "linger": "200ms"},
-                            # A slow dead-letter topic: each write waits 1.5s for the
-                            # producer, so a commit ahead of it would be sampled (B71).
-                            "rdkafka": {"linger.ms": 1500},
-                        }
-                    },
-                    "max_ratio": 0.9,
-                    "max_consecutive": 10,
-                },
-            }
-        )
+    source = kafka_source(
+        bootstrap, topic, group, stop_at=stop_at, consume_batch=200, session_timeout_ms=None
     )
+    sink = {
+        "clickhouse": {
+            "table": table,
+            "columns": ["id", "qty", "attrs"],
+            "shards": [{"replicas": [ch]}],
+            "batch": {"max_rows": 150, "linger": "200ms"},
+            "on_record_error": "dead_letter",
+        }
+    }
+    dead_letter = {
+        "sink": {
+            "kafka": {
+                "brokers": bootstrap,
+                "topic": dlq,
+                "batch": {"max_rows": 50, "linger": "200ms"},
+                # A slow dead-letter topic: each write waits 1.5s for the
+                # producer, so a commit ahead of it would be sampled (B71).
+                "rdkafka": {"linger.ms": 1500},
+            }
+        },
+        "max_ratio": 0.9,
+        "max_consecutive": 10,
+    }
+    deserializer = {"avro": {"registry": {"url": registry}, "on_error": "dead_letter"}}
+    document = pipeline_document(
+        "dlq-e2e",
+        source,
+        sink,
+        drain_timeout="30s",
+        deserializer=deserializer,
+        dead_letter=dead_letter,
+    )
+    write_document(path, document)
     return path
 
 
@@ -407,41 +402,32 @@ def test_dead_letters_into_a_clickhouse_table_b71(
         partition=0,
     )
     config = tmp_path / "c.json"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "dlq-table"},
-                "checkpoint": {"interval": "200ms"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "stop_at": "end",
-                        "commit_interval": "200ms",
-                    }
-                },
-                "deserializer": {"json": {"on_error": "dead_letter"}},
-                "sink": {
-                    "clickhouse": {
-                        "table": good,
-                        "columns": ["id"],
-                        "shards": [{"replicas": [clickhouse_url]}],
-                    }
-                },
-                "dead_letter": {
-                    "sink": {
-                        "clickhouse": {
-                            "table": dead,
-                            "columns": list(ROW_COLUMNS),
-                            "shards": [{"replicas": [clickhouse_url]}],
-                        }
-                    }
-                },
+    source = kafka_source(kafka_bootstrap, topic, group, stop_at="end", session_timeout_ms=None)
+    sink = {
+        "clickhouse": {
+            "table": good,
+            "columns": ["id"],
+            "shards": [{"replicas": [clickhouse_url]}],
+        }
+    }
+    dead_letter = {
+        "sink": {
+            "clickhouse": {
+                "table": dead,
+                "columns": list(ROW_COLUMNS),
+                "shards": [{"replicas": [clickhouse_url]}],
             }
-        )
+        }
+    }
+    document = pipeline_document(
+        "dlq-table",
+        source,
+        sink,
+        drain_timeout=None,
+        deserializer=JSON_DEAD_LETTER,
+        dead_letter=dead_letter,
     )
+    write_document(config, document)
     exit_code, _ = _run(config, None)
     assert exit_code == 0
     bad = sorted(i for i in range(count) if i % 7 == 0)
@@ -489,44 +475,42 @@ def test_a_dead_letter_table_that_is_down_holds_commits_until_it_is_back_b71(
     dl_front.inject("5xx", only="insert")
     fast_retry = {"initial": "100ms", "max": "500ms"}
     config = tmp_path / "c.json"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "dlq-down"},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "30s"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "commit_interval": "200ms",
-                        "consume_batch": 25,
-                    }
-                },
-                "deserializer": {"json": {"on_error": "dead_letter"}},
-                "sink": {
-                    "clickhouse": {
-                        "table": good,
-                        "columns": ["id"],
-                        "shards": [{"replicas": [clickhouse_url]}],
-                        "batch": {"max_rows": 20},
-                    }
-                },
-                "dead_letter": {
-                    "sink": {
-                        "clickhouse": {
-                            "table": dead,
-                            "columns": list(ROW_COLUMNS),
-                            "shards": [{"replicas": [dl_front.url]}],
-                            "retry": fast_retry,
-                            "breaker": {"open_for": "1s"},
-                        }
-                    }
-                },
-            }
-        )
+    source = kafka_source(
+        kafka_bootstrap,
+        topic,
+        group,
+        stop_at=None,
+        consume_batch=25,
+        session_timeout_ms=None,
     )
+    sink = {
+        "clickhouse": {
+            "table": good,
+            "columns": ["id"],
+            "shards": [{"replicas": [clickhouse_url]}],
+            "batch": {"max_rows": 20},
+        }
+    }
+    dead_letter = {
+        "sink": {
+            "clickhouse": {
+                "table": dead,
+                "columns": list(ROW_COLUMNS),
+                "shards": [{"replicas": [dl_front.url]}],
+                "retry": fast_retry,
+                "breaker": {"open_for": "1s"},
+            }
+        }
+    }
+    document = pipeline_document(
+        "dlq-down",
+        source,
+        sink,
+        drain_timeout="30s",
+        deserializer=JSON_DEAD_LETTER,
+        dead_letter=dead_letter,
+    )
+    write_document(config, document)
     pipeline = Pipeline.from_config(config, handle_signals=False)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(pipeline.run().exit_code))

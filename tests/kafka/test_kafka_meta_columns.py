@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 from spate import Pipeline, load_config
 
+from tests.kafka._pipeline import source_yaml
 from tests.support.columnar_run import watch_columnar
 from tests.support.scale import scaled
 from tests.support.services import consume, create_topic, produce_keyed, unique_name
@@ -106,14 +107,7 @@ dead_letter:
         f"""
 pipeline: {{name: {unique_name("meta")}, delivery: {delivery}}}
 admin: {{listen: none}}
-source:
-  kafka:
-    brokers: "{kafka_bootstrap}"
-    topic: {topic}
-    group_id: {unique_name("g")}
-    stop_at: end
-deserializer:
-  json: {{framing: single}}
+{source_yaml(kafka_bootstrap, topic, unique_name("g"), json_values=True)}
 sink:
   clickhouse:
     database: {database}

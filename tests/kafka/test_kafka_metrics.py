@@ -3,7 +3,6 @@ event, labelled with the connector's name, so ``sum()`` over them counts nothing
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from spate import Pipeline, load_config
 from spate.metrics import names
 from spate.metrics._meter import Meter
 
+from tests.kafka._pipeline import kafka_source, pipeline_document, write_document
 from tests.support.services import create_topic, produce_keyed, unique_name
 
 pytestmark = pytest.mark.integration
@@ -26,25 +26,17 @@ def test_b23_one_lag_and_rebalance_series_per_lane_labelled_kafka(
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     produce_keyed(kafka_bootstrap, topic, 300)
     config = tmp_path / "p.json"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": unique_name("metrics")},
-                "checkpoint": {"interval": "200ms"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": unique_name("g"),
-                        "stop_at": "end",
-                        "statistics_interval": "100ms",
-                    }
-                },
-                "sink": {"capture": {}},
-            }
-        )
+    name = unique_name("metrics")
+    source = kafka_source(
+        kafka_bootstrap,
+        topic,
+        unique_name("g"),
+        stop_at="end",
+        commit_interval=None,
+        session_timeout_ms=None,
+        statistics_interval="100ms",
     )
+    write_document(config, pipeline_document(name, source, {"capture": {}}, drain_timeout=None))
     pipeline = Pipeline.from_config(load_config(config), handle_signals=False)
     report = pipeline.run()
     assert report.exit_code == 0, report.reason

@@ -3,7 +3,6 @@ ridden out by retries while the source is backpressured (B7, B12)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from spate.plugins import BuildContext
 from spate.testing import SequenceSource
 from spate_kafka import KafkaSinkConfig, KafkaSinkFactory
 
+from tests.kafka._pipeline import pipeline_document, write_document
 from tests.support.scale import scaled
 from tests.support.services import (
     consume,
@@ -43,33 +43,31 @@ def metric(pipeline: Pipeline, name: str) -> float:
 
 def build(tmp_path: Path, bootstrap: str, topic: str, per_partition: int) -> Pipeline:
     config = tmp_path / "sink.json"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": unique_name("kafka-sink")},
-                "checkpoint": {"interval": "200ms", "drain_timeout": "60s"},
-                "backpressure": {"max_inflight_bytes": "1MiB"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "memory": {
-                        "stream": "in",
-                        "partitions": PARTITIONS,
-                        "records": per_partition,
-                        "batch_size": 500,
-                    }
-                },
-                "sink": {
-                    "kafka": {
-                        "brokers": bootstrap,
-                        "topic": topic,
-                        "delivery_timeout": "5m",
-                        "batch": {"max_rows": 2000, "linger": "100ms"},
-                        "retry": {"initial": "200ms", "max": "2s"},
-                    }
-                },
-            }
-        )
+    source = {
+        "memory": {
+            "stream": "in",
+            "partitions": PARTITIONS,
+            "records": per_partition,
+            "batch_size": 500,
+        }
+    }
+    sink = {
+        "kafka": {
+            "brokers": bootstrap,
+            "topic": topic,
+            "delivery_timeout": "5m",
+            "batch": {"max_rows": 2000, "linger": "100ms"},
+            "retry": {"initial": "200ms", "max": "2s"},
+        }
+    }
+    document = pipeline_document(
+        unique_name("kafka-sink"),
+        source,
+        sink,
+        drain_timeout="60s",
+        backpressure={"max_inflight_bytes": "1MiB"},
     )
+    write_document(config, document)
     return Pipeline.from_config(load_config(config), handle_signals=False)
 
 

@@ -4,7 +4,6 @@ per-worker summaries)."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from spate.testing import read_file_sink
 
+from tests.kafka._pipeline import kafka_source, pipeline_document, write_document
 from tests.support.scale import scaled
 from tests.support.services import create_topic, produce_keyed, unique_name
 
@@ -28,24 +28,16 @@ def test_two_workers_label_their_lines_and_the_parent_logs_the_total(
     produce_keyed(kafka_bootstrap, topic, count)
     out = tmp_path / "out"
     config = tmp_path / "wsum.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "pipeline": {"name": "wsum"},
-                "checkpoint": {"interval": "200ms"},
-                "admin": {"listen": "none"},
-                "source": {
-                    "kafka": {
-                        "brokers": kafka_bootstrap,
-                        "topic": topic,
-                        "group_id": group,
-                        "stop_at": "end",
-                    }
-                },
-                "sink": {"file": {"path": str(out / "rows.jsonl")}},
-            }
-        )
+    source = kafka_source(
+        kafka_bootstrap,
+        topic,
+        group,
+        stop_at="end",
+        commit_interval=None,
+        session_timeout_ms=None,
     )
+    sink = {"file": {"path": str(out / "rows.jsonl")}}
+    write_document(config, pipeline_document("wsum", source, sink, drain_timeout=None))
     out.mkdir()
     run = subprocess.run(
         [sys.executable, "-m", "spate.cli", "run", str(config), "--processes", "2"],
