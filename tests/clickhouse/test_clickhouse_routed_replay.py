@@ -66,6 +66,16 @@ def _run(front: ChFront, prefix: str, first: int, stop: int, **extra: Any) -> An
     return sink
 
 
+def _offer_kinds(sink: Any, count: int) -> None:
+    """Offer rows ``(i, "k0" or "k1")`` for ``i`` below ``count`` under one ack, release
+    it and flush ``sink``."""
+    ack = AckToken(LANE, 0, 0, count, count, lambda t: None)
+    for i in range(count):
+        sink.offer((i, f"k{i % 2}"), None, LANE, ack)
+    ack.release()
+    assert sink.flush(time.monotonic() + 60)
+
+
 def test_b295_a_replay_writes_each_record_once_in_its_own_target_b294(chfront: Any) -> None:
     front: ChFront = chfront()
     client = front.client()
@@ -102,12 +112,8 @@ def test_b292_a_target_that_does_not_exist_is_skipped_and_named(
         }
     ).sink
     sink.start()
-    ack = AckToken(LANE, 0, 0, 4, 4, lambda t: None)
     with caplog.at_level(logging.WARNING):
-        for i in range(4):
-            sink.offer((i, f"k{i % 2}"), None, LANE, ack)
-        ack.release()
-        assert sink.flush(time.monotonic() + 60)
+        _offer_kinds(sink, 4)
     sink.close()
     assert [r[0] for r in client.query(f"SELECT id FROM {table}_k1 ORDER BY id").result_rows] == [
         1,
@@ -140,12 +146,8 @@ def test_b297_a_row_the_server_refuses_in_a_target_is_named_at_its_place_in_the_
         }
     ).sink
     sink.start()
-    ack = AckToken(LANE, 0, 0, 10, 10, lambda t: None)
     with caplog.at_level(logging.WARNING):
-        for i in range(10):
-            sink.offer((i, f"k{i % 2}"), None, LANE, ack)
-        ack.release()
-        assert sink.flush(time.monotonic() + 60)
+        _offer_kinds(sink, 10)
     sink.close()
     held = client.query(f"SELECT id FROM {table}_k1 ORDER BY id").result_rows
     assert [r[0] for r in held] == [1, 3, 7, 9]
