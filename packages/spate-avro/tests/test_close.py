@@ -147,8 +147,39 @@ def test_no_registry_thread_outlives_a_run_built_from_configuration_b31(
 def test_registry_client_is_closed_when_assembly_fails_after_the_deserializer_b31(
     schema_registry: SchemaRegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The sink is built after the deserializer; when it cannot be built, the
-    deserializer built already is closed (its registry client with it)."""
+    """The sink is built after the deserializer; when its factory refuses to build it,
+    the deserializer built already is closed (its registry client with it)."""
+    from spate.testing._factories import FileSinkFactory
+
+    built: list[SchemaRegistryClient] = []
+    probe = SchemaRegistryClient.probe
+
+    def recording_probe(client: SchemaRegistryClient) -> None:
+        built.append(client)
+        probe(client)
+
+    def refusing_build(config: object, context: object) -> object:
+        raise ConfigError("sink.file.path", "cannot be written here")
+
+    monkeypatch.setattr(SchemaRegistryClient, "probe", recording_probe)
+    monkeypatch.setattr(FileSinkFactory, "build", staticmethod(refusing_build))
+    leaks = Leaks()
+    cfg = parse_config(
+        _yaml(schema_registry.url, {"file": {"path": str(tmp_path / "o")}}),
+        env={},
+        check_connectors=False,
+    )
+    with pytest.raises(ConfigError, match="cannot be written here"):
+        assemble(cfg, handle_signals=False)
+    assert len(built) == 1 and built[0].closed
+    leaks.assert_none_left()
+
+
+def test_a_sink_section_in_error_fails_before_a_registry_client_is_built_b31(
+    schema_registry: SchemaRegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sink section is decoded before anything is built (a sink may name another,
+    ``late_data.to``): a section in error fails with no registry client made."""
     built: list[SchemaRegistryClient] = []
     probe = SchemaRegistryClient.probe
 
@@ -165,5 +196,5 @@ def test_registry_client_is_closed_when_assembly_fails_after_the_deserializer_b3
     )
     with pytest.raises(ConfigError, match="max_rows"):
         assemble(cfg, handle_signals=False)
-    assert len(built) == 1 and built[0].closed
+    assert built == []
     leaks.assert_none_left()
