@@ -20,6 +20,7 @@ from tests.clickhouse.columnar_values import Case, run_case
 _VARIANT = "concat(ifNull(toString(c0), 'NULL'), ':', variantType(c0))"
 _DYNAMIC = "concat(ifNull(toString(c0), 'NULL'), ':', dynamicType(c0))"
 _JSON = "toJSONString(c0)"
+_ARRAY = "concat(toString(c0), ':', toString(arrayMap(x -> variantType(x), c0)))"
 
 CASES = (
     Case(
@@ -42,6 +43,13 @@ CASES = (
         (5, "2024-01-02", "abc", "17", 3.0),
         ("5:Int64", "2024-01-02:Date32", "17:Int64", "3:Int64"),
         _VARIANT,
+    ),
+    Case(
+        "array_of_variants",
+        "Array(Variant(String, Int64))",
+        ([1, 2], [None, 3], [1.5], [], [4]),
+        ("[1,2]:['Int64','Int64']", "[NULL,3]:['None','Int64']", "[]:[]", "[4]:['Int64']"),
+        _ARRAY,
     ),
     Case(
         "dynamic_scalars",
@@ -91,6 +99,13 @@ CASES = (
 
 
 ROW_CASES = (
+    Case(
+        "array_of_variants_mixed",
+        "Array(Variant(String, Int64))",
+        ([1, "a"], ["b", None], [2.5], [], [3]),
+        ("[1,'a']:['Int64','String']", "['b',NULL]:['String','None']", "[]:[]", "[3]:['Int64']"),
+        _ARRAY,
+    ),
     Case(
         "dynamic_mixed_array",
         "Dynamic",

@@ -12,7 +12,8 @@ committed); the others are stored with the member or type their value has — te
 an ``Int64`` and a NULL is NULL (not the text clickhouse-connect sends), nested objects,
 arrays and nulls keep their shape in a JSON column, a typed path's text is parsed and a
 skipped path dropped — and the columnar path stores exactly what the row path does. Both
-paths run in one child process (one chDB engine per process).
+paths run in one child process (one chDB engine per process); the same cases run through
+the ClickHouse HTTP front when the local services are up.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.clickhouse.columnar_values import BAD_OFFSET, Case, check_case, run_module
+from tests.clickhouse.columnar_values import BAD_OFFSET, Case, check_case, run_case, run_module
 from tests.clickhouse.semistructured_values import CASES, ROW_CASES
 
 pytest.importorskip("polars")
@@ -45,7 +46,15 @@ def _case(name: str) -> Case:
     return next(c for c in (*CASES, *ROW_CASES) if c.name == name)
 
 
-@pytest.mark.parametrize("name", ["variant_string_and_numbers", "variant_nulls_and_arrays"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "variant_string_and_numbers",
+        "variant_nulls_and_arrays",
+        "array_of_variants",
+        "array_of_variants_mixed",
+    ],
+)
 def test_b310_a_variant_keeps_each_values_member_strings_beside_numbers(
     results: dict[str, Any], name: str
 ) -> None:
@@ -106,3 +115,22 @@ def test_b315_the_columnar_path_stores_what_the_row_path_stores(
     case = _case(name)
     _check(case, results[name]["columns"], columnar=True)
     assert results[name]["columns"]["rows"] == results[name]["rows"]["rows"]
+
+
+@pytest.mark.integration
+def test_b315_both_paths_store_the_same_through_the_clickhouse_http_front(
+    clickhouse_url: str,
+) -> None:
+    """B310-B315 over HTTP: the same cases through the ClickHouse HTTP front."""
+    from urllib.parse import urlparse
+
+    import clickhouse_connect
+
+    address = urlparse(clickhouse_url)
+    client = clickhouse_connect.get_client(host=address.hostname, port=address.port)
+    for case in CASES:
+        rows = run_case(clickhouse_url, client, case, False)
+        _check(case, rows, columnar=False)
+        _check(case, run_case(clickhouse_url, client, case, True), columnar=True)
+    for case in ROW_CASES:
+        _check(case, run_case(clickhouse_url, client, case, False), columnar=False)

@@ -139,6 +139,8 @@ def arrow_type(t: ChType) -> Any:
     if name == "Array":
         inner = arrow_type(u.inner)
         return None if inner is None else pa.large_list(inner)
+    if name in ("Map", "Tuple") and has_semistructured(u):
+        return None  # no union inside these on the columnar path (refused as fatal)
     if name == "Map":
         key_t, val_t = u.type_args()
         key, value = arrow_type(key_t), arrow_type(val_t)
