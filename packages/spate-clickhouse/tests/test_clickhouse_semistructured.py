@@ -297,3 +297,13 @@ def _same_members(got: Any, want: list[Any]) -> None:
             assert value == pytest.approx(written.value, rel=1e-6)
         else:
             assert value == written.value
+
+
+def test_a_json_values_size_estimate_counts_its_text_alike_on_append_and_in_blocks() -> None:
+    columns = [Column("id", parse_type("Int64")), Column("j", parse_type("JSON"))]
+    small, big = {"a": 1}, {"a": "x" * 1000}
+    encoder = RowEncoder(columns)
+    sizes = [encoder.encode((1, value))[1] for value in (small, big)]
+    assert sizes[1] - sizes[0] >= 1000
+    block, refused = encoder.prepare_rows([(1, small), (2, big)])
+    assert refused == [] and block.nbytes == sum(sizes)

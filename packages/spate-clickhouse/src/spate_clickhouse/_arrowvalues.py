@@ -33,6 +33,8 @@ integer columns             integers in range; integral floats in range; boolean
                             ``true``/``false``/``1``/``0``; ``Enum``: names, values
 ``Array``/``Map``/``Tuple``  element by element (a parent row is flagged when an
                             element is); an object's fields into a ``Map``
+``JSON``/``Variant``/       every value by the row path's coercer; a Variant or
+``Dynamic``                 Dynamic as a dense union, JSON as its text (B315)
 ==========================  ====================================================
 
 Upholds B28 (a value the row path refuses is a record error for its row alone) and B87
