@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -38,6 +41,8 @@ class Case:
     values: tuple[Any, ...]
     stored: tuple[Any, ...]
     """What the table holds for ``c0`` (``SELECT toString(c0)``), in id order."""
+    show: str = "toString(c0)"
+    """The expression read back for ``c0`` (``stored`` is its text)."""
 
 
 CASES = (
@@ -167,7 +172,7 @@ def run_case(url: str, client: Any, case: Case, columnar: bool) -> dict[str, Any
     finally:
         logger.removeHandler(skips)
         logger.setLevel(level)
-    rows = client.query(f"SELECT id, toString(c0) FROM {table} ORDER BY id").result_rows
+    rows = client.query(f"SELECT id, {case.show} FROM {table} ORDER BY id").result_rows
     return {
         "exit_code": report.exit_code,
         "reason": report.reason,
@@ -176,6 +181,33 @@ def run_case(url: str, client: Any, case: Case, columnar: bool) -> dict[str, Any
         "committed": handle.last_committed(0),
         "skipped": skips.offsets,
     }
+
+
+def run_module(module: str, directory: Path) -> dict[str, Any]:
+    """Run ``python -m module DIRECTORY`` (a chDB engine of its own); its JSON result."""
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-m", module, str(directory)],
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def check_case(case: Case, result: dict[str, Any], *, columnar: bool) -> None:
+    """``result`` (of :func:`run_case`) holds the case's good rows as ``stored``, the
+    batch committed and the record at :data:`BAD_OFFSET` skipped, on the given path."""
+    assert result["exit_code"] == 0, result["reason"]
+    assert result["columnar"] is columnar
+    good = [i for i in range(len(case.values)) if i != BAD_OFFSET]
+    assert result["rows"] == [[i, v] for i, v in zip(good, case.stored, strict=True)]
+    assert result["committed"] == len(case.values)
+    assert result["skipped"] == [BAD_OFFSET]
 
 
 def main(argv: list[str]) -> int:

@@ -15,16 +15,12 @@ counted under its own offset.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.clickhouse.columnar_values import BAD_OFFSET, CASES, Case, run_case
+from tests.clickhouse.columnar_values import CASES, Case, check_case, run_case, run_module
 from tests.support.chfront_fixtures import ChFront
 
 pytest.importorskip("polars")
@@ -38,26 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def chdb_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     directory = tmp_path_factory.mktemp("chdb") / "engine"
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.clickhouse.columnar_values", str(directory)],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_module("tests.clickhouse.columnar_values", directory)
 
 
-def _check(case: Case, result: dict[str, Any], *, columnar: bool) -> None:
-    assert result["exit_code"] == 0, result["reason"]
-    assert result["columnar"] is columnar
-    good = [i for i in range(len(case.values)) if i != BAD_OFFSET]
-    assert result["rows"] == [[i, v] for i, v in zip(good, case.stored, strict=True)]
-    assert result["committed"] == len(case.values)
-    assert result["skipped"] == [BAD_OFFSET]
+_check = check_case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -33,6 +33,8 @@ integer columns             integers in range; integral floats in range; boolean
                             ``true``/``false``/``1``/``0``; ``Enum``: names, values
 ``Array``/``Map``/``Tuple``  element by element (a parent row is flagged when an
                             element is); an object's fields into a ``Map``
+``JSON``/``Variant``/       every value by the row path's coercer; a Variant or
+``Dynamic``                 Dynamic as a dense union, JSON as its text (B315)
 ==========================  ====================================================
 
 Upholds B28 (a value the row path refuses is a record error for its row alone) and B87
@@ -46,6 +48,8 @@ import decimal
 from collections.abc import Callable
 from typing import Any
 
+from spate.errors import ErrorClass, SinkError
+
 from spate_clickhouse._coerce import (
     DATE32_RANGE,
     DATE_RANGE,
@@ -57,6 +61,7 @@ from spate_clickhouse._coerce import (
     BadValue,
     coercer_for,
 )
+from spate_clickhouse._semistructured import client_name, dynamic_members, has_semistructured
 from spate_clickhouse._types import ChType, EnumItem
 
 _INT_TYPES = {
@@ -136,6 +141,8 @@ def arrow_type(t: ChType) -> Any:
     if name == "Array":
         inner = arrow_type(u.inner)
         return None if inner is None else pa.large_list(inner)
+    if name in ("Map", "Tuple") and has_semistructured(u):
+        return None  # no union inside these on the columnar path (refused as fatal)
     if name == "Map":
         key_t, val_t = u.type_args()
         key, value = arrow_type(key_t), arrow_type(val_t)
@@ -148,6 +155,56 @@ def arrow_type(t: ChType) -> Any:
                 return None
             fields.append(pa.field(element.field or str(i + 1), inner))
         return pa.struct(fields)
+    if name == "JSON":
+        return pa.large_string()  # the object's JSON text, which the server parses
+    if name in ("Variant", "Dynamic"):
+        return _union_type(u)
+    return None
+
+
+def _union_type(u: ChType) -> Any:
+    """The dense union a ``Variant`` or ``Dynamic`` column is sent as: a child per member
+    in an Arrow type ClickHouse reads back as exactly that member (else None)."""
+    import pyarrow as pa
+
+    members = u.type_args() if u.name == "Variant" else dynamic_members()
+    children = [_exact_type(m) for m in members]
+    if any(c is None for c in children):
+        return None
+    return pa.dense_union(
+        [pa.field(str(m), c) for m, c in zip(members, children, strict=True)],
+        list(range(len(members))),
+    )
+
+
+def _exact_type(t: ChType) -> Any:
+    """The Arrow type ClickHouse reads as exactly ``t`` (a Variant member), or None.
+
+    A date is read as ``Date32`` and a timestamp as ``DateTime64``, so ``Date``,
+    ``DateTime``, ``UUID``, ``Enum`` and ``FixedString`` members have none; a list's
+    items are nullable only for a ``Nullable`` element.
+    """
+    import pyarrow as pa
+
+    u = t.unwrapped()
+    name = u.name
+    if name in _INT_TYPES or name in ("Float32", "Float64", "Bool", "String", "Date32"):
+        return arrow_type(u)
+    if name == "Decimal":
+        return arrow_type(u)
+    if name == "DateTime64":
+        precision = _precision(u)
+        zone = next((a for a in u.args if isinstance(a, str)), None)
+        if precision not in (0, 3, 6, 9):
+            return None
+        return pa.timestamp(_time_unit(precision)[0], zone)
+    if name == "Array":
+        inner = _exact_type(u.inner)
+        if inner is None:
+            return None
+        return pa.large_list(pa.field("item", inner, nullable=u.inner.nullable))
+    if name in ("Variant", "Dynamic"):
+        return _union_type(u)
     return None
 
 
@@ -163,12 +220,21 @@ def convert_column(array: Any, t: ChType) -> tuple[Any, list[tuple[int, str]]]:
     import pyarrow.compute as pc
 
     target = arrow_type(t)
-    if target is None:  # passed through unchecked, as on the row path (a null aside)
+    if target is None and not has_semistructured(t):  # passed through unchecked (a null aside)
         if not t.nullable and array.null_count:
             reason = f"NULL in a column of type {t} (not Nullable)"
             nulls = pc.indices_nonzero(array.is_null()).to_pylist()
             return array, [(i, reason) for i in nulls]
         return array, []
+    if has_semistructured(t):
+        if target is None:
+            raise SinkError(
+                f"a column of type {t} cannot be sent as Arrow columns (a member has no "
+                f"Arrow type ClickHouse reads back as itself: Date, DateTime, UUID, Enum, "
+                f"FixedString, Map, Tuple); write it on the row path",
+                ErrorClass.FATAL,
+            )
+        return _semistructured(array, t, target)
     out, flagged = _convert(array, t)
     if flagged is None or not pc.any(flagged).as_py():
         return out, []
@@ -209,6 +275,79 @@ def convert_column(array: Any, t: ChType) -> tuple[Any, list[tuple[int, str]]]:
         good, patch = kept_rows, pa.array(kept_values, type=target)
     bad.sort()
     return _patched(out, good, patch), bad
+
+
+def _semistructured(array: Any, t: ChType, target: Any) -> tuple[Any, list[tuple[int, str]]]:
+    """A column that is or holds ``JSON``, ``Variant`` or ``Dynamic``: every value decided
+    by the row path's coercer, then built in the column's Arrow type (a dense union per
+    Variant or Dynamic, JSON text per JSON value; B313)."""
+    import pyarrow as pa
+
+    coerce = coercer_for(t, [False])
+    python = _python_value(array.type, t)
+    bad: list[tuple[int, str]] = []
+    written: list[object] = []
+    for row, value in enumerate(array.to_pylist()):
+        try:
+            written.append(coerce(python(value)))
+        except BadValue as exc:
+            bad.append((row, str(exc)))
+            written.append(None)  # a placeholder: the row is dropped
+    try:
+        return _build(written, t, target), bad
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        pass
+    out: list[object] = []
+    for row, value in enumerate(written):  # one by one: a value with no Arrow form
+        try:
+            _build([value], t, target)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+            bad.append((row, f"cannot be sent as columns ({exc})"))
+            value = None
+        out.append(value)
+    return _build(out, t, target), sorted(bad)
+
+
+def _build(values: list[object], t: ChType, target: Any) -> Any:
+    """The Arrow array of written forms ``values`` (None: NULL or a placeholder)."""
+    import pyarrow as pa
+
+    u = t.unwrapped()
+    if u.name in ("Variant", "Dynamic"):
+        members = u.type_args() if u.name == "Variant" else dynamic_members()
+        index = {client_name(m): i for i, m in enumerate(members)}
+        grouped: list[list[object]] = [[] for _ in members]
+        codes = bytearray()
+        offsets: list[int] = []
+        for value in values:
+            if value is None:
+                i, inner = 0, None
+            else:
+                i, inner = index[value.type_name], value.value  # type: ignore[attr-defined]
+            codes.append(i)
+            offsets.append(len(grouped[i]))
+            grouped[i].append(inner)
+        children = [
+            _build(v, m, field.type) for v, m, field in zip(grouped, members, target, strict=True)
+        ]
+        return pa.UnionArray.from_dense(
+            pa.array(codes, pa.int8()),
+            pa.array(offsets, pa.int32()),
+            children,
+            [field.name for field in target],
+        )
+    if u.name == "Array" and has_semistructured(u.inner):
+        offsets = [0]
+        flat: list[object] = []
+        for value in values:
+            if value is not None:
+                flat.extend(value)  # type: ignore[arg-type]
+            offsets.append(len(flat))
+        mask = pa.array([v is None for v in values], pa.bool_())
+        child = _build(flat, u.inner, target.value_type)
+        return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), child, mask=mask)
+    convert = _arrow_value(t)
+    return pa.array([None if v is None else convert(v) for v in values], type=target)
 
 
 def _patched(out: Any, rows: list[int], patch: Any) -> Any:

@@ -31,9 +31,14 @@ The forms written per type (what a coercer returns):
 ``Array(T)``, ``Map(K, V)``  ``list`` / ``dict`` of the element forms
 ``Tuple(...)``               ``tuple`` of the element forms (a mapping for named ones;
                              an absent key is NULL for a ``Nullable`` element)
+``JSON(...)``                JSON text of an object (typed paths checked by their
+                             types, skipped paths dropped)
+``Variant(...)``             ``None`` or a ``TypedVariant`` of the member that takes it
+``Dynamic``                  ``None`` or a ``TypedVariant`` of the value's own type
+                             (see :mod:`spate_clickhouse._semistructured`)
 ===========================  =====================================================
 
-Other types (JSON, Variant, IPv4, ...) are passed through unchecked.
+Other types (IPv4, Point, ...) are passed through unchecked.
 
 The row as a whole (shapes, the generated per-row function, the batch buffer) is
 :mod:`spate_clickhouse._encoder`. Upholds B28 (a bad value is a counted record error, never
@@ -49,6 +54,7 @@ import operator
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
+from spate_clickhouse._semistructured import dynamic_coercer, json_coercer, variant_coercer
 from spate_clickhouse._types import ChType, EnumItem
 
 Coercer = Callable[[object], object]
@@ -479,6 +485,8 @@ def coercer_for(t: ChType, binary_seen: list[bool] | None = None) -> Coercer:
         return _nullable(_value_coercer(t.inner, binary_seen))
     if t.name == "LowCardinality":
         return coercer_for(t.inner, binary_seen)
+    if t.name in ("Variant", "Dynamic"):  # NULL is a value of these (no Nullable wrapper)
+        return _value_coercer(t, binary_seen)
     return _not_null(_value_coercer(t, binary_seen), str(t))
 
 
@@ -527,7 +535,19 @@ def _value_coercer(t: ChType, binary_seen: list[bool] | None) -> Coercer:
             [e.field for e in elements],
             [e.nullable for e in elements],
         )
+    if name == "JSON":
+        return json_coercer(t, _path_coercer, BadValue)
+    if name == "Variant":
+        return variant_coercer(t, _path_coercer, BadValue, INT_RANGES)
+    if name == "Dynamic":
+        return dynamic_coercer(BadValue, _date_coercer("Date32", DATE32_RANGE))
     return _identity
+
+
+def _path_coercer(t: ChType) -> Coercer:
+    """The coercer of a Variant member or a JSON typed path (NULL refused unless it is
+    Nullable)."""
+    return coercer_for(t)
 
 
 def is_checked(t: ChType) -> bool:

@@ -197,6 +197,8 @@ class RowBlock:
 
 
 _not_none = partial(is_not, None)
+_TEXT = frozenset(("String", "JSON"))
+"""Types whose written form is text: a row's size estimate counts its characters."""
 _tzinfo = attrgetter("tzinfo")
 
 
@@ -430,6 +432,7 @@ def _compile(
         seen: list[bool] | None = None
         if u.name == "String":
             seen = binary.setdefault(i, [False])
+        if u.name in _TEXT:
             sizes.append(f"len({v})" if not nullable else f"(len({v}) if {v} is not None else 0)")
         env[f"c{i}"] = _named(coercer_for(t, seen), column)
         ok = _fast_condition(v, u, i, env)
@@ -522,9 +525,12 @@ def _column_check(column: Column, convert: Callable[[list[Any]], list[Any]]) -> 
 
     def converted(values: list[Any]) -> tuple[list[Any], int]:
         out = convert(values)
-        if not text:
+        if name not in _TEXT:
             return out, 0
         return out, sum(map(len, filter(_not_none, out) if nullable else out))
+
+    if name == "JSON":  # every value is checked and written as its text
+        return converted
 
     fits: Callable[[list[Any]], int | None]
     if name in _ARRAY_CODES:
@@ -608,7 +614,7 @@ def _block_sizer(columns: Sequence[Column]) -> Callable[[list[list[object]], int
     """The sum of the per-row size estimates of a block's rows (as ``append`` counts)."""
     base = _row_base(columns)
     strings = [
-        (i, c.type.nullable) for i, c in enumerate(columns) if c.type.unwrapped().name == "String"
+        (i, c.type.nullable) for i, c in enumerate(columns) if c.type.unwrapped().name in _TEXT
     ]
 
     def size(values: list[list[object]], count: int) -> int:

@@ -16,10 +16,11 @@ import re
 from dataclasses import dataclass
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<quoted>'(?:[^'\\]|\\.)*')|(?P<number>-?\d+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)"
+    r"\s*(?:(?P<quoted>'(?:[^'\\]|\\.)*')|(?P<number>-?\d+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
     r"|(?P<ident>`(?:[^`\\]|\\.)*`)|(?P<punct>[(),=]))"
 )
 
+_PLAIN_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _DECIMAL_PRECISION = {"Decimal32": 9, "Decimal64": 18, "Decimal128": 38, "Decimal256": 76}
 _ALIASES = {"Boolean": "Bool", "BOOL": "Bool", "BOOLEAN": "Bool"}
 
@@ -78,10 +79,12 @@ class ChType:
 
     @property
     def nullable(self) -> bool:
+        """Whether NULL is a value of the type (``Nullable``; ``Variant`` and ``Dynamic``
+        hold NULL without a wrapper)."""
         t = self
         while t.name == "LowCardinality":
             t = t.inner
-        return t.name == "Nullable"
+        return t.name in ("Nullable", "Variant", "Dynamic")
 
 
 def _render_arg(arg: ChType | int | str | EnumItem) -> str:
@@ -156,6 +159,9 @@ class _Parser:
             element = self.type_()
             return ChType(element.name, element.args, field=name)
         args: list[ChType | int | str | EnumItem] = []
+        if name == "JSON" and nxt is not None and nxt[1] == "(":
+            self._take()
+            return ChType(name, self._json_args())
         if nxt is not None and nxt[1] == "(":
             self._take()
             if self._peek() is not None and self._peek() == ("punct", ")"):
@@ -170,11 +176,55 @@ class _Parser:
                     raise TypeSyntaxError(f"expected ',' or ')' in type {self.text!r}, got {sep!r}")
         return ChType(name, tuple(args))
 
+    def _json_args(self) -> tuple[ChType, ...]:
+        """The arguments of ``JSON(...)`` after its ``(``: typed paths (``a.b Int32``, a
+        type whose ``field`` is the path), ``SKIP path`` and ``SKIP REGEXP '...'`` (a
+        ``SKIP`` field naming the rest verbatim) and limits (``max_dynamic_paths = 10``, a
+        field ``max_dynamic_paths =`` naming the number)."""
+        args: list[ChType] = []
+        if self._peek() == ("punct", ")"):
+            self._take()
+            return ()
+        while True:
+            kind, first = self._take()
+            nxt = self._peek()
+            if kind == "word" and first.upper() == "SKIP":
+                rest: list[str] = []
+                while self._peek() is not None and self._peek() not in (
+                    ("punct", ","),
+                    ("punct", ")"),
+                ):
+                    rest.append(self._take()[1])
+                if not rest:
+                    raise TypeSyntaxError(f"SKIP without a path in {self.text!r}")
+                args.append(ChType(" ".join(rest), (), "SKIP"))
+            elif nxt == ("punct", "="):
+                self._take()
+                _, number = self._take()
+                args.append(ChType(number, (), f"{first} ="))
+            elif kind in ("word", "ident"):
+                element = self.type_()
+                if kind == "ident" and _PLAIN_PATH.fullmatch(first[1:-1]):
+                    first = first[1:-1]  # the server quotes a dotted path: `a.b` is a.b
+                args.append(ChType(element.name, element.args, field=first))
+            else:
+                raise TypeSyntaxError(f"unexpected {first!r} in JSON type {self.text!r}")
+            _, sep = self._take()
+            if sep == ")":
+                return tuple(args)
+            if sep != ",":
+                raise TypeSyntaxError(f"expected ',' or ')' in type {self.text!r}, got {sep!r}")
+
     def _arg(self) -> ChType | int | str | EnumItem:
         token = self._peek()
         if token is None:
             raise TypeSyntaxError(f"type {self.text!r} ends too early")
         kind, value = token
+        if kind == "word" and self._peek(1) == ("punct", "="):  # Dynamic(max_types = 8)
+            self._take()
+            self._take()
+            _, number = self._take()
+            return ChType(number, (), f"{value} =")
         if kind == "number":
             self._take()
             return int(value)
@@ -198,6 +248,10 @@ def _canonical(t: ChType) -> ChType:
         return ChType("Decimal", (_DECIMAL_PRECISION[name], args[0]), t.field)
     if name == "Decimal" and len(args) == 1:
         return ChType("Decimal", (args[0], 0), t.field)
+    if name == "Variant":  # the server names its types in order
+        return ChType(name, tuple(sorted(args, key=str)), t.field)
+    if name == "JSON":  # typed paths, skips and limits in one order
+        return ChType(name, tuple(sorted(args, key=str)), t.field)
     if name == "Enum":
         width = "Enum8"
         if any(isinstance(a, EnumItem) and not -128 <= a.value <= 127 for a in args):

@@ -84,6 +84,7 @@ from spate_clickhouse._isolate import (
     isolate,
 )
 from spate_clickhouse._schema import SchemaCheck, table_columns
+from spate_clickhouse._semistructured import wire_type
 from spate_clickhouse._targets import OpenTargets, Target, TargetPlan
 from spate_clickhouse._types import ChType, TypeSyntaxError, parse_type
 from spate_clickhouse.config import ColumnSpec
@@ -745,7 +746,7 @@ class ClickHouseShardWriter:
                         part,
                         column_names=[c.name for c in encoder.columns],
                         database=late.database or None,
-                        column_type_names=[str(c.type) for c in encoder.columns],
+                        column_type_names=[wire_type(c.type) for c in encoder.columns],
                         column_oriented=True,
                         settings=late.settings(token),
                     )
@@ -801,7 +802,7 @@ class ClickHouseShardWriter:
         connector = self.connector
         encoder_columns = connector.encoder().columns
         names = [c.name for c in encoder_columns]
-        types = [str(c.type) for c in encoder_columns]
+        types = [wire_type(c.type) for c in encoder_columns]
         rows = len(part[0]) if part else 0
 
         def insert(start: int, stop: int, token: str) -> None:
@@ -927,7 +928,7 @@ class ClickHouseShardWriter:
                 connector.table,
                 column_names=[c.name for c in encoder.columns],
                 database=connector.database or None,
-                column_type_names=[str(c.type) for c in encoder.columns],
+                column_type_names=[wire_type(c.type) for c in encoder.columns],
                 column_oriented=True,
             )
             held = self._contexts.held = (encoder, context)
