@@ -62,3 +62,33 @@ def test_the_dashboard_has_a_row_per_part_of_the_pipeline_and_unique_panel_ids()
     assert "(../grafana/spate.json)" in guide
     for row in rows:
         assert f"| {row} |" in guide, row
+
+
+PANELLED = ("spate_sink_late_rows_total", "spate_sink_partition_inserts_total")
+"""Families that must each have a panel, named in the guide's row of that panel (B330)."""
+
+
+def _rows_of_panels(dashboard: dict[str, Any]) -> dict[str, set[str]]:
+    """Row title -> the families its panels query (a panel belongs to the row above it)."""
+    rows: dict[str, set[str]] = {}
+    row = ""
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+            rows[row] = set()
+            continue
+        for target in panel.get("targets", []):
+            rows[row].update(_family(name) for name in _METRIC.findall(target["expr"]))
+    return rows
+
+
+def test_b330_late_rows_and_partition_inserts_have_panels_the_guide_names() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    guide = GUIDE.read_text(encoding="utf-8")
+    rows = _rows_of_panels(dashboard)
+    for family in PANELLED:
+        holding = [row for row, families in rows.items() if family in families]
+        assert holding, f"no panel queries {family}"
+        for row in holding:
+            line = next(x for x in guide.splitlines() if x.startswith(f"| {row} |"))
+            assert f"`{family}`" in line, f"the guide's {row} row does not name {family}"
