@@ -48,7 +48,7 @@ from spate.errors import ErrorClass, ErrorPolicy, SinkError
 from spate.metrics import CounterSeries, Meter, names
 from spate.records import Lane
 from spate.schema import Field
-from spate.sink import Intent, RefusedRow, RowsRefused, WriteBatch
+from spate.sink import Intent, RefusedRow, RowsFailed, RowsRefused, WriteBatch
 
 from spate_clickhouse._blocks import (
     LateTable,
@@ -257,8 +257,8 @@ class ClickHouseConnector:
         returns under ``skip`` (the batch counts as written: its rows are written or
         accounted for); under ``dead_letter`` raises ``RowsRefused`` naming each row with
         its code and message, which the pool charges to the rows' records (B245); raises
-        a fatal ``SinkError`` naming them under ``fail`` (the batch fails and its offsets
-        are not committed past them).
+        ``RowsFailed`` (fatal) naming them under ``fail`` (the batch fails for good and
+        its offsets are not committed past them; a spool keeps it, B322).
         """
         policy = self.config.on_record_error
         for row in rows[:_LOGGED_ROWS]:
@@ -302,7 +302,10 @@ class ClickHouseConnector:
                 f"sink {self.name}: {summary}; dead-lettered (on_record_error: dead_letter)",
                 tuple(_refused_row(row, endpoint) for row in rows),
             )
-        self._write_time_error(summary)
+        if policy is ErrorPolicy.SKIP:
+            self._write_time_error(summary)  # logged, and the batch counts as written
+            return
+        raise RowsFailed(f"sink {self.name}: {summary}; the batch fails (on_record_error: fail)")
 
     def event_time(self, buffer: ColumnBuffer) -> float | None:
         """The oldest ``event_time_column`` value of a written buffer, wall-clock seconds

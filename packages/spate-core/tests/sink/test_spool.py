@@ -14,7 +14,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -679,20 +679,29 @@ def test_b56_b9_a_replayed_batch_reaches_the_pool_under_the_same_dedup_tokens(
     assert all("run1" in token and "run2" not in token for token in replayed)
 
 
+def _scripted_spool(
+    directory: Path, clock: ManualClock, meter: Meter, *outcomes: str
+) -> tuple[SpoolTier, Any]:
+    """A started ``ack: spooled`` spool over a scripted pool (inline writes) whose one
+    endpoint answers ``outcomes`` first; the spool and the endpoints."""
+    from spate.testing import scripted_pool
+
+    pool, endpoints = scripted_pool("t", shards=1, clock=clock, config=None, io_threads=0)
+    endpoints.script("s0", *outcomes)
+    config = SpoolConfig(dir=str(directory), ack="spooled", max_records=100)
+    spool = SpoolTier("s", config, pool, JsonlStore(str(directory)), meter=meter, clock=clock)
+    spool.start()
+    return spool, endpoints
+
+
 def test_b66_b9_a_retried_batch_reaches_the_pool_under_the_same_dedup_tokens(
     tmp_path: Path,
 ) -> None:
     """B66: the retry within the run is written under the tokens of the failed attempt,
     so a terminal that deduplicates by token drops an insert that did land."""
-    from spate.testing import scripted_pool
-
     clock = ManualClock()
-    pool, endpoints = scripted_pool("t", shards=1, clock=clock, config=None, io_threads=0)
-    endpoints.script("s0", "fatal")
-    config = SpoolConfig(dir=str(tmp_path), ack="spooled", max_records=100)
     meter = Meter("p", CollectorRegistry())
-    spool = SpoolTier("s", config, pool, JsonlStore(str(tmp_path)), meter=meter, clock=clock)
-    spool.start()
+    spool, endpoints = _scripted_spool(tmp_path, clock, meter, "fatal")
     offer_batch(spool, Acks(), [{"i": i} for i in range(7)])
     spool.tick()
     for _ in range(200):
@@ -706,6 +715,41 @@ def test_b66_b9_a_retried_batch_reaches_the_pool_under_the_same_dedup_tokens(
     assert sorted(r["i"] for r in endpoints.rows()) == list(range(7))  # type: ignore[index]
     assert metric(meter, "spate_spool_retried_batches_total") == 1
     assert spool.flush(clock.monotonic() + 60)
+    assert files(tmp_path) == []
+
+
+def test_b322_a_batch_failed_for_good_is_kept_and_the_spool_stops(tmp_path: Path) -> None:
+    """With ``ack: spooled`` a batch the terminal failed for good (``RowsFailed``: rows
+    its destination refused under ``on_record_error: fail``) is not retried, unlike a
+    plain fatal error (B66, above): the spool keeps it, hands nothing more on, is not
+    ready and raises at every tick; a restart replays it and every later batch."""
+    from spate.errors import FatalError
+
+    clock = ManualClock()
+    meter = Meter("p", CollectorRegistry())
+    spool, endpoints = _scripted_spool(tmp_path, clock, meter, "refused")
+    acks = Acks()
+    first = offer_batch(spool, acks, [{"i": i} for i in range(7)])
+    with pytest.raises(FatalError, match=r"for good: .*scripted refusal"):
+        spool.tick()
+    assert first.status is AckStatus.DELIVERED  # acknowledged once spooled (B54)
+    second = offer_batch(spool, acks, [{"i": i} for i in range(7, 10)])
+    for _ in range(3):
+        clock.advance(120.0)  # far past any retry's backoff
+        with pytest.raises(FatalError, match="stops handing on"):
+            spool.tick()
+    assert second.status is AckStatus.DELIVERED
+    assert not spool.ready()
+    assert endpoints.rows() == []  # nothing handed on after the kept batch
+    assert [a.outcome for a in endpoints.attempts_on("s0")] == ["refused"]
+    assert metric(meter, "spate_spool_retried_batches_total") == 0
+    spool.close()
+    assert files(tmp_path)
+
+    spool, endpoints = _scripted_spool(tmp_path, clock, meter)
+    assert spool.flush(clock.monotonic() + 60)
+    spool.close()
+    assert sorted(r["i"] for r in endpoints.rows()) == list(range(10))  # type: ignore[index]
     assert files(tmp_path) == []
 
 

@@ -72,6 +72,7 @@ class AckToken:
         "_resolver",
         "epoch",
         "event_time",
+        "failure",
         "fault",
         "lane",
         "next_offset",
@@ -99,6 +100,11 @@ class AckToken:
         self.status = AckStatus.PENDING
         self.fault: str | None = None
         """The first misuse seen, or None."""
+        self.failure: str | None = None
+        """Why a holder failed this batch for good, set before its release: rows the
+        destination refused on their own, which a retry would meet again (under
+        ``on_record_error: fail``, or with no record to charge them to). None for any
+        other failure (B322)."""
         self.event_time: float | None = None
         """Wall-clock seconds of the batch's oldest record timestamp, None when unknown
         (set by the tracker; freshness, B220)."""

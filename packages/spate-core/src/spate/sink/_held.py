@@ -30,6 +30,10 @@ raises the error into another record's offer.
 A holder keeps a reference to each held row's source batch (for a dead letter's payload
 and timestamp) until the row is handed on.
 
+A spool tier binds the sink after it to a :class:`HeldErrors` over a cell of its own:
+it hands on rows whose records are gone (acknowledged, or read back from disk), so it
+notes for each a record it makes of the spooled row (B323).
+
 A sink pool whose connector refuses rows at write time (``RowRefusingConnector``) is a
 holder too: its batches keep their rows' records, and a row the destination refused is
 charged through :meth:`HeldErrors.report` on the pipeline thread (B245-B249). A pool whose

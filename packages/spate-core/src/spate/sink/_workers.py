@@ -7,7 +7,10 @@ here imports the pool. One write (:meth:`PoolWorkers.write`) runs the batch's fe
 effectively-once intent, B88, B125) and the writer, then, under the pool's lock, tells
 the replica's breaker (B11), moves the shard's preference to its next replica after a
 retryable failure, queues the batch again after its backoff on the pipeline clock
-(B9, B12) or settles it (B2, B4); budget and acks are released outside the lock.
+(B9, B12) or settles it (B2, B4); budget and acks are released outside the lock. A
+batch failed for good — rows the destination refused under ``fail``
+(:class:`~spate.sink.RowsFailed`), or refused rows that cannot be charged to records —
+says why on its acks first (``AckToken.failure``, B322).
 
 With ``io_threads`` workers, each runs :meth:`PoolWorkers.run`; with none, the pool's
 ``pump``, ``tick`` and ``flush`` call :meth:`PoolWorkers.write` on the calling thread.
@@ -28,7 +31,7 @@ from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent
 from spate.sink._retry import Backoff
 from spate.sink._shard import Replica, Shard
-from spate.sink._writer import RowsRefused, WriteBatch
+from spate.sink._writer import RowsFailed, RowsRefused, WriteBatch
 
 logger = logging.getLogger("spate.sink._pool")
 
@@ -43,6 +46,16 @@ def settle_batch(batch: PoolBatch, ok: bool) -> Settled:
     :func:`release_settled` once the lock is given back."""
     batch.done = True
     return batch, list(batch.acks), batch.acquired, ok
+
+
+def failed_for_good(batch: PoolBatch, reason: str) -> None:
+    """Tell the holders of ``batch``'s acks that it failed for good (rows the destination
+    refused on their own: a retry would meet ``reason`` again): a spool with
+    ``ack: spooled`` keeps it rather than retry (B322). Pool lock held, before the batch
+    is settled."""
+    for ack in batch.acks:
+        if ack.failure is None:
+            ack.failure = reason
 
 
 def release_settled(budget: ByteBudget, settled: list[Settled]) -> None:
@@ -170,6 +183,7 @@ class PoolWorkers:
                         why,
                     )
                     shard.m_abandoned.inc(batch.rows)
+                    failed_for_good(batch, f"{error.reason}; {why}")
                     settled.append(settle_batch(batch, False))
             elif error is None:
                 if not batch.done:
@@ -209,6 +223,8 @@ class PoolWorkers:
                 )
                 if not batch.done:
                     shard.m_abandoned.inc(batch.rows)
+                    if isinstance(error, RowsFailed):
+                        failed_for_good(batch, error.reason)
                     settled.append(settle_batch(batch, False))
             self._cond.notify_all()
         release_settled(self._budget, settled)

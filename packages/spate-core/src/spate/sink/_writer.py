@@ -141,6 +141,16 @@ class RowsRefused(SinkError):
         self.rows = rows
 
 
+class RowsFailed(SinkError):
+    """Raised by :meth:`ShardWriter.write` when every row of the batch is written except
+    rows the destination refused on their own, under ``on_record_error: fail``: the
+    batch fails for good (fatal), since writing it again meets the same refusal. A spool
+    with ``ack: spooled`` keeps such a batch and stops instead of retrying it (B322)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, ErrorClass.FATAL)
+
+
 class ShardWriter(Protocol):
     """Writes sealed batches to one endpoint (one replica of one shard)."""
 

@@ -7,6 +7,8 @@ next scripted outcome (then ``ok`` once the script is used up):
 * ``"ok"`` — written: the rows are kept in :attr:`ScriptedEndpoints.written`;
 * ``"retryable"`` — ``SinkError`` RETRYABLE (a network error, an overloaded server);
 * ``"fatal"`` — ``SinkError`` FATAL (retrying cannot help);
+* ``"refused"`` — :class:`~spate.sink.RowsFailed`: rows the destination refused on their
+  own under ``on_record_error: fail``, the batch failed for good (B322);
 * ``delay(seconds)`` (from :mod:`spate.testing`) — the write takes ``seconds`` on the
   pool's clock (a manual clock just moves on), then succeeds;
 * :meth:`ScriptedEndpoints.down` — while an endpoint is down its probe fails and every
@@ -32,7 +34,7 @@ from spate.errors import ErrorClass, SinkError
 from spate.flow._contract import ByteBudget
 from spate.metrics._meter import Meter
 from spate.sink._pool import SinkPool
-from spate.sink._writer import ListRowBuffer, WriteBatch
+from spate.sink._writer import ListRowBuffer, RowsFailed, WriteBatch
 from spate.sink.config import PoolConfig, ShardConfig
 
 
@@ -104,7 +106,8 @@ class ScriptedEndpoints:
     def script(self, endpoint: str, *outcomes: object, times: int = 1) -> ScriptedEndpoints:
         """Queue ``outcomes`` (each repeated ``times``) for the next attempts on ``endpoint``.
 
-        An outcome is ``"ok"``, ``"retryable"``, ``"fatal"`` or ``delay(seconds)``.
+        An outcome is ``"ok"``, ``"retryable"``, ``"fatal"``, ``"refused"`` or
+        ``delay(seconds)``.
         """
         parsed = [_parse(o) for o in outcomes]
         with self._lock:
@@ -207,6 +210,8 @@ class ScriptedWriter:
             return
         if kind == "fatal":
             raise SinkError(f"{self.endpoint}: scripted fatal error", ErrorClass.FATAL)
+        if kind == "refused":
+            raise RowsFailed(f"{self.endpoint}: scripted refusal of a row")
         if kind == "down":
             raise SinkError(f"{self.endpoint}: connection refused", ErrorClass.RETRYABLE)
         raise SinkError(f"{self.endpoint}: scripted retryable error", ErrorClass.RETRYABLE)
@@ -219,9 +224,10 @@ class ScriptedWriter:
 def _parse(outcome: object) -> tuple[str, float]:
     kind = getattr(outcome, "kind", outcome)
     seconds = float(getattr(outcome, "delay", 0.0))
-    if kind not in ("ok", "retryable", "fatal", "delay"):
+    if kind not in ("ok", "retryable", "fatal", "refused", "delay"):
         raise ValueError(
-            f"a scripted outcome is 'ok', 'retryable', 'fatal' or delay(s), got {outcome!r}"
+            "a scripted outcome is 'ok', 'retryable', 'fatal', 'refused' or delay(s), "
+            f"got {outcome!r}"
         )
     return str(kind), seconds
 

@@ -25,11 +25,20 @@ delivered the store releases the batch and deletes a segment once all of it is r
 stays in the store: with ``ack: spooled`` it is handed on again within the run, from the
 rows kept in memory, after a backoff of 1 s doubling up to 60 s (checked on every tick,
 counted in ``spate_spool_retried_batches_total``, B66); with ``ack: terminal`` its
-source batch fails (B4). Either way a batch not yet accepted when the spool drains is
-replayed on the next start. A next tier that is an
-:class:`~spate.sink.IdentifiedSink` (the sink pool) gets each batch's identity (writing
-run, segment, position), from which it derives dedup tokens that a replay repeats (B9,
-B56).
+source batch fails (B4). A batch the next tier failed *for good* (its token's
+``failure`` set: rows the destination refused under ``on_record_error: fail``) is
+not retried: with ``ack: spooled`` the spool keeps it, hands nothing more on, is not
+ready, and raises ``FatalError`` from its next tick, flush or replay (B322). Either way a
+batch not yet accepted when the spool drains is replayed on the next start.
+
+Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter``) are
+charged to records the spool makes of the spooled rows — lane, key, the row as payload,
+offset -1 — noted in a record cell of its own while it hands them on one at a time
+(:meth:`SpoolTier.bind_held_errors`, B323): the records the rows came from are gone.
+
+A next tier that is an :class:`~spate.sink.IdentifiedSink` (the sink pool) gets each
+batch's identity (writing run, segment, position), from which it derives dedup tokens
+that a replay repeats (B9, B56).
 
 On :meth:`SpoolTier.start` the store is recovered (torn tails cut, corruption fails
 start-up naming segment and byte offset, B55) and the batches found are handed on before
@@ -55,10 +64,10 @@ from typing import Literal
 from spate._clock import Clock
 from spate.checkpoint._ack import AckStatus, AckToken, release_all
 from spate.config._decode import ByteSize, Duration
-from spate.errors import ErrorClass, ErrorPolicy, SinkError
+from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
-from spate.records import Lane
+from spate.records import Lane, PayloadBatch
 from spate.sink._attempts import retry_at
 from spate.sink._contract import (
     ACCEPTED,
@@ -70,6 +79,13 @@ from spate.sink._contract import (
     sink_record_policy,
     takes_rows,
 )
+from spate.sink._held import (
+    HeldErrors,
+    Origin,
+    PendingDeadLetter,
+    RecordCell,
+    bind_held_errors,
+)
 from spate.sink._retry import Backoff
 from spate.sink.config import RetryConfig
 from spate.sink.tiers._frames import ForwardsFrames, frame_rows, frame_sink
@@ -80,6 +96,7 @@ from spate.sink.tiers._spool_codec import (
     encode_batch,
     encode_frame,
     encode_record,
+    row_payload,
 )
 from spate.sink.tiers._spool_writer import SpoolWriter
 from spate.sink.tiers._store import BatchRef, SpoolCorruptError, SpoolStore
@@ -293,6 +310,15 @@ class SpoolTier(ForwardsFrames):
         self._retrying: list[_Batch] = []
         """Batches the next tier failed, waiting for their retry (guarded by the lock)."""
         self._backoff = Backoff(_RETRY)
+        self._errors: HeldErrors | None = None
+        """Where the next tier charges the rows it refuses at write time, over the
+        spool's own record cell (B323); None while it charges none."""
+        self._lettered: set[AckToken] = set()
+        """Tokens of batches with a refused row charged to the dead-letter sink, which
+        holds them until it wrote the letter (guarded by the lock, B323)."""
+        self._stopped: str | None = None
+        """Why the spool stopped handing on: the next tier failed a batch for good under
+        ``ack: spooled`` (B322); set once, on any thread."""
         self._replaying = 0
         self._started = False
         self._closed = False
@@ -310,6 +336,27 @@ class SpoolTier(ForwardsFrames):
         self._max_records = config.max_records
 
     # -- Sink protocol ----------------------------------------------------------------
+
+    def bind_held_errors(self, errors: HeldErrors) -> bool:
+        """Let the next tier charge the rows it refuses at write time (a ClickHouse sink
+        under ``dead_letter``, B245) to records the spool makes of its spooled rows: the
+        records the rows came from are gone once spooled (B323). The chain notes no
+        record for the spool itself: False."""
+        lettered = self._lettered
+
+        def report(origin: Origin, exc: SinkError, ack: AckToken) -> object | None:
+            pending = errors.report(origin, exc, ack)
+            with self._lock:
+                lettered.add(ack)  # its dead letter holds it now, or will
+            return None if pending is None else pending.row
+
+        def again(row: object, origin: Origin, ack: AckToken) -> bool:
+            return errors.offer_again(PendingDeadLetter(row, origin, ack))
+
+        inner = HeldErrors(RecordCell(), report, again)
+        if bind_held_errors(self.next, inner):
+            self._errors = inner
+        return False
 
     def start(self) -> None:
         """Start the next tier, recover the store and replay what it holds (B56).
@@ -357,6 +404,7 @@ class SpoolTier(ForwardsFrames):
             deadline = self._clock.monotonic() + self.config.replay_timeout
             while self._handing:
                 self._hand_on()
+                self._raise_stopped()
                 if not self._handing:
                     break
                 self.next.tick()
@@ -368,6 +416,7 @@ class SpoolTier(ForwardsFrames):
                     )
                 self._clock.sleep(0.01)
             self.next.tick()
+            self._raise_stopped()
 
     def offer(self, row: object, key: bytes | None, lane: Lane, ack: AckToken) -> Offer:
         """Add ``row`` to the open batch, or refuse it while the spool is full (B7, B57).
@@ -544,6 +593,7 @@ class SpoolTier(ForwardsFrames):
             self._hand_on()
             self.next.tick()
         self._gauges()
+        self._raise_stopped()
 
     def flush(self, deadline: float) -> bool:
         """Seal, sync and hand everything on; wait until the next tier wrote it all.
@@ -561,6 +611,7 @@ class SpoolTier(ForwardsFrames):
                 return False
             self._take_durable()
             self._hand_on()
+            self._raise_stopped()
             left = self._clock.monotonic()
             if not self._handing and not self._writer.queued:
                 break
@@ -571,7 +622,9 @@ class SpoolTier(ForwardsFrames):
         done = self.next.flush(deadline)
         while done:
             with self._lock:
-                if not self._inflight:
+                # A batch whose refused row's dead letter the dead-letter sink holds is
+                # written once that sink is flushed, after this one (B323).
+                if all(b.token in self._lettered for b in self._inflight):
                     break
             if self._clock.monotonic() >= deadline:
                 done = False
@@ -580,6 +633,7 @@ class SpoolTier(ForwardsFrames):
         if done:
             self._store.collect()
         self._gauges()
+        self._raise_stopped()
         return done
 
     def abandon(self) -> int:
@@ -628,7 +682,13 @@ class SpoolTier(ForwardsFrames):
 
     def ready(self) -> bool:
         """False while a replay runs (B56) and until the next tier is ready."""
-        return self._started and self._next_started and self._replaying == 0 and self.next.ready()
+        return (
+            self._started
+            and self._next_started
+            and self._replaying == 0
+            and self._stopped is None
+            and self.next.ready()
+        )
 
     def close(self) -> None:
         """Close the next tier and the store; held segments stay for the next run."""
@@ -654,6 +714,12 @@ class SpoolTier(ForwardsFrames):
                 "spool %s: the store is closed once its hung write or fsync returns", self.name
             )
         else:
+            with self._lock:
+                idle = not self._inflight and not self._retrying
+            if idle and self._stopped is None:
+                # Batches released after the drain's flush (their dead letters written
+                # once the dead-letter sink flushed, B323) are reclaimed too.
+                self._store.collect()
             self._store.close()
 
     # -- introspection -----------------------------------------------------------------
@@ -743,15 +809,21 @@ class SpoolTier(ForwardsFrames):
 
         Each run of one lane's rows goes in one call to the next tier's ``offer_rows``
         when it has one (all or nothing), else in a tight loop over its ``offer``."""
-        if not self._next_started:
+        if not self._next_started or self._stopped is not None:
             return
         handing = self._handing
         nxt = self.next
         # A next tier that can name batches (the sink pool) gets each spooled batch's
         # identity, so its dedup tokens are the same when the batch is replayed (B56).
         identified = nxt if isinstance(nxt, IdentifiedSink) else None
-        batched = nxt if isinstance(nxt, RowBatchSink) and takes_rows(nxt) else None
-        while handing:
+        # Rows whose refusals are charged to records are offered one by one, each with
+        # the record the spool makes of it (B323).
+        batched = (
+            nxt
+            if isinstance(nxt, RowBatchSink) and takes_rows(nxt) and self._errors is None
+            else None
+        )
+        while handing and self._stopped is None:
             batch = handing[0]
             token = batch.token
             assert token is not None and batch.ref is not None
@@ -811,10 +883,42 @@ class SpoolTier(ForwardsFrames):
                     batch.prepared = None
                     batch.handed = stop
                     continue
-            offer = self.next.offer
-            for row, key in zip(rows[i:stop], keys[i:stop], strict=True):
+            if not self._offer_each(batch, token, i, start, stop, lane):
+                return False
+        return True
+
+    def _offer_each(
+        self, batch: _Batch, token: AckToken, i: int, start: int, stop: int, lane: Lane
+    ) -> bool:
+        """Offer rows ``i:stop`` of the run ``start:stop`` one by one; False once the next
+        tier refuses one for now. A row it refuses as bad fails the batch (B102).
+
+        While the next tier charges the rows it refuses at write time to records (B323),
+        the spool's cell names for each row the record the spool makes of it: its lane
+        and key, the row as its payload (:func:`row_payload`), no offset (-1) and no
+        timestamp, since the records it came from were acknowledged when spooled, or are
+        read back from disk."""
+        rows, keys = batch.rows, batch.keys
+        cell = None if self._errors is None else self._errors.cell
+        records: PayloadBatch | None = None
+        if cell is not None:
+            count = stop - start
+            records = PayloadBatch.lazy(
+                lane,
+                [row_payload(row) for row in rows[start:stop]],
+                first_offset=-1,
+                next_offset=-1,
+                offsets=lambda: [-1] * count,
+                keys=keys[start:stop],
+                timestamps=lambda: [0] * count,
+            )
+        offer = self.next.offer
+        try:
+            while i < stop:
+                if cell is not None:
+                    cell.batch, cell.index = records, i - start
                 try:
-                    offered = offer(row, key, lane, token)
+                    offered = offer(rows[i], keys[i], lane, token)
                 except SinkError as exc:
                     logger.error(
                         "spool %s: the next tier refused a spooled row: %s", self.name, exc.reason
@@ -825,7 +929,10 @@ class SpoolTier(ForwardsFrames):
                     batch.handed = i
                     return False
                 i += 1
-            batch.handed = stop
+        finally:
+            if cell is not None:
+                cell.batch = None
+        batch.handed = stop
         return True
 
     def _offer_frames(self, batch: _Batch, token: AckToken) -> bool:
@@ -881,6 +988,11 @@ class SpoolTier(ForwardsFrames):
         )
         batch.failed = True
 
+    def _raise_stopped(self) -> None:
+        """Stop the pipeline once the next tier failed a batch for good (B322)."""
+        if self._stopped is not None:
+            raise FatalError(f"spool {self.name}", self._stopped)
+
     def _retry_due(self) -> None:
         """Queue failed batches whose backoff passed ahead of newer ones, oldest first."""
         with self._lock:
@@ -907,9 +1019,14 @@ class SpoolTier(ForwardsFrames):
     def _resolved(self, batch: _Batch, token: AckToken, /) -> None:
         """The next tier settled a spooled batch (any thread)."""
         ok = token.status is AckStatus.DELIVERED
-        retry = not ok and self.config.ack == "spooled" and not batch.failed and not self._closed
+        spooled = self.config.ack == "spooled"
+        # A batch failed for good (rows the destination refused under `fail`) would fail
+        # again: kept, not retried, and the spool stops (B322).
+        final = None if ok or not spooled else token.failure
+        retry = not ok and spooled and not batch.failed and not self._closed and final is None
         with self._lock:
             self._inflight.discard(batch)
+            self._lettered.discard(token)
             if batch.replayed:
                 self._replaying -= 1
                 batch.replayed = False
@@ -927,6 +1044,16 @@ class SpoolTier(ForwardsFrames):
             assert batch.ref is not None
             batch.drop_rows()
             self._store.release(batch.ref)
+        elif final is not None:
+            batch.drop_rows()
+            if self._stopped is None:
+                self._stopped = (
+                    f"the next tier failed batch {batch.ref} ({token.records} records) for "
+                    f"good: {final}. Its records were acknowledged once spooled (ack: "
+                    "spooled), so the spool keeps the batch and every batch after it, stops "
+                    "handing on and stops the pipeline; they are replayed on the next start"
+                )
+                logger.error("spool %s: %s", self.name, self._stopped)
         elif retry:
             logger.error(
                 "spool %s: the next tier failed batch %s (%d records, failure %d); it stays "

@@ -121,6 +121,18 @@ def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
     return b'%s"k":%s,%s}' % (prefix, dumps_str(key.decode("latin-1")), value)
 
 
+def row_payload(row: object) -> bytes:
+    """A spooled row as a record's payload (a dead letter's, B323): a ``bytes`` row as it
+    is, any other as the JSON value the spool keeps it as, without its lane and key."""
+    if isinstance(row, (bytes, bytearray, memoryview)):
+        return bytes(row)
+    encoders = _orjson_encoders()
+    if encoders is not None:
+        return encoders[0](row)
+    text = json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_tagged)
+    return text.encode()
+
+
 _PACKED = 1
 """The first byte of a packed run record (a JSON record starts with ``{``)."""
 
