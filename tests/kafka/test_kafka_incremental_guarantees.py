@@ -49,6 +49,7 @@ from tests.kafka._pipeline import (
 )
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.kafka_groups import set_consumer_session
+from tests.support.matrix import matrix
 from tests.support.scale import current_scale, scaled
 from tests.support.services import (
     committed_offsets,
@@ -61,7 +62,8 @@ from tests.support.spool import spooled_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-INCREMENTAL = pytest.mark.parametrize("rebalance", ["cooperative", "consumer"])
+INCREMENTAL = ("cooperative", "consumer")
+"""Every test runs under both at full scale; at the CI scale the two alternate by test."""
 PARTITIONS = 4
 CONSUME_BATCH = 100  # start_member's default: records per consume() at most
 
@@ -209,7 +211,7 @@ class _Pair:
         return states
 
 
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="cooperative")
 def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
     kafka_bootstrap: str, rebalance: str
 ) -> None:
@@ -251,7 +253,7 @@ def test_b270_kept_lanes_stay_paused_and_moved_lanes_are_released(
     assert states == ["completed", "completed"]
 
 
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="consumer")
 def test_b271_bounded_run_finishes_when_partitions_move_mid_run(
     kafka_bootstrap: str, rebalance: str
 ) -> None:
@@ -284,7 +286,7 @@ def test_b271_bounded_run_finishes_when_partitions_move_mid_run(
     assert committed_offsets(kafka_bootstrap, pair.group, pair.topic) == ends
 
 
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="cooperative")
 def test_b274_a_lane_revoked_while_paused_and_assigned_back_is_fetched_again(
     kafka_bootstrap: str, rebalance: str
 ) -> None:
@@ -330,7 +332,7 @@ def _letters(paths: Iterable[Path], at: Mapping[tuple[int, int], bytes]) -> Coun
 
 
 @pytest.mark.parametrize("delivery", ["at_least_once", "effectively_once"])
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="cooperative")
 def test_b272_dead_letters_before_and_after_a_move(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str, delivery: str
 ) -> None:
@@ -438,7 +440,7 @@ def test_b272_dead_letters_before_and_after_a_move(
         assert set(rows.values()) == {1}, [k for k, n in rows.items() if n > 1][:5]
 
 
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="consumer")
 def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
     kafka_bootstrap: str, tmp_path: Path, rebalance: str
 ) -> None:
@@ -471,7 +473,7 @@ def test_b273_spooled_batches_of_a_revoked_lane_are_never_committed_ahead(
     assert [sorted(p.name for p in s.rglob("seg-*")) for s in spools] == [[], []]
 
 
-@INCREMENTAL
+@matrix("rebalance", INCREMENTAL, ci="consumer")
 def test_b275_a_spool_delivers_the_revoked_lanes_batches_it_took_custody_of(
     kafka_bootstrap: str, tmp_path: Path, rebalance: str
 ) -> None:

@@ -23,6 +23,7 @@ import pytest
 from tests.kafka._pipeline import PARTITIONS, SPATE, Streaming
 from tests.support.delivery import wait_until
 from tests.support.kafka_groups import group_generations
+from tests.support.matrix import matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -55,7 +56,7 @@ def _parent(config: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-@pytest.mark.parametrize("rebalance", ["cooperative", "consumer"])
+@matrix("rebalance", ["cooperative", "consumer"], ci="consumer")
 def test_b217_each_worker_is_its_own_static_member_and_a_restart_keeps_the_generation(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str
 ) -> None:

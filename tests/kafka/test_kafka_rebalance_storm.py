@@ -38,7 +38,12 @@ from tests.kafka._pipeline import (
 )
 from tests.support.delivery import wait_until
 from tests.support.kafka_groups import group_generations
+from tests.support.matrix import matrix
 from tests.support.services import SESSION_TIMEOUT_MS, committed_offsets
+
+PROTOCOLS = ("eager", "cooperative", "consumer")
+"""Each storm runs under every protocol at full scale; at the CI scale the storms share
+them out so that each protocol runs on every commit."""
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -147,7 +152,7 @@ def _storm(run: Streaming, tmp_path: Path, rebalance: str) -> list[Path]:
     return logs
 
 
-@pytest.mark.parametrize("rebalance", ["eager", "cooperative", "consumer"])
+@matrix("rebalance", PROTOCOLS, ci=("eager", "cooperative"))
 def test_b179_rebalance_storm_loses_nothing_and_never_commits_ahead(
     kafka_bootstrap: str, tmp_path: Path, rebalance: str
 ) -> None:
@@ -168,7 +173,7 @@ def test_b179_rebalance_storm_loses_nothing_and_never_commits_ahead(
         assert _kept_through_every_revocation(logs[4]), _moves(logs[4])
 
 
-@pytest.mark.parametrize("rebalance", ["eager", "cooperative", "consumer"])
+@matrix("rebalance", PROTOCOLS, ci="consumer")
 def test_b215_rebalance_storm_under_effectively_once_writes_every_record_once(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str
 ) -> None:
@@ -189,7 +194,7 @@ def test_b215_rebalance_storm_under_effectively_once_writes_every_record_once(
     assert run.table.counts() == (run.count, run.count)
 
 
-@pytest.mark.parametrize("rebalance", ["cooperative", "consumer"])
+@matrix("rebalance", PROTOCOLS[1:], ci="cooperative")
 def test_b180_b216_rolling_restart_of_static_members_keeps_the_generation(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str
 ) -> None:

@@ -1367,6 +1367,7 @@ def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_
         clock=clock,
         writer_join=0.05,
     )
+    before = set(threading.enumerate())
     spool.start()
     ack = offer_batch(spool, Acks(), [{"i": 1}, {"i": 2}])
     outcome: dict[str, object] = {}
@@ -1380,6 +1381,9 @@ def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_
     drainer.start()
     try:
         assert store.entered.wait(30)
+        # This spool's writer thread (a spool of another test may have the same name).
+        writers = [t for t in threading.enumerate() if t.name == "spool-s" and t not in before]
+        assert writers
         drainer.join(30)  # a hang-detector bound, not a timing claim
         assert not drainer.is_alive(), "the drain hangs on the hung fsync"
     finally:
@@ -1388,10 +1392,9 @@ def test_b14_b54_a_drain_over_a_hung_fsync_abandons_within_bounds_and_keeps_the_
     assert ack.status is AckStatus.FAILED  # never acknowledged: it was not durable
     assert script.rows == []
     again, _, script2, _ = make(tmp_path)
-    for _ in range(3000):  # the released fsync lets the stuck writer thread finish
-        if not any(t.name == "spool-s" and t.is_alive() for t in threading.enumerate()):
-            break
-        threading.Event().wait(0.01)
+    for writer in writers:  # the released fsync lets the stuck writer thread finish
+        writer.join(30)  # a hang-detector bound, not a timing claim
+        assert not writer.is_alive()
     again.start()
     assert again.flush(ManualClock().monotonic() + 1e9)
     assert script2.rows == [{"i": 1}, {"i": 2}]
