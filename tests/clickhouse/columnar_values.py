@@ -61,6 +61,12 @@ CASES = (
         ("1.5", "2.25", "4", "5.75"),
     ),
     Case("3_5_into_int64", "Int64", (1, 2, 3.5, 4, 5), ("1", "2", "4", "5")),
+    Case(
+        "nulls_opening_arrays_beside_text_into_array_nullable_int64",
+        "Array(Nullable(Int64))",
+        ([1, 2], [None, 3], ["a"], [], [None, None, 4]),
+        ("[1,2]", "[NULL,3]", "[]", "[NULL,NULL,4]"),
+    ),
     Case("1e39_into_float32", "Float32", (1.5, 2.5, 1e39, 4.5, 5.5), ("1.5", "2.5", "4.5", "5.5")),
     Case("abc_into_int64", "Int64", (1, "12", "abc", 4, 5), ("1", "12", "4", "5")),
     Case("12_5_into_int64", "Int64", ("12", 13, 12.5, "14", 15), ("12", "13", "14", "15")),

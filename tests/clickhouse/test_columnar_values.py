@@ -4,13 +4,14 @@ columnar path too, and the batch's good rows are stored and committed (B87, B28)
 Each case (see :mod:`tests.clickhouse.columnar_values`) is one batch of five records
 whose record at offset 2 holds a value of the wrong kind or out of range for its column
 (a float beyond Int64, 2^40 into Int32, 300 in an Array(Int8), 1.005 into
-Decimal(10, 2), 3.5 into Int64, 1e39 into Float32, "abc" into Int64, "not-a-uuid",
-"yes" into Bool, a date that does not exist), beside values the row path converts (the
-text "12" into Int64, an upper-case UUID, 1 and "false" into Bool, a time with an
-offset). Both paths run against an embedded chDB engine (in a child process: one engine
-per process) and one case through the ClickHouse HTTP front: the table holds the four
-good rows with the row path's values, the batch is committed, and the bad record is
-counted under its own offset.
+Decimal(10, 2), 3.5 into Int64, 1e39 into Float32, "abc" into Int64, "not-a-uuid", "yes" into Bool,
+a date that does not exist, text into an Array(Nullable(Int64))), beside values the row
+path converts (the text "12" into Int64, an upper-case UUID, 1 and "false" into Bool, a
+time with an offset) and arrays opening with nulls (B340, once a whole batch's failure).
+Both paths run against an embedded chDB engine (in a child process: one engine per
+process) and one case through the ClickHouse HTTP front: the table holds the four good
+rows with the row path's values, the batch is committed, and the bad record is counted
+under its own offset.
 """
 
 from __future__ import annotations

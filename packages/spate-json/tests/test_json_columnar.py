@@ -38,9 +38,56 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
+ITEMS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4)
+)
+"""Array items of every JSON kind (an integer beyond 2^53 beside a fraction in one
+array is a record error on the columnar path only, B87: drawn where no float is)."""
+
+
+def _no_inexact(value: Any) -> bool:
+    """Whether no array holds a fraction beside an integer beyond 2^53 (B87)."""
+    if isinstance(value, dict):
+        return all(map(_no_inexact, value.values()))
+    if not isinstance(value, list):
+        return True
+    leaves = list(_numbers_in(value))
+    floats = any(isinstance(v, float) for v in leaves)
+    big = any(type(v) is int and abs(v) > 2**53 for v in leaves)
+    return not (floats and big) and all(map(_no_inexact, value))
+
+
+def _numbers_in(items: list[Any]) -> Any:
+    """The numbers among ``items`` and the items of their arrays, at any depth (one
+    place, as Arrow types them together)."""
+    for item in items:
+        if isinstance(item, list):
+            yield from _numbers_in(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            yield item
+
+
+ARRAYS = st.recursive(
+    st.lists(ITEMS, max_size=4),
+    lambda inner: st.lists(
+        ITEMS | inner | st.dictionaries(st.sampled_from("xyz"), ITEMS | inner, max_size=2),
+        max_size=3,
+    ),
+    max_leaves=8,
+).filter(_no_inexact)
+"""Arrays of mixed kinds, nulls among their items, empty, nested, of objects holding
+arrays (B340)."""
+
 VALUES: dict[str, Any] = {
     **JSON_VALUES,
     "when": st.sampled_from(["2024-01-01T00:00:00", "2026-12-01 10:20:30.123", "1999-01-01"]),
+    "arrays": ARRAYS,
+    "objects": st.dictionaries(st.sampled_from("xyz"), ITEMS | ARRAYS, max_size=3),
 }
 
 CORRUPTIONS = {
@@ -114,13 +161,87 @@ def _columnar(deser: JsonDeserializer, payloads: list[Any]) -> tuple[dict[int, l
         assert branch is None
         for row in df.to_dicts():
             index = row.pop("__spate_row")
-            good.append((index, {k: v for k, v in row.items() if v is not None}))
+            good.append((index, _no_nulls(row)))
     good.sort(key=lambda item: item[0])
     return errors, good
 
 
-def _no_nulls(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in value.items() if v is not None}
+def _no_nulls(value: Any) -> Any:
+    """``value`` without the object fields that are null, at any depth (a column of
+    objects has every field its records name, null where one is missing)."""
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+COLUMNS_REFUSE = "JSON record cannot be read as columns"
+
+
+class _Conflict(Exception):
+    """Items of one array whose kinds no one Arrow type holds."""
+
+
+def _shape(value: Any) -> Any:
+    """The Arrow-inferable shape of a JSON value: None (null), a scalar kind, ``("list",
+    item shape)`` or ``("object", {field: shape})``; ``_Conflict`` when an array (at
+    any depth) holds items of kinds no one type holds (``[1, "a"]``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        item = None
+        for v in value:
+            item = _merge(item, _shape(v))
+        return ("list", item)
+    return ("object", {k: _shape(v) for k, v in value.items()})
+
+
+def _merge(a: Any, b: Any) -> Any:
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0]:
+        if a[0] == "list":
+            return ("list", _merge(a[1], b[1]))
+        fields = dict(a[1])
+        for k, v in b[1].items():
+            fields[k] = _merge(fields.get(k), v)
+        return ("object", fields)
+    raise _Conflict
+
+
+def _expected(
+    errors: dict[int, list[str]], good: list[tuple[int, Any]]
+) -> tuple[dict[int, list[str]], list[tuple[int, Any]]]:
+    """The row path's outcome as the columnar path must give it: each record the row path
+    accepts whose array mixes kinds no Arrow type holds together is a record error of its
+    own (B341); the other records as the row path decodes them (B86, B340)."""
+    errors = {i: list(reasons) for i, reasons in errors.items()}
+    kept = []
+    for index, value in good:
+        try:
+            _shape(value)
+        except _Conflict:
+            errors.setdefault(index, []).append(COLUMNS_REFUSE)
+            continue
+        kept.append((index, _no_nulls(value)))
+    return _reasons(errors), kept
+
+
+def _reasons(errors: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Each index's reasons sorted, the columnar refusals' details left out."""
+    return {
+        i: sorted(COLUMNS_REFUSE if r.startswith(COLUMNS_REFUSE) else r for r in reasons)
+        for i, reasons in errors.items()
+    }
 
 
 @SETTINGS
@@ -128,12 +249,13 @@ def _no_nulls(value: dict[str, Any]) -> dict[str, Any]:
 def test_b86_single_columnar_batch_refuses_exactly_what_the_row_path_refuses(
     build_json: Build, payloads: list[bytes]
 ) -> None:
+    """Arrays of mixed kinds, nulls among their items, nested, empty, of objects, and
+    objects holding them, included (B340, B341)."""
     deser = build_json({})
     assert deser.columnar is not None
-    want_errors, want_good = reference(deser, payloads)
+    want_errors, want = _expected(*reference(deser, payloads))
     got_errors, got_good = columnar(deser, payloads)
-    assert got_errors == want_errors
-    want = [(i, _no_nulls(v)) for i, v in want_good]
+    assert _reasons(got_errors) == want_errors
     assert sorted(got_good, key=lambda x: x[0]) == want
 
 
@@ -145,11 +267,82 @@ def test_b86_ndjson_columnar_batch_refuses_exactly_the_bad_lines(
     deser = build_json({"framing": "ndjson"})
     assert deser.columnar is not None
     payloads = [b"\n".join(lines) + b"\n" for lines in chunks]
+    want_errors, want = _expected(*reference(deser, payloads))
+    got_errors, got_good = columnar(deser, payloads)
+    assert _reasons(got_errors) == want_errors
+    assert _by_index(got_good) == _by_index(want)
+
+
+@dataclasses.dataclass
+class Declared:
+    n: int
+    x: float | None = None
+    s: str = "d"
+    maybe: int | None = None
+    flags: list[bool] = dataclasses.field(default_factory=list)
+    nums: list[int] = dataclasses.field(default_factory=list)
+    texts: list[str] = dataclasses.field(default_factory=list)
+
+
+OUT_OF_RANGE = st.sampled_from([2**63, 2**64 - 1, -(2**63), 1e300, -0.0])
+ANY_VALUE = ITEMS | ARRAYS | OUT_OF_RANGE | VALUES["objects"]
+"""Any JSON value, of the right type for a declared field or not."""
+
+DECLARED_FIELDS = {
+    "n": st.integers(-(2**63), 2**63 - 1),
+    "x": st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.integers(-9, 9),
+    "s": st.text(max_size=4),
+    "maybe": st.none() | st.integers(-(2**63), 2**63 - 1),
+    "flags": st.lists(st.booleans(), max_size=3),
+    "nums": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
+    "texts": st.lists(st.text(max_size=3), max_size=3),
+}
+
+
+@st.composite
+def declared_batches(draw: st.DrawFn) -> list[bytes]:
+    """Records for :class:`Declared`: each field missing, of its type, or any value (a
+    wrong type, out of range, an array of mixed kinds or holding nulls)."""
+    records = []
+    for _ in range(draw(st.integers(1, 20))):
+        record = {}
+        for name, right in DECLARED_FIELDS.items():
+            choice = draw(st.sampled_from(["right", "right", "any", "missing"]))
+            if choice != "missing":
+                record[name] = draw(right if choice == "right" else ANY_VALUE)
+        records.append(orjson.dumps(record))
+    return records
+
+
+@SETTINGS
+@given(payloads=declared_batches())
+def test_b340_a_declared_target_refuses_and_decodes_exactly_as_the_row_path(
+    build_json: Build, payloads: list[bytes]
+) -> None:
+    """With a ``target`` type the columns are declared: the columnar path refuses exactly
+    the records the row path refuses (wrong types, nulls inside arrays of a type that
+    holds none, numbers out of range) and yields the row path's values for the others
+    (B86, B340)."""
+    deser = build_json({"target": f"{__name__}:Declared"})
+    assert deser.columnar is not None
     want_errors, want_good = reference(deser, payloads)
     got_errors, got_good = columnar(deser, payloads)
-    assert got_errors == want_errors
-    want = [(i, _no_nulls(v)) for i, v in want_good]
-    assert _by_index(got_good) == _by_index(want)
+    assert _reasons(got_errors) == _reasons(want_errors)
+    assert got_good == [(i, _no_nulls(dataclasses.asdict(v))) for i, v in want_good]
+
+
+def test_b340_a_declared_int_beyond_int64_is_taken_as_the_row_path_takes_it(
+    build_json: Build,
+) -> None:
+    """A ``target``'s ``int`` field holding an integer up to 2^64 - 1 (orjson's ``int``,
+    which the row path takes) is read as ``uint64``, or as decimals beside negative
+    integers, instead of a record error on the columnar path alone (B340, B138)."""
+    deser = build_json({"target": f"{__name__}:Declared"})
+    for ns in ([1, 2**63, 2**64 - 1], [-1, 2**64 - 1], [1, 2]):
+        payloads = [orjson.dumps({"n": n, "nums": [n, 0]}) for n in ns]
+        got_errors, got_good = columnar(deser, payloads)
+        assert got_errors == {}
+        assert [(v["n"], v["nums"]) for _, v in got_good] == [(n, [n, 0]) for n in ns]
 
 
 def _by_index(good: list[tuple[int, Any]]) -> dict[int, list[str]]:
@@ -163,6 +356,8 @@ def _by_index(good: list[tuple[int, Any]]) -> dict[int, list[str]]:
 
 
 def _numbers(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return float(value)
     if isinstance(value, dict):
         return {k: _numbers(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -306,6 +501,79 @@ def test_b87_integers_beside_fractions_stay_integers_as_orjson_reads_them(
     assert {type(v) for v in rows[6][1]} == {decimal.Decimal}
     assert [index for index, _ in errors] == [7]
     assert all("inexact float" in str(error) for _, error in errors)
+
+
+MIXED_ARRAYS = [[1, 2], ["a"], [], [None, 3]]
+"""One field's arrays across four records: items of different kinds, an empty array and
+a null before the first number."""
+
+NULL_FIRST = {
+    "array of numbers": [None, None, 3],
+    "array of text": [None, "s"],
+    "array of objects": [None, {"x": 1}],
+    "array inside an object": {"x": [None, 1]},
+    "arrays of objects holding arrays": [{"x": [None, 2]}],
+    "nested arrays": [[None, 1]],
+    "a null before an array": [None, [1]],
+    "an empty array before one with a null": [[], [None, 1]],
+    "a map of arrays": {"k": [None, "s"], "j": [True]},
+    "nulls beside an integer beyond Int64": {"x": 2**63, "y": [None, None]},
+}
+"""Values whose arrays open with nulls, in every shape that nests an array."""
+
+
+@pytest.mark.parametrize("framing", ["single", "ndjson"])
+@pytest.mark.parametrize(
+    "values",
+    [MIXED_ARRAYS, *([1, shape, 2] for shape in NULL_FIRST.values())],
+    ids=["mixed kinds", *NULL_FIRST],
+)
+def test_b340_arrays_of_mixed_kinds_and_nulls_decode_as_the_row_path_decodes_them(
+    build_json: Build, framing: str, values: list[Any]
+) -> None:
+    """Arrow's reader, inferring an array's item type, drops the nulls before the first
+    typed item and builds a list column whose offsets run past its items: polars
+    refused the frame and the whole batch failed (``offsets must not exceed the values
+    length``). Each record now decodes with the row path's values, the batch's other
+    records beside it, on the fast path and record by record (B340)."""
+    deser = build_json({"framing": framing})
+    payloads = [orjson.dumps({"id": i, "a": v}) for i, v in enumerate(values)]
+    if framing == "ndjson":
+        payloads = [b"\n".join(payloads[:2]), *payloads[2:]]
+    want_errors, want_good = reference(deser, payloads)
+    got_errors, got_good = columnar(deser, payloads)
+    assert got_errors == want_errors == {}
+    assert [(i, v["a"]) for i, v in got_good] == [(i, v["a"]) for i, v in want_good]
+    alone = [orjson.dumps({"a": v}) for v in values if v not in (1, 2)]
+    assert columnar(deser, alone) == reference(deser, alone)
+
+
+def test_b341_a_record_arrow_cannot_build_even_alone_is_a_record_error_of_its_own(
+    build_json: Build, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record whose own array holds items of kinds no one Arrow type holds, or whose
+    columns polars refuses to take from Arrow (as it refused a list column whose offsets
+    ran past its items), fails no batch: it is a record error of its own at its
+    position, under ``on_error``, and the batch's other records decode (B341)."""
+    from_arrow = pl.from_arrow
+
+    def broken(table: Any, **kwargs: Any) -> Any:
+        if 3 in table.column("id").to_pylist():
+            raise pl.exceptions.ComputeError("offsets must not exceed the values length")
+        return from_arrow(table, **kwargs)
+
+    deser = build_json({})
+    mixed = [*MIXED_ARRAYS, [1, "a"], [{"x": 1}, {"x": "s"}], [7]]
+    payloads = [orjson.dumps({"id": i, "a": v}) for i, v in enumerate(mixed)]
+    got_errors, got_good = columnar(deser, payloads)
+    assert reference(deser, payloads)[0] == {}  # the row path takes every record
+    assert sorted(got_errors) == [4, 5]
+    assert all(COLUMNS_REFUSE in reasons[0] for reasons in got_errors.values())
+    assert [(i, v["a"]) for i, v in got_good] == [(i, mixed[i]) for i in (0, 1, 2, 3, 6)]
+    monkeypatch.setattr(pl, "from_arrow", broken)
+    got_errors, got_good = columnar(deser, payloads)
+    assert sorted(got_errors) == [3, 4, 5]
+    assert [i for i, _ in got_good] == [0, 1, 2, 6]
 
 
 def test_b86_array_framing_and_top_level_any_stay_on_the_row_path(build_json: Build) -> None:

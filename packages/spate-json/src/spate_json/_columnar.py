@@ -28,11 +28,12 @@ Integers Arrow reads as doubles (in a field that also holds fractions, or beyond
 which orjson reads exactly up to 2^64 - 1) are read again, off the fast path, as
 ``int64`` or ``uint64`` where the reference holds only integers there (B138), or as
 ``decimal128(38, 0)`` where those integers are negative and beyond int64 together
-(B170). An array of one record mixing integers and fractions stays doubles when each
-integer is exact in a double (up to 2^53): every ClickHouse column coerces such an
-integer as the float of the same value, or refuses the fraction beside it, so the record
-is stored or refused as on the row path (B170); beside an integer beyond 2^53 it is a
-record error on this path only.
+(B170); so is a declared ``int`` field holding an integer beyond int64, which the
+reference takes (B340). An array of one record mixing integers and fractions stays
+doubles when each integer is exact in a double (up to 2^53): every ClickHouse column
+coerces such an integer as the float of the same value, or refuses the fraction beside
+it, so the record is stored or refused as on the row path (B170); beside an integer
+beyond 2^53 it is a record error on this path only.
 
 A batch with a record nested :data:`DEPTH_LIMIT` levels or more also goes to the
 reference: orjson refuses documents nested deeper than 1024 levels (Arrow's reader does
@@ -41,6 +42,15 @@ frame holds it.
 
 Strings that look like timestamps stay strings, as on the row path: a field Arrow infers
 as a timestamp is read again as a string.
+
+Arrays holding nulls (B340). Arrow's reader, inferring the item type of an array whose
+first items are nulls (``[null, 3]``, at any depth: arrays of objects, arrays inside
+objects, nested arrays), drops those nulls from the items and builds a list column whose
+offsets run past them. Every table read is validated (buffer sizes only, no scan of the
+values); one that fails is read again with its own inferred types as the explicit
+schema, which keeps the nulls. A table still broken, or one polars refuses to take, is
+not vouched for: off the fast path it is split until each record that cannot be read as
+columns is a record error of its own (B341), never an error of the whole batch.
 """
 
 from __future__ import annotations
@@ -169,6 +179,40 @@ def _no_timestamps(t: Any) -> Any:
     if pa.types.is_list(t):
         return pa.list_(_no_timestamps(t.value_type))
     return t
+
+
+def _typed_nulls(t: Any) -> Any:
+    """``t`` with every null type made ``bool``: Arrow's reader, given a null type
+    explicitly, still builds an array of several nulls in a row as one null (B340)."""
+    import pyarrow as pa
+
+    if pa.types.is_null(t):
+        return pa.bool_()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _typed_nulls(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(_typed_nulls(t.value_type))
+    return t
+
+
+def _as_type(array: Any, t: Any) -> Any:
+    """``array`` (read with :func:`_typed_nulls` of ``t``) with its all-null ``bool``
+    parts made ``t``'s null type again, as the reader infers them."""
+    import pyarrow as pa
+
+    if array.type == t:
+        return array
+    if pa.types.is_null(t):
+        return pa.nulls(len(array))
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([_as_type(c, t) for c in array.chunks], type=t)
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(t):
+        children = [_as_type(array.field(i), f.type) for i, f in enumerate(t)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    # a list: the reader's arrays start at their items' first offset
+    items = _as_type(array.values, t.value_type)
+    return pa.ListArray.from_arrays(array.offsets, items, type=t, mask=mask)
 
 
 def _levels(t: Any, limit: int) -> Iterator[list[Any]]:
@@ -311,13 +355,13 @@ def _get(value: object, name: str) -> object:
 
 
 def _integer_type(t: Any, values: list[object]) -> Any:
-    """``t`` with each float (at any depth) whose ``values`` are all ``int`` made
-    ``int64``, or ``uint64`` when one is beyond int64 and none is negative (orjson reads
-    an integer up to 2^64 - 1 as an ``int``), or ``decimal128(38, 0)`` when they are
-    negative and beyond int64 together; other types as they are."""
+    """``t`` with each float or ``int64`` (at any depth) whose ``values`` are all ``int``
+    made ``int64``, or ``uint64`` when one is beyond int64 and none is negative (orjson
+    reads an integer up to 2^64 - 1 as an ``int``), or ``decimal128(38, 0)`` when they
+    are negative and beyond int64 together; other types as they are."""
     import pyarrow as pa
 
-    if pa.types.is_floating(t):
+    if pa.types.is_floating(t) or pa.types.is_int64(t):
         present = [v for v in values if v is not None]
         ints = [v for v in present if type(v) is int]
         if not ints or len(ints) != len(present):
@@ -340,6 +384,18 @@ def _integer_type(t: Any, values: list[object]) -> Any:
         items = [x for v in values if isinstance(v, list) for x in v]
         return pa.list_(_integer_type(t.value_type, items))
     return t
+
+
+def _valid(table: Any) -> bool:
+    """Whether each of ``table``'s columns spans no more than its buffers hold (Arrow's
+    cheap validation: lengths and offsets, not the values)."""
+    import pyarrow as pa
+
+    try:
+        table.validate()
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _one_object_a_line(body: bytes, lines: int) -> bool:
@@ -482,6 +538,10 @@ class ColumnarJsonDecoder:
             except pa.ArrowInvalid:
                 return None  # not UTF-8 (Arrow's reader keeps it): the reference names it
         table = self._read(buffer)
+        if table is None and values is not None and self._declared is not None:
+            # a declared ``int`` holding an integer beyond int64, which the row path
+            # takes (B340): read as the inferred path reads it (B138, B170)
+            table = self._as_integers(buffer, self._declared.arrow_schema(), values)
         if table is None or table.num_rows != records:
             return None
         # Arrow reads a field holding integers and fractions (or an integer beyond int64)
@@ -492,35 +552,54 @@ class ColumnarJsonDecoder:
             if values is None:
                 return None
             if not all(map(_same_kinds, table.to_pylist(), values)):
-                table = self._as_integers(buffer, table, values)
+                table = self._as_integers(buffer, table.schema, values)
                 if table is None or not all(map(_same_kinds, table.to_pylist(), values)):
                     return None
         return self._frame(table)
 
-    def _as_integers(self, buffer: Any, table: Any, values: list[object]) -> Any:
-        """The lines read again with every float field whose values are all integers
-        (in the reference's ``values``) as ``int64`` or ``uint64``, or None."""
+    def _as_integers(self, buffer: Any, schema: Any, values: list[object]) -> Any:
+        """The lines read again with ``schema``'s float (and ``int64``) fields whose
+        values are all integers (in the reference's ``values``) typed to hold them (see
+        :func:`_integer_type`), or None."""
         pa = self._pa
         fields = [
             pa.field(f.name, _integer_type(f.type, [_get(v, f.name) for v in values]))
-            for f in table.schema
+            for f in schema
         ]
-        if all(f.type == g.type for f, g in zip(fields, table.schema, strict=True)):
+        if all(f.type == g.type for f, g in zip(fields, schema, strict=True)):
             return None
-        options = self._pj.ParseOptions(
-            explicit_schema=pa.schema(fields),
-            newlines_in_values=False,
-            unexpected_field_behavior=self._lines.unexpected_field_behavior,
-        )
         try:
-            return self._pj.read_json(
-                pa.BufferReader(buffer), read_options=self._read_options, parse_options=options
-            )
+            return self._read_as(buffer, fields, self._lines.unexpected_field_behavior)
         except (pa.ArrowInvalid, ValueError):
             return None
 
+    def _read_as(self, buffer: Any, fields: list[Any], unexpected: str) -> Any:
+        """The lines read with ``fields`` as the explicit schema, or None when a column
+        is broken. A null type is read as ``bool`` and made null again (the reader
+        builds several nulls in a row of an explicit null type as one, B340)."""
+        pa = self._pa
+        options = self._pj.ParseOptions(
+            explicit_schema=pa.schema([pa.field(f.name, _typed_nulls(f.type)) for f in fields]),
+            newlines_in_values=False,
+            unexpected_field_behavior=unexpected,
+        )
+        table = self._pj.read_json(
+            pa.BufferReader(buffer), read_options=self._read_options, parse_options=options
+        )
+        if not _valid(table):
+            return None
+        return pa.table(
+            [_as_type(c, f.type) for c, f in zip(table.columns, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+
     def _read(self, buffer: Any) -> Any:
-        """The Arrow table of the lines, or None when the reader refuses them."""
+        """The Arrow table of the lines, or None when the reader refuses them or builds
+        a broken column even from explicit types.
+
+        With inferred types, a table holding a timestamp (which stays a string) or
+        failing validation (an array whose first items are nulls, B340) is read again
+        with its own types as the explicit schema."""
         pj = self._pj
         try:
             table = pj.read_json(
@@ -528,26 +607,22 @@ class ColumnarJsonDecoder:
                 read_options=self._read_options,
                 parse_options=self._lines,
             )
-            if self._declared is None and _has_timestamps(self._pa.struct(table.schema)):
-                options = pj.ParseOptions(
-                    explicit_schema=self._pa.schema(
-                        [self._pa.field(f.name, _no_timestamps(f.type)) for f in table.schema]
-                    ),
-                    newlines_in_values=False,
-                )
-                table = pj.read_json(
-                    self._pa.BufferReader(buffer),
-                    read_options=self._read_options,
-                    parse_options=options,
-                )
+            if self._declared is None and (
+                _has_timestamps(self._pa.struct(table.schema)) or not _valid(table)
+            ):
+                pa = self._pa
+                want = [pa.field(f.name, _no_timestamps(f.type)) for f in table.schema]
+                table = self._read_as(buffer, want, "infer")
+                if table is None:
+                    return None
         except (self._pa.ArrowInvalid, UnicodeDecodeError, ValueError):
             return None
-        return table
+        return table if _valid(table) else None
 
     def _frame(self, table: Any) -> Any:
         """The records' DataFrame from the table, or None when a record holds a number
-        orjson refuses, is nested too deep or holds a null the declared schema cannot
-        vouch for."""
+        orjson refuses, is nested too deep, holds a null the declared schema cannot
+        vouch for, or polars refuses the table (B341)."""
         pa = self._pa
         if _deep(pa.struct(table.schema)):
             return None
@@ -558,7 +633,10 @@ class ColumnarJsonDecoder:
             for name in declared.strict:
                 if table.column(name).null_count:
                     return None
-        frame = self._pl.from_arrow(table, rechunk=False)
+        try:
+            frame = self._pl.from_arrow(table, rechunk=False)
+        except self._pl.exceptions.PolarsError:
+            return None  # not vouched for: record by record, each one it refuses alone
         assert isinstance(frame, self._pl.DataFrame)
         return frame
 
@@ -632,8 +710,13 @@ class ColumnarJsonDecoder:
                 "a fraction in one array would be read as an inexact float)",
                 DeserErrorKind.MALFORMED,
             )
+        if not _valid(table):
+            return DeserError(
+                "JSON record cannot be read as columns (Arrow builds a broken column for it)",
+                DeserErrorKind.MALFORMED,
+            )
         return DeserError(
             "JSON record cannot be read as columns (a null the declared schema does not "
-            f"allow, or nested {DEPTH_LIMIT} levels or more)",
+            f"allow, nested {DEPTH_LIMIT} levels or more, or a column polars refuses)",
             DeserErrorKind.MALFORMED,
         )
