@@ -55,7 +55,14 @@ def test_b23_the_dashboard_queries_only_documented_families() -> None:
 def test_the_dashboard_has_a_row_per_part_of_the_pipeline_and_unique_panel_ids() -> None:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-    assert rows == ["Throughput", "Lag and commits", "Drops and errors", "Backpressure", "Sinks"]
+    assert rows == [
+        "Throughput",
+        "Lag and commits",
+        "Drops and errors",
+        "Backpressure",
+        "Sinks",
+        "ClickHouse tables",
+    ]
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     guide = GUIDE.read_text(encoding="utf-8")
@@ -64,8 +71,18 @@ def test_the_dashboard_has_a_row_per_part_of_the_pipeline_and_unique_panel_ids()
         assert f"| {row} |" in guide, row
 
 
-PANELLED = ("spate_sink_late_rows_total", "spate_sink_partition_inserts_total")
-"""Families that must each have a panel, named in the guide's row of that panel (B330)."""
+PANELLED = (
+    "spate_sink_late_rows_total",
+    "spate_sink_partition_inserts_total",
+    "spate_sink_table_active_parts",
+    "spate_sink_table_pressure",
+    "spate_sink_batch_max_rows",
+    "spate_sink_insert_wait_seconds_total",
+    "spate_sink_server_rejected_rows_total",
+    "spate_sink_isolate_inserts_total",
+)
+"""Families that must each have a panel, named in the guide's row of that panel: late
+data and partition cuts (B330), the table's health and the rows the server refused (B332)."""
 
 
 def _rows_of_panels(dashboard: dict[str, Any]) -> dict[str, set[str]]:
@@ -82,7 +99,7 @@ def _rows_of_panels(dashboard: dict[str, Any]) -> dict[str, set[str]]:
     return rows
 
 
-def test_b330_late_rows_and_partition_inserts_have_panels_the_guide_names() -> None:
+def test_b330_b332_sink_and_table_health_families_have_panels_the_guide_names() -> None:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     guide = GUIDE.read_text(encoding="utf-8")
     rows = _rows_of_panels(dashboard)
