@@ -41,6 +41,11 @@ PARTITIONS = 6
 JSON_VALUES: dict[str, object] = {"json": {"framing": "single"}}
 """The ``deserializer:`` section of a pipeline whose Kafka values are one JSON object each."""
 
+ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
+"""``spate run --chain`` of a chain passing every record on to the single sink: the run
+takes the row path where it would take the columnar one (with the repository on
+``PYTHONPATH``)."""
+
 
 def kafka_source(
     bootstrap: str,

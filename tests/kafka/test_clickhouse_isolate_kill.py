@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 
-from tests.kafka._pipeline import JSON_VALUES, pipeline_document, replay_source, write_document
+from tests.kafka._pipeline import (
+    JSON_VALUES,
+    ROW_CHAIN,
+    pipeline_document,
+    replay_source,
+    write_document,
+)
 from tests.kafka.test_kafka_dead_letter import _dlq_records
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
@@ -29,7 +35,6 @@ from tests.support.services import committed_offsets, create_topic, produce_keye
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
 COUNT = 1000
 BAD = 777
 

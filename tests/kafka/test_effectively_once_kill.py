@@ -29,7 +29,13 @@ from typing import Any
 
 import pytest
 
-from tests.kafka._pipeline import JSON_VALUES, pipeline_document, replay_source, write_document
+from tests.kafka._pipeline import (
+    JSON_VALUES,
+    ROW_CHAIN,
+    pipeline_document,
+    replay_source,
+    write_document,
+)
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
 from tests.support.services import (
@@ -44,7 +50,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN = "tests.kafka._eo_split_chain:chains"
-ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
 WINDOW = "SETTINGS non_replicated_deduplication_window = 1000"
 
 

@@ -29,7 +29,13 @@ from typing import Any
 
 import pytest
 
-from tests.kafka._pipeline import JSON_VALUES, kafka_source, pipeline_document, write_document
+from tests.kafka._pipeline import (
+    JSON_VALUES,
+    ROW_CHAIN,
+    kafka_source,
+    pipeline_document,
+    write_document,
+)
 from tests.support.chfront_fixtures import ChFront, FrontFactory
 from tests.support.delivery import DeliverySampler, PacedProducer, wait_until
 from tests.support.scale import current_scale, scaled
@@ -47,7 +53,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 DATABASE = "workers"
 TYPE_MISMATCH = 53  # a ClickHouse code the sink treats as fatal
 ROOT = Path(__file__).resolve().parents[2]
-ROW_CHAIN = "tests.kafka._eo_row_chain:chains"
 WINDOW = "SETTINGS non_replicated_deduplication_window = 1000"
 
 
