@@ -26,11 +26,59 @@ def env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def uptime() -> str:
+    """The machine's load when the line is printed: benchmark figures are read beside it."""
+    one, five, fifteen = os.getloadavg()
+    return f"uptime: load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
 def peak_rss_mib() -> float:
     """Peak resident set size of this process (and its finished children), in MiB."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, children) / 1024
+
+
+def measure(
+    sides: dict[str, Side],
+    *,
+    runs: int,
+    warmup: bool = True,
+    setup: Callable[[], None] | None = None,
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, int]]:
+    """Run ``sides`` interleaved (one warm-up each, then ``runs`` rounds of every side in
+    turn): each side's wall-clock seconds, CPU seconds of this process and record count.
+
+    ``setup``, when given, runs before every run of any side and is not timed.
+    """
+    if warmup:
+        for side in sides.values():
+            if setup is not None:
+                setup()
+            side()
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    counts: dict[str, int] = {}
+    for _ in range(runs):
+        for name, side in sides.items():
+            if setup is not None:
+                setup()
+            start, cpu_start = time.perf_counter(), time.process_time()
+            counts[name] = side()
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - cpu_start)
+    return times, cpu, counts
+
+
+def print_ratio(label: str, baseline: list[float], framework: list[float]) -> float:
+    """``label: R`` (ratio of the medians, baseline over framework: above 1, the framework
+    is faster or cheaper) and ``label spread:`` (each interleaved pair's own ratio)."""
+    ratio = statistics.median(baseline) / statistics.median(framework)
+    print(f"{label}: {ratio:.2f}")
+    pairs = [b / f for b, f in zip(baseline, framework, strict=True) if f > 0]
+    if pairs:
+        print(f"{label} spread: {min(pairs):.2f}..{max(pairs):.2f} over {len(pairs)} pairs")
+    return ratio
 
 
 def compare(
@@ -50,22 +98,7 @@ def compare(
     """
     runs = runs if runs is not None else max(3, env_int("SPATE_BENCH_RUNS", 3))
     sides = {"framework": framework, "baseline": baseline}
-    if warmup:
-        for side in sides.values():
-            if setup is not None:
-                setup()
-            side()
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    cpu: dict[str, list[float]] = {name: [] for name in sides}
-    counts: dict[str, int] = {}
-    for _ in range(runs):
-        for name, side in sides.items():
-            if setup is not None:
-                setup()
-            start, cpu_start = time.perf_counter(), time.process_time()
-            counts[name] = side()
-            times[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - cpu_start)
+    times, cpu, counts = measure(sides, runs=runs, warmup=warmup, setup=setup)
     print(f"== {title}")
     for name, measured in times.items():
         median = statistics.median(measured)
@@ -76,12 +109,7 @@ def compare(
         )
         cpu_listed = ", ".join(f"{t:.2f}" for t in cpu[name])
         print(f"{name} cpu: median {statistics.median(cpu[name]):.2f}s; runs {cpu_listed}")
-    ratio = statistics.median(times["baseline"]) / statistics.median(times["framework"])
-    print(f"{label}: {ratio:.2f}")
-    # Each interleaved pair's own ratio: how far one run strays from the median's.
-    pairs = [b / f for b, f in zip(times["baseline"], times["framework"], strict=True) if f > 0]
-    if pairs:
-        print(f"{label} spread: {min(pairs):.2f}..{max(pairs):.2f} over {len(pairs)} pairs")
+    ratio = print_ratio(label, times["baseline"], times["framework"])
     cpu_ratio = statistics.median(cpu["baseline"]) / statistics.median(cpu["framework"])
     print(f"cpu {label}: {cpu_ratio:.2f}")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")

@@ -103,6 +103,52 @@ def ensure_data(brokers: str, topic: str, count: int, partitions: int = PARTITIO
     produce_events(brokers, topic, count, seed=11)
 
 
+def group_consumer(brokers: str, topic: str, side: str) -> tuple[Consumer, dict[int, int]]:
+    """A consumer of a new group (auto commit off) subscribed to ``topic``, and the end
+    offset of each of its ``PARTITIONS`` partitions (where a bounded run stops)."""
+    consumer = Consumer(
+        {
+            **CONSUMER_DEFAULTS,
+            "bootstrap.servers": brokers,
+            "group.id": f"bench-{side}-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        for p in range(PARTITIONS)
+    }
+    consumer.subscribe([topic])
+    return consumer, ends
+
+
+def bare_consume(consumer: Consumer, ends: dict[int, int]) -> int:
+    """The bare ``consume()`` loop up to ``ends``, touching only ``value()``; closes the
+    consumer and returns the records read."""
+    done = {p for p, end in ends.items() if end == 0}
+    records = 0
+    size = 0
+    while len(done) < PARTITIONS:
+        for msg in consumer.consume(CONSUME_BATCH, timeout=1.0):
+            if msg.error() is not None:
+                continue
+            size += len(msg.value())
+            records += 1
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+    consumer.close()
+    return records
+
+
+def commit_sync(consumer: Consumer) -> None:
+    """A synchronous commit of what was consumed; nothing new to commit is no error."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
+
+
 class Bench:
     def __init__(self, brokers: str, topic: str, chdb_dir: str) -> None:
         self.brokers = brokers
@@ -159,32 +205,7 @@ class Bench:
             gc.set_threshold(*before)
 
     def _bare(self) -> int:
-        consumer = Consumer(
-            {
-                **CONSUMER_DEFAULTS,
-                "bootstrap.servers": self.brokers,
-                "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
-        )
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
-        consumer.subscribe([self.topic])
-        done = {p for p, end in ends.items() if end == 0}
-        records = 0
-        size = 0
-        while len(done) < PARTITIONS:
-            for msg in consumer.consume(CONSUME_BATCH, timeout=1.0):
-                if msg.error() is not None:
-                    continue
-                size += len(msg.value())
-                records += 1
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    done.add(msg.partition())
-        consumer.close()
-        return records
+        return bare_consume(*group_consumer(self.brokers, self.topic, "bare"))
 
     def effectively_once(self) -> int:
         return self.framework(delivery="effectively_once")
@@ -231,19 +252,7 @@ class Bench:
 
     def baseline(self) -> int:
         database = self.fresh_database("base")
-        consumer = Consumer(
-            {
-                **CONSUMER_DEFAULTS,
-                "bootstrap.servers": self.brokers,
-                "group.id": f"bench-base-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
-        )
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
-        consumer.subscribe([self.topic])
+        consumer, ends = group_consumer(self.brokers, self.topic, "base")
         columns = {
             "orders": [
                 "order_id",
@@ -274,11 +283,7 @@ class Bench:
                     )
             for table in buffers:
                 buffers[table] = [[] for _ in columns[table]]
-            try:
-                consumer.commit(asynchronous=False)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:
-                    raise
+            commit_sync(consumer)
 
         while len(done) < PARTITIONS:
             for msg in consumer.consume(CONSUME_BATCH, timeout=1.0):

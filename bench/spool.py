@@ -47,7 +47,7 @@ from spate.sink._contract import Sink
 from spate_kafka import KafkaSource, KafkaSourceConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import compare, env_int
+from _harness import compare, env_int, uptime
 from kafka_source import BATCH, VALUE, NullSink, bootstrap, ensure_data
 
 FSYNCS: list[tuple[float, float]] = []
@@ -125,11 +125,6 @@ def run(brokers: str, topic: str, spooled: bool) -> int:
             )
             FSYNCS.append((count or 0.0, elapsed))
     return null.rows
-
-
-def uptime() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"uptime: load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def without_tiers(spooled: Path, into: Path) -> Path:

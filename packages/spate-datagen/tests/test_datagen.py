@@ -194,5 +194,6 @@ def test_datagen_help_describes_the_command() -> None:
         timeout=120,
     )
     assert result.returncode == 0
-    assert "produce synthetic storefront events into a Kafka topic" in result.stdout
+    assert "produce synthetic storefront or wide events into a Kafka topic" in result.stdout
+    assert "--events" in result.stdout
     assert "--connect-timeout" in result.stdout

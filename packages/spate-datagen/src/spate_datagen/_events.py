@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-EventKind = Literal["OrderPlaced", "PaymentCaptured", "RefundIssued"]
+EventKind = Literal["OrderPlaced", "PaymentCaptured", "RefundIssued", "WideEvent"]
 KINDS: tuple[EventKind, ...] = ("OrderPlaced", "PaymentCaptured", "RefundIssued")
 NAMESPACE = "spate.datagen"
 
 _REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south", "ap-east")
 _REASONS = ("damaged", "late", "wrong-size", "changed-mind", "duplicate-charge")
 _SKUS = tuple(f"SKU-{n:05d}" for n in range(500))
-_EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 class StorefrontEvent(NamedTuple):
@@ -51,8 +51,8 @@ class Manifest:
     order_ids: dict[str, set[int]] = field(default_factory=lambda: {k: set() for k in KINDS})
 
     def add(self, event: StorefrontEvent) -> None:
-        self.counts[event.kind] += 1
-        self.order_ids[event.kind].add(event.order_id)
+        self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
+        self.order_ids.setdefault(event.kind, set()).add(event.order_id)
 
     @property
     def total(self) -> int:
@@ -104,7 +104,7 @@ def storefront_events(
                 "order_id": order_id,
                 "customer_id": rng.randint(1, 50_000),
                 "region": rng.choice(_REGIONS),
-                "placed_at": _EPOCH_MS + order_id * 1_000 + rng.randint(0, 999),
+                "placed_at": EPOCH_MS + order_id * 1_000 + rng.randint(0, 999),
                 "lines": lines,
             },
         )

@@ -1,4 +1,4 @@
-"""``source: {datagen: ...}`` — storefront events as a bounded, partitioned source.
+"""``source: {datagen: ...}`` — storefront or wide events as a bounded, partitioned source.
 
 Events are spread over ``partitions`` lanes by order id (so an order's events stay in
 order within one lane), each lane numbering its offsets from 0. The source is bounded:
@@ -13,13 +13,13 @@ import logging
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from spate.records import Lane, PayloadBatch
 from spate.source import SourceEvents
 
-from spate_datagen._codec import encoder
-from spate_datagen._events import StorefrontEvent, storefront_events
+from spate_datagen._codec import Format, encoder
+from spate_datagen._events import StorefrontEvent
+from spate_datagen._wide import EventSet, events_of
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,16 @@ class DatagenSourceConfig:
     """Events to generate before the source reports it is drained."""
     seed: int = 1
     """Random seed: the same seed and count always give the same events."""
-    format: Literal["avro", "json"] = "avro"
-    """Payload encoding: raw Avro of the storefront union, or JSON objects."""
+    events: EventSet = "storefront"
+    """Which events: ``storefront`` (orders, payments, refunds, about 100 bytes each) or
+    ``wide`` (one ``spate.datagen.WideEvent`` record of about 1.6 KB each: nested
+    objects, UUIDs, strings of varying length, integers, a timestamp, arrays)."""
+    format: Format = "avro"
+    """Payload encoding: raw Avro (of the storefront union, or the wide record), Avro in
+    the Confluent wire format (``confluent``: magic byte, ``schema_id``, raw Avro), or
+    JSON objects."""
+    schema_id: int = 1
+    """Schema id that ``format: confluent`` frames carry."""
     partitions: int = 4
     """Lanes to spread orders over (by order id)."""
     batch_size: int = 1000
@@ -48,6 +56,8 @@ class DatagenSourceConfig:
             yield "partitions", "must be at least 1"
         if self.batch_size < 1:
             yield "batch_size", "must be at least 1"
+        if not 0 <= self.schema_id < 2**31:
+            yield "schema_id", "must be between 0 and 2**31 - 1"
 
 
 class DatagenSource:
@@ -55,7 +65,7 @@ class DatagenSource:
 
     def __init__(self, config: DatagenSourceConfig) -> None:
         self._config = config
-        self._encode = encoder(config.format)
+        self._encode = encoder(config.format, schema_id=config.schema_id)
         self._events: Iterator[StorefrontEvent] = iter(())
         self._sink_events: SourceEvents | None = None
         self._lanes = [Lane(config.stream, p) for p in range(config.partitions)]
@@ -69,10 +79,11 @@ class DatagenSource:
 
     def start(self, events: SourceEvents) -> None:
         self._sink_events = events
-        self._events = storefront_events(self._config.count, seed=self._config.seed)
+        self._events = events_of(self._config.events, self._config.count, seed=self._config.seed)
         events.assigned(self._lanes)
         logger.info(
-            "datagen source started count=%d partitions=%d format=%s",
+            "datagen source started events=%s count=%d partitions=%d format=%s",
+            self._config.events,
             self._config.count,
             self._config.partitions,
             self._config.format,
@@ -135,8 +146,8 @@ class DatagenSource:
         batch.offsets.append(offset)
         batch.payloads.append(memoryview(self._encode(event)))
         batch.keys.append(event.key)
-        placed_at = event.record.get("placed_at")
-        batch.timestamps.append(placed_at if isinstance(placed_at, int) else 0)
+        at = event.record.get("placed_at", event.record.get("occurred_at"))
+        batch.timestamps.append(at if isinstance(at, int) else 0)
         batch.next_offset = offset + 1
 
     def commit(self, offsets: Mapping[Lane, int], *, sync: bool) -> None:

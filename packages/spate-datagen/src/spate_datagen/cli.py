@@ -1,4 +1,4 @@
-"""``spate datagen``: produce storefront events into a Kafka topic.
+"""``spate datagen``: produce storefront or wide events into a Kafka topic.
 
 Registered through the ``spate.commands`` entry-point group. Needs confluent-kafka
 (installed with ``spate[kafka]``); without it the command says what to install.
@@ -19,8 +19,9 @@ from typing import Any
 from spate import redact
 from spate.plugins import install_hint
 
-from spate_datagen._codec import Format, encoder
-from spate_datagen._events import Manifest, storefront_events
+from spate_datagen._codec import FORMATS, Format, encoder
+from spate_datagen._events import Manifest
+from spate_datagen._wide import EventSet, events_of
 
 __all__ = ["CONNECT_TIMEOUT", "DatagenCommand", "ensure_topic", "produce_events"]
 
@@ -46,6 +47,8 @@ def produce_events(
     *,
     seed: int = 1,
     fmt: Format = "avro",
+    events: EventSet = "storefront",
+    schema_id: int = 1,
     partitions: int | None = None,
     producer_settings: dict[str, Any] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
@@ -88,15 +91,15 @@ def produce_events(
         ) from None
     if partitions is not None and brokers is not None:
         ensure_topic(brokers, topic, partitions, settings=producer_settings)
-    encode = encoder(fmt)
-    manifest = Manifest()
+    encode = encoder(fmt, schema_id=schema_id)
+    manifest = Manifest() if events == "storefront" else Manifest(counts={}, order_ids={})
     failures: list[str] = []
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
         if err is not None:
             failures.append(err.str())
 
-    for event in storefront_events(count, seed=seed):
+    for event in events_of(events, count, seed=seed):
         while True:
             try:
                 producer.produce(topic, encode(event), event.key, on_delivery=on_delivery)
@@ -161,7 +164,7 @@ def _security_settings(path: Path | None) -> dict[str, Any]:
 class DatagenCommand:
     """``spate datagen --brokers HOST:PORT --topic NAME --count N``."""
 
-    help = "produce synthetic storefront events into a Kafka topic"
+    help = "produce synthetic storefront or wide events into a Kafka topic"
 
     @staticmethod
     def configure(parser: argparse.ArgumentParser) -> None:
@@ -169,8 +172,18 @@ class DatagenCommand:
         parser.add_argument("--topic", required=True, help="topic to produce to")
         parser.add_argument("--count", type=int, default=100_000, help="events to produce")
         parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+        parser.add_argument("--format", choices=FORMATS, default="avro", help="payload encoding")
         parser.add_argument(
-            "--format", choices=("avro", "json"), default="avro", help="payload encoding"
+            "--events",
+            choices=("storefront", "wide"),
+            default="storefront",
+            help="storefront events (about 100 bytes) or wide events (about 1.6 KB)",
+        )
+        parser.add_argument(
+            "--schema-id",
+            type=int,
+            default=1,
+            help="schema id of --format confluent frames (default 1)",
         )
         parser.add_argument(
             "--partitions", type=int, default=None, help="create the topic with N partitions"
@@ -209,6 +222,8 @@ class DatagenCommand:
                 args.count,
                 seed=args.seed,
                 fmt=args.format,
+                events=args.events,
+                schema_id=args.schema_id,
                 partitions=args.partitions,
                 producer_settings=_security_settings(args.security),
                 connect_timeout=args.connect_timeout,
