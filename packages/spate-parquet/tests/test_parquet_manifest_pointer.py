@@ -13,6 +13,7 @@ The faults are injected between the version's create and the pointer's update:
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +138,46 @@ def test_b128_a_sink_whose_pointer_update_failed_once_acks_only_a_visible_part(
     pointer = _pointer(store, body["table"])
     assert pointer is not None, "acknowledged, but no pointer names the part"
     assert pointer["total_rows"] == 5
+
+
+class _PausedPut(LocalStore):
+    """A local store whose first ``put`` of the pointer waits, after its check passed,
+    until the test lets it go (a writer descheduled between the check and the rename)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.checked = threading.Event()
+        self.go_on = threading.Event()
+        self._paused = False
+
+    def put(self, key: str, data: bytes) -> None:
+        if key.endswith(POINTER) and not self._paused:
+            self._paused = True
+            self.checked.set()
+            self.go_on.wait(30)  # a hang-detector bound, not a timing claim
+        super().put(key, data)
+
+
+def test_b52_a_local_pointer_replace_is_one_compare_and_set(tmp_path: Path) -> None:
+    """Two writers hold the pointer's tag; the first passed its check and is paused
+    before its rename. The second's replace with the same tag must not also succeed:
+    then the first's rename would move the pointer back to the older content."""
+    store = _PausedPut(str(tmp_path))
+    key = "t.parts/" + POINTER
+    assert store.create(key, b"v1")
+    found = store.get_tagged(key)
+    assert found is not None
+    tag = found[1]
+    outcome: dict[str, bool] = {}
+    first = threading.Thread(target=lambda: outcome.update(first=store.replace(key, b"v2", tag)))
+    first.start()
+    assert store.checked.wait(30)
+    second = threading.Thread(target=lambda: outcome.update(second=store.replace(key, b"v3", tag)))
+    second.start()
+    second.join(1.0)  # unlocked, it finishes now; locked, it waits for the first
+    store.go_on.set()
+    first.join(30)
+    second.join(30)
+    assert not first.is_alive() and not second.is_alive()
+    assert outcome == {"first": True, "second": False}
+    assert store.get(key) == b"v2"

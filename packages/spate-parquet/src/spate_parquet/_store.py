@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import fcntl
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -165,11 +166,31 @@ class LocalStore:
     def replace(self, key: str, data: bytes, tag: str | None) -> bool:
         if tag is None:
             return self.create(key, data)
-        current = self.get_tagged(key)
-        if current is None or current[1] != tag:
-            return False
-        self.put(key, data)  # a new inode: the next tag differs
-        return True
+        # The check and the rename under one exclusive lock, so that two writers (threads
+        # or processes) holding the same tag cannot both pass the check and the later
+        # rename move the object back to an older content (B52).
+        with self._locked(key):
+            current = self.get_tagged(key)
+            if current is None or current[1] != tag:
+                return False
+            self.put(key, data)  # a new inode: the next tag differs
+            return True
+
+    @contextlib.contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        """An exclusive ``flock`` on ``.<name>.lock`` beside ``key`` (hidden from
+        :meth:`list`, like every temporary); released when its descriptor closes."""
+        target = self._root / key
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise SinkError(f"locking {self.endpoint}/{key}: {exc}", ErrorClass.RETRYABLE) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def list(self, prefix: str) -> list[str]:
         base = self._root / prefix
