@@ -303,7 +303,8 @@ class ManifestStore:
         """Point ``_manifest.json`` at ``manifest`` unless it already shows a newer version.
 
         A conditional write on the pointer's current version, so two writers can never
-        move it backwards (S3 ``If-Match``; local directories check, then rename).
+        move it backwards (S3 ``If-Match``; a local directory checks and renames under
+        one file lock).
         """
         key = self.prefix + POINTER
         while True:

@@ -67,7 +67,8 @@ class Store(Protocol):
         """Write ``data`` at ``key`` only if the object still has ``tag`` (None: is absent).
 
         False when someone else changed it first. S3 checks this atomically
-        (``If-Match`` / ``If-None-Match``); a local directory checks, then renames.
+        (``If-Match`` / ``If-None-Match``); a local directory checks and renames under
+        one exclusive file lock.
         """
         ...
 
