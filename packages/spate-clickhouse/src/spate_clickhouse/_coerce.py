@@ -536,18 +536,12 @@ def _value_coercer(t: ChType, binary_seen: list[bool] | None) -> Coercer:
             [e.nullable for e in elements],
         )
     if name == "JSON":
-        return json_coercer(t, _path_coercer, BadValue)
+        return json_coercer(t, coercer_for, BadValue)
     if name == "Variant":
-        return variant_coercer(t, _path_coercer, BadValue, INT_RANGES)
+        return variant_coercer(t, coercer_for, BadValue, INT_RANGES)
     if name == "Dynamic":
         return dynamic_coercer(BadValue, _date_coercer("Date32", DATE32_RANGE))
     return _identity
-
-
-def _path_coercer(t: ChType) -> Coercer:
-    """The coercer of a Variant member or a JSON typed path (NULL refused unless it is
-    Nullable)."""
-    return coercer_for(t)
 
 
 def is_checked(t: ChType) -> bool:
