@@ -16,12 +16,17 @@ Modes:
 * ``partitions`` — COUNT rows, a tenth over two years, into ``PARTITION BY
   toYYYYMMDD(ts)``: the naive insert's error code, then the sink with ``late_data`` to a
   side table; the rows of each table and the late rows counted (B240, B242);
+* ``window`` — under ``effectively_once``, blocks of one row per day into ``PARTITION BY
+  toYYYYMMDD(ts)`` with ``non_replicated_deduplication_window = 10`` and two blocks
+  before a replay: a block of five days is written, one of six refused before any of it
+  is (B345);
 * ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
   message naming both (one engine per process).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -176,6 +181,42 @@ def _partitions(url: str, client: Any, count: int) -> dict[str, Any]:
     return {"naive": naive, "delivered": driver.all_delivered, **counts, "late": int(late)}
 
 
+DAY0 = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
+
+
+def _window(url: str, client: Any) -> dict[str, Any]:
+    client.command(
+        "CREATE TABLE win (id UInt64, ts DateTime('UTC')) ENGINE = MergeTree "
+        "PARTITION BY toYYYYMMDD(ts) ORDER BY id "
+        "SETTINGS non_replicated_deduplication_window = 10"
+    )
+    body = {
+        "table": "win",
+        "columns": ["id", "ts"],
+        "shards": [{"replicas": [url]}],
+        "table_options": {"dedup_window": 10},
+    }
+    built = build_sink(body, replay_blocks=2)
+    pool = built.sink
+    pool.start()
+    writer = pool._connector.open_writer(0, 0, url)
+    writer.probe()
+    results: list[object] = []
+    for days, token in ((5, "p-run-0-1"), (6, "p-run-0-2")):
+        buffer = pool._connector.new_buffer(0)
+        for day in range(days):
+            buffer.append((day, DAY0 + dt.timedelta(days=day)))
+        try:
+            writer.write(WriteBatch(buffer, days, 0, 0, 1, token, 1))
+            results.append("written")
+        except SinkError as exc:
+            results.append(f"{exc.error_class.name}: {exc}")
+        results.append(int(client.query("SELECT count() FROM win").result_rows[0][0]))
+    writer.close()
+    pool.close()
+    return {"results": results}
+
+
 def run_child(*args: str) -> dict[str, Any]:
     """Run this module with ``args`` (``MODE DIR …``) in a child; its JSON result."""
     repo = Path(__file__).resolve().parents[2]
@@ -207,6 +248,8 @@ def main(argv: list[str]) -> int:
         result = _isolate(url, client)
     elif mode == "partitions":
         result = _partitions(url, client, int(argv[2]))
+    elif mode == "window":
+        result = _window(url, client)
     elif mode == "twodirs":
         result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:

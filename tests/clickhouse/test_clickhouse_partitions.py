@@ -272,3 +272,20 @@ def test_b240_b242_a_chdb_replica_takes_the_stragglers_in_pieces_and_aside(
         "days_late": late,
         "late": late,
     }
+
+
+def test_b345_a_block_overflowing_its_share_of_the_window_is_refused_unwritten(
+    tmp_path: Path,
+) -> None:
+    """Under ``effectively_once`` on a ``chdb://`` replica, with a window of ten parts and
+    two blocks before a replay: a block of five daily partitions is written, one of six is
+    refused, FATAL, before any of its rows is — a replay of it could have been written
+    twice (B345)."""
+    result = run_child("window", str(tmp_path / "ch"))
+    written, five, refused, still = result["results"]
+    assert (written, five, still) == ("written", 5, 5)
+    assert refused.startswith("FATAL: sink events on chdb://")
+    assert "a block writes 6 parts (one per partition) into `win`" in refused
+    assert "non_replicated_deduplication_window = 10 holds 5 per block" in refused
+    assert "for the 2 blocks a partition writes before a replay" in refused
+    assert "MODIFY SETTING non_replicated_deduplication_window = 12" in refused

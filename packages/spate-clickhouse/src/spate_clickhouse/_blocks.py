@@ -97,6 +97,9 @@ class Piece:
     rows: list[int] | None
     token: str
     late: bool = False
+    partitions: int = 0
+    """The table partitions the piece writes — one part each, and one entry each in the
+    table's deduplication window (B345); 0 when the sink cannot compute them."""
 
     def size(self, block_rows: int) -> int:
         return block_rows if self.rows is None else len(self.rows)
@@ -122,7 +125,7 @@ class BlockPlanner:
         late = self._late(key, arrays)
         if late is None:
             ids, count = key.ids(arrays)
-            return self._cut(None, ids, count, token) or [Piece(None, token)]
+            return self._cut(None, ids, count, token) or [Piece(None, token, False, count)]
         on_time, late_rows = late
         pieces: list[Piece] = []
         for chosen, prefix, is_late in (
@@ -133,8 +136,8 @@ class BlockPlanner:
                 continue
             taken = {name: _take(array, chosen) for name, array in arrays.items()}
             ids, count = key.ids(taken)
-            cut = self._cut(chosen, ids, count, prefix) or [Piece(chosen, prefix)]
-            pieces.extend(Piece(p.rows, p.token, is_late) for p in cut)
+            cut = self._cut(chosen, ids, count, prefix) or [Piece(chosen, prefix, False, count)]
+            pieces.extend(Piece(p.rows, p.token, is_late, p.partitions) for p in cut)
         return pieces
 
     def _late(
@@ -173,7 +176,8 @@ class BlockPlanner:
         for i in range(n):
             positions = pc.indices_nonzero(pc.equal(groups, i)).to_pylist()
             rows = positions if base is None else [base[p] for p in positions]
-            pieces.append(Piece(rows, f"{token}:p{i}/{n}"))
+            taken = min(self.limit, count - i * self.limit)
+            pieces.append(Piece(rows, f"{token}:p{i}/{n}", False, taken))
         return pieces
 
 

@@ -66,6 +66,7 @@ from spate_clickhouse._eventtime import oldest_event_time
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._health import TableHealth
 from spate_clickhouse._intents import (
+    DedupWindow,
     check_deduplication,
     check_state_table,
     claim_lane,
@@ -127,6 +128,11 @@ class ClickHouseConnector:
         self._settings = config.insert_settings()
         self.effectively_once = False
         """Set by the factory under ``pipeline.delivery: effectively_once`` (B88, B90)."""
+        self.replay_blocks = 0
+        """Set by the factory: the blocks of a partition between a block and its replay
+        (B123); 0 when not known, then ``table_options.dedup_window`` stands for it."""
+        self.dedup_window: DedupWindow | None = None
+        """The target's deduplication window, read by the effectively-once probe (B345)."""
         self._encoder: RowEncoder | None = None
         self._lock = threading.Lock()
         self.takes_frames = config.evolve == "off"
@@ -603,12 +609,13 @@ class ClickHouseShardWriter:
             # factory requires create_table: if_missing under effectively once, B295).
             return
         try:
-            check_deduplication(
+            connector.dedup_window = check_deduplication(
                 client,
                 connector.database,
                 connector.table,
                 config.table_options.dedup_window or 1,
                 f"sink {connector.name} on {self.endpoint}",
+                connector.replay_blocks,
             )
             check_state_table(
                 client,
@@ -726,12 +733,21 @@ class ClickHouseShardWriter:
         pieces = connector.partitioning.pieces(
             batch.token, rows, lambda wanted: _row_arrays(encoder, data, wanted)
         )
+        self._check_window(pieces)
         for piece in pieces:
             block = data if piece.rows is None else [[c[i] for i in piece.rows] for c in data]
             self._write_piece(
                 batch, piece, piece.size(rows), self._row_insert(encoder, block, piece)
             )
         connector.partitioning.written(pieces, rows)
+
+    def _check_window(self, pieces: Sequence[Piece]) -> None:
+        """Refuse a block whose parts in the target overflow its share of the table's
+        deduplication window, before any piece is written (B345)."""
+        window = self.connector.dedup_window
+        if window is not None:
+            parts = sum(piece.partitions for piece in pieces if not piece.late)
+            window.check(parts, f"sink {self.connector.name} on {self.endpoint}")
 
     def _row_insert(self, encoder: RowEncoder, data: list[list[object]], piece: Piece) -> Insert:
         """Inserts rows ``[start, stop)`` of one piece's columns on the row path."""
@@ -959,6 +975,7 @@ class ClickHouseShardWriter:
         pieces = partitioning.pieces(
             batch.token, rows, lambda wanted: {n: whole().column(n) for n in wanted}
         )
+        self._check_window(pieces)
         for piece in pieces:
             if piece.rows is None:
                 insert = self._frame_insert(data, whole, rows, None)
