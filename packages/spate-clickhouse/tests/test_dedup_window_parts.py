@@ -10,11 +10,12 @@ holds them; a block overflowing its share of the window is refused with the fix 
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 from spate.errors import ErrorClass, SinkError
-from spate_clickhouse._blocks import BlockPlanner, Piece
+from spate_clickhouse._blocks import BlockPlanner, Columns, LateTable, Partitioning, Piece
 from spate_clickhouse._intents import DedupWindow
 from spate_clickhouse._partition import parse_key
 from spate_clickhouse._types import parse_type
@@ -92,3 +93,60 @@ def test_b345_a_block_overflowing_its_share_of_the_window_is_refused() -> None:
     assert "non_replicated_deduplication_window = 1000 holds 76 per block" in message
     assert "13 blocks a partition writes before a replay" in message
     assert "MODIFY SETTING non_replicated_deduplication_window = 1001" in message
+
+
+def test_b346_a_one_part_block_is_never_refused_and_a_share_is_at_least_one() -> None:
+    """18,081 blocks before a replay (a run that never commits) leave a window of 1000
+    less than one part per block: the share is one, a block of one part passes (B123's
+    start-up rule is the one for it), a block of two is refused (B346)."""
+    window = DedupWindow("`w`.`t`", "non_replicated_deduplication_window", 1000, 18_081)
+    assert window.parts_per_block == 1
+    window.check(1, "sink ch on chdb://")
+    window.check(0, "sink ch on chdb://")  # parts not known: not checked
+    with pytest.raises(SinkError) as caught:
+        window.check(2, "sink ch on chdb://")
+    assert "holds 1 per block for the 18081 blocks" in str(caught.value)
+
+
+class _KeyClient:
+    """Answers the side table's ``partition_key`` query as a server would."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression = expression
+
+    def query(self, sql: str, parameters: dict[str, str]) -> SimpleNamespace:
+        assert parameters == {"db": "db", "table": "t_late"}
+        return SimpleNamespace(result_rows=[(self.expression, "UTC")])
+
+
+def _late_block() -> tuple[Partitioning, list[Piece], Columns]:
+    """A block of one row now and late rows on four days of two months, cut by day."""
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    days = [0, 1, 40, 41]
+    stamps = [base + dt.timedelta(days=400)] + [base + dt.timedelta(days=d) for d in days]
+    arrays = {"ts": pa.array(stamps, pa.timestamp("s", "UTC")), "id": pa.array(range(5))}
+    late = LateTable("side", "", "t_late", lambda token: {})
+    partitioning = Partitioning("ch", 3, 7 * 86_400.0, late)
+    partitioning.planner = BlockPlanner(parse_key("toYYYYMMDD(ts)", TYPES), 3, 7 * 86_400.0)
+
+    def columns(wanted: tuple[str, ...]) -> dict[str, pa.Array]:
+        return {name: arrays[name] for name in wanted}
+
+    return partitioning, partitioning.pieces("run-8", 5, columns), columns
+
+
+@pytest.mark.parametrize(
+    ("expression", "parts"),
+    [("", 2), ("tuple()", 2), ("toYYYYMM(ts)", 3), ("toYYYYMMDD(ts)", 4), ("cityHash64(id)", None)],
+)
+def test_b347_late_pieces_count_the_parts_of_the_side_tables_own_key(
+    expression: str, parts: int | None
+) -> None:
+    """The late rows of a block (four days in two months, cut in pieces of three days)
+    write one part per piece into a side table without partitions, and each piece's
+    partitions under the side table's own key otherwise; a key the sink cannot compute
+    leaves them uncounted (B347)."""
+    partitioning, pieces, columns = _late_block()
+    assert [(p.late, p.partitions) for p in pieces] == [(False, 1), (True, 3), (True, 1)]
+    partitioning.learn_late(_KeyClient(expression), "db", TYPES)  # type: ignore[arg-type]
+    assert partitioning.late_parts(pieces, columns) == parts

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from spate.errors import ErrorClass, SinkError
 
 from spate_clickhouse._isolate import Insert, sub_token
-from spate_clickhouse._partition import PartitionKey, parse_key
+from spate_clickhouse._partition import PartitionKey, parse_key, split_terms
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TOO_MANY_PARTITIONS",
     "BlockPlanner",
+    "Columns",
     "LateTable",
     "Partitioning",
     "Piece",
@@ -237,6 +238,10 @@ class Partitioning:
         self.late = late
         self.expression = ""
         """The table's ``PARTITION BY`` as the server reported it ('' before the probe)."""
+        self.late_key: PartitionKey | None = None
+        self.late_expression: str | None = None
+        """The ``late_data`` table's ``PARTITION BY`` ('' for none; None until learnt by
+        :meth:`learn_late`) and its key when the client can compute it (B347)."""
         self._split: Counter | None = None
         self._late_rows: Counter | None = None
         self._warned = False
@@ -286,6 +291,41 @@ class Partitioning:
             "computed per row" if key is not None else "blocks split when refused",
             extra={"component": self.name},
         )
+
+    def learn_late(self, client: Client, database: str, types: Mapping[str, ChType]) -> None:
+        """Read the ``late_data`` table's partition key (B347); ``database`` is this
+        sink's, for a late table that names none. Blocks."""
+        late = self.late
+        if late is None:
+            return
+        database = late.database or database
+        if not database:
+            database = str(client.command("SELECT currentDatabase()"))
+        found = client.query(_KEY_SQL, parameters={"db": database, "table": late.table})
+        rows = found.result_rows
+        expression, timezone = (str(rows[0][0]), str(rows[0][1])) if rows else ("", "UTC")
+        partitioned = bool(split_terms(expression))  # ``tuple()``: no partitions
+        self.late_key = parse_key(expression, types, timezone) if partitioned else None
+        self.late_expression = expression if partitioned else ""
+
+    def late_parts(self, pieces: list[Piece], columns: Columns) -> int | None:
+        """The parts a block's late pieces write into the ``late_data`` table — one per
+        piece into a table without partitions, else each piece's partitions under that
+        table's own key; None when that key cannot be computed (B347). Needs
+        :meth:`learn_late` first."""
+        late = [p for p in pieces if p.late]
+        if not late or not self.late_expression:
+            return len(late)
+        key = self.late_key
+        if key is None:
+            return None
+        arrays = columns(key.columns)
+        try:
+            return sum(
+                key.ids({n: _take(arrays[n], p.rows or []) for n in key.columns})[1] for p in late
+            )
+        except (TypeError, ValueError, ArithmeticError, NotImplementedError):
+            return None
 
     def pieces(self, token: str, rows: int, columns: Columns) -> list[Piece]:
         """The inserts of one block (see :class:`BlockPlanner`). Worker thread."""

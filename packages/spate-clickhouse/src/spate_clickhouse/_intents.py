@@ -12,9 +12,10 @@ its value, what is needed and the ``ALTER TABLE`` that fixes it.
 
 The window counts parts, not inserts: one per partition an insert writes. With ``blocks``
 the blocks one partition seals before a replay (B123), a block may take at most
-``window // blocks`` entries; a block that would write more parts into a partitioned
-target is refused before any of it is written, with the ``ALTER TABLE`` that makes room
-(:class:`DedupWindow`, B345).
+``max(1, window // blocks)`` entries; a block of several parts that would write more into
+a partitioned target is refused before any of it is written, with the ``ALTER TABLE``
+that makes room (:class:`DedupWindow`, B345); a block of one part never is (B346). The
+``late_data`` table's window is checked the same way against a block's late parts (B347).
 
 The writer records one intent row per block before inserting it and reads a lane's
 intents when the lane is assigned (:class:`~spate.sink._intents.IntentWriter`, B88, B89).
@@ -273,7 +274,8 @@ class DedupWindow:
     entries of the window, and a block cut into pieces (B240) takes one per partition of
     every piece. ``blocks`` are those one partition seals between a block and its replay
     (B123), so a block may take at most ``window // blocks`` entries for them all to fit
-    (B345).
+    (B345) — but never fewer than one: a block of one part is what B123 sized the window
+    for, and B123's start-up check is the rule for it (B346).
     """
 
     table: str
@@ -283,13 +285,15 @@ class DedupWindow:
 
     @property
     def parts_per_block(self) -> int:
-        return self.window // max(self.blocks, 1)
+        """A block's share of the window: ``max(1, window // blocks)`` (B345, B346)."""
+        return max(1, self.window // max(self.blocks, 1))
 
     def check(self, parts: int, where: str) -> None:
         """Refuse (``SinkError`` FATAL, before anything of the block is written) a block
-        that would write more parts than its share of the window (B345)."""
+        of several parts that would write more of them than its share of the window
+        (B345); a block of one part is never refused here (B346)."""
         share = self.parts_per_block
-        if parts <= share:
+        if parts <= 1 or parts <= share:
             return
         needed = parts * self.blocks
         raise SinkError(
