@@ -16,21 +16,28 @@ Run (the services are started if needed):
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sys
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.support.cdc import (
     CdcServices,
     Converter,
     Record,
+    as_json,
     cdc_endpoints,
+    delete_topics,
     event_ops,
     read_topic,
     register,
+    registry_schema,
 )
+from tests.support.schema_registry import SchemaRegistryServer
 from tests.support.services import start_services
 
 logger = logging.getLogger(__name__)
@@ -87,7 +94,8 @@ STEPS: list[tuple[str, str, list[str], list[str]]] = [
     (
         "column_added",
         "ALTER TABLE customers ADD COLUMN email text;\n"
-        "INSERT INTO customers (id, name, balance, email) VALUES (4, 'Dana', 1.00, 'd@example.org')",
+        "INSERT INTO customers (id, name, balance, email) "
+        "VALUES (4, 'Dana', 1.00, 'd@example.org')",
         ["c"],
         [],
     ),
@@ -95,7 +103,16 @@ STEPS: list[tuple[str, str, list[str], list[str]]] = [
 ]
 
 # Topic prefix (and slot and connector name) per converter: topics are PREFIX.public.TABLE.
-PREFIXES: dict[Converter, str] = {"json": "shop_schemas", "json-plain": "shop_plain"}
+PREFIXES: dict[Converter, str] = {
+    "json": "shop_schemas",
+    "json-plain": "shop_plain",
+    "avro": "shop_avro",
+}
+DIRECTORIES: dict[Converter, str] = {
+    "json": "json-schemas",
+    "json-plain": "json-plain",
+    "avro": "avro",
+}
 
 SNAPSHOT = {"customers": ["r", "r"], "orders": ["r"]}
 
@@ -112,9 +129,20 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode()
 
 
-def write_fixture(path: Path, table: str, records: Sequence[Record]) -> None:
+def _base64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def write_fixture(
+    path: Path,
+    table: str,
+    records: Sequence[Record],
+    registry: SchemaRegistryServer | None = None,
+) -> None:
+    """JSON records as text; Avro records (``registry`` given) as base64 of their bytes."""
     labels = expected(table)
-    ops = event_ops(records)
+    readable = records if registry is None else as_json(records, registry_schema(registry.url))
+    ops = event_ops(readable)
     if ops != [op for _case, op in labels]:
         raise RuntimeError(f"{table}: ops {ops} differ from the workload's {labels}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,14 +151,35 @@ def write_fixture(path: Path, table: str, records: Sequence[Record]) -> None:
             line = {
                 "case": case,
                 "offset": record.offset,
-                "key": _text(record.key),
-                "value": _text(record.value),
+                "key": _text(record.key) if registry is None else _base64(record.key),
+                "value": _text(record.value) if registry is None else _base64(record.value),
             }
             out.write(json.dumps(line, sort_keys=False) + "\n")
     logger.info("wrote %s (%d records)", path, len(records))
 
 
-def capture(services: CdcServices, output: Path) -> None:
+def write_schemas(path: Path, registry: SchemaRegistryServer) -> None:
+    """Every schema the converter registered: id -> subject, version and schema (parsed)."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for subject in _get(registry, "/subjects"):
+        latest = _get(registry, f"/subjects/{subject}/versions/latest")
+        for version in range(1, int(latest["version"]) + 1):
+            answer = _get(registry, f"/subjects/{subject}/versions/{version}")
+            schemas[str(answer["id"])] = {
+                "subject": subject,
+                "version": version,
+                "schema": json.loads(answer["schema"]),
+            }
+    ordered = dict(sorted(schemas.items(), key=lambda item: int(item[0])))
+    path.write_text(json.dumps(ordered, indent=1) + "\n")
+
+
+def _get(registry: SchemaRegistryServer, path: str) -> Any:
+    with urllib.request.urlopen(registry.url + path, timeout=10) as response:
+        return json.load(response)
+
+
+def capture(services: CdcServices, output: Path, registry: SchemaRegistryServer) -> None:
     postgres = services.postgres
     # Fixed names, so a new capture differs from the old one only where Debezium does.
     database = "shop"
@@ -140,11 +189,19 @@ def capture(services: CdcServices, output: Path) -> None:
     try:
         postgres.sql(SETUP, database)
         tables = ("public.customers", "public.orders")
-        converters: tuple[Converter, ...] = ("json", "json-plain")
-        names = {"json": "json-schemas", "json-plain": "json-plain"}
+        converters: tuple[Converter, ...] = ("json", "json-plain", "avro")
+        delete_topics(
+            services.bootstrap,
+            [f"{PREFIXES[c]}.public.{table}" for c in converters for table in SNAPSHOT],
+        )
         for converter in converters:
             captures[converter] = register(
-                services, database, tables, converter=converter, prefix=PREFIXES[converter]
+                services,
+                database,
+                tables,
+                converter=converter,
+                prefix=PREFIXES[converter],
+                registry_url=registry.url,
             )
         for _case, sql, _customers, _orders in STEPS:
             postgres.sql(sql, database)
@@ -156,7 +213,13 @@ def capture(services: CdcServices, output: Path) -> None:
                     cap.topic(f"public.{table}"),
                     lambda got, count=count: len(got) >= count,
                 )
-                write_fixture(output / names[converter] / f"{table}.jsonl", table, records)
+                write_fixture(
+                    output / DIRECTORIES[converter] / f"{table}.jsonl",
+                    table,
+                    records,
+                    registry if converter == "avro" else None,
+                )
+        write_schemas(output / DIRECTORIES["avro"] / "schemas.json", registry)
     finally:
         for cap in captures.values():
             cap.close()
@@ -167,7 +230,8 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     output = Path(argv[0]) if argv else DEFAULT_OUTPUT
     start_services("kafka", "postgres", "connect")
-    capture(cdc_endpoints(), output)
+    with SchemaRegistryServer() as registry:
+        capture(cdc_endpoints(), output, registry)
     return 0
 
 

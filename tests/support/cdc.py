@@ -27,6 +27,7 @@ services' processes (``scripts/services.sh``).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
@@ -61,10 +62,16 @@ UNAVAILABLE = "__debezium_unavailable_value"
 """Debezium's placeholder for a TOASTed column an UPDATE did not touch (REPLICA IDENTITY
 DEFAULT: PostgreSQL does not log the old value, so the new image lacks it)."""
 
-Converter = Literal["json", "json-plain"]
+APICURIO_AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+Converter = Literal["json", "json-plain", "avro"]
+"""``json``: JsonConverter with schemas; ``json-plain``: without; ``avro``: Apicurio's Avro
+converter in the Confluent wire format (magic byte, 4-byte schema id) through a registry
+(the registry test server will do: ``registry_url``)."""
 SnapshotMode = Literal["initial", "no_data", "always", "initial_only"]
 
 _HTTP_TIMEOUT = 10.0
+# No psqlrc, quiet, unaligned tuples only, stop at the first error.
+_PSQL_FLAGS = ("-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1")
 
 
 def _psql_binary() -> str:
@@ -103,8 +110,7 @@ class Postgres:
         """Run ``script`` (statements separated by ``;``; ``BEGIN``/``COMMIT`` make one
         transaction of several) and return what it printed, unaligned, tuples only."""
         proc = subprocess.run(
-            [_psql_binary(), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"]
-            + [self.url(database), "-f", "-"],
+            [_psql_binary(), *_PSQL_FLAGS, "-d", self.url(database), "-f", "-"],
             input=script,
             capture_output=True,
             text=True,
@@ -258,6 +264,7 @@ def connector_config(
     slot: str,
     snapshot_mode: SnapshotMode = "initial",
     converter: Converter = "json",
+    registry_url: str | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Debezium's PostgreSQL connector: pgoutput, one topic per table, truncates kept."""
@@ -280,13 +287,34 @@ def connector_config(
         # Debezium skips truncates unless told otherwise.
         "skipped.operations": "none",
         "tombstones.on.delete": "true",
-        "key.converter": JSON_CONVERTER,
-        "value.converter": JSON_CONVERTER,
-        "key.converter.schemas.enable": str(converter == "json").lower(),
-        "value.converter.schemas.enable": str(converter == "json").lower(),
     }
+    for side in ("key", "value"):
+        config.update(_converter_config(f"{side}.converter", converter, registry_url))
     config.update(extra or {})
     return config
+
+
+def _converter_config(
+    prefix: str, converter: Converter, registry_url: str | None
+) -> dict[str, str]:
+    if converter != "avro":
+        return {
+            prefix: JSON_CONVERTER,
+            f"{prefix}.schemas.enable": str(converter == "json").lower(),
+        }
+    if registry_url is None:
+        raise ValueError("the avro converter needs a registry_url")
+    return {
+        prefix: APICURIO_AVRO_CONVERTER,
+        # Apicurio's client speaks its own v2 API: the test server answers the one call.
+        f"{prefix}.apicurio.registry.url": f"{registry_url}/apis/registry/v2",
+        f"{prefix}.apicurio.registry.auto-register": "true",
+        f"{prefix}.apicurio.registry.find-latest": "true",
+        # The Confluent frame (magic byte 0, 4-byte id), ids as the Confluent API knows them.
+        f"{prefix}.apicurio.registry.as-confluent": "true",
+        f"{prefix}.apicurio.registry.use-id": "contentId",
+        f"{prefix}.apicurio.registry.headers.enabled": "false",
+    }
 
 
 def register(
@@ -296,17 +324,20 @@ def register(
     *,
     snapshot_mode: SnapshotMode = "initial",
     converter: Converter = "json",
+    registry_url: str | None = None,
     extra: Mapping[str, str] | None = None,
     wait: bool = True,
     prefix: str | None = None,
 ) -> Capture:
     """Register a Debezium connector for ``tables`` of ``database`` (fresh names, or
-    ``prefix`` for the topic prefix, slot and connector); by default returns once its
-    snapshot is done and it streams."""
-    base = prefix or f"cdc_{uuid.uuid4().hex[:10]}"
+    ``prefix`` for the topic prefix and slot); by default returns once its snapshot is done
+    and it streams. The connector's name is always fresh: Connect keeps a connector's
+    source offsets under its name, and a new capture must not resume an old one."""
+    suffix = uuid.uuid4().hex[:10]
+    base = prefix or f"cdc_{suffix}"
     capture = Capture(
         services=services,
-        name=base,
+        name=f"{base}-{suffix}",
         database=database,
         topic_prefix=base,
         slot=base,
@@ -320,6 +351,7 @@ def register(
         slot=capture.slot,
         snapshot_mode=snapshot_mode,
         converter=converter,
+        registry_url=registry_url,
         extra=extra,
     )
     services.connect.put_connector(capture.name, config)
@@ -329,6 +361,24 @@ def register(
 
 
 # ---------------------------------------------------------------- topics
+
+
+def delete_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> None:
+    """Delete ``topics`` where they exist, and wait until the broker no longer lists them."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    doomed = [topic for topic in topics if topic in existing]
+    if not doomed:
+        return
+    for future in admin.delete_topics(doomed, operation_timeout=timeout).values():
+        future.result()
+    wait_until(
+        lambda: not set(doomed) & set(admin.list_topics(timeout=timeout).topics),
+        f"topics {doomed} deleted",
+        timeout,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +436,51 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+def decode_confluent_avro(data: bytes, schema_text: Callable[[int], str]) -> Any:
+    """An Avro record in the Confluent frame (``0``, 4-byte big-endian id, body), its
+    writer schema found by id through ``schema_text`` (a registry's ``/schemas/ids/{id}``)."""
+    import io
+
+    import fastavro
+
+    if len(data) < 5 or data[0] != 0:
+        raise ValueError(f"not a Confluent-framed record: {data[:5]!r}")
+    schema = fastavro.parse_schema(json.loads(schema_text(int.from_bytes(data[1:5], "big"))))
+    return fastavro.schemaless_reader(io.BytesIO(data[5:]), schema, None)
+
+
+def registry_schema(registry_url: str) -> Callable[[int], str]:
+    """The schema text of an id, from the registry's Confluent API at ``registry_url``."""
+
+    def fetch(schema_id: int) -> str:
+        with urllib.request.urlopen(
+            f"{registry_url}/schemas/ids/{schema_id}", timeout=_HTTP_TIMEOUT
+        ) as response:
+            return str(json.load(response)["schema"])
+
+    return fetch
+
+
+def as_json(records: Sequence[Record], schema_text: Callable[[int], str]) -> list[Record]:
+    """Confluent-framed Avro records decoded and re-encoded as JSON, so
+    :func:`event_ops` and :func:`apply_events` read them like the JSON converter's."""
+
+    def convert(data: bytes | None) -> bytes | None:
+        if data is None:
+            return None
+        decoded = decode_confluent_avro(data, schema_text)
+        return json.dumps(decoded, default=_json_default).encode()
+
+    return [Record(r.offset, convert(r.key), convert(r.value)) for r in records]
+
+
+def _json_default(value: object) -> str:
+    """Avro's bytes as base64, its decimals as text (JSON has neither)."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
 
 
 def envelope(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -512,6 +607,11 @@ class Workload:
                 workload.transactions.append("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT")
             workload.expected_ops.extend(ops)
         return workload
+
+    @property
+    def changing_transactions(self) -> int:
+        """The transactions that change rows (each one Debezium transaction id)."""
+        return sum(not sql.startswith("ALTER") for sql in self.transactions)
 
     def run(self, postgres: Postgres, database: str) -> None:
         for transaction in self.transactions:
