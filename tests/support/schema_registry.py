@@ -306,7 +306,6 @@ class SchemaRegistryServer:
             return 422, _error(42201, "Invalid schema")
         return 200, {"id": self._register(subject, text, kind, references)}
 
-
     def _create_artifact(
         self, group: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, object]:
