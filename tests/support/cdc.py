@@ -547,6 +547,8 @@ class Workload:
         next_key = max(keys, default=0) + 1
         has_note = False
         done = 0
+        # The truncate follows the added column, so every row left at the end was written
+        # after it and its events carry the column (events before it cannot).
         truncate_at = operations * 2 // 3
         add_column_at = operations // 2
         while done < operations:
@@ -614,8 +616,8 @@ class Workload:
         return sum(not sql.startswith("ALTER") for sql in self.transactions)
 
     def run(self, postgres: Postgres, database: str) -> None:
-        for transaction in self.transactions:
-            postgres.sql(transaction, database)
+        """Every transaction in order, in one session (autocommit between them)."""
+        postgres.sql(";\n".join(self.transactions) + ";", database)
 
 
 def create_table(
