@@ -1,4 +1,4 @@
-"""The real change-data-capture chain the CDC tests are proven with (B360-B362, B364).
+"""The real change-data-capture chain the CDC tests are proven with (B360-B362, B364, B367).
 
 PostgreSQL (``scripts/services.sh up postgres``) -> Debezium's PostgreSQL connector in one
 standalone Kafka Connect worker (``up connect``) -> the real broker. PostgreSQL and Connect
@@ -27,6 +27,7 @@ from tests.support.cdc import (
     read_topic,
     register,
     registry_schema,
+    wait_until,
 )
 from tests.support.scale import scaled
 from tests.support.schema_registry import SchemaRegistryServer
@@ -55,6 +56,13 @@ def _until_sentinel(records: list[Record]) -> bool:
     event = envelope(value)
     after = event.get("after")
     return bool(event["op"] == "c" and after is not None and after["id"] == 0)
+
+
+def _assert_same_rows(table: dict[Any, dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """The applied events equal the source rows; a column added after a row's last event
+    is absent from its image and null in PostgreSQL, as a sink would store it."""
+    assert len(table) == len(rows)
+    assert [dict.fromkeys(row) | table[row["id"]] for row in rows] == rows
 
 
 def test_b360_snapshot_then_streaming_match_the_workload(
@@ -101,10 +109,7 @@ def test_b360_snapshot_then_streaming_match_the_workload(
     runs = [tx for i, tx in enumerate(tx_ids) if i == 0 or tx != tx_ids[i - 1]]
     assert len(runs) == len(set(runs)) == workload.changing_transactions + 1  # + the sentinel
 
-    table = apply_events(records)
-    source_rows = postgres.rows(cdc_database, TABLE)
-    assert [table[row["id"]] for row in source_rows] == source_rows
-    assert len(table) == len(source_rows)
+    _assert_same_rows(apply_events(records), postgres.rows(cdc_database, TABLE))
 
 
 def test_b361_column_added_mid_stream_reaches_the_events(
@@ -201,7 +206,7 @@ def test_b364_avro_in_the_confluent_frame_through_the_registry(
     assert all(r.value is None or r.value[:1] == b"\0" for r in raw)
     records = as_json(raw, registry_schema(schema_registry.url))
     assert event_ops(records) == workload.expected_ops
-    assert list(apply_events(records).values()) == postgres.rows(cdc_database, TABLE)
+    _assert_same_rows(apply_events(records), postgres.rows(cdc_database, TABLE))
     value_subject = f"{capture.topic(TABLE)}-value"
     assert schema_registry.requests["GET /subjects"] == 0
     versions = _registry_get(schema_registry, f"/subjects/{value_subject}/versions/latest")
@@ -212,3 +217,46 @@ def _registry_get(registry: SchemaRegistryServer, path: str) -> dict[str, Any]:
     with urllib.request.urlopen(registry.url + path, timeout=10) as response:
         answer: dict[str, Any] = json.load(response)
     return answer
+
+
+def test_b367_changes_during_the_snapshot_are_neither_lost_nor_doubled(
+    cdc_services: CdcServices, cdc_database: str
+) -> None:
+    """B367: the snapshot and the stream meet without loss or duplication. A workload starts
+    with the connector: what it commits before the slot is consistent is in the snapshot,
+    all it commits afterwards (while the pre-filled table is read) is streamed, event for
+    event; each row is read (``r``) at most once and applying the events reproduces the
+    PostgreSQL table row for row."""
+    postgres = cdc_services.postgres
+    prefill = scaled(20000, minimum=2000)
+    create_table(postgres, cdc_database, TABLE)
+    postgres.sql(
+        f"INSERT INTO {TABLE} SELECT i, 'name ' || i, i, true FROM generate_series(1, {prefill}) i",
+        cdc_database,
+    )
+    workload = Workload.generate(
+        TABLE,
+        seed=367,
+        operations=scaled(400, minimum=100),
+        existing=range(1, prefill + 1),
+        truncate=False,
+    )
+    half = len(workload.transactions) // 2
+    capture = register(cdc_services, cdc_database, [TABLE], snapshot_mode="initial", wait=False)
+    try:
+        workload.run(postgres, cdc_database, 0, half)
+        wait_until(lambda: postgres.slot_consistent(capture.slot), "slot consistent")
+        workload.run(postgres, cdc_database, half)
+        capture.wait_streaming()
+        postgres.sql(f"INSERT INTO {TABLE} (id, name) VALUES (0, 'sentinel')", cdc_database)
+        records = read_topic(cdc_services.bootstrap, capture.topic(TABLE), _until_sentinel)
+    finally:
+        capture.close()
+    events = _events(records)
+    read_keys = [event["after"]["id"] for event in events if event["op"] == "r"]  # type: ignore[index]
+    assert len(read_keys) == len(set(read_keys))
+    # Everything after the slot's creation is streamed (some of the first half may be too).
+    streamed = [op for op in event_ops(records) if op != "r"]
+    after_slot = [op for ops in workload.ops[half:] for op in ops] + ["c"]
+    assert streamed[len(streamed) - len(after_slot) :] == after_slot
+    _assert_same_rows(apply_events(records), postgres.rows(cdc_database, TABLE))

@@ -142,6 +142,15 @@ class Postgres:
         out = self.sql(f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'")
         return out.strip() == "t"
 
+    def slot_consistent(self, slot: str) -> bool:
+        """The slot exists and reached its consistent point (``confirmed_flush_lsn`` is set
+        only then): every transaction committed from now on is decoded, not snapshotted."""
+        out = self.sql(
+            "SELECT count(*) FROM pg_replication_slots "
+            f"WHERE slot_name = '{slot}' AND confirmed_flush_lsn IS NOT NULL"
+        )
+        return out.strip() == "1"
+
     def drop_slot(self, slot: str) -> None:
         self.sql(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
@@ -533,13 +542,24 @@ class Workload:
     table: str
     seed: int
     transactions: list[str] = field(default_factory=list)
-    expected_ops: list[str] = field(default_factory=list)
-    """Per event, in topic order: ``c``/``u``/``d``/``t`` and ``tombstone``."""
-    column_added_at: int = -1
+    ops: list[list[str]] = field(default_factory=list)
+    """Per transaction, the events it makes in topic order: ``c``/``u``/``d``/``t`` and
+    ``tombstone`` (none for the DDL)."""
+
+    @property
+    def expected_ops(self) -> list[str]:
+        """Per event of the whole workload, in topic order."""
+        return [op for ops in self.ops for op in ops]
 
     @classmethod
     def generate(
-        cls, table: str, seed: int, operations: int, existing: Sequence[int] = ()
+        cls,
+        table: str,
+        seed: int,
+        operations: int,
+        existing: Sequence[int] = (),
+        *,
+        truncate: bool = True,
     ) -> Workload:
         rng = random.Random(seed)
         workload = cls(table=table, seed=seed)
@@ -562,9 +582,9 @@ class Workload:
                     if statements:
                         break
                     workload.transactions.append(f"ALTER TABLE {table} ADD COLUMN note text")
-                    workload.column_added_at = len(workload.expected_ops)
+                    workload.ops.append([])
                     has_note = True
-                if done == truncate_at and keys:
+                if truncate and done == truncate_at and keys:
                     statements.append(f"TRUNCATE {table}")
                     ops.append("t")
                     keys.clear()
@@ -607,7 +627,7 @@ class Workload:
                 workload.transactions.append(statements[0])
             else:
                 workload.transactions.append("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT")
-            workload.expected_ops.extend(ops)
+            workload.ops.append(ops)
         return workload
 
     @property
@@ -615,9 +635,11 @@ class Workload:
         """The transactions that change rows (each one Debezium transaction id)."""
         return sum(not sql.startswith("ALTER") for sql in self.transactions)
 
-    def run(self, postgres: Postgres, database: str) -> None:
-        """Every transaction in order, in one session (autocommit between them)."""
-        postgres.sql(";\n".join(self.transactions) + ";", database)
+    def run(
+        self, postgres: Postgres, database: str, start: int = 0, stop: int | None = None
+    ) -> None:
+        """The transactions ``[start:stop]`` in order, in one session (autocommit between)."""
+        postgres.sql(";\n".join(self.transactions[start:stop]) + ";", database)
 
 
 def create_table(
