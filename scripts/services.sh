@@ -508,32 +508,45 @@ start_clickhouse() {
     --data-dir "$SERVICES_DIR/clickhouse"
 }
 
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres account.
+AS_POSTGRES=()
+if [ "$(id -u)" -eq 0 ]; then
+  AS_POSTGRES=(setpriv --reuid="$POSTGRES_USER" --regid="$POSTGRES_USER" --init-groups --)
+fi
+
+# The cluster's directory: .services/postgres, unless this checkout lies where the postgres
+# account cannot reach (a root-owned home, as root); then one per checkout under /var/tmp.
+postgres_home() {
+  if [ ${#AS_POSTGRES[@]} -gt 0 ] && ! "${AS_POSTGRES[@]}" test -x "$SERVICES_DIR" 2>/dev/null; then
+    echo "/var/tmp/spate-postgres-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+  else
+    echo "$SERVICES_DIR/postgres"
+  fi
+}
+
 start_postgres() {
-  local bin home data as_postgres=()
+  local bin home data
   bin=$(postgres_bin_dir) || die "postgres: no PostgreSQL server installed (apt-get install postgresql)"
-  home="$SERVICES_DIR/postgres"
+  home=$(postgres_home)
   data="$home/data"
   mkdir -p "$home"
-  if [ "$(id -u)" -eq 0 ]; then
-    # PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres account.
-    chown "$POSTGRES_USER:" "$home"
-    as_postgres=(setpriv --reuid="$POSTGRES_USER" --regid="$POSTGRES_USER" --init-groups --)
-  fi
+  if [ ${#AS_POSTGRES[@]} -gt 0 ]; then chown "$POSTGRES_USER:" "$home"; fi
   if [ ! -f "$data/PG_VERSION" ]; then
     rm -rf "$data"
     # Trust on loopback only (the server listens on 127.0.0.1 alone); replication too.
-    "${as_postgres[@]}" "$bin/initdb" -D "$data" -U "$POSTGRES_USER" --auth=trust -E UTF8 \
+    "${AS_POSTGRES[@]}" "$bin/initdb" -D "$data" -U "$POSTGRES_USER" --auth=trust -E UTF8 \
       --locale=C.UTF-8 >>"$(log_file postgres)" 2>&1 || {
       log_tail postgres
       die "postgres: initdb of $data failed"
     }
   fi
   # wal_level=logical for Debezium's pgoutput slots; no Unix socket (TCP on loopback only);
-  # fsync off: the data is a test's and is made again by the next test.
-  launch postgres "${as_postgres[@]}" "$bin/postgres" -D "$data" -p "$POSTGRES_PORT" \
+  # fsync off: the data is a test's and is made again by the next test. cluster_name puts
+  # this checkout's path on the command line (see running_pid) wherever the data lives.
+  launch postgres "${AS_POSTGRES[@]}" "$bin/postgres" -D "$data" -p "$POSTGRES_PORT" \
     -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c wal_level=logical \
     -c max_wal_senders=20 -c max_replication_slots=20 -c fsync=off \
-    -c synchronous_commit=off -c full_page_writes=off
+    -c synchronous_commit=off -c full_page_writes=off -c "cluster_name=spate $ROOT"
 }
 
 start_connect() {
@@ -735,7 +748,7 @@ main() {
     clean)
       cmd_down "${KNOWN_SERVICES[@]}"
       exec 9>&-
-      rm -rf "$SERVICES_DIR"
+      rm -rf "$(postgres_home)" "$SERVICES_DIR"
       echo "services: removed $SERVICES_DIR"
       ;;
     tools) ensure_tools "${services[@]}" ;;
