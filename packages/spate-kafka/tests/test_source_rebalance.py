@@ -169,7 +169,7 @@ def test_b400_close_during_a_cooperative_rebalance_returns_through_the_barrier(
         third.start(events[2])
         started.append(third)
         _until(
-            [first, second],
+            [first, second, third],
             lambda: len(events[0].revoked_lanes) + len(events[1].revoked_lanes) > revocations,
             "a member gave up a partition for the third",
         )
