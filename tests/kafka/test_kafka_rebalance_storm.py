@@ -194,7 +194,7 @@ def test_b215_rebalance_storm_under_effectively_once_writes_every_record_once(
     assert run.table.counts() == (run.count, run.count)
 
 
-@matrix("rebalance", PROTOCOLS[1:], ci="cooperative")
+@matrix("rebalance", PROTOCOLS, ci="cooperative")
 def test_b180_b216_rolling_restart_of_static_members_keeps_the_generation(
     kafka_bootstrap: str, clickhouse_url: str, tmp_path: Path, rebalance: str
 ) -> None:

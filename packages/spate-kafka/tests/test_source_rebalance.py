@@ -1,9 +1,11 @@
 """The group protocol setting (``source.kafka.rebalance``), incremental callbacks, lost
-partitions and static membership (B175-B178), on librdkafka's mock cluster and in
-isolation. The storms and restarts run on the real broker (tests/kafka)."""
+partitions, static membership and closing mid-rebalance (B175-B178, B400), on
+librdkafka's mock cluster and in isolation. The storms and restarts run on the real
+broker (tests/kafka)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -131,11 +133,61 @@ def test_b175_cooperative_revokes_only_the_partitions_that_move(
             assert all(assigned.count(p) == 1 for p in kept)
         finally:
             second.close()
-        # Closed only once the group is settled again: librdkafka can block for good in
-        # close() while a cooperative rebalance is still under way.
+        # The first takes everything back (closing mid-rebalance is B400's test).
         _until([first], lambda: len(first.assigned_partitions) == 4, "first took all four back")
     finally:
         first.close()
+
+
+def _flat(calls: list[list[Lane]]) -> list[int]:
+    return sorted(lane.partition for lanes in calls for lane in lanes)
+
+
+def test_b400_close_during_a_cooperative_rebalance_returns_through_the_barrier(
+    mock_cluster: MockCluster, topic: str
+) -> None:
+    """B400: a member closed while a cooperative rebalance is under way (a third member
+    joining, a partition that moves revoked but not yet assigned again) returns, and
+    every partition it was given leaves through the revoke barrier; the others end up
+    owning all four."""
+    mock_cluster.produce(topic, 400)
+    events = [RecordingEvents() for _ in range(3)]
+    members = [_source(mock_cluster, topic, "g-close", "cooperative") for _ in range(3)]
+    first, second, third = members
+    first.start(events[0])
+    started = [first]
+    try:
+        _until([first], lambda: len(first.assigned_partitions) == 4, "first owns all four")
+        second.start(events[1])
+        started.append(second)
+        _until(
+            [first, second],
+            lambda: len(first.assigned_partitions) == len(second.assigned_partitions) == 2,
+            "the partitions were not shared",
+        )
+        revocations = len(events[0].revoked_lanes) + len(events[1].revoked_lanes)
+        third.start(events[2])
+        started.append(third)
+        _until(
+            [first, second, third],
+            lambda: len(events[0].revoked_lanes) + len(events[1].revoked_lanes) > revocations,
+            "a member gave up a partition for the third",
+        )
+        assert second.assigned_partitions, "the second member keeps a partition"
+        closing = threading.Thread(target=second.close, daemon=True)
+        closing.start()
+        _until([first, third], lambda: not closing.is_alive(), "close() returned")
+        started.remove(second)
+        assert _flat(events[1].revoked_lanes) == _flat(events[1].assigned_lanes)
+        assert events[1].lost_lanes == []
+        _until(
+            [first, third],
+            lambda: first.assigned_partitions | third.assigned_partitions == {0, 1, 2, 3},
+            "the other members took every partition",
+        )
+    finally:
+        for source in started:
+            source.close()
 
 
 class _Consumer:

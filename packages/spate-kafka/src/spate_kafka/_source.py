@@ -24,7 +24,11 @@ The source upholds, together with the runtime:
 * B33 — bounded mode: a member left with no partition once the group settled is drained;
 * B34 — bounded mode: a rebalance after this member drained reopens the run
   (``events.undrained()``) until every partition it is then given is read to its end;
-* B177 — partitions lost with the session are dropped without a drain or a commit.
+* B177 — partitions lost with the session are dropped without a drain or a commit;
+* B400 — ``close`` under an incremental protocol unsubscribes and serves the group until
+  nothing is assigned (bounded) before closing the consumer, so that a cooperative
+  rebalance under way cannot block it, and the partitions it leaves go through the
+  runtime's revoke barrier (drained, committed).
 
 Each batch holds the ``bytes`` librdkafka returned as its values (a tombstone as
 ``b""``); its payload views (``memoryview(message.value())``, so ``view.obj`` gives the
@@ -61,6 +65,10 @@ from spate_kafka.config import KafkaSourceConfig
 
 logger = logging.getLogger(__name__)
 
+_LEAVE_TIMEOUT = 30.0
+"""Seconds ``close`` serves the group after unsubscribing before it closes anyway (B400):
+a revocation runs the runtime's barrier, bounded by its own drain and commit timeouts."""
+
 _EMPTY_ASSIGNMENT_SETTLE = 3.0
 """Bounded mode: seconds an empty assignment must hold before the member counts as drained
 (a group that is still forming hands out partitions again within a rebalance or two)."""
@@ -96,6 +104,8 @@ class KafkaSource:
         self._client_error = ""
         """The last connection error librdkafka reported (the cause of a failed start)."""
         self._subscribed = False
+        self._leaving: set[int] | None = None
+        """While ``close`` leaves the group: the partitions the runtime was given (B400)."""
         from_start = str(config.consumer_settings().get("auto.offset.reset", "")).lower() in (
             "earliest",
             "smallest",
@@ -197,10 +207,20 @@ class KafkaSource:
         )
 
     def close(self) -> None:
-        """Leave the group. The final revoke during close does not call back the runtime."""
+        """Leave the group, then close the consumer (B400).
+
+        Under an incremental protocol a dynamic member first unsubscribes and serves the
+        group until nothing is assigned (at most ``_LEAVE_TIMEOUT``), its revocations
+        going to the runtime's barrier like any other: librdkafka can block for good in
+        ``close()`` when a cooperative rebalance is under way. A static member closes at
+        once: unsubscribing would leave the group and move its partitions (B180). The
+        final revoke inside ``close()`` itself does not call back the runtime.
+        """
         consumer = self._consumer
         if consumer is None:
             return
+        if self._subscribed and self._incremental() and not self._config.instance_id:
+            self._leave_group(consumer)
         self._closing = True
         self._commits.flush(sync=True)
         try:
@@ -209,6 +229,36 @@ class KafkaSource:
             logger.warning("kafka consumer close failed: %s", exc)
         self._consumer = None
         self._lag.release_all()
+
+    def _leave_group(self, consumer: Consumer) -> None:
+        """Unsubscribe and serve the group until this member owns nothing (B400).
+
+        Revocations run the runtime's barrier (drained, committed) for the partitions it
+        was given; an assignment still arriving is not announced to the runtime and is
+        revoked again at once. What ``consume()`` returns meanwhile is dropped: it was
+        never handed out nor committed, so the next owner reads it.
+        """
+        self._leaving = set(self._assigned)
+        deadline = time.monotonic() + _LEAVE_TIMEOUT
+        try:
+            consumer.unsubscribe()
+            while True:
+                consumer.consume(num_messages=self._config.consume_batch, timeout=0.1)
+                self._raise_fatal()
+                if not self._assigned and not consumer.assignment():
+                    return
+                if time.monotonic() >= deadline:
+                    logger.warning(
+                        "kafka: partitions %s still assigned %gs after unsubscribing; "
+                        "closing anyway",
+                        sorted(self._assigned),
+                        _LEAVE_TIMEOUT,
+                    )
+                    return
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("kafka: leaving the group before close failed: %s", exc)
+        finally:
+            self._leaving = None
 
     # -- polling -------------------------------------------------------------------
 
@@ -365,7 +415,7 @@ class KafkaSource:
             self._mark_done_from_committed(parts)
             if self._drained and not self._done.issuperset(parts):
                 self._reopen("assigned partitions it has not read to their end offsets")
-        if self._events is not None and not self._closing:
+        if self._events is not None and not self._closing and self._leaving is None:
             self._events.assigned([Lane(self._topic, p) for p in parts])
         if incremental:
             consumer.incremental_assign(partitions)
@@ -407,9 +457,10 @@ class KafkaSource:
         # Commits on revocation are retried while the broker is unavailable (B36).
         with self._commits.revoking():
             try:
-                if self._events is not None and not self._closing:
+                announced = parts if self._leaving is None else self._leaving.intersection(parts)
+                if self._events is not None and not self._closing and announced:
                     # The barrier: drains these lanes, commits them through commit(sync=True).
-                    self._events.revoked([Lane(self._topic, p) for p in parts])
+                    self._events.revoked([Lane(self._topic, p) for p in sorted(announced)])
                 self._commits.flush(sync=True)
             except SourceError as exc:
                 if exc.error_class is ErrorClass.FATAL:
@@ -439,8 +490,9 @@ class KafkaSource:
             sorted(parts),
         )
         self._release(parts)  # first: nothing of these lanes is committed from here on
-        if self._events is not None and not self._closing and parts:
-            self._events.lost([Lane(self._topic, p) for p in parts])
+        announced = parts if self._leaving is None else self._leaving.intersection(parts)
+        if self._events is not None and not self._closing and announced:
+            self._events.lost([Lane(self._topic, p) for p in sorted(announced)])
         if self._incremental():
             consumer.incremental_unassign(partitions)
         else:
