@@ -11,6 +11,10 @@ for a while, and a second member joins the group and leaves again (a rebalance b
 ways). The sampler checks throughout that no committed offset passes the rows in
 ClickHouse; at the end every table's raw ``count()`` — no ``FINAL`` — equals the number
 of events of its kinds produced.
+
+Below full scale (``make test``) the split and columnar rows run; the single-table row
+runs in ``make test-full`` (tests/kafka/test_effectively_once_kill.py kills a single-table
+pipeline under effectively once on every commit).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import yaml
 from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
 from tests.support.delivery import wait_until
+from tests.support.matrix import matrix
 from tests.support.no_loss import TABLES, NoLossRun, flagship_env, launch
 from tests.support.scale import current_scale, scaled
 from tests.support.services import create_topic, unique_name
@@ -79,8 +84,11 @@ def start(config: Path, mode: str, env: dict[str, str], log: Path) -> subprocess
     return launch([str(RUNNER), str(config), mode], env, log)
 
 
-@pytest.mark.parametrize(
-    "mode", ["split", "single", pytest.param("columnar", marks=needs_avro_columnar)]
+@matrix(
+    "mode",
+    ["split", "single", "columnar"],
+    ci=("split", "columnar"),
+    marks={"columnar": needs_avro_columnar},
 )
 def test_b89_no_duplicate_rows_after_kills_an_outage_and_a_rebalance(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, mode: str

@@ -6,6 +6,10 @@ killed with SIGKILL at three moments and restarted, and the ClickHouse front is 
 for a while once. Throughout, a sampler checks that the group's committed offsets never
 pass the rows in ClickHouse. At the end every event is in its table, exactly once after
 ``FINAL``.
+
+Below full scale (``make test``) the row flagship runs here; the columnar one runs in
+``make test-full``, its kills and outages on every commit in test_effectively_once.py and
+test_spool_no_loss.py (``ack: terminal``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 
 from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
+from tests.support.matrix import matrix
 from tests.support.no_loss import (
     FLAGSHIP,
     ROOT,
@@ -36,7 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 COLUMNAR = ROOT / "examples" / "kafka_avro_to_clickhouse_columnar.py"
 
 
-@pytest.mark.parametrize("path", ["row", pytest.param("columnar", marks=needs_avro_columnar)])
+@matrix("path", ["row", "columnar"], ci="row", marks={"columnar": needs_avro_columnar})
 def test_flagship_survives_kills_and_a_clickhouse_outage(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, path: str
 ) -> None:

@@ -11,7 +11,9 @@ table) runs as a process while a producer writes storefront events at a steady p
   and the pipeline is killed twice.
 
 Each runs on the row path and on the columnar path (the columnar flagship's frame chain
-with the same spooled YAML: frames spooled as Arrow, B151).
+with the same spooled YAML: frames spooled as Arrow, B151). Below full scale (``make
+test``) ``ack: spooled`` runs on the row path and ``ack: terminal`` on the columnar one,
+so both acks and both paths run on every commit; ``make test-full`` runs all four.
 
 Throughout, a sampler checks that committed offsets never pass what is durable: the
 spool's files (read first) plus ClickHouse (read second) with ``ack: spooled``,
@@ -32,6 +34,7 @@ from spate.sink.tiers._store import read_records
 
 from tests.support.avro_native import needs_avro_columnar
 from tests.support.chfront_fixtures import FrontFactory
+from tests.support.matrix import matrix
 from tests.support.no_loss import (
     ROOT,
     TABLES,
@@ -78,8 +81,12 @@ def spooled_identities(spool: Path) -> set[bytes]:
     return held
 
 
-@pytest.mark.parametrize("path", ["row", pytest.param("columnar", marks=needs_avro_columnar)])
-@pytest.mark.parametrize("ack", ["spooled", "terminal"])
+@matrix(
+    "ack, path",
+    [(ack, path) for ack in ("spooled", "terminal") for path in ("row", "columnar")],
+    ci=("spooled-row", "terminal-columnar"),
+    marks={"spooled-columnar": needs_avro_columnar, "terminal-columnar": needs_avro_columnar},
+)
 def test_spooled_flagship_survives_kills_and_a_clickhouse_outage(
     kafka_bootstrap: str, chfront: FrontFactory, tmp_path: Path, ack: str, path: str
 ) -> None:

@@ -17,6 +17,10 @@ On the row path (a row chain) and the columnar path (a frame chain).
    recent ones all in the sink's table; the offset committed is the end.
 
 Each kill waits on a condition (rows written, an offset committed), never on a delay.
+
+Below full scale (``make test``) the columnar path runs; the row path runs in ``make
+test-full``, and on every commit its late rows in test_clickhouse_late_data.py and its
+kills under effectively once in tests/flagship/test_effectively_once.py (``split``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from tests.kafka._pipeline import (
 )
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
+from tests.support.matrix import matrix
 from tests.support.scale import scaled
 from tests.support.services import committed_offsets, create_topic, produce_keyed, unique_name
 
@@ -119,7 +124,7 @@ def _assert_once_below(client: Any, bound: int) -> None:
     assert not [i for i in late if not _straggler(i)], "a recent row in the side table"
 
 
-@pytest.mark.parametrize("path", ["rows", "columns"])
+@matrix("path", ["rows", "columns"], ci="columns")
 def test_b331_late_rows_are_written_once_across_kills_under_effectively_once(
     kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str
 ) -> None:

@@ -16,6 +16,10 @@ and the ClickHouse HTTP front (B89, B121).
   ``stop_at: end``, exit 0) with every row once; before B121 it never ended.
 
 A 6 s session lets the restarted member take the partitions soon after the dead one.
+
+Below full scale (``make test``) the commit window runs on the columnar path (B145); the
+row path runs in ``make test-full``, and its kills under effectively once on every commit
+in tests/flagship/test_effectively_once.py (``split``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from tests.kafka._pipeline import (
 )
 from tests.support.chfront_fixtures import ChFront
 from tests.support.cli_run import SpateRun
+from tests.support.matrix import matrix
 from tests.support.services import (
     committed_offsets,
     create_topic,
@@ -123,7 +128,7 @@ def _counts(client: Any, table: str) -> tuple[int, int]:
     return int(rows[0][0]), int(rows[0][1])
 
 
-@pytest.mark.parametrize("path", ["rows", "columns"])
+@matrix("path", ["rows", "columns"], ci="columns")
 def test_b89_a_kill_before_the_broker_took_the_commit_duplicates_nothing(
     kafka_bootstrap: str, chfront: Callable[..., ChFront], tmp_path: Path, path: str
 ) -> None:

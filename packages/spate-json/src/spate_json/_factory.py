@@ -10,13 +10,11 @@ client with a parser of ``schemaType: JSON`` answers, probes the registry and fe
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spate import BuildContext, ConfigError
 from spate.schema import Field
-from spate_avro import open_registry
 
-from spate_json._confluent import ConfluentJsonDeserializer, RegistryJsonSchemas
 from spate_json._deserializer import (
     ArrayJsonDeserializer,
     JsonDeserializer,
@@ -26,6 +24,9 @@ from spate_json._deserializer import (
 from spate_json._jsonschema import JsonSchemaError, record_fields
 from spate_json._target import Converter, build_converter, load_target
 from spate_json.config import JsonConfig, JsonSchemaSource
+
+if TYPE_CHECKING:
+    from spate_json._confluent import ConfluentJsonDeserializer
 
 
 class JsonDeserializerFactory:
@@ -78,7 +79,12 @@ class JsonDeserializerFactory:
 
 def _confluent(config: JsonConfig, context: BuildContext) -> ConfluentJsonDeserializer:
     """``mode: confluent``: the registry client, probed and prewarmed, and the deserializer;
-    the one prewarmed subject's latest schema describes the table (B59)."""
+    the one prewarmed subject's latest schema describes the table (B59). Its modules (the
+    registry client, fastavro through spate-avro) load here, not with the package."""
+    from spate_avro import open_registry
+
+    from spate_json._confluent import ConfluentJsonDeserializer, RegistryJsonSchemas
+
     client, prewarmed = open_registry(
         config,
         context,

@@ -18,7 +18,14 @@
   factories of core's built-in ``memory`` source and ``capture``/``file`` sinks;
 * :class:`SinkConformance`, :class:`SourceConformance`, :class:`DeserializerConformance`:
   the suites a connector package runs from its own tests (:mod:`spate.testing.conformance`).
+
+The conformance suites (and the unittest they bring) load on first use of their names:
+core's built-in ``memory`` source and ``capture``/``file`` sinks live here, so every
+pipeline using them imports this package, and none of them needs the suites.
 """
+
+import importlib
+from typing import TYPE_CHECKING
 
 from spate._clock import ManualClock
 from spate.testing._acks import AckRecorder
@@ -41,12 +48,32 @@ from spate.testing._memory_source import MemorySource, MemorySourceHandle, memor
 from spate.testing._processors import CopyToSinkProcessor
 from spate.testing._scripted import ScriptedEndpoints, ScriptedWriter, WriteAttempt, scripted_pool
 from spate.testing._sequence_source import SequenceSource, read_offsets, sequence_payload
-from spate.testing.conformance import (
-    ConformanceFailure,
-    DeserializerConformance,
-    SinkConformance,
-    SourceConformance,
+
+if TYPE_CHECKING:
+    from spate.testing.conformance import (
+        ConformanceFailure,
+        DeserializerConformance,
+        SinkConformance,
+        SourceConformance,
+    )
+
+_CONFORMANCE = (
+    "ConformanceFailure",
+    "DeserializerConformance",
+    "SinkConformance",
+    "SourceConformance",
 )
+
+
+def __getattr__(name: str) -> object:
+    if name in _CONFORMANCE:
+        return getattr(importlib.import_module("spate.testing.conformance"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_CONFORMANCE})
+
 
 __all__ = [
     "FATAL",
