@@ -173,8 +173,9 @@ def patched(clock: StageClock) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def thread_cpu() -> dict[int, float]:
-    """CPU seconds of each thread of this process so far, by thread id."""
+def thread_cpu(names: dict[int, str] | None = None) -> dict[int, float]:
+    """CPU seconds of each thread of this process so far, by thread id (its name into
+    ``names`` when given)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     for task in Path("/proc/self/task").iterdir():
@@ -184,6 +185,8 @@ def thread_cpu() -> dict[int, float]:
             continue  # the thread ended
         fields = stat[stat.rindex(")") + 2 :].split()
         out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        if names is not None:
+            names[int(task.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
     return out
 
 
@@ -195,12 +198,13 @@ class ThreadSampler:
         self.before = thread_cpu()
         self.last: dict[int, float] = dict(self.before)
         self.python: set[int] = set()
+        self.names: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="stage-sampler", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        self.last.update(thread_cpu())
+        self.last.update(thread_cpu(self.names))
         self.python.update(t.native_id for t in threading.enumerate() if t.native_id)
 
     def _sample(self) -> None:
@@ -208,16 +212,26 @@ class ThreadSampler:
             self._read()
 
     def stop(self) -> dict[str, float]:
-        """CPU seconds since the start: in threads that ran Python, and in the others
-        (librdkafka's, chDB's, Arrow's and polars' pools)."""
+        """CPU seconds since the start: in threads that ran Python, in librdkafka's
+        (named ``rdk:``), in unnamed native threads (Arrow's and polars' pools, which keep
+        the process's name) and in named ones (chDB's)."""
         self._read()
         self._stop.set()
         self._thread.join()
-        kinds = {"python threads": 0.0, "native threads": 0.0}
+        process = Path("/proc/self/comm").read_text().strip()
+        kinds: dict[str, float] = defaultdict(float)
         for tid, seconds in self.last.items():
-            kind = "python threads" if tid in self.python else "native threads"
+            name = self.names.get(tid, "")
+            if tid in self.python:
+                kind = "python threads"
+            elif name.startswith("rdk:"):
+                kind = "librdkafka threads"
+            elif name == process:
+                kind = "unnamed native threads (Arrow, polars)"
+            else:
+                kind = "named native threads (chDB)"
             kinds[kind] += seconds - self.before.get(tid, 0.0)
-        return kinds
+        return dict(kinds)
 
 
 def profile(bench: Bench, path: str) -> tuple[StageClock, float, int, dict[str, float]]:
