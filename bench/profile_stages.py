@@ -27,8 +27,9 @@ so the total is a little above the benchmark's own CPU figure.
     .venv/bin/python bench/profile_stages.py json columnar   # one format, one path
     SPATE_BENCH_RECORDS=200000 .venv/bin/python bench/profile_stages.py
 
-The topic is the benchmark's own (``bench-wide-<format>-<records>``), produced when
-missing; the destination is chDB in this process, or ``SPATE_BENCH_CLICKHOUSE_URL``.
+The topic is the benchmark's own (``bench-wide-<format>-<records>``, with
+``SPATE_BENCH_PARTITIONS`` as there), produced when missing; the destination is chDB in
+this process, or ``SPATE_BENCH_CLICKHOUSE_URL``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _harness import env_int, uptime
-from bytes_per_core import FORMATS, Bench, ensure_data, payload_bytes
+from bytes_per_core import FORMATS, Bench, ensure_data, payload_bytes, topic_name
 from kafka_source import bootstrap
 
 STAGES = ("consume", "decode", "checks", "encode", "insert", "commit")
@@ -276,7 +277,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="spate-bench-", ignore_cleanup_errors=True) as chdb_dir:
         url = os.environ.get("SPATE_BENCH_CLICKHOUSE_URL") or f"chdb://{chdb_dir}"
         for fmt in formats:
-            topic = f"bench-wide-{fmt}-{count}"
+            topic = topic_name(fmt, count)
             ensure_data(brokers, topic, fmt, count)
             mb = payload_bytes(fmt, count) / 1e6
             bench = Bench(brokers, topic, fmt, url)
