@@ -5,11 +5,13 @@ Measured by the performance rules in docs/development.md.
 Data: ``SPATE_BENCH_RECORDS`` (default 200,000) spate-datagen wide events
 (``events: wide``, about 1.6 KB as JSON, about 1.05 KB as raw Avro: nested objects,
 UUIDs, strings of varying length, integers, a timestamp, arrays), one topic per format
-in a 4-partition topic of the real broker (``make services-up``), produced once with a
-fixed seed and reused. Destination: embedded ClickHouse (chDB) in this process, or the
-server ``SPATE_BENCH_CLICKHOUSE_URL`` names (an ``http://`` one, e.g. the HTTP front of
-``scripts/services.sh``), one ``wide`` table of the event's top-level fields, each run
-into its own fresh database, created before the run and not timed.
+in a 4-partition topic of the real broker (``make services-up``;
+``SPATE_BENCH_PARTITIONS`` sets another count, e.g. 64 or 512, to show the cost of many
+partitions on one member), produced once with a fixed seed and reused. Destination:
+embedded ClickHouse (chDB) in this process, or the server ``SPATE_BENCH_CLICKHOUSE_URL``
+names (an ``http://`` one, e.g. the HTTP front of ``scripts/services.sh``), one ``wide``
+table of the event's top-level fields, each run into its own fresh database, created
+before the run and not timed.
 
 Sides, run interleaved in one invocation (one warm-up each, then at least 5 rounds,
 ``SPATE_BENCH_RUNS`` raises it), on the same data:
@@ -152,12 +154,26 @@ def payload_bytes(fmt: Format, count: int) -> int:
     return sum(len(encode(event)) for event in wide_events(count, seed=SEED))
 
 
+def partitions() -> int:
+    """``SPATE_BENCH_PARTITIONS``: the topic's partitions (default 4), all on this one
+    member, to show the cost of many partitions (4, 64, 512)."""
+    return env_int("SPATE_BENCH_PARTITIONS", PARTITIONS)
+
+
+def topic_name(fmt: str, count: int) -> str:
+    """The benchmark's topic for a format, a size and :func:`partitions`."""
+    n = partitions()
+    return f"bench-wide-{fmt}-{count}" + ("" if n == PARTITIONS else f"-p{n}")
+
+
 def ensure_data(brokers: str, topic: str, fmt: Format, count: int) -> None:
     from confluent_kafka.admin import AdminClient
 
     if topic in AdminClient({"bootstrap.servers": brokers}).list_topics(timeout=30).topics:
         return
-    produce_events(brokers, topic, count, seed=SEED, fmt=fmt, events="wide", partitions=PARTITIONS)
+    produce_events(
+        brokers, topic, count, seed=SEED, fmt=fmt, events="wide", partitions=partitions()
+    )
 
 
 class Bench:
@@ -233,11 +249,11 @@ class Bench:
         return records
 
     def bare(self) -> int:
-        return bare_consume(*group_consumer(self.brokers, self.topic, "bpc-bare"))
+        return bare_consume(*group_consumer(self.brokers, self.topic, "bpc-bare", partitions()))
 
     def hand_written(self) -> int:
         database = self.prepared or "default"
-        consumer, ends = group_consumer(self.brokers, self.topic, "bpc-hand")
+        consumer, ends = group_consumer(self.brokers, self.topic, "bpc-hand", partitions())
         columns: list[list[Any]] = [[] for _ in COLUMNS]
         if self.fmt == "json":
             loads: Callable[[bytes], Any] = orjson.loads
@@ -259,7 +275,7 @@ class Bench:
             columns = [[] for _ in COLUMNS]
             commit_sync(consumer)
 
-        while len(done) < PARTITIONS:
+        while len(done) < len(ends):
             for msg in consumer.consume(CONSUME_BATCH, timeout=1.0):
                 if msg.error() is not None:
                     continue
@@ -277,7 +293,7 @@ class Bench:
 
 
 def run_format(fmt: Format, brokers: str, count: int, url: str, where: str) -> None:
-    topic = f"bench-wide-{fmt}-{count}"
+    topic = topic_name(fmt, count)
     ensure_data(brokers, topic, fmt, count)
     total = payload_bytes(fmt, count)
     bench = Bench(brokers, topic, fmt, url)
@@ -305,7 +321,7 @@ def run_format(fmt: Format, brokers: str, count: int, url: str, where: str) -> N
     mean = total / count if count else 0.0
     print(
         f"== bytes per core, {fmt} ({where}): {count:,} wide events of {mean:,.0f} bytes on "
-        f"average ({total / 1e6:,.1f} MB of payload), {PARTITIONS} partitions, {runs} runs"
+        f"average ({total / 1e6:,.1f} MB of payload), {partitions()} partitions, {runs} runs"
     )
     for name in sides:
         wall, spent = statistics.median(times[name]), statistics.median(cpu[name])

@@ -103,9 +103,11 @@ def ensure_data(brokers: str, topic: str, count: int, partitions: int = PARTITIO
     produce_events(brokers, topic, count, seed=11)
 
 
-def group_consumer(brokers: str, topic: str, side: str) -> tuple[Consumer, dict[int, int]]:
+def group_consumer(
+    brokers: str, topic: str, side: str, partitions: int = PARTITIONS
+) -> tuple[Consumer, dict[int, int]]:
     """A consumer of a new group (auto commit off) subscribed to ``topic``, and the end
-    offset of each of its ``PARTITIONS`` partitions (where a bounded run stops)."""
+    offset of each of its ``partitions`` partitions (where a bounded run stops)."""
     consumer = Consumer(
         {
             **CONSUMER_DEFAULTS,
@@ -116,7 +118,7 @@ def group_consumer(brokers: str, topic: str, side: str) -> tuple[Consumer, dict[
     )
     ends = {
         p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-        for p in range(PARTITIONS)
+        for p in range(partitions)
     }
     consumer.subscribe([topic])
     return consumer, ends
@@ -128,7 +130,7 @@ def bare_consume(consumer: Consumer, ends: dict[int, int]) -> int:
     done = {p for p, end in ends.items() if end == 0}
     records = 0
     size = 0
-    while len(done) < PARTITIONS:
+    while len(done) < len(ends):
         for msg in consumer.consume(CONSUME_BATCH, timeout=1.0):
             if msg.error() is not None:
                 continue
