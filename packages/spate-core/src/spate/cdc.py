@@ -33,12 +33,14 @@ Invariants:
   (B376).
 - A truncate is a ChangeEventError: rows cannot express "every row is gone" without the
   keys of every row; the operator stops the pipeline (or skips it under a skipping
-  policy) with that reason (B377).
+  policy) with that reason (B377). With ``truncate="skip"`` it is no row, logged as a
+  warning with its version.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +63,8 @@ Engine = Literal["replacing", "collapsing", "versioned_collapsing"]
 
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"
 """What Debezium writes for a TOASTed column an update did not change (PostgreSQL)."""
+
+logger = logging.getLogger(__name__)
 
 _OPS: frozenset[str] = frozenset(("c", "u", "d", "r", "t"))
 _U64 = 1 << 64
@@ -206,6 +210,9 @@ class DebeziumRows:
     version_column: str = "_version"
     deleted_column: str = "_is_deleted"
     sign_column: str = "_sign"
+    truncate: Literal["refuse", "skip"] = "refuse"
+    """``refuse``: a truncate is a :class:`ChangeEventError`; ``skip``: it is no row
+    (logged as a warning): the ClickHouse table keeps the truncated rows."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("replacing", "collapsing", "versioned_collapsing"):
@@ -213,6 +220,8 @@ class DebeziumRows:
                 f"engine: expected replacing, collapsing or versioned_collapsing, "
                 f"got {self.engine!r}"
             )
+        if self.truncate not in ("refuse", "skip"):
+            raise ValueError(f"truncate: expected refuse or skip, got {self.truncate!r}")
 
     def __call__(self, value: object) -> list[dict[str, object]]:
         change = parse_change(value)
@@ -221,6 +230,12 @@ class DebeziumRows:
     def rows(self, change: Change) -> list[dict[str, object]]:
         """The rows ``change`` becomes, in the order they must be written."""
         if change.op == "t":
+            if self.truncate == "skip":
+                logger.warning(
+                    "a TRUNCATE (version %d) is skipped: the table keeps its rows",
+                    change.version,
+                )
+                return []
             raise ChangeEventError(
                 "op 't': a TRUNCATE cannot be written as rows; truncate the ClickHouse "
                 "table and resume from after this event"

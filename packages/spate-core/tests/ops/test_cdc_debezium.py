@@ -217,6 +217,16 @@ def test_b377_a_truncate_is_refused_with_its_reason() -> None:
         DebeziumRows()(value)
 
 
+def test_b377_a_truncate_is_skipped_with_a_warning_when_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    value = {**event("c", None, None, 9), "op": "t"}
+    assert DebeziumRows(truncate="skip")(value) == []
+    assert "a TRUNCATE (version 9) is skipped" in caplog.text
+
+
 def test_an_unknown_engine_is_refused() -> None:
     with pytest.raises(ValueError, match="engine: expected replacing"):
         DebeziumRows(engine="summing")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="truncate: expected refuse or skip"):
+        DebeziumRows(truncate="ignore")  # type: ignore[arg-type]
