@@ -20,9 +20,12 @@ pytest_plugins = [
     "tests.support.chfront_fixtures",
     "tests.support.schema_registry",
     "tests.support.netfault",
+    "tests.support.cdc",
 ]
 
-SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "nats_url", "s3_endpoint", "clickhouse_url"})
+SERVICE_FIXTURES = frozenset(
+    {"kafka_bootstrap", "nats_url", "s3_endpoint", "clickhouse_url", "cdc_services"}
+)
 """The fixtures of ``tests.support.services``: each needs a service running."""
 
 

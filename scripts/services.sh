@@ -4,8 +4,13 @@
 #   nats        nats-server with JetStream (Debian package, installed when missing)
 #   s3          moto's S3 server
 #   clickhouse  the ClickHouse HTTP front over chDB (python -m tests.support.chfront)
+# and two that start only when named (the change-data-capture tests name them):
+#   postgres    PostgreSQL from the Debian package (postgresql, 15), wal_level=logical
+#   connect     Kafka Connect, one standalone worker (same Kafka version as the broker) with
+#               Debezium's PostgreSQL connector, run from Maven Central jars; needs kafka
 #
-# Usage: scripts/services.sh COMMAND [SERVICE...]      (no SERVICE = all four)
+# Usage: scripts/services.sh COMMAND [SERVICE...]
+#   (no SERVICE = the first four for up/status/restart; all six for down and clean)
 #   up | start    start what is not running, wait until it answers, write .services/env
 #   down | stop   stop what runs (data is kept, so `start kafka` brings the same topics back)
 #   restart       stop, then start
@@ -20,6 +25,7 @@
 # Every command is idempotent. Ports (override with the environment variables):
 #   SPATE_KAFKA_PORT=19092  SPATE_KAFKA_CONTROLLER_PORT=19093  SPATE_NATS_PORT=14222
 #   SPATE_S3_PORT=15000     SPATE_CLICKHOUSE_PORT=18123
+#   SPATE_POSTGRES_PORT=15432  SPATE_CONNECT_PORT=18083 (Connect's REST API)
 #   `up` remembers the ports it used in .services/ports; `env`, `status` and a later `up`
 #   without the variables use those, so another shell needs no exports. A running service
 #   is never moved: asking `up` for another port than it uses is refused (`down` first).
@@ -27,7 +33,8 @@
 #   takes +5 (SPATE_KAFKA_FAULT_PORT) and is advertised at +6, the port a test's fault
 #   proxy listens on (SPATE_KAFKA_FAULT_PROXY_PORT); a one-way TLS listener (the broker
 #   shows a certificate, the client none) takes +7 (SPATE_KAFKA_SSL_SERVER_PORT).
-# Data, logs and pid files live under .services/; Kafka jars are cached under .cache/kafka/.
+# Data, logs and pid files live under .services/; Kafka jars are cached under .cache/kafka/,
+# Connect's and Debezium's under .cache/connect/.
 # When a service does not come up, the tail of its log is printed and the exit code is 1.
 set -euo pipefail
 
@@ -40,13 +47,15 @@ RUN_DIR="$SERVICES_DIR/run"
 ENV_FILE="$SERVICES_DIR/env"
 KAFKA_CACHE="$ROOT/.cache/kafka"
 KAFKA_CONF_DIR="$ROOT/scripts/kafka"
+CONNECT_CACHE="$ROOT/.cache/connect"
+CONNECT_CONF_DIR="$ROOT/scripts/connect"
 PY="$ROOT/.venv/bin/python"
 
 PORTS_FILE="$SERVICES_DIR/ports"
 # The port variables, in the order they are resolved (the Kafka listeners follow KAFKA_PORT).
 PORT_VARS=(KAFKA_PORT KAFKA_CONTROLLER_PORT NATS_PORT S3_PORT CLICKHOUSE_PORT KAFKA_SSL_PORT
   KAFKA_SASL_SSL_PORT KAFKA_SASL_PLAINTEXT_PORT KAFKA_FAULT_PORT KAFKA_FAULT_PROXY_PORT
-  KAFKA_SSL_SERVER_PORT)
+  KAFKA_SSL_SERVER_PORT POSTGRES_PORT CONNECT_PORT)
 
 declare -A REMEMBERED=()
 if [ -f "$PORTS_FILE" ]; then
@@ -64,7 +73,7 @@ fi
 resolve_ports() {
   local mode=$1 var shell value kafka_moved=0
   local -A default=([KAFKA_PORT]=19092 [KAFKA_CONTROLLER_PORT]=19093 [NATS_PORT]=14222
-    [S3_PORT]=15000 [CLICKHOUSE_PORT]=18123)
+    [S3_PORT]=15000 [CLICKHOUSE_PORT]=18123 [POSTGRES_PORT]=15432 [CONNECT_PORT]=18083)
   for var in "${PORT_VARS[@]}"; do
     shell="SPATE_$var"
     if [ "$mode" = remembered ] && [ -n "${REMEMBERED[$var]:-}" ]; then
@@ -102,9 +111,14 @@ KAFKA_HEAP_OPTS=${SPATE_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
 # compiler alone (C1) and the serial collector start it in about 60% of the time the default
 # tiered compilation and G1 take on two busy cores.
 KAFKA_JVM_OPTS=${SPATE_KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
+CONNECT_HEAP_OPTS=${SPATE_CONNECT_HEAP_OPTS:--Xms128m -Xmx768m}
 READY_TIMEOUT=${SPATE_SERVICES_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${SPATE_SERVICES_STOP_TIMEOUT:-60}
 ALL_SERVICES=(kafka nats s3 clickhouse)
+# Started only when named: `up postgres connect` (connect needs kafka running).
+OPTIONAL_SERVICES=(postgres connect)
+KNOWN_SERVICES=("${ALL_SERVICES[@]}" "${OPTIONAL_SERVICES[@]}")
+POSTGRES_USER=postgres
 
 die() {
   echo "services: $*" >&2
@@ -124,6 +138,8 @@ service_port() {
     nats) echo "$NATS_PORT" ;;
     s3) echo "$S3_PORT" ;;
     clickhouse) echo "$CLICKHOUSE_PORT" ;;
+    postgres) echo "$POSTGRES_PORT" ;;
+    connect) echo "$CONNECT_PORT" ;;
   esac
 }
 
@@ -133,6 +149,8 @@ service_address() {
     nats) echo "nats://127.0.0.1:$NATS_PORT" ;;
     s3) echo "http://127.0.0.1:$S3_PORT" ;;
     clickhouse) echo "http://127.0.0.1:$CLICKHOUSE_PORT" ;;
+    postgres) echo "postgresql://$POSTGRES_USER@127.0.0.1:$POSTGRES_PORT/postgres" ;;
+    connect) echo "http://127.0.0.1:$CONNECT_PORT" ;;
   esac
 }
 
@@ -189,8 +207,14 @@ stop_service() {
     echo "$name: not running"
     return 0
   fi
-  # setsid made the service a process-group leader: signal the whole group.
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  if [ "$name" = postgres ]; then
+    # SIGINT to the postmaster alone is PostgreSQL's fast shutdown: it ends the sessions
+    # (Connect's replication connection too, which a TERM's smart shutdown would wait for).
+    kill -INT "$pid" 2>/dev/null || true
+  else
+    # setsid made the service a process-group leader: signal the whole group.
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  fi
   while kill -0 "$pid" 2>/dev/null; do
     if [ "$waited" -ge $((STOP_TIMEOUT * 10)) ]; then
       echo "$name: still running after ${STOP_TIMEOUT}s, killing pid $pid" >&2
@@ -245,6 +269,22 @@ ok = response.status == 200 and (name == "s3" or body == b"Ok.\n")
 sys.exit(0 if ok else 1)
 EOF
       ;;
+    postgres)
+      "$(postgres_bin_dir)/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U "$POSTGRES_USER" -t 3
+      ;;
+    connect)
+      "$PY" - "http://127.0.0.1:$CONNECT_PORT/connector-plugins" 2>/dev/null <<'EOF'
+import json
+import sys
+import urllib.request
+
+# The worker is ready once its REST API lists Debezium's PostgreSQL connector.
+with urllib.request.urlopen(sys.argv[1], timeout=3) as response:
+    plugins = json.load(response)
+names = {plugin.get("class") for plugin in plugins}
+sys.exit(0 if "io.debezium.connector.postgresql.PostgresConnector" in names else 1)
+EOF
+      ;;
   esac
 }
 
@@ -287,12 +327,24 @@ apt_install() {
     >/dev/null || die "apt-get install $* failed"
 }
 
+# The newest PostgreSQL server installed by the Debian package (its binaries are not on PATH).
+postgres_bin_dir() {
+  local dir
+  dir=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n1)
+  if [ -z "$dir" ] && command -v postgres >/dev/null; then dir=$(dirname "$(command -v postgres)"); fi
+  [ -n "$dir" ] || return 1
+  echo "$dir"
+}
+
 nats_server_bin() {
   command -v nats-server 2>/dev/null || { [ -x /usr/sbin/nats-server ] && echo /usr/sbin/nats-server; }
 }
 
 ensure_tools() {
-  local missing=()
+  local missing=() name
+  for name in "$@"; do
+    if [ "$name" = postgres ] && ! postgres_bin_dir >/dev/null; then missing+=(postgresql); fi
+  done
   nats_server_bin >/dev/null || missing+=(nats-server)
   # docker-compose only checks docker/compose.yaml in a test; it never runs containers here.
   command -v docker-compose >/dev/null || missing+=(docker-compose)
@@ -309,28 +361,46 @@ kafka_version() {
   sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KAFKA_CONF_DIR/pom.xml"
 }
 
-# Prints the directory holding the broker's jars, fetching them once per pom.xml content.
-kafka_jars() {
-  local key dir tmp
-  key=$(sha256sum "$KAFKA_CONF_DIR/pom.xml" | cut -c1-12)
-  dir="$KAFKA_CACHE/$(kafka_version)-$key"
+connect_versions() {
+  sed -n -e 's:.*<kafka.version>\(.*\)</kafka.version>.*:kafka \1:p' \
+    -e 's:.*<debezium.version>\(.*\)</debezium.version>.*:debezium \1:p' "$CONNECT_CONF_DIR/pom.xml"
+}
+
+# Prints the directory holding the jars that POM_DIR/pom.xml names, fetching them from Maven
+# Central once per pom.xml content into CACHE/LABEL-<hash of the pom>.
+maven_jars() {
+  local what=$1 pom_dir=$2 cache=$3 label=$4 key dir tmp
+  key=$(sha256sum "$pom_dir/pom.xml" | cut -c1-12)
+  dir="$cache/$label-$key"
   if [ ! -f "$dir/.complete" ]; then
-    command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka jars"
-    echo "kafka: fetching Apache Kafka $(kafka_version) jars from Maven Central" >&2
+    command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the $what jars"
+    echo "services: fetching the $what jars from Maven Central" >&2
+    mkdir -p "$cache"
     tmp="$dir.tmp.$$"
     rm -rf "$tmp"
     mkdir -p "$tmp"
-    if ! mvn -q -B -f "$KAFKA_CONF_DIR/pom.xml" dependency:copy-dependencies \
-      -DoutputDirectory="$tmp" >"$KAFKA_CACHE/mvn.log" 2>&1; then
-      tail -n 30 "$KAFKA_CACHE/mvn.log" >&2
+    if ! mvn -q -B -f "$pom_dir/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp" >"$cache/mvn.log" 2>&1; then
+      tail -n 30 "$cache/mvn.log" >&2
       rm -rf "$tmp"
-      die "could not fetch the Kafka jars (full output in $KAFKA_CACHE/mvn.log)"
+      die "could not fetch the $what jars (full output in $cache/mvn.log)"
     fi
     rm -rf "$dir"
     mv "$tmp" "$dir"
     touch "$dir/.complete"
   fi
   echo "$dir"
+}
+
+kafka_jars() {
+  maven_jars "Apache Kafka $(kafka_version)" "$KAFKA_CONF_DIR" "$KAFKA_CACHE" "$(kafka_version)"
+}
+
+connect_jars() {
+  local label
+  label=$(connect_versions | tr ' \n' '-' | sed 's/-$//')
+  maven_jars "Kafka Connect and Debezium ($(connect_versions | tr '\n' ' '))" \
+    "$CONNECT_CONF_DIR" "$CONNECT_CACHE" "$label"
 }
 
 java_bin() {
@@ -438,6 +508,67 @@ start_clickhouse() {
     --data-dir "$SERVICES_DIR/clickhouse"
 }
 
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres account.
+AS_POSTGRES=()
+if [ "$(id -u)" -eq 0 ]; then
+  AS_POSTGRES=(setpriv --reuid="$POSTGRES_USER" --regid="$POSTGRES_USER" --init-groups --)
+fi
+
+# The cluster's directory: .services/postgres, unless this checkout lies where the postgres
+# account cannot reach (a root-owned home, as root); then one per checkout under /var/tmp.
+postgres_home() {
+  if [ ${#AS_POSTGRES[@]} -gt 0 ] && ! "${AS_POSTGRES[@]}" test -x "$SERVICES_DIR" 2>/dev/null; then
+    echo "/var/tmp/spate-postgres-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+  else
+    echo "$SERVICES_DIR/postgres"
+  fi
+}
+
+start_postgres() {
+  local bin home data
+  bin=$(postgres_bin_dir) || die "postgres: no PostgreSQL server installed (apt-get install postgresql)"
+  home=$(postgres_home)
+  data="$home/data"
+  mkdir -p "$home"
+  if [ ${#AS_POSTGRES[@]} -gt 0 ]; then chown "$POSTGRES_USER:" "$home"; fi
+  if [ ! -f "$data/PG_VERSION" ]; then
+    rm -rf "$data"
+    # Trust on loopback only (the server listens on 127.0.0.1 alone); replication too.
+    "${AS_POSTGRES[@]}" "$bin/initdb" -D "$data" -U "$POSTGRES_USER" --auth=trust -E UTF8 \
+      --locale=C.UTF-8 >>"$(log_file postgres)" 2>&1 || {
+      log_tail postgres
+      die "postgres: initdb of $data failed"
+    }
+  fi
+  # wal_level=logical for Debezium's pgoutput slots; no Unix socket (TCP on loopback only);
+  # fsync off: the data is a test's and is made again by the next test. cluster_name puts
+  # this checkout's path on the command line (see running_pid) wherever the data lives.
+  launch postgres "${AS_POSTGRES[@]}" "$bin/postgres" -D "$data" -p "$POSTGRES_PORT" \
+    -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c wal_level=logical \
+    -c max_wal_senders=20 -c max_replication_slots=20 -c fsync=off \
+    -c synchronous_commit=off -c full_page_writes=off -c "cluster_name=spate $ROOT"
+}
+
+start_connect() {
+  local java jars home versions
+  java=$(java_bin)
+  versions=$(connect_versions)
+  [ "$(sed -n 's/^kafka //p' <<<"$versions")" = "$(kafka_version)" ] ||
+    die "connect: scripts/connect/pom.xml names Kafka $(sed -n 's/^kafka //p' <<<"$versions")," \
+      "the broker is $(kafka_version) (scripts/kafka/pom.xml): make them equal"
+  probe kafka || die "connect: the broker does not answer at $(service_address kafka):" \
+    "start it first (scripts/services.sh up kafka connect)"
+  jars=$(connect_jars)
+  home="$SERVICES_DIR/connect"
+  mkdir -p "$home"
+  sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONNECT_PORT@|$CONNECT_PORT|g" \
+    -e "s|@DATA_DIR@|$home|g" "$CONNECT_CONF_DIR/worker.properties.in" >"$home/worker.properties"
+  # shellcheck disable=SC2086  # the heap and JVM options are meant to split into words
+  launch connect "$java" $CONNECT_HEAP_OPTS $KAFKA_JVM_OPTS \
+    -Dlog4j2.configurationFile="$CONNECT_CONF_DIR/log4j2.xml" -Djava.awt.headless=true \
+    -cp "$jars/*" org.apache.kafka.connect.cli.ConnectStandalone "$home/worker.properties"
+}
+
 # ---------------------------------------------------------------- commands
 
 write_env() {
@@ -457,6 +588,9 @@ SPATE_S3_ENDPOINT=$(service_address s3)
 SPATE_CLICKHOUSE_URL=$(service_address clickhouse)
 KAFKA_BROKERS=$(service_address kafka)
 CLICKHOUSE_URL=$(service_address clickhouse)
+SPATE_POSTGRES_PORT=$POSTGRES_PORT
+SPATE_POSTGRES_DSN=$(service_address postgres)
+SPATE_CONNECT_URL=$(service_address connect)
 EOF
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
@@ -465,7 +599,7 @@ EOF
 # (its clients were told the remembered address); then remembered for the other commands.
 choose_ports() {
   local name var shell running=()
-  for name in "${ALL_SERVICES[@]}"; do
+  for name in "${KNOWN_SERVICES[@]}"; do
     if running_pid "$name" >/dev/null; then running+=("$name"); fi
   done
   resolve_ports up
@@ -486,25 +620,41 @@ choose_ports() {
   mv "$PORTS_FILE.tmp" "$PORTS_FILE"
 }
 
+start_one() {
+  local name=$1 pid
+  if pid=$(running_pid "$name"); then
+    echo "$name: already running (pid $pid)"
+  else
+    port_open "$(service_port "$name")" &&
+      die "$name: port $(service_port "$name") on 127.0.0.1 is taken by another process" \
+        "(stop it, or choose another port with SPATE_${name^^}_PORT)"
+    "start_$name"
+  fi
+}
+
 cmd_up() {
-  local name pid failed=0 started=()
+  local name failed=0 started=()
   require_venv
-  ensure_tools
+  ensure_tools "$@"
   choose_ports
   write_env
   # Start everything first and wait afterwards: the JVM and chDB take seconds to load.
+  # Connect goes last, once the broker answers (its worker exits without one).
+  local later=()
   for name in "$@"; do
-    if pid=$(running_pid "$name"); then
-      echo "$name: already running (pid $pid)"
-    else
-      port_open "$(service_port "$name")" &&
-        die "$name: port $(service_port "$name") on 127.0.0.1 is taken by another process" \
-          "(stop it, or choose another port with SPATE_${name^^}_PORT)"
-      "start_$name"
+    if [ "$name" = connect ]; then
+      later+=("$name")
+      continue
     fi
+    start_one "$name"
     started+=("$name")
   done
   for name in "${started[@]}"; do
+    wait_ready "$name" || failed=1
+  done
+  for name in "${later[@]}"; do
+    [ "$failed" -eq 0 ] || break
+    start_one "$name"
     wait_ready "$name" || failed=1
   done
   [ "$failed" -eq 0 ] || die "some services did not start (logs in $LOG_DIR)"
@@ -561,11 +711,16 @@ main() {
   local command=$1
   shift
   local services=("$@") name
-  [ ${#services[@]} -gt 0 ] || services=("${ALL_SERVICES[@]}")
+  if [ ${#services[@]} -eq 0 ]; then
+    case $command in
+      down | stop) services=("${KNOWN_SERVICES[@]}") ;;
+      *) services=("${ALL_SERVICES[@]}") ;;
+    esac
+  fi
   for name in "${services[@]}"; do
-    case " ${ALL_SERVICES[*]} " in
+    case " ${KNOWN_SERVICES[*]} " in
       *" $name "*) ;;
-      *) die "unknown service '$name' (known: ${ALL_SERVICES[*]})" ;;
+      *) die "unknown service '$name' (known: ${KNOWN_SERVICES[*]})" ;;
     esac
   done
 
@@ -591,12 +746,12 @@ main() {
       sed 's/^/export /' "$ENV_FILE"
       ;;
     clean)
-      cmd_down "${ALL_SERVICES[@]}"
+      cmd_down "${KNOWN_SERVICES[@]}"
       exec 9>&-
-      rm -rf "$SERVICES_DIR"
+      rm -rf "$(postgres_home)" "$SERVICES_DIR"
       echo "services: removed $SERVICES_DIR"
       ;;
-    tools) ensure_tools ;;
+    tools) ensure_tools "${services[@]}" ;;
     -h | --help | help) usage ;;
     *) usage ;;
   esac

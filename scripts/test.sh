@@ -19,6 +19,8 @@ export SPATE_TEST_SCALE="${SPATE_TEST_SCALE:-0.1}"
 # Services that were already running (a developer's own `make services-up`) are reused and
 # left running; the ones this run starts are stopped again on exit, unless
 # SPATE_KEEP_SERVICES=1. A run that finds none running starts from empty service data.
+# postgres and connect start only when a CDC test asks (tests/support/cdc.py); when they
+# were not running before, they are stopped on exit like the others.
 services_started=""
 services_pid=""
 services_log=$(mktemp)
@@ -34,11 +36,12 @@ cleanup() {
 }
 trap cleanup EXIT
 if [ -x scripts/services.sh ]; then
-  running=$(scripts/services.sh status 2>/dev/null | awk '$2 == "running" { print $1 }' || true)
+  running=$(scripts/services.sh status kafka nats s3 clickhouse postgres connect 2>/dev/null |
+    awk '$2 == "running" { print $1 }' || true)
   if [ -z "$running" ]; then
     scripts/services.sh clean >/dev/null
   fi
-  for name in kafka nats s3 clickhouse; do
+  for name in kafka nats s3 clickhouse postgres connect; do
     if ! grep -qx "$name" <<<"$running"; then
       services_started="$services_started $name"
     fi

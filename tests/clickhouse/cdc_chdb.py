@@ -45,7 +45,7 @@ def run(url: str, client: Any, engine: str, seed: int) -> dict[str, Any]:
     names = [c.split()[0] for c in columns]
     built = build_sink(
         {"table": table, "columns": names, "shards": [{"replicas": [url]}]},
-        delivery="effectively_once",  # a collapsing table is refused otherwise (B378)
+        replay_blocks=0,  # effectively_once: a collapsing table is refused otherwise (B378)
     )
     pool = built.sink
     pool.start()

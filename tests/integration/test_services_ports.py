@@ -4,6 +4,8 @@ A copy of the script runs in a scratch checkout, so nothing here touches the ser
 this one: ``env`` and ``status`` read the ports ``up`` wrote to ``.services/ports`` whatever
 the calling shell exports, a shell's ``SPATE_*_PORT`` still chooses the ports of a fresh
 ``up`` (several service sets side by side), and ``up`` refuses to move a running service.
+The CDC services (``postgres``, ``connect``) start only when named, and Connect only with
+the broker's Kafka version (B366).
 """
 
 from __future__ import annotations
@@ -146,3 +148,41 @@ def test_b135_up_refuses_to_move_a_running_service(checkout: Path, tmp_path: Pat
     again = _services(checkout, bare, "up", "kafka")
     assert "kafka: already running" in again.stdout
     assert "SPATE_KAFKA_BOOTSTRAP=127.0.0.1:31092" in (checkout / ".services" / "env").read_text()
+
+
+# ---------------------------------------------------------------- postgres and connect (B366)
+
+
+def test_b366_postgres_and_connect_start_only_when_named(checkout: Path, tmp_path: Path) -> None:
+    """B366: ``env`` prints the CDC services' endpoints on their ports; ``status`` without
+    names lists the four default services only, so a plain ``up`` never starts them."""
+    env = _shell_env(tmp_path, POSTGRES=25432, CONNECT=28083)
+    exports = _exports(_services(checkout, env, "env").stdout)
+    assert exports["SPATE_POSTGRES_DSN"] == "postgresql://postgres@127.0.0.1:25432/postgres"
+    assert exports["SPATE_POSTGRES_PORT"] == "25432"
+    assert exports["SPATE_CONNECT_URL"] == "http://127.0.0.1:28083"
+    listed = _services(checkout, env, "status").stdout
+    assert [line.split()[0] for line in listed.splitlines()] == [
+        "kafka",
+        "nats",
+        "s3",
+        "clickhouse",
+    ]
+    named = _services(checkout, env, "status", "postgres", "connect").stdout
+    assert [line.split()[:2] for line in named.splitlines()] == [
+        ["postgres", "stopped"],
+        ["connect", "stopped"],
+    ]
+
+
+def test_b366_connect_refuses_another_kafka_version_than_the_brokers(
+    checkout: Path, tmp_path: Path
+) -> None:
+    """B366: Connect runs only with the broker's Kafka version (both poms name it)."""
+    for name, version in (("kafka", "4.1.1"), ("connect", "4.0.0")):
+        pom = checkout / "scripts" / name / "pom.xml"
+        pom.parent.mkdir(parents=True)
+        pom.write_text(f"<project><kafka.version>{version}</kafka.version></project>\n")
+    up = _services(checkout, _shell_env(tmp_path, CONNECT=28083), "up", "connect")
+    assert up.returncode == 1
+    assert "Kafka 4.0.0" in up.stderr and "broker is 4.1.1" in up.stderr

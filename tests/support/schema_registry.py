@@ -21,6 +21,12 @@ documented status codes and error bodies (``{"error_code": ..., "message": ...}`
   of a ``FileDescriptorProto``), which is what the registry answers to
   ``?format=serialized``; this server does not translate ``.proto`` text, so tests
   register the serialized form. Query strings are otherwise ignored;
+* Apicurio Registry's ``POST /apis/registry/v2/groups/{group}/artifacts`` (the artifact id
+  in ``X-Registry-ArtifactId``, the schema as the body, plain or as ``{"content": ...}``)
+  registers under the subject named by the artifact id and answers the artifact's metadata
+  with ``globalId`` = ``contentId`` = the Confluent id. That is all Apicurio's Kafka Connect
+  converter (``apicurio.registry.as-confluent=true``) asks when it registers a schema, so
+  its records carry ids the Confluent endpoints above resolve;
 * optional HTTP basic auth or bearer token: 401 / 401 ``Unauthorized`` without the right
   credentials; optional HTTPS with a server ``ssl.SSLContext`` (``url`` is then
   ``https://localhost:PORT``).
@@ -225,6 +231,13 @@ class SchemaRegistryServer:
                 return self._get_by_id(parts[2])
             if method == "POST" and len(parts) == 2 and parts[0] == "subjects":
                 return self._lookup(parts[1], body)
+            if (
+                method == "POST"
+                and len(parts) == 6
+                and parts[:4] == ["apis", "registry", "v2", "groups"]
+                and parts[5] == "artifacts"
+            ):
+                return self._create_artifact(parts[4], headers, body)
             if len(parts) >= 3 and parts[0] == "subjects" and parts[2] == "versions":
                 subject = parts[1]
                 if method == "GET" and len(parts) == 4:
@@ -292,6 +305,34 @@ class SchemaRegistryServer:
         except (ValueError, KeyError, TypeError):
             return 422, _error(42201, "Invalid schema")
         return 200, {"id": self._register(subject, text, kind, references)}
+
+    def _create_artifact(
+        self, group: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, object]:
+        subject = headers.get("x-registry-artifactid")
+        kind = headers.get("x-registry-artifacttype", "AVRO").upper()
+        try:
+            text = body.decode()
+            if "extended" in headers.get("content-type", ""):
+                text = str(json.loads(text)["content"])
+            if kind in ("AVRO", "JSON"):
+                json.loads(text)
+        except (ValueError, KeyError, TypeError):
+            return 400, {"error_code": 400, "message": "Invalid artifact content"}
+        if not subject:
+            return 400, {"error_code": 400, "message": "X-Registry-ArtifactId is required"}
+        schema_id = self._register(subject, text, kind, [])
+        version = self._subjects[subject].index(schema_id) + 1
+        return 200, {
+            "groupId": group,
+            "id": subject,
+            "version": str(version),
+            "type": kind,
+            "state": "ENABLED",
+            "globalId": schema_id,
+            "contentId": schema_id,
+            "references": [],
+        }
 
 
 def _error(code: int, message: str) -> dict[str, object]:

@@ -510,6 +510,12 @@ def _services_command(*args: str, timeout: float = 180.0) -> str:
     return proc.stdout
 
 
+def start_services(*names: str) -> None:
+    """Start the named services that do not run yet (``scripts/services.sh up NAME...``);
+    blocks until each answers, raises with their log tails otherwise."""
+    _services_command("up", *names, timeout=900.0)
+
+
 def stop_service(name: str) -> None:
     """Stop one service, keeping its data (for fault tests). Blocks until it has exited."""
     _services_command("stop", name)
