@@ -208,7 +208,7 @@ def halving(insert: Insert, token: str, split: Callable[[], None]) -> Insert:
 
 
 _KEY_SQL = (
-    "SELECT partition_key, timezone() FROM system.tables "
+    "SELECT partition_key, timezone(), engine FROM system.tables "
     "WHERE database = {db:String} AND name = {table:String}"
 )
 
@@ -238,6 +238,8 @@ class Partitioning:
         self.late = late
         self.expression = ""
         """The table's ``PARTITION BY`` as the server reported it ('' before the probe)."""
+        self.engine = ""
+        """The table's engine as the server reported it ('' before the probe)."""
         self.late_key: PartitionKey | None = None
         self.late_expression: str | None = None
         """The ``late_data`` table's ``PARTITION BY`` ('' for none; None until learnt by
@@ -273,6 +275,7 @@ class Partitioning:
         expression, timezone = str(rows[0][0]), str(rows[0][1])
         key = parse_key(expression, types, timezone)
         self.expression = expression
+        self.engine = str(rows[0][2])
         self.planner = BlockPlanner(key, self.planner.limit, self.planner.late_after)
         if self.planner.late_after is not None and (key is None or key.time_term is None):
             raise SinkError(

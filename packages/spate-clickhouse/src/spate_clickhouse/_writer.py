@@ -534,10 +534,20 @@ class ClickHouseShardWriter:
     def probe(self) -> None:
         """Connect and check the table on this replica (B20, B29), then read its
         partition key (B240; a templated sink has no one table to read it from, and its
-        blocks are not cut by partitions). Blocks; start-up only."""
+        blocks are not cut by partitions) and engine: a collapsing table needs
+        effectively-once delivery (B378). Blocks; start-up only."""
         self._probe()
         if self.connector.targets is None:
             self._learn_partitions(self._get_client())
+            engine = self.connector.partitioning.engine
+            if "CollapsingMergeTree" in engine and not self.connector.effectively_once:
+                raise SinkError(
+                    f"sink {self.connector.name} on {self.endpoint}: "
+                    f"{self.connector.schema.table} is {engine}, which needs "
+                    "pipeline.delivery: effectively_once: a block written twice doubles its "
+                    "signs and corrupts every sum over them",
+                    ErrorClass.FATAL,
+                )
 
     def _probe(self) -> None:
         client = self._get_client()
