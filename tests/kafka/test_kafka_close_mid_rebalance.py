@@ -47,7 +47,9 @@ close hang) runs on every commit."""
 
 
 def _assigned(log: Path) -> set[int]:
-    """Every partition the source in ``log`` was ever given."""
+    """Every partition the source in ``log`` was ever given and announced to its runtime
+    (one given while it leaves the group is logged apart and handed back unread, B400:
+    on a loaded machine an assignment arrives during the leave now and then)."""
     text = log.read_text(errors="replace")
     return {int(p) for parts in _ASSIGNED.findall(text) for p in parts.split(",") if p.strip()}
 

@@ -407,7 +407,14 @@ class KafkaSource:
         self._empty_since = None if self._assigned else time.monotonic()
         self._revoked_in_call.difference_update(parts)
         self._last_assignment_change = time.monotonic()
-        logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
+        if self._leaving is None:
+            logger.info("partitions assigned topic=%s partitions=%s", self._topic, sorted(parts))
+        else:  # B400: never announced to the runtime, handed back unread
+            logger.info(
+                "kafka: while leaving the group, given topic=%s partitions=%s; handing back",
+                self._topic,
+                sorted(parts),
+            )
         self._lag.unknown(parts)  # until librdkafka's next statistics (B23)
         bounded = self._end_offsets is not None and not self._closing
         if bounded:
