@@ -151,7 +151,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # spate-core's layers, lowest first: a module imports its own layer and those below only.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("spate._secrets", "spate._clock", "spate._locks"),
-    ("spate.errors", "spate.records", "spate.schema"),
+    ("spate.errors", "spate.records", "spate.schema", "spate.cdc"),
     ("spate.config", "spate.metrics"),
     ("spate.checkpoint", "spate.flow", "spate.source", "spate.admin"),
     ("spate.sink", "spate._context"),

@@ -16,6 +16,8 @@ Modes:
 * ``partitions`` — COUNT rows, a tenth over two years, into ``PARTITION BY
   toYYYYMMDD(ts)``: the naive insert's error code, then the sink with ``late_data`` to a
   side table; the rows of each table and the late rows counted (B240, B242);
+* ``cdc`` — Debezium change events of a random workload (ENGINE SEED) written with
+  replays into a replacing or collapsing table (B379, :mod:`tests.clickhouse.cdc_chdb`);
 * ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
   message naming both (one engine per process).
 """
@@ -207,6 +209,10 @@ def main(argv: list[str]) -> int:
         result = _isolate(url, client)
     elif mode == "partitions":
         result = _partitions(url, client, int(argv[2]))
+    elif mode == "cdc":
+        from tests.clickhouse import cdc_chdb
+
+        result = cdc_chdb.run(url, client, argv[2], int(argv[3]))
     elif mode == "twodirs":
         result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:

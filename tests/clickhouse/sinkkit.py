@@ -26,7 +26,7 @@ from spate.flow._budget import InflightBudget
 from spate.metrics._meter import Meter
 from spate.plugins import BuildContext
 from spate.records import Lane
-from spate.sink import Offer
+from spate.sink import Offer, RecordPosition
 from spate_clickhouse import ClickHouseSinkConfig, ClickHouseSinkFactory
 
 _names = itertools.count()
@@ -57,6 +57,7 @@ def build_sink(
     meter: Meter | None = None,
     budget: InflightBudget | None = None,
     sinks: dict[str, dict[str, Any]] | None = None,
+    delivery: str = "at_least_once",
 ) -> BuiltSink:
     config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
     pipeline = pipeline if pipeline is not None else f"chtest{next(_names)}"
@@ -70,6 +71,8 @@ def build_sink(
         run_nonce=f"nonce{time.monotonic_ns()}",
         budget=budget,
         io_threads=io_threads,
+        delivery=delivery,
+        position=RecordPosition() if delivery == "effectively_once" else None,
         sinks={
             other: decode(ClickHouseSinkConfig, section, f"sinks.{other}.clickhouse")
             for other, section in {name: body, **(sinks or {})}.items()

@@ -44,6 +44,17 @@ def record_fields(parsed: Any) -> tuple[Field, ...] | None:
     return _Describer(named).record(parsed, ()).fields
 
 
+def envelope_fields(fields: tuple[Field, ...] | None, envelope: str) -> tuple[Field, ...] | None:
+    """The fields describing the table: with ``envelope: debezium`` those of the change
+    event's ``after`` record (None when the schema has no such record), else ``fields``."""
+    if envelope != "debezium" or fields is None:
+        return fields
+    for field in fields:
+        if field.name == "after" and field.type.kind is FieldKind.RECORD:
+            return field.type.fields
+    return None
+
+
 def branch_fields(parsed: Any) -> dict[str, tuple[Field, ...]] | None:
     """The fields of each record of a union of records, by the record's full name; None
     for anything else."""

@@ -32,7 +32,7 @@ from spate.ops import whole_payload
 from spate.schema import Field, SchemaChanges
 
 from spate_avro._confluent import ConfluentDeserializer
-from spate_avro._describe import branch_fields, record_fields
+from spate_avro._describe import branch_fields, envelope_fields, record_fields
 from spate_avro._registry import SchemaRegistryClient
 from spate_avro._schema import DECODE_ERRORS, DecodeFn, build_decoder
 from spate_avro.config import RegistrySettings
@@ -73,11 +73,16 @@ class AvroDeserializer:
         self.on_error = on_error
         """The record error policy; the deserializer stage reads it (B28)."""
         self._described = described
+        self.envelope = "none"
+        """``debezium``: the table is described by the change events' ``after`` record
+        (``AvroConfig.envelope``)."""
 
     def record_fields(self) -> tuple[Field, ...] | None:
         """The fields of the records (the reader schema's, else the writer schema's when
         there is one), for table DDL; None for a union of records or an unknown schema."""
-        return record_fields(self._described) if self._described is not None else None
+        if self._described is None:
+            return None
+        return envelope_fields(record_fields(self._described), self.envelope)
 
     def branch_fields(self) -> dict[str, tuple[Field, ...]] | None:
         """The fields of each record type of a union of records, by full name (for the
@@ -256,7 +261,7 @@ class ConfluentAvroDeserializer(AvroDeserializer, ConfluentDeserializer):
         writer = self._lookup(schema_id)
         decode = build_decoder(writer, self._reader)
         if self._reader is None and self._announcing:
-            self._announce(schema_id, record_fields(writer))
+            self._announce(schema_id, envelope_fields(record_fields(writer), self.envelope))
         self._decoders[schema_id] = decode
         return decode
 

@@ -86,12 +86,14 @@ class AvroDeserializerFactory:
             writer = _load(config.schema, f"{base}.schema")
             _check_reader(writer, reader, f"{base}.reader_schema", "the writer schema")
             decode = build_decoder(writer, reader)
-            return RawAvroDeserializer(
+            raw = RawAvroDeserializer(
                 decode,
                 config.on_error,
                 reader if reader else writer,
-                _columnar(writer, reader, decode),
+                _columnar(writer, reader, decode) if config.envelope == "none" else None,
             )
+            raw.envelope = config.envelope
+            return raw
         if config.mode == "single_object":
             sources: list[tuple[SchemaSource, str]] = []
             if config.schema is not None:
@@ -105,7 +107,9 @@ class AvroDeserializerFactory:
                 writer = _load(source, key)
                 _check_reader(writer, reader, f"{base}.reader_schema", key)
                 decoders[single_object_fingerprint(writer)] = build_decoder(writer, reader)
-            return SingleObjectAvroDeserializer(decoders, config.on_error)
+            single = SingleObjectAvroDeserializer(decoders, config.on_error)
+            single.envelope = config.envelope
+            return single
         return cls._build_confluent(config, context, reader, base)
 
     @classmethod
@@ -130,6 +134,7 @@ class AvroDeserializerFactory:
             described=described,
             schema_changes=context.schema_changes,
         )
-        if reader is None and _columnar_available():
+        deserializer.envelope = config.envelope
+        if reader is None and config.envelope == "none" and _columnar_available():
             deserializer.columnar = True
         return deserializer

@@ -150,6 +150,13 @@ class AvroConfig(RegistrySettings):
     """``single_object`` only: further writer schemas recognised by their fingerprint."""
     reader_schema: SchemaSource | None = None
     """Decode into this schema (Avro schema resolution); default: the writer schema."""
+    envelope: Literal["none", "debezium"] = "none"
+    """``debezium``: the records are Debezium change events. The values are decoded as
+    they are (for the ``spate.cdc.DebeziumRows`` operator), but the table is described by
+    the envelope's ``after`` record: ``create_table``, ``spate schema ddl`` and ``evolve:
+    add_columns`` see the source table's columns, so a column added in the source is
+    added to the ClickHouse table before the first change carrying it is decoded. The
+    records take the row path."""
 
     def config_errors(self) -> Iterator[tuple[str, str]]:
         yield from self.registry_errors(self.mode)

@@ -11,6 +11,9 @@ type cannot be derived fails the build with its name (B29); each replica's probe
 (``BuildContext.schema_changes``, B60). ``late_data.to`` must name another ClickHouse
 sink of the pipeline with the same columns on the same servers (B242): its table takes
 the late rows.
+A ``*CollapsingMergeTree`` engine in ``table_options.engine`` needs ``pipeline.delivery:
+effectively_once`` (B378): a block written twice doubles its signs, and no merge undoes
+that.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ from spate_clickhouse.config import ClickHouseSinkConfig, LateDataConfig
 
 def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
     """The sink for one ``clickhouse:`` section."""
+    if "CollapsingMergeTree" in config.table_options.engine and (
+        context.delivery != "effectively_once"
+    ):
+        raise ConfigError(
+            f"{context.component}.table_options.engine",
+            f"{config.table_options.engine} needs pipeline.delivery: effectively_once: a "
+            "block written twice doubles its signs and corrupts every sum over them",
+        )
     create_sql = ""
     if config.create_table == "if_missing" and not config.templated:
         try:

@@ -92,7 +92,9 @@ class TableOptions:
 
     engine: str = "ReplacingMergeTree"
     """Table engine. The default collapses the duplicates an at-least-once replay writes
-    (``SELECT ... FINAL``); ``ReplicatedReplacingMergeTree(...)`` on a cluster."""
+    (``SELECT ... FINAL``); ``ReplicatedReplacingMergeTree(...)`` on a cluster. A
+    collapsing engine (``CollapsingMergeTree(sign)``, ``VersionedCollapsingMergeTree``)
+    needs ``pipeline.delivery: effectively_once`` (B378)."""
     order_by: tuple[str, ...] = ()
     """Sorting key columns (default: the first column)."""
     partition_by: str = ""
