@@ -2,8 +2,8 @@
 
 Run inside ``tests.clickhouse.chdb_child`` (mode ``cdc``): the events of
 :func:`tests.support.debezium_events.workload` become rows through
-:class:`spate.cdc.DebeziumRows`, are cut into blocks and written by the ClickHouse sink's
-writer, each with its own deduplication token, as effectively-once delivery writes them;
+:class:`spate.cdc.DebeziumRows`, are cut into blocks and written by the writer of a
+ClickHouse sink under effectively-once delivery, each with its own deduplication token;
 some blocks are written again later with the same token, as a replay after a crash
 does. After every write the raw ``sum(_sign)`` of every key is read (collapsing engines);
 at the end ``SELECT … FINAL`` and the sign-weighted sums are compared with the source
@@ -43,7 +43,10 @@ def run(url: str, client: Any, engine: str, seed: int) -> dict[str, Any]:
         "SETTINGS non_replicated_deduplication_window = 1000"
     )
     names = [c.split()[0] for c in columns]
-    built = build_sink({"table": table, "columns": names, "shards": [{"replicas": [url]}]})
+    built = build_sink(
+        {"table": table, "columns": names, "shards": [{"replicas": [url]}]},
+        replay_blocks=0,  # effectively_once: a collapsing table is refused otherwise (B378)
+    )
     pool = built.sink
     pool.start()
     connector = pool._connector

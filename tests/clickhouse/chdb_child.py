@@ -18,12 +18,21 @@ Modes:
   side table; the rows of each table and the late rows counted (B240, B242);
 * ``cdc`` — Debezium change events of a random workload (ENGINE SEED) written with
   replays into a replacing or collapsing table (B379, :mod:`tests.clickhouse.cdc_chdb`);
+* ``window`` — under ``effectively_once``, blocks of one row per day into ``PARTITION BY
+  toYYYYMMDD(ts)``: with ``non_replicated_deduplication_window = 10`` and two blocks
+  before a replay, a block of five days is written, one of six refused before any of it
+  is (B345); a block of ten days written and replayed under a window of nine, one block
+  before a replay (the rows of both copies counted); with a window of 1,000 and 18,081
+  blocks before a replay, a block of one day written and one of two refused (B346); late
+  rows of two months, then three, into a side table ``PARTITION BY toYYYYMM(ts)`` with a
+  window of two (B347);
 * ``twodirs`` — a second sink naming another ``chdb://`` directory fails start-up with a
   message naming both (one engine per process).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -178,6 +187,92 @@ def _partitions(url: str, client: Any, count: int) -> dict[str, Any]:
     return {"naive": naive, "delivered": driver.all_delivered, **counts, "late": int(late)}
 
 
+DAY0 = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
+
+
+def _eo_writer(url: str, body: dict[str, Any], window: int, replay_blocks: int, **more: Any) -> Any:
+    """An effectively-once sink of ``body`` on ``url`` (``table_options.dedup_window``
+    ``window``), started, and its probed writer."""
+    body = {"shards": [{"replicas": [url]}], "table_options": {"dedup_window": window}, **body}
+    built = build_sink(body, replay_blocks=replay_blocks, **more)
+    built.sink.start()
+    writer = built.sink._connector.open_writer(0, 0, url)
+    writer.probe()
+    return built.sink, writer
+
+
+def _write(pool: Any, writer: Any, stamps: list[dt.datetime], token: str) -> str:
+    """One block of a row per stamp (ids from 0) under ``token``: "written" or the refusal."""
+    buffer = pool._connector.new_buffer(0)
+    for i, stamp in enumerate(stamps):
+        buffer.append((i, stamp))
+    try:
+        writer.write(WriteBatch(buffer, len(stamps), 0, 0, 1, token, 1))
+    except SinkError as exc:
+        return f"{exc.error_class.name}: {exc}"
+    return "written"
+
+
+def _count(client: Any, table: str) -> list[int]:
+    found = client.query(f"SELECT count(), uniqExact(id) FROM {table}").result_rows[0]
+    return [int(found[0]), int(found[1])]
+
+
+def _days(n: int, start: int = 0) -> list[dt.datetime]:
+    return [DAY0 + dt.timedelta(days=start + d) for d in range(n)]
+
+
+def _window(url: str, client: Any) -> dict[str, Any]:
+    def table(name: str, key: str, window: int) -> None:
+        client.command(
+            f"CREATE TABLE {name} (id UInt64, ts DateTime('UTC')) ENGINE = MergeTree "
+            f"PARTITION BY {key} ORDER BY id "
+            f"SETTINGS non_replicated_deduplication_window = {window}"
+        )
+
+    columns = {"columns": ["id", "ts"]}
+    # B345: a window of 10 parts, 2 blocks before a replay.
+    table("win", "toYYYYMMDD(ts)", 10)
+    pool, writer = _eo_writer(url, {"table": "win", **columns}, 10, 2)
+    results: list[object] = []
+    for days, token in ((5, "p-run-0-1"), (6, "p-run-0-2")):
+        results += [_write(pool, writer, _days(days), token), _count(client, "win")[0]]
+    writer.close()
+    pool.close()
+    # The replay of a block of ten daily parts, cut in fours, under a window of nine.
+    table("rep", "toYYYYMMDD(ts)", 9)
+    body = {"table": "rep", "max_partitions_per_insert_block": 4, **columns}
+    pool, writer = _eo_writer(url, body, 9, 1)
+    replay = [_write(pool, writer, _days(10), "p-run-0-1") for _ in range(2)]
+    replay.append(_count(client, "rep"))
+    writer.close()
+    pool.close()
+    # B346: 18,081 blocks before a replay (a run that never commits) and a window of 1000.
+    table("one", "toYYYYMMDD(ts)", 1000)
+    pool, writer = _eo_writer(url, {"table": "one", **columns}, 1000, 18_081)
+    one = [_write(pool, writer, [DAY0] * 3, "p-run-0-1"), _write(pool, writer, _days(2), "t2")]
+    one.append(_count(client, "one"))
+    writer.close()
+    pool.close()
+    # B347: late rows against the side table's own window (two monthly parts a block).
+    table("lat", "toYYYYMMDD(ts)", 1000)
+    table("lat_side", "toYYYYMM(ts)", 2)
+    side = {"table": "lat_side", "shards": [{"replicas": [url]}], **columns}
+    body = {"table": "lat", "late_data": {"after": "7d", "to": "side"}, **columns}
+    pool, writer = _eo_writer(url, body, 1000, 1, sinks={"side": side})
+    now = DAY0 + dt.timedelta(days=400)
+    months = [DAY0 + dt.timedelta(days=31 * m) for m in range(3)]
+    late = [
+        _write(pool, writer, [now, *months[:2]], "p-run-0-1"),
+        _write(pool, writer, [now, *months], "p-run-0-2"),
+        _count(client, "lat"),
+        _count(client, "lat_side"),
+    ]
+    writer.close()
+    pool.close()
+    return {"results": results, "replay": replay, "one": one, "late": late}
+
+
 def run_child(*args: str) -> dict[str, Any]:
     """Run this module with ``args`` (``MODE DIR …``) in a child; its JSON result."""
     repo = Path(__file__).resolve().parents[2]
@@ -213,6 +308,8 @@ def main(argv: list[str]) -> int:
         from tests.clickhouse import cdc_chdb
 
         result = cdc_chdb.run(url, client, argv[2], int(argv[3]))
+    elif mode == "window":
+        result = _window(url, client)
     elif mode == "twodirs":
         result = _twodirs(url, client, f"chdb://{argv[2]}")
     else:

@@ -57,8 +57,10 @@ def build_sink(
     meter: Meter | None = None,
     budget: InflightBudget | None = None,
     sinks: dict[str, dict[str, Any]] | None = None,
-    delivery: str = "at_least_once",
+    replay_blocks: int | None = None,
 ) -> BuiltSink:
+    """The sink of ``body``; under ``effectively_once`` when ``replay_blocks`` is given
+    (the blocks B123 counts before a replay)."""
     config = decode(ClickHouseSinkConfig, body, f"sinks.{name}.clickhouse")
     pipeline = pipeline if pipeline is not None else f"chtest{next(_names)}"
     meter = meter if meter is not None else Meter(pipeline)
@@ -71,8 +73,9 @@ def build_sink(
         run_nonce=f"nonce{time.monotonic_ns()}",
         budget=budget,
         io_threads=io_threads,
-        delivery=delivery,
-        position=RecordPosition() if delivery == "effectively_once" else None,
+        delivery="effectively_once" if replay_blocks is not None else "at_least_once",
+        position=RecordPosition() if replay_blocks is not None else None,
+        replay_blocks=replay_blocks or 0,
         sinks={
             other: decode(ClickHouseSinkConfig, section, f"sinks.{other}.clickhouse")
             for other, section in {name: body, **(sinks or {})}.items()

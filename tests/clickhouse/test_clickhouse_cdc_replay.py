@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from spate import AckToken, Lane
+from spate import AckToken, ErrorClass, Lane, SinkError
 from spate.cdc import DebeziumRows
 from spate.sink import Offer, RecordPosition
 
+from tests.clickhouse.sinkkit import build_sink
 from tests.clickhouse.test_clickhouse_effectively_once import eo_sink
 from tests.support.chfront_fixtures import ChFront
 from tests.support.debezium_events import workload
@@ -93,3 +94,24 @@ def test_b379_change_events_replayed_from_an_older_offset_are_applied_once(
             f"SELECT id, sum(n * _sign) FROM {table} GROUP BY id HAVING sum(_sign) > 0 ORDER BY id"
         ).result_rows
         assert [list(r) for r in sums] == [[k, r["n"]] for k, r in sorted(work.table.items())]
+
+
+def test_b378_an_existing_collapsing_table_without_effectively_once_fails_start(
+    front: ChFront,
+) -> None:
+    front.client().command(
+        "CREATE TABLE cdc_existing (id Int64, _sign Int8) ENGINE = CollapsingMergeTree(_sign) "
+        "ORDER BY id"
+    )
+    built = build_sink(
+        {"table": "cdc_existing", "columns": ["id", "_sign"], "shards": [{"replicas": [front.url]}]}
+    )
+    try:
+        with pytest.raises(SinkError) as raised:
+            built.sink.start()
+    finally:
+        built.sink.close()
+    assert raised.value.error_class is ErrorClass.FATAL
+    assert "cdc_existing is CollapsingMergeTree, which needs pipeline.delivery: " in str(
+        raised.value
+    )

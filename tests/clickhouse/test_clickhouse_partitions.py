@@ -272,3 +272,68 @@ def test_b240_b242_a_chdb_replica_takes_the_stragglers_in_pieces_and_aside(
         "days_late": late,
         "late": late,
     }
+
+
+@pytest.fixture(scope="module")
+def window_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The ``window`` scenarios of one ``chdb://`` child (B345-B347)."""
+    return run_child("window", str(tmp_path_factory.mktemp("window") / "ch"))
+
+
+def test_b345_a_block_overflowing_its_share_of_the_window_is_refused_unwritten(
+    window_run: dict[str, Any],
+) -> None:
+    """Under ``effectively_once`` on a ``chdb://`` replica, with a window of ten parts and
+    two blocks before a replay: a block of five daily partitions is written, one of six is
+    refused, FATAL, before any of its rows is — a replay of it could have been written
+    twice (B345)."""
+    written, five, refused, still = window_run["results"]
+    assert (written, five, still) == ("written", 5, 5)
+    assert refused.startswith("FATAL: sink events on chdb://")
+    assert "a block writes 6 parts (one per partition) into `win`" in refused
+    assert "non_replicated_deduplication_window = 10 holds 5 per block" in refused
+    assert "for the 2 blocks a partition writes before a replay" in refused
+    assert "MODIFY SETTING non_replicated_deduplication_window = 12" in refused
+
+
+def test_b345_a_replay_of_a_block_overflowing_the_window_writes_no_row_twice(
+    window_run: dict[str, Any],
+) -> None:
+    """A block of ten daily partitions, cut in pieces of four, written and then replayed
+    under its token into a table whose window holds nine parts: without B345 every row is
+    written twice (chDB keeps no hash of the first parts); with it the block is refused
+    both times and no row is in the table twice."""
+    first, again, (count, distinct) = window_run["replay"]
+    assert count == distinct, f"{count - distinct} rows written twice"
+    assert first.startswith("FATAL: ") and again.startswith("FATAL: ")
+    assert "a block writes 10 parts" in first
+    assert count == 0
+
+
+def test_b346_a_one_part_block_is_never_refused_for_the_window(
+    window_run: dict[str, Any],
+) -> None:
+    """With 18,081 blocks before a replay (a run that never commits) a window of 1000
+    holds less than a part per block; a block of one part is still written — B123's rule
+    at start is the one for it — and a block of two parts is refused (B346)."""
+    one, two, (count, distinct) = window_run["one"]
+    assert one == "written"
+    assert two.startswith("FATAL: ")
+    assert "a block writes 2 parts" in two
+    assert "holds 1 per block for the 18081 blocks" in two
+    assert (count, distinct) == (3, 3)
+
+
+def test_b347_late_rows_count_against_the_side_tables_own_window(
+    window_run: dict[str, Any],
+) -> None:
+    """Late rows go to the ``late_data`` table, whose window is its own: partitioned by
+    month with a window of two parts and one block before a replay, a block whose late
+    rows span two months is written, one whose late rows span three is refused before any
+    of its rows (on time or late) is written, naming the side table (B347)."""
+    written, refused, main, side = window_run["late"]
+    assert written == "written"
+    assert refused.startswith("FATAL: ")
+    assert "a block writes 3 parts (one per partition) into `lat_side`" in refused
+    assert "non_replicated_deduplication_window = 2 holds 2 per block" in refused
+    assert (main, side) == ([1, 1], [2, 2])

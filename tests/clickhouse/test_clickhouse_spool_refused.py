@@ -1,4 +1,4 @@
-"""Rows the server refuses, behind a spool tier (B320-B323).
+"""Rows the server refuses, behind a spool tier (B320-B323, B348 on the columnar path).
 
 Against the HTTP front over chDB: a spool tier (``ack: spooled`` and ``ack: terminal``)
 in front of a ClickHouse sink whose table has a ``CHECK`` constraint that refuses one row
@@ -9,6 +9,7 @@ the refused row follows the sink's ``on_record_error`` and the spool's own bookk
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ import pytest
 from spate import Pipeline
 from spate._clock import SystemClock
 from spate.checkpoint._ack import AckStatus
-from spate.config import DeadLetterSettings
+from spate.config import DeadLetterSettings, decode
 from spate.config.models import BackpressureConfig, CheckpointConfig
 from spate.errors import FatalError
 from spate.metrics import Meter
@@ -162,21 +163,21 @@ def test_b322_under_fail_with_ack_spooled_the_spool_keeps_the_batch_stops_and_sa
     assert os.listdir(directory) == []
 
 
-@pytest.mark.parametrize("ack", ["spooled", "terminal"])
-def test_b323_under_dead_letter_a_spooled_row_the_server_refuses_is_dead_lettered(
-    front: ChFront, tmp_path: Path, ack: Ack
-) -> None:
-    """A pipeline (memory source, chain, spool, ClickHouse sink under ``dead_letter``):
-    the refused row's dead letter carries the row as the spool kept it, its key and
-    lane, and the server's code and message; every other row is written once, every
-    offset committed and the spool emptied."""
-    table = f"spool_dead_letter_{ack}"
-    per_partition = 1_500
-    bad = 1_000_700  # partition 1's record 700
-    client = _table(front, table, bad)
-    data = {p: [b"%d" % (p * 1_000_000 + i) for i in range(per_partition)] for p in range(2)}
+PER_PARTITION = 1_500
+BAD = 1_000_700  # partition 1's record 700
+
+
+def _dead_letter_run(
+    front: ChFront, tmp_path: Path, ack: Ack, name: str, payload: bytes, **pipeline: Any
+) -> dict[str, Any]:
+    """A pipeline (memory source, ``pipeline``'s chain or deserializer, spool, ClickHouse
+    sink under ``dead_letter``) over two partitions of ids ``payload % id``, the table
+    refusing :data:`BAD`: checks every other row written once, every offset committed,
+    the refusal counted and the spool emptied; the one dead letter."""
+    table = name.replace("-", "_")
+    client = _table(front, table, BAD)
+    data = {p: [payload % (p * 1_000_000 + i) for i in range(PER_PARTITION)] for p in range(2)}
     source, handle = memory_source(data, stream="orders", batch_size=250)
-    name = f"spool-dl-{ack}"
     budget = Pipeline.new_budget(BackpressureConfig())
     meter = Meter(name)
     built = build_sink(
@@ -194,11 +195,8 @@ def test_b323_under_dead_letter_a_spooled_row_the_server_refuses_is_dead_lettere
     directory = tmp_path / "spool"
     spool = _spool(directory, built, ack)
     dlq, letters = capture_sink("dead_letter")
-
-    def chains(ctx: Any) -> Any:
-        return ctx.chain().map(lambda v: (int(bytes(v)), 7)).sink("events")
-
-    pipeline = Pipeline(
+    chains = pipeline.pop("chains", None)
+    run = Pipeline(
         name,
         source,
         {"events": spool},
@@ -208,24 +206,64 @@ def test_b323_under_dead_letter_a_spooled_row_the_server_refuses_is_dead_lettere
         handle_signals=False,
         dead_letter=dlq,
         dead_letter_settings=DeadLetterSettings(format="row"),
-    ).chains(chains)
-    report = pipeline.run()
+        **pipeline,
+    )
+    if chains is not None:
+        run.chains(chains)
+    report = run.run()
     assert report.exit_code == 0, report.summary()
-    expected = sorted(i for rows in data.values() for i in map(int, rows) if i != bad)
-    assert sorted(ids_on([client], table)) == expected
-    assert handle.committed == {handle.lane(p): per_partition for p in data}
+    ids = [p * 1_000_000 + i for p in data for i in range(PER_PARTITION)]
+    assert sorted(ids_on([client], table)) == sorted(i for i in ids if i != BAD)
+    assert handle.committed == {handle.lane(p): PER_PARTITION for p in data}
+    assert (
+        built.metric("spate_sink_server_rejected_rows_total", code="469", policy="dead_letter") == 1
+    )
+    assert os.listdir(directory) == []
     (letter,) = letters.rows
-    assert letter["payload"] == f"[{bad},7]"
     assert (letter["source_topic"], letter["source_partition"]) == ("orders", 1)
     assert letter["source_offset"] == -1  # the spool keeps rows, not their records' offsets
     assert letter["error_stage"] == "sink"
     assert "[code 469 VIOLATED_CONSTRAINT]" in letter["error_message"]
     assert "good" in letter["error_message"]  # the server's message names the constraint
-    assert (
-        built.metric("spate_sink_server_rejected_rows_total", code="469", policy="dead_letter") == 1
-    )
-    assert os.listdir(directory) == []
+    return dict(letter)
+
+
+@pytest.mark.parametrize("ack", ["spooled", "terminal"])
+def test_b323_under_dead_letter_a_spooled_row_the_server_refuses_is_dead_lettered(
+    front: ChFront, tmp_path: Path, ack: Ack
+) -> None:
+    """A pipeline (memory source, chain, spool, ClickHouse sink under ``dead_letter``):
+    the refused row's dead letter carries the row as the spool kept it, its key and
+    lane, and the server's code and message; every other row is written once, every
+    offset committed and the spool emptied."""
+
+    def chains(ctx: Any) -> Any:
+        return ctx.chain().map(lambda v: (int(bytes(v)), 7)).sink("events")
+
+    letter = _dead_letter_run(front, tmp_path, ack, f"spool-dl-{ack}", b"%d", chains=chains)
+    assert letter["payload"] == f"[{BAD},7]"
 
 
 def _deadline(seconds: float) -> float:
     return SystemClock().monotonic() + seconds
+
+
+@pytest.mark.parametrize("ack", ["spooled", "terminal"])
+def test_b348_under_dead_letter_a_spooled_frame_row_the_server_refuses_is_dead_lettered(
+    front: ChFront, tmp_path: Path, ack: Ack
+) -> None:
+    """B323 on the columnar path: JSON decoded to frames, spooled as Arrow, handed to a
+    ClickHouse sink under ``dead_letter``. The refused row's dead letter carries the row
+    as the spool kept it (a JSON object of its columns), its lane, and the server's code
+    and message; every other row is written once, every offset committed and the spool
+    emptied (B348)."""
+    from spate_json import JsonConfig, JsonDeserializerFactory
+
+    from tests.clickhouse.columnar_values import deser_context
+
+    name = f"spool-frame-dl-{ack}"
+    config = decode(JsonConfig, {}, "deserializer.json")
+    deserializer = JsonDeserializerFactory.build(config, deser_context(name))
+    payload = b'{"id": %d, "v": 7}'
+    letter = _dead_letter_run(front, tmp_path, ack, name, payload, deserializer=deserializer)
+    assert json.loads(letter["payload"]) == {"id": BAD, "v": 7}

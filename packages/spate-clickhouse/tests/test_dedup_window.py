@@ -47,3 +47,16 @@ def test_b123_the_partitions_a_window_covers_are_logged(caplog: pytest.LogCaptur
     finally:
         for sink in assembly.pipeline.sinks.values():
             sink.close()
+
+
+def test_b345_the_sink_learns_the_blocks_a_partition_writes_before_a_replay() -> None:
+    """The blocks B123 counts reach the ClickHouse sink, which sizes each block's share
+    of the table's window in parts by them (B345)."""
+    config = parse_config(_config(1000, "5s"), env={}, resolver=default_registry())
+    assembly = assemble(config, handle_signals=False)
+    try:
+        (sink,) = assembly.pipeline.sinks.values()
+        assert sink._connector.replay_blocks == 13  # ceil((5 + 5 + 45 + 10) / 5)
+    finally:
+        for sink in assembly.pipeline.sinks.values():
+            sink.close()

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from spate.errors import ErrorClass, SinkError
 
 from spate_clickhouse._isolate import Insert, sub_token
-from spate_clickhouse._partition import PartitionKey, parse_key
+from spate_clickhouse._partition import PartitionKey, parse_key, split_terms
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TOO_MANY_PARTITIONS",
     "BlockPlanner",
+    "Columns",
     "LateTable",
     "Partitioning",
     "Piece",
@@ -97,6 +98,9 @@ class Piece:
     rows: list[int] | None
     token: str
     late: bool = False
+    partitions: int = 0
+    """The table partitions the piece writes — one part each, and one entry each in the
+    table's deduplication window (B345); 0 when the sink cannot compute them."""
 
     def size(self, block_rows: int) -> int:
         return block_rows if self.rows is None else len(self.rows)
@@ -122,7 +126,7 @@ class BlockPlanner:
         late = self._late(key, arrays)
         if late is None:
             ids, count = key.ids(arrays)
-            return self._cut(None, ids, count, token) or [Piece(None, token)]
+            return self._cut(None, ids, count, token) or [Piece(None, token, False, count)]
         on_time, late_rows = late
         pieces: list[Piece] = []
         for chosen, prefix, is_late in (
@@ -133,8 +137,8 @@ class BlockPlanner:
                 continue
             taken = {name: _take(array, chosen) for name, array in arrays.items()}
             ids, count = key.ids(taken)
-            cut = self._cut(chosen, ids, count, prefix) or [Piece(chosen, prefix)]
-            pieces.extend(Piece(p.rows, p.token, is_late) for p in cut)
+            cut = self._cut(chosen, ids, count, prefix) or [Piece(chosen, prefix, False, count)]
+            pieces.extend(Piece(p.rows, p.token, is_late, p.partitions) for p in cut)
         return pieces
 
     def _late(
@@ -173,7 +177,8 @@ class BlockPlanner:
         for i in range(n):
             positions = pc.indices_nonzero(pc.equal(groups, i)).to_pylist()
             rows = positions if base is None else [base[p] for p in positions]
-            pieces.append(Piece(rows, f"{token}:p{i}/{n}"))
+            taken = min(self.limit, count - i * self.limit)
+            pieces.append(Piece(rows, f"{token}:p{i}/{n}", False, taken))
         return pieces
 
 
@@ -203,7 +208,7 @@ def halving(insert: Insert, token: str, split: Callable[[], None]) -> Insert:
 
 
 _KEY_SQL = (
-    "SELECT partition_key, timezone() FROM system.tables "
+    "SELECT partition_key, timezone(), engine FROM system.tables "
     "WHERE database = {db:String} AND name = {table:String}"
 )
 
@@ -233,6 +238,12 @@ class Partitioning:
         self.late = late
         self.expression = ""
         """The table's ``PARTITION BY`` as the server reported it ('' before the probe)."""
+        self.engine = ""
+        """The table's engine as the server reported it ('' before the probe)."""
+        self.late_key: PartitionKey | None = None
+        self.late_expression: str | None = None
+        """The ``late_data`` table's ``PARTITION BY`` ('' for none; None until learnt by
+        :meth:`learn_late`) and its key when the client can compute it (B347)."""
         self._split: Counter | None = None
         self._late_rows: Counter | None = None
         self._warned = False
@@ -264,6 +275,7 @@ class Partitioning:
         expression, timezone = str(rows[0][0]), str(rows[0][1])
         key = parse_key(expression, types, timezone)
         self.expression = expression
+        self.engine = str(rows[0][2])
         self.planner = BlockPlanner(key, self.planner.limit, self.planner.late_after)
         if self.planner.late_after is not None and (key is None or key.time_term is None):
             raise SinkError(
@@ -282,6 +294,41 @@ class Partitioning:
             "computed per row" if key is not None else "blocks split when refused",
             extra={"component": self.name},
         )
+
+    def learn_late(self, client: Client, database: str, types: Mapping[str, ChType]) -> None:
+        """Read the ``late_data`` table's partition key (B347); ``database`` is this
+        sink's, for a late table that names none. Blocks."""
+        late = self.late
+        if late is None:
+            return
+        database = late.database or database
+        if not database:
+            database = str(client.command("SELECT currentDatabase()"))
+        found = client.query(_KEY_SQL, parameters={"db": database, "table": late.table})
+        rows = found.result_rows
+        expression, timezone = (str(rows[0][0]), str(rows[0][1])) if rows else ("", "UTC")
+        partitioned = bool(split_terms(expression))  # ``tuple()``: no partitions
+        self.late_key = parse_key(expression, types, timezone) if partitioned else None
+        self.late_expression = expression if partitioned else ""
+
+    def late_parts(self, pieces: list[Piece], columns: Columns) -> int | None:
+        """The parts a block's late pieces write into the ``late_data`` table — one per
+        piece into a table without partitions, else each piece's partitions under that
+        table's own key; None when that key cannot be computed (B347). Needs
+        :meth:`learn_late` first."""
+        late = [p for p in pieces if p.late]
+        if not late or not self.late_expression:
+            return len(late)
+        key = self.late_key
+        if key is None:
+            return None
+        arrays = columns(key.columns)
+        try:
+            return sum(
+                key.ids({n: _take(arrays[n], p.rows or []) for n in key.columns})[1] for p in late
+            )
+        except (TypeError, ValueError, ArithmeticError, NotImplementedError):
+            return None
 
     def pieces(self, token: str, rows: int, columns: Columns) -> list[Piece]:
         """The inserts of one block (see :class:`BlockPlanner`). Worker thread."""

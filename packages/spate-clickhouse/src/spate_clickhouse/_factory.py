@@ -64,6 +64,7 @@ def build_sink(config: ClickHouseSinkConfig, context: BuildContext) -> SinkPool:
                 "remove async_insert",
             )
         connector.effectively_once = True
+        connector.replay_blocks = context.replay_blocks
     router: DistributedRouter | TargetRouter | None = None
     if config.router == "distributed":
         function, column = config.sharding

@@ -10,6 +10,13 @@ deduplication window — ``non_replicated_deduplication_window``, or
 A start that cannot give the guarantee fails with one line naming the table, the setting,
 its value, what is needed and the ``ALTER TABLE`` that fixes it.
 
+The window counts parts, not inserts: one per partition an insert writes. With ``blocks``
+the blocks one partition seals before a replay (B123), a block may take at most
+``max(1, window // blocks)`` entries; a block of several parts that would write more into
+a partitioned target is refused before any of it is written, with the ``ALTER TABLE``
+that makes room (:class:`DedupWindow`, B345); a block of one part never is (B346). The
+``late_data`` table's window is checked the same way against a block's late parts (B347).
+
 The writer records one intent row per block before inserting it and reads a lane's
 intents when the lane is assigned (:class:`~spate.sink._intents.IntentWriter`, B88, B89).
 The table is a ``ReplacingMergeTree`` keyed by the block's start, read with ``FINAL``;
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spate.errors import ErrorClass, SinkError
@@ -205,10 +213,10 @@ _WINDOW = re.compile(
 
 
 def check_deduplication(
-    client: Client, database: str, table: str, required: int, where: str
-) -> None:
+    client: Client, database: str, table: str, required: int, where: str, blocks: int = 0
+) -> DedupWindow:
     """Refuse (one line, ``SinkError`` FATAL) a table or profile that cannot drop a
-    replayed block by its token (B90)."""
+    replayed block by its token (B90); the table's window otherwise."""
     name = qualified(database, table)
     rows = client.query(
         "SELECT engine, create_table_query FROM system.tables "
@@ -253,6 +261,47 @@ def check_deduplication(
         raise SinkError(
             f"{where}: effectively_once sets insert_deduplicate and its token on every "
             "insert; this user's profile is readonly and cannot",
+            ErrorClass.FATAL,
+        )
+    return DedupWindow(name, setting, window, blocks or required)
+
+
+@dataclass(frozen=True, slots=True)
+class DedupWindow:
+    """A target's deduplication window, against the ``dedup_window`` blocks B123 sized.
+
+    ClickHouse keeps one hash per *part*: an insert spanning ``k`` partitions takes ``k``
+    entries of the window, and a block cut into pieces (B240) takes one per partition of
+    every piece. ``blocks`` are those one partition seals between a block and its replay
+    (B123), so a block may take at most ``window // blocks`` entries for them all to fit
+    (B345) — but never fewer than one: a block of one part is what B123 sized the window
+    for, and B123's start-up check is the rule for it (B346).
+    """
+
+    table: str
+    setting: str
+    window: int
+    blocks: int
+
+    @property
+    def parts_per_block(self) -> int:
+        """A block's share of the window: ``max(1, window // blocks)`` (B345, B346)."""
+        return max(1, self.window // max(self.blocks, 1))
+
+    def check(self, parts: int, where: str) -> None:
+        """Refuse (``SinkError`` FATAL, before anything of the block is written) a block
+        of several parts that would write more of them than its share of the window
+        (B345); a block of one part is never refused here (B346)."""
+        share = self.parts_per_block
+        if parts <= 1 or parts <= share:
+            return
+        needed = parts * self.blocks
+        raise SinkError(
+            f"{where}: effectively_once: a block writes {parts} parts (one per partition) "
+            f"into {self.table}, whose {self.setting} = {self.window} holds {share} per "
+            f"block for the {self.blocks} blocks a partition writes before a replay "
+            f"after a kill -9 (B123), which could write them twice: ALTER TABLE "
+            f"{self.table} MODIFY SETTING {self.setting} = {needed}",
             ErrorClass.FATAL,
         )
 

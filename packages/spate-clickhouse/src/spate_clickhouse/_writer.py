@@ -51,6 +51,7 @@ from spate.schema import Field
 from spate.sink import Intent, RefusedRow, RowsFailed, RowsRefused, WriteBatch
 
 from spate_clickhouse._blocks import (
+    Columns,
     LateTable,
     Partitioning,
     Piece,
@@ -66,6 +67,7 @@ from spate_clickhouse._eventtime import oldest_event_time
 from spate_clickhouse._evolve import alter_sql, plan
 from spate_clickhouse._health import TableHealth
 from spate_clickhouse._intents import (
+    DedupWindow,
     check_deduplication,
     check_state_table,
     claim_lane,
@@ -127,6 +129,14 @@ class ClickHouseConnector:
         self._settings = config.insert_settings()
         self.effectively_once = False
         """Set by the factory under ``pipeline.delivery: effectively_once`` (B88, B90)."""
+        self.replay_blocks = 0
+        """Set by the factory: the blocks of a partition between a block and its replay
+        (B123); 0 when not known, then ``table_options.dedup_window`` stands for it."""
+        self.dedup_window: DedupWindow | None = None
+        """The target's deduplication window, read by the effectively-once probe (B345)."""
+        self.late_window: DedupWindow | None = None
+        """The ``late_data`` table's window, read before the first block with late rows
+        is written (that table may be created by its own sink after this one starts, B347)."""
         self._encoder: RowEncoder | None = None
         self._lock = threading.Lock()
         self.takes_frames = config.evolve == "off"
@@ -524,10 +534,20 @@ class ClickHouseShardWriter:
     def probe(self) -> None:
         """Connect and check the table on this replica (B20, B29), then read its
         partition key (B240; a templated sink has no one table to read it from, and its
-        blocks are not cut by partitions). Blocks; start-up only."""
+        blocks are not cut by partitions) and engine: a collapsing table needs
+        effectively-once delivery (B378). Blocks; start-up only."""
         self._probe()
         if self.connector.targets is None:
             self._learn_partitions(self._get_client())
+            engine = self.connector.partitioning.engine
+            if "CollapsingMergeTree" in engine and not self.connector.effectively_once:
+                raise SinkError(
+                    f"sink {self.connector.name} on {self.endpoint}: "
+                    f"{self.connector.schema.table} is {engine}, which needs "
+                    "pipeline.delivery: effectively_once: a block written twice doubles its "
+                    "signs and corrupts every sum over them",
+                    ErrorClass.FATAL,
+                )
 
     def _probe(self) -> None:
         client = self._get_client()
@@ -603,12 +623,13 @@ class ClickHouseShardWriter:
             # factory requires create_table: if_missing under effectively once, B295).
             return
         try:
-            check_deduplication(
+            connector.dedup_window = check_deduplication(
                 client,
                 connector.database,
                 connector.table,
                 config.table_options.dedup_window or 1,
                 f"sink {connector.name} on {self.endpoint}",
+                connector.replay_blocks,
             )
             check_state_table(
                 client,
@@ -726,12 +747,50 @@ class ClickHouseShardWriter:
         pieces = connector.partitioning.pieces(
             batch.token, rows, lambda wanted: _row_arrays(encoder, data, wanted)
         )
+        self._check_window(pieces, lambda wanted: _row_arrays(encoder, data, wanted))
         for piece in pieces:
             block = data if piece.rows is None else [[c[i] for i in piece.rows] for c in data]
             self._write_piece(
                 batch, piece, piece.size(rows), self._row_insert(encoder, block, piece)
             )
         connector.partitioning.written(pieces, rows)
+
+    def _check_window(self, pieces: list[Piece], columns: Columns) -> None:
+        """Refuse a block whose parts overflow its share of a table's deduplication
+        window, before any piece is written: its on-time parts against the target's
+        (B345, B346), its late parts against the ``late_data`` table's own (B347)."""
+        connector = self.connector
+        window = connector.dedup_window
+        if window is None:
+            return
+        where = f"sink {connector.name} on {self.endpoint}"
+        window.check(sum(piece.partitions for piece in pieces if not piece.late), where)
+        partitioning = connector.partitioning
+        late = partitioning.late
+        if late is None or not any(piece.late for piece in pieces):
+            return
+        if connector.late_window is None:
+            client = self._get_client()
+            try:
+                late_window = check_deduplication(
+                    client,
+                    late.database or connector.database,
+                    late.table,
+                    1,  # its own sink checks it against table_options.dedup_window (B90)
+                    where,
+                    window.blocks,
+                )
+                known = connector.schema.types or {}
+                types = {n: known[n] for n in connector.column_names if n in known}
+                partitioning.learn_late(client, connector.database, types)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise to_sink_error(exc, self.endpoint, "reading the late table") from exc
+            connector.late_window = late_window
+        parts = partitioning.late_parts(pieces, columns)
+        if parts is not None:
+            connector.late_window.check(parts, where)
 
     def _row_insert(self, encoder: RowEncoder, data: list[list[object]], piece: Piece) -> Insert:
         """Inserts rows ``[start, stop)`` of one piece's columns on the row path."""
@@ -956,9 +1015,12 @@ class ClickHouseShardWriter:
             return table[0]
 
         partitioning = self.connector.partitioning
-        pieces = partitioning.pieces(
-            batch.token, rows, lambda wanted: {n: whole().column(n) for n in wanted}
-        )
+
+        def columns(wanted: tuple[str, ...]) -> dict[str, Any]:
+            return {n: whole().column(n) for n in wanted}
+
+        pieces = partitioning.pieces(batch.token, rows, columns)
+        self._check_window(pieces, columns)
         for piece in pieces:
             if piece.rows is None:
                 insert = self._frame_insert(data, whole, rows, None)

@@ -91,6 +91,7 @@ def build_parts(
     schema_changes = SchemaChanges()
     delivery = config.pipeline.delivery
     position = RecordPosition() if delivery == "effectively_once" else None
+    replay_blocks = blocks_before_replay(config, registry)[0] if position is not None else 0
     gates = commit_gates if commit_gates is not None else CommitGates()
 
     # Decoded up front: a sink may name another (``late_data.to``) and read its section.
@@ -123,6 +124,7 @@ def build_parts(
             schema_changes=schema_changes,
             delivery=delivery if sink else "at_least_once",
             position=position if sink else None,
+            replay_blocks=replay_blocks if sink else 0,
             worker=worker,
             commit_gates=gates,
             sinks=sink_sections if sink else {},
@@ -210,15 +212,9 @@ _TAKEOVER = 10.0
 to take a killed member's partitions and replay them (B123)."""
 
 
-def _check_dedup_windows(config: PipelineConfig, registry: Registry) -> None:
-    """Size each sink's ``table_options.dedup_window`` against a ``kill -9`` (B123).
-
-    A killed member's partitions are replayed only after its session times out and
-    another member takes them; meanwhile every partition writing the table seals at least
-    one block per ``checkpoint.interval``. A window smaller than one partition's blocks
-    over that time is refused with its dotted key path; otherwise the number of
-    partitions it covers is logged (more partitions need a larger window).
-    """
+def blocks_before_replay(config: PipelineConfig, registry: Registry) -> tuple[int, str]:
+    """The blocks one partition may seal between a block's first write and its replay
+    after a ``kill -9``, and how they were counted (B123, B345)."""
     interval = config.checkpoint.interval
     source = _decoded(config.source, registry)
     commit = float(getattr(source, "commit_interval", 0.0) or 0.0)
@@ -228,17 +224,30 @@ def _check_dedup_windows(config: PipelineConfig, registry: Registry) -> None:
         session_ms = float(settings.get("session.timeout.ms", 45_000))
     span = interval + commit + session_ms / 1000 + _TAKEOVER
     per_partition = math.ceil(span / interval)
+    why = (
+        f"{per_partition} blocks per partition in {span:g}s: checkpoint.interval "
+        f"{interval:g}s, commit interval {commit:g}s, session timeout "
+        f"{session_ms / 1000:g}s, {_TAKEOVER:g}s to take the partitions over"
+    )
+    return per_partition, why
+
+
+def _check_dedup_windows(config: PipelineConfig, registry: Registry) -> None:
+    """Size each sink's ``table_options.dedup_window`` against a ``kill -9`` (B123).
+
+    A killed member's partitions are replayed only after its session times out and
+    another member takes them; meanwhile every partition writing the table seals at least
+    one block per ``checkpoint.interval``. A window smaller than one partition's blocks
+    over that time is refused with its dotted key path; otherwise the number of
+    partitions it covers is logged (more partitions need a larger window).
+    """
+    per_partition, why = blocks_before_replay(config, registry)
     for spec in config.sinks.values():
         options = getattr(_decoded(spec, registry), "table_options", None)
         window = getattr(options, "dedup_window", None)
         if not isinstance(window, int) or window <= 0:
             continue
         key = f"{spec.path}.table_options.dedup_window"
-        why = (
-            f"{per_partition} blocks per partition in {span:g}s: checkpoint.interval "
-            f"{interval:g}s, commit interval {commit:g}s, session timeout "
-            f"{session_ms / 1000:g}s, {_TAKEOVER:g}s to take the partitions over"
-        )
         if window < per_partition:
             raise ConfigError(
                 key,

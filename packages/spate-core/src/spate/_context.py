@@ -56,6 +56,10 @@ class BuildContext:
     recorded intents (B88); a sink that cannot keep them refuses to start."""
     position: RecordPosition | None = None
     """Under ``effectively_once``: the cell the chain sets to each record's offset."""
+    replay_blocks: int = 0
+    """Under ``effectively_once``: the blocks one partition may seal between a block's
+    first write and its replay after a ``kill -9`` (B123); a sink whose window counts
+    parts sizes each block's share of it by this (B345). 0: not known."""
     worker: tuple[int, int] | None = None
     """``(index, count)`` in worker process ``index`` of ``count`` (``spate run
     --processes``); None in a single process. Components that keep local state per

@@ -34,7 +34,9 @@ batch not yet accepted when the spool drains is replayed on the next start.
 Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter``) are
 charged to records the spool makes of the spooled rows — lane, key, the row as payload,
 offset -1 — noted in a record cell of its own while it hands them on one at a time
-(:meth:`SpoolTier.bind_held_errors`, B323): the records the rows came from are gone.
+(:meth:`SpoolTier.bind_held_errors`, B323): the records the rows came from are gone. A
+spooled frame is handed on whole with such a record for each of its rows — its lane and
+key, the row's columns as a JSON object — its row column numbering them (B348).
 
 A next tier that is an :class:`~spate.sink.IdentifiedSink` (the sink pool) gets each
 batch's identity (writing run, segment, position), from which it derives dedup tokens
@@ -67,7 +69,7 @@ from spate.config._decode import ByteSize, Duration
 from spate.errors import ErrorClass, ErrorPolicy, FatalError, SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
-from spate.records import Lane, PayloadBatch
+from spate.records import ROW_COLUMN, Lane, PayloadBatch
 from spate.sink._attempts import retry_at
 from spate.sink._contract import (
     ACCEPTED,
@@ -947,8 +949,12 @@ class SpoolTier(ForwardsFrames):
         from ``offer_frame``) fails the batch and the other frames go on."""
         frames = batch.frames
         nxt = frame_sink(self.next, f"spool {self.name}")
+        cell = None if self._errors is None else self._errors.cell
         while batch.handed < len(frames):
             frame, keys, lane = frames[batch.handed]
+            records = None if cell is None else _frame_records(frame, keys, lane)
+            if records is not None:
+                frame = _numbered(frame)
             pending = batch.prepared
             if pending is not None and pending[0] == batch.handed:
                 prepared, keys = pending[1]  # type: ignore[misc]
@@ -964,6 +970,8 @@ class SpoolTier(ForwardsFrames):
                     if keys is not None:
                         dropped = {position for position, _ in bad}
                         keys = [k for i, k in enumerate(keys) if i not in dropped]
+            if cell is not None:
+                cell.batch = records
             try:
                 offered = nxt.offer_frame(prepared, keys, lane, token)
             except SinkError as exc:
@@ -971,6 +979,9 @@ class SpoolTier(ForwardsFrames):
                     raise
                 self._refused_frame(batch, exc.reason)
                 offered = ACCEPTED
+            finally:
+                if cell is not None:
+                    cell.batch = None
             if offered is REJECTED:
                 batch.prepared = (batch.handed, (prepared, keys))
                 return False
@@ -1082,3 +1093,37 @@ class SpoolTier(ForwardsFrames):
             self._m_records.set(self._held_records)
             oldest = min((b.created for b in (*self._inflight, *self._retrying)), default=None)
         self._m_oldest.set(0.0 if oldest is None else self._clock.monotonic() - oldest)
+
+
+def _frame_records(
+    frame: object, keys: Sequence[bytes | None] | None, lane: Lane
+) -> PayloadBatch | None:
+    """The records the spool makes of a spooled frame's rows for the next tier to charge
+    the rows it refuses at write time to (B348): as for rows (B323), the frame's lane and
+    keys, each row as its payload — a JSON object of its columns (:func:`row_payload`) —
+    no offset (-1) and no timestamp. None for a frame that is not a polars DataFrame."""
+    import polars as pl
+
+    if not isinstance(frame, pl.DataFrame):
+        return None
+    count = frame.height
+    columns = [c for c in frame.columns if c != ROW_COLUMN]
+    return PayloadBatch.lazy(
+        lane,
+        [row_payload(row) for row in frame.select(columns).to_dicts()],
+        first_offset=-1,
+        next_offset=-1,
+        offsets=lambda: [-1] * count,
+        keys=list(keys) if keys is not None else [None] * count,
+        timestamps=lambda: [0] * count,
+    )
+
+
+def _numbered(frame: object) -> object:
+    """``frame`` whose row column numbers its rows from 0 — the indexes of their records
+    in :func:`_frame_records` — in place of the chain's, which named records long gone."""
+    import polars as pl
+
+    assert isinstance(frame, pl.DataFrame)
+    rows = pl.int_range(0, frame.height, dtype=pl.UInt32, eager=True).alias(ROW_COLUMN)
+    return frame.with_columns(rows)
