@@ -1,8 +1,9 @@
 # Everyday entry points. Every target installs what it needs itself (idempotently).
-.PHONY: help venv lint format typecheck docs test test-unit test-full soak services-up services-down services-status demo demo-collector bench clean
+.PHONY: help venv lint format typecheck docs test test-unit test-full soak services-up services-down services-status demo demo-cdc demo-collector bench clean
 
 help:
 	@echo "make demo         run the flagship pipeline on embedded defaults"
+	@echo "make demo-cdc     PostgreSQL -> Debezium -> Kafka -> spate -> ClickHouse, tables compared"
 	@echo "make demo-collector  poll an API into a Hugging Face dataset (local test servers)"
 	@echo "make test         set up everything and run lint, types, docs and the test suite"
 	@echo "make test-unit    the tests that need no service (no Kafka, NATS, S3 or ClickHouse front), in minutes"
@@ -52,6 +53,9 @@ services-status:
 
 demo: venv
 	scripts/demo.sh
+
+demo-cdc: venv
+	scripts/demo-cdc.sh
 
 demo-collector: venv
 	scripts/demo-collector.sh

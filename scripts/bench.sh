@@ -24,7 +24,7 @@ set -a
 . .services/env
 set +a
 
-for bench in chain_overhead deser kafka_source clickhouse_sink parquet_sink e2e spool bytes_per_core; do
+for bench in chain_overhead deser kafka_source clickhouse_sink parquet_sink e2e spool bytes_per_core cdc; do
   echo
   echo "### bench/$bench.py"
   python "bench/$bench.py"

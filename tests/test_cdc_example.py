@@ -1,4 +1,4 @@
-"""The draft CDC example is a configuration ``spate validate`` accepts (B137), and its
+"""The CDC example is a configuration ``spate validate`` accepts (B137), and its
 chain writes each change into both tables (B373, B374)."""
 
 from __future__ import annotations

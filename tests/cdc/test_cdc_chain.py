@@ -24,6 +24,7 @@ from tests.support.cdc import (
     create_table,
     envelope,
     event_ops,
+    prefilled,
     read_topic,
     register,
     registry_schema,
@@ -228,18 +229,13 @@ def test_b367_changes_during_the_snapshot_are_neither_lost_nor_doubled(
     event; each row is read (``r``) at most once and applying the events reproduces the
     PostgreSQL table row for row."""
     postgres = cdc_services.postgres
-    prefill = scaled(20000, minimum=2000)
-    create_table(postgres, cdc_database, TABLE)
-    postgres.sql(
-        f"INSERT INTO {TABLE} SELECT i, 'name ' || i, i, true FROM generate_series(1, {prefill}) i",
+    workload = prefilled(
+        postgres,
         cdc_database,
-    )
-    workload = Workload.generate(
         TABLE,
+        scaled(20000, minimum=2000),
         seed=367,
         operations=scaled(400, minimum=100),
-        existing=range(1, prefill + 1),
-        truncate=False,
     )
     half = len(workload.transactions) // 2
     capture = register(cdc_services, cdc_database, [TABLE], snapshot_mode="initial", wait=False)

@@ -654,6 +654,29 @@ def create_table(
         postgres.sql(f"ALTER TABLE {table} REPLICA IDENTITY FULL", database)
 
 
+def prefilled(
+    postgres: Postgres,
+    database: str,
+    table: str,
+    rows: int,
+    *,
+    seed: int,
+    operations: int,
+    replica_identity_full: bool = False,
+) -> Workload:
+    """The workload's table filled with ``rows`` rows (ids 1..rows), and a workload on them
+    without a truncate (for a snapshot that the workload changes while it is read)."""
+    create_table(postgres, database, table, replica_identity_full=replica_identity_full)
+    postgres.sql(
+        f"INSERT INTO {table} SELECT i, 'name ' || i, i, i % 2 = 0 "
+        f"FROM generate_series(1, {rows}) i",
+        database,
+    )
+    return Workload.generate(
+        table, seed=seed, operations=operations, existing=range(1, rows + 1), truncate=False
+    )
+
+
 def event_ops(records: Sequence[Record]) -> list[str]:
     """Per record: its ``op``, or ``tombstone`` for a null value."""
     ops = []
