@@ -19,6 +19,7 @@ contents, tokens, handing on or the store's layout (the tier and the store do).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -124,21 +125,21 @@ class SpoolWriter(Generic[B]):
         """Wait until every queued batch is appended (``sync``: and what was appended is
         fsynced); False if an append failed (the batch stays queued) or ``deadline``
         passed first (see :meth:`writing`)."""
-        cond = self.cond
-        with cond:
+        with self.cond:
             if not self._engine.running:
                 return not self.queued
             if sync:
                 self._sync_wanted = True
-                cond.notify_all()
-            while self._busy or (not self.stalled and (self.queued or self._sync_wanted)):
-                if deadline is None:
-                    cond.wait()
-                elif self._clock.monotonic() >= deadline:
-                    return False
-                else:
-                    cond.wait(0.01)
+                self.cond.notify_all()
+        until = math.inf if deadline is None else deadline
+        if not self._engine.wait(until, self._settled):
+            return False
+        with self.cond:
             return not self.stalled
+
+    def _settled(self) -> bool:
+        """Nothing in flight and nothing left to do but a failed append (lock held)."""
+        return not (self._busy or (not self.stalled and (self.queued or self._sync_wanted)))
 
     def writing(self) -> bool:
         """Whether work is unfinished (a write or fsync in flight, or batches queued)
