@@ -38,7 +38,6 @@ class PoolBatch:
         "acquired",
         "attempts",
         "buffer",
-        "done",
         "fenced",
         "first",
         "generation",
@@ -56,6 +55,7 @@ class PoolBatch:
         "reason",
         "rows",
         "seq",
+        "settled",
         "shard",
         "token",
     )
@@ -74,7 +74,7 @@ class PoolBatch:
         self.reason: SealReason | None = None
         self.attempts = 0
         self.next_at = 0.0
-        self.done = False
+        self.settled = False
         # Effectively-once only (B88, B89): the block's lane and first/last positions; the
         # recorded end a replayed block must reach (``plan_last``) or the recorded start a
         # free block must stop before (``limit``); its intent and whether it is recorded.
@@ -127,7 +127,7 @@ class PoolBatch:
     def __repr__(self) -> str:
         return (
             f"PoolBatch(shard={self.shard}, seq={self.seq}, rows={self.rows}, "
-            f"attempts={self.attempts}, done={self.done})"
+            f"attempts={self.attempts}, settled={self.settled})"
         )
 
 

@@ -486,7 +486,7 @@ class EffectivelyOnceLanes:
                 for state in self._lanes.pop(lane, ()):
                     batch = state.open
                     state.open = None
-                    if batch is not None and batch.rows and not batch.done:
+                    if batch is not None and batch.rows and not batch.settled:
                         settled.append(settle_batch(batch, False))
                 self._committed.pop(lane, None)
                 self._load_retry.pop(lane, None)
@@ -497,7 +497,7 @@ class EffectivelyOnceLanes:
                 stale = [b for b in shard.queue if b.lane in lanes and not b.fenced]
                 for batch in stale:
                     shard.queue.remove(batch)
-                    if not batch.done:
+                    if not batch.settled:
                         settled.append(settle_batch(batch, False))
         release_settled(self._budget, settled)
 

@@ -77,6 +77,7 @@ from spate.records import ROW_COLUMN, Lane, MetaColumn
 from spate.sink._admission import Admission, PreparedRows
 from spate.sink._batching import Origin, PoolBatch
 from spate.sink._contract import Offer
+from spate.sink._engine import WriteBehind
 from spate.sink._freshness import WriteFreshness
 from spate.sink._held import HeldErrors, PendingDeadLetter
 from spate.sink._intents import IntentWriter, RecordPosition
@@ -175,7 +176,6 @@ class SinkPool:
         self._router = router
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._threads: list[threading.Thread] = []
         self._started = False
         self._ready = False
         self._stopping = False
@@ -220,12 +220,14 @@ class SinkPool:
             next_work=self._next_work,
             next_wake=self._next_wake,
             fence=self._lanes.fence,
-            stopping=self._stopped,
             freshness=WriteFreshness(meter, name, component_type, connector),
             refused=self._queue_refused,
         )
         self._refused: deque[_Refused] = deque()
         """Written batches whose refused rows wait to be charged (pipeline thread)."""
+        self._engine: WriteBehind[Work] = WriteBehind(
+            f"sink {name}", self._workers, cond=self._cond, clock=clock, threads=io_threads
+        )
 
     @classmethod
     def from_context(
@@ -279,12 +281,7 @@ class SinkPool:
         with self._cond:
             self._started = True
             self._ready = True
-        for i in range(self._io_threads):
-            thread = threading.Thread(
-                target=self._workers.run, name=f"spate-sink-{self.name}-{i}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        self._engine.start(f"spate-sink-{self.name}-{{i}}")
         logger.info(
             "sink %s started: %d shard(s), %d worker(s)",
             self.name,
@@ -478,27 +475,19 @@ class SinkPool:
                 self._lanes.seal_all("drain", lanes)
                 targets += [b for s in self._shards for b in s.queue if b.lane in lanes]
             self._cond.notify_all()
-        return self._wait_until(deadline, lambda: all(b.done for b in targets))
+        return self._wait_until(deadline, lambda: all(b.settled for b in targets))
 
     def _wait_until(self, deadline: float, done: Callable[[], bool]) -> bool:
         """Let the writes run until ``done()`` (checked under the lock) or ``deadline``;
         the refused rows of written batches are charged meanwhile (pipeline thread)."""
-        if self._io_threads == 0:
-            return self._pump_until(deadline, done)
-        while True:
-            if self._refused:
-                self.charge_refused()
-            with self._cond:
-                if done():
-                    return True
-                now = self._clock.monotonic()
-                if now >= deadline:
-                    return False
-                if not self._refused:
-                    self._cond.wait(min(deadline - now, 0.25))
-                    continue
-            # A dead-letter sink that is full now: offer again after a short pause.
-            self._clock.sleep(min(deadline - now, 0.01))
+        return self._engine.wait(deadline, done, between=self._charge_between)
+
+    def _charge_between(self) -> bool:
+        """Charge refused rows between writes; True while some wait (a dead-letter sink
+        that is full now: offered again after a short pause)."""
+        if self._refused:
+            self.charge_refused()
+        return bool(self._refused)
 
     def abandon(self) -> int:
         """Fail the acks of every batch not yet written (B4); return how many rows.
@@ -511,7 +500,7 @@ class SinkPool:
         with self._cond:
             while self._refused:
                 batch = self._refused.popleft().batch
-                if not batch.done:
+                if not batch.settled:
                     rows += batch.rows
                     settled.append(settle_batch(batch, False))
             for shard in self._shards:
@@ -522,7 +511,7 @@ class SinkPool:
                 shard.open = None
                 shard.queue.clear()
                 for batch in batches:
-                    if batch.done or batch.rows == 0:
+                    if batch.settled or batch.rows == 0:
                         continue
                     rows += batch.rows
                     shard.m_abandoned.inc(batch.rows)
@@ -546,10 +535,8 @@ class SinkPool:
             self._admission.closed = True
             self._stopping = True
             self._cond.notify_all()
-        for thread in self._threads:
-            thread.join(_JOIN_TIMEOUT)
-            if thread.is_alive():
-                logger.warning("sink %s: worker %s did not stop in time", self.name, thread.name)
+        for thread in self._engine.stop(_JOIN_TIMEOUT):
+            logger.warning("sink %s: worker %s did not stop in time", self.name, thread.name)
         self.abandon()
         for shard in self._shards:
             for replica in shard.replicas:
@@ -605,7 +592,7 @@ class SinkPool:
                     return
                 item = self._refused[0]
             origins = item.batch.origins
-            if item.batch.done or errors is None or origins is None:
+            if item.batch.settled or errors is None or origins is None:
                 self._settle_refused(item, False)  # abandoned meanwhile: nothing to charge
                 continue
             try:
@@ -639,7 +626,7 @@ class SinkPool:
         with self._cond:
             if self._refused and self._refused[0] is item:
                 self._refused.popleft()
-            if not item.batch.done:
+            if not item.batch.settled:
                 settled.append(settle_batch(item.batch, ok))
             self._cond.notify_all()
         release_settled(self._budget, settled)
@@ -691,14 +678,7 @@ class SinkPool:
 
         With ``io_threads=0`` this (with :meth:`tick` and :meth:`flush`) is what writes.
         """
-        attempts = 0
-        while True:
-            with self._cond:
-                work = self._next_work(self._clock.monotonic())
-            if work is None:
-                return attempts
-            self._workers.write(*work)
-            attempts += 1
+        return self._engine.pump()
 
     def pending_rows(self) -> int:
         """Rows accepted but not yet resolved (open, queued and being written)."""
@@ -728,9 +708,6 @@ class SinkPool:
         self._admission.seal_lingering(now)
         self._lanes.seal_lingering(now)
         return self._pick(now)
-
-    def _stopped(self) -> bool:
-        return self._stopping
 
     def _pick(self, now: float) -> Work | None:
         if not self._started or self._stopping:
@@ -765,18 +742,3 @@ class SinkPool:
             shard.idle and shard.open is None and not self._lanes.opens(shard.index, True)
             for shard in self._shards
         )
-
-    def _pump_until(self, deadline: float, done: Callable[[], bool]) -> bool:
-        while True:
-            self.pump()
-            if self._refused:
-                self.charge_refused()
-            with self._cond:
-                if done():
-                    return True
-                now = self._clock.monotonic()
-                if now >= deadline:
-                    return False
-                wake = self._next_wake(now)
-            wait = deadline - now if wake is None else min(wake - now, deadline - now)
-            self._clock.sleep(max(wait, 0.001))

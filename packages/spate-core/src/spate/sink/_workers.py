@@ -12,8 +12,11 @@ batch failed for good — rows the destination refused under ``fail``
 (:class:`~spate.sink.RowsFailed`), or refused rows that cannot be charged to records —
 says why on its acks first (``AckToken.failure``, B322).
 
-With ``io_threads`` workers, each runs :meth:`PoolWorkers.run`; with none, the pool's
-``pump``, ``tick`` and ``flush`` call :meth:`PoolWorkers.write` on the calling thread.
+:class:`PoolWorkers` is the pool's client of the one write-behind engine
+(:mod:`spate.sink._engine`, ADR 0028): the engine runs ``io_threads`` writer threads, or
+none and the pool's ``pump``, ``tick`` and ``flush`` write on the calling thread; each
+takes the next due batch under the pool's lock (:meth:`PoolWorkers.take`: a shard's queue
+front first, so per-shard order holds) and writes it with :meth:`PoolWorkers.write`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import threading
 from collections.abc import Callable
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.flow._contract import ByteBudget
-from spate.sink._attempts import attempt, judge_breaker, outcome, retry_at
+from spate.sink._attempts import judge_breaker
 from spate.sink._batching import PoolBatch
+from spate.sink._engine import claim, release, verdict
 from spate.sink._freshness import WriteFreshness
 from spate.sink._intents import Intent
 from spate.sink._retry import Backoff
@@ -42,9 +46,9 @@ Work = tuple[Shard, PoolBatch, Replica]
 
 
 def settle_batch(batch: PoolBatch, ok: bool) -> Settled:
-    """Mark ``batch`` done (pool lock held); release what it returns with
-    :func:`release_settled` once the lock is given back."""
-    batch.done = True
+    """Claim ``batch`` settled (pool lock held; its callers checked it was not); release
+    what it returns with :func:`release_settled` once the lock is given back."""
+    claim(batch)
     return batch, list(batch.acks), batch.acquired, ok
 
 
@@ -68,7 +72,7 @@ def release_settled(budget: ByteBudget, settled: list[Settled]) -> None:
     for batch, acks, nbytes, ok in settled:
         if nbytes:
             budget.release(nbytes)
-        release_all(acks, ok, batch)
+        release(batch, ok, acks)
 
 
 class PoolWorkers:
@@ -85,7 +89,6 @@ class PoolWorkers:
         next_work: Callable[[float], Work | None],
         next_wake: Callable[[float], float | None],
         fence: Callable[[Shard, object, PoolBatch, Intent], None],
-        stopping: Callable[[], bool],
         freshness: WriteFreshness | None = None,
         refused: Callable[[PoolBatch, RowsRefused], str | None] | None = None,
     ) -> None:
@@ -104,29 +107,22 @@ class PoolWorkers:
         self._next_work = next_work
         self._next_wake = next_wake
         self._fence = fence
-        self._stopping = stopping
         self._freshness = freshness
         self._refused = refused
 
-    def run(self) -> None:
-        """A worker thread: wait for a due batch, write it, until the pool stops."""
-        while True:
-            with self._cond:
-                work = None
-                while work is None:
-                    if self._stopping():
-                        return
-                    now = self._clock.monotonic()
-                    work = self._next_work(now)
-                    if work is None:
-                        wake = self._next_wake(now)
-                        self._cond.wait(None if wake is None else max(wake - now, 0.001))
-            try:
-                self.write(*work)
-            except Exception:  # a bug in the pool itself: keep the worker alive, say so
-                logger.exception("sink %s: worker error", self.name)
+    def take(self, now: float) -> Work | None:
+        """The next batch due at ``now`` with its shard and replica (lock held)."""
+        return self._next_work(now)
 
-    def write(self, shard: Shard, batch: PoolBatch, replica: Replica) -> None:
+    def next_wake(self, now: float) -> float | None:
+        """When a batch may come due (lock held)."""
+        return self._next_wake(now)
+
+    def write(self, work: Work) -> None:
+        """One attempt at a picked batch (lock NOT held), then its verdict."""
+        self.write_to(*work)
+
+    def write_to(self, shard: Shard, batch: PoolBatch, replica: Replica) -> None:
         """One attempt at ``batch`` on ``replica`` (lock NOT held), then its verdict."""
         writer = replica.writer
         if writer is None:  # cannot happen after start(); keeps the type checker honest
@@ -148,11 +144,14 @@ class PoolWorkers:
                 self._fence(shard, writer, batch, intent)
             writer.write(request)
 
-        started = self._clock.monotonic()
-        error = attempt(write, logger, f"sink {self.name}: writer for {replica.endpoint}")
-        result = outcome(error)
-        now = self._clock.monotonic()
-        elapsed = max(now - started, 0.0)
+        judged = verdict(
+            write,
+            what=f"sink {self.name}: writer for {replica.endpoint}",
+            clock=self._clock,
+            backoff=self._backoff,
+            attempts=batch.attempts,
+        )
+        error, result, now, elapsed = judged.error, judged.result, judged.now, judged.elapsed
         charged = isinstance(error, RowsRefused) and self._refused is not None
         freshness = self._freshness if error is None or charged else None
         column = freshness.column_time(batch.buffer) if freshness is not None else None
@@ -164,7 +163,7 @@ class PoolWorkers:
             shard.m_write_seconds["fatal" if result == "record" else result].observe(elapsed)
             if result != "ok":
                 shard.m_errors[result].inc()
-            if isinstance(error, RowsRefused) and self._refused is not None and not batch.done:
+            if isinstance(error, RowsRefused) and self._refused is not None and not batch.settled:
                 why = self._refused(batch, error)
                 if why is None:
                     # Written but for the refused rows: settled once they are charged.
@@ -186,7 +185,7 @@ class PoolWorkers:
                     failed_for_good(batch, f"{error.reason}; {why}")
                     settled.append(settle_batch(batch, False))
             elif error is None:
-                if not batch.done:
+                if not batch.settled:
                     shard.m_records.inc(batch.rows)
                     shard.m_bytes.inc(batch.nbytes)
                     if freshness is not None:
@@ -195,8 +194,8 @@ class PoolWorkers:
             elif result == "retryable":
                 if len(shard.replicas) > 1 and shard.preferred == replica.index:
                     shard.preferred = (replica.index + 1) % len(shard.replicas)
-                if not batch.done:
-                    due = retry_at(self._backoff, batch.attempts, now)
+                if not batch.settled:
+                    due = judged.retry_at
                     if due is None:
                         logger.error(
                             "sink %s shard %d: batch %d failed after %d attempts: %s",
@@ -221,7 +220,7 @@ class PoolWorkers:
                     replica.endpoint,
                     error.reason,
                 )
-                if not batch.done:
+                if not batch.settled:
                     shard.m_abandoned.inc(batch.rows)
                     if isinstance(error, RowsFailed):
                         failed_for_good(batch, error.reason)

@@ -4,8 +4,9 @@ A windowed sink (Parquet, Hugging Face, or a third-party file or lake sink) keep
 in open windows on the pipeline thread and cuts them where its input says; it hands a
 sealed window to :class:`WindowedWriter`, which owns everything after the cut:
 
-* **the queue and the writer thread**: one thread (or the pipeline thread itself, inline,
-  when the pipeline has no io threads) takes the sealed windows in order and writes each;
+* **the queue and the writer thread**: one thread of the engine (or the pipeline thread
+  itself, inline, when the pipeline has no io threads) takes the sealed windows in order
+  and writes each;
 * **retries on the pipeline clock** (B12): a write that fails with a RETRYABLE
   ``SinkError`` is queued again at the front after the :class:`~spate.sink.Backoff`
   delay, measured on the pipeline's :class:`~spate.Clock` (a test drives it with a
@@ -31,10 +32,12 @@ failed window undoes. Connectors subclass :class:`WindowedWriter`, call
 each sealed window, and get ``flush``, ``flush_lanes`` and ``abandon`` of the
 :class:`~spate.sink.Sink` contract.
 
-The :class:`~spate.sink.SinkPool` (ClickHouse, Kafka) keeps its own queue (batches sealed
-on time, routed over shards and replicas) and the spool its writer thread; how an
-attempt ends — retry on the pipeline clock, the breaker's verdict, a writer's unexpected
-exception — is one rule for all three, :mod:`spate.sink._attempts` (ADR 0014).
+The threads, their wake-ups on the pipeline clock, inline mode, the verdict of an
+attempt and the once-only settlement are the one write-behind engine's
+(:mod:`spate.sink._engine`, ADR 0028), which the :class:`~spate.sink.SinkPool`
+(ClickHouse, Kafka) and the spool's writer run on too; this module keeps the queue of
+sealed windows (in seal order, a retry at the front) and how a window is written and
+committed.
 """
 
 from __future__ import annotations
@@ -42,16 +45,16 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from spate._clock import Clock
-from spate.checkpoint._ack import AckToken, release_all
+from spate.checkpoint._ack import AckToken
 from spate.errors import SinkError
 from spate.records import Lane
-from spate.sink._attempts import attempt, judge_breaker, outcome
 from spate.sink._breaker import Breaker
+from spate.sink._engine import WriteBehind, claim, release, verdict
 from spate.sink._gate import CommitGate, CommitGates
 from spate.sink._retry import Backoff
 from spate.sink.config import BreakerConfig
@@ -128,8 +131,15 @@ class WindowedWriter(Generic[W]):
         """Jobs being written (0 or 1)."""
         self._writing: W | None = None
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
+        self._engine: WriteBehind[_Job[W]] = WriteBehind(
+            f"sink {self.name}",
+            _Windows(self),
+            cond=self._cond,
+            clock=clock,
+            threads=1 if threaded else 0,
+            poll=_POLL,
+            give_up_early=True,
+        )
         self.write_retries = 0
         """Write attempts that failed and were tried again."""
         self.windows_failed = 0
@@ -181,20 +191,12 @@ class WindowedWriter(Generic[W]):
 
     def _start_writer(self, thread_name: str) -> None:
         """Start the writer thread (nothing without io threads). Called by ``start``."""
-        if self._threaded and self._thread is None:
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
-            self._thread.start()
+        self._engine.start(thread_name)
 
     def _stop_writer(self) -> None:
         """Fail what is not written (B4) and stop the writer thread. Called by ``close``."""
         self.abandon()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=self._join_timeout)
-            self._thread = None
+        self._engine.stop(self._join_timeout)
         if self._commit_gate is not None:
             self._commit_gate.close()
 
@@ -214,19 +216,22 @@ class WindowedWriter(Generic[W]):
         """Whether fewer than ``limit`` sealed windows wait; without a writer thread the
         queue is written inline first, until ``deadline`` (pipeline clock)."""
         if self._pending() >= limit and not self._threaded:
-            self._drain_inline(deadline)
+            self._engine.drain(deadline, self._all_written)
         return self._pending() < limit
 
     def _write_due(self) -> None:
         """Write inline what is due now (no writer thread); called from ``tick``."""
         if not self._threaded:
-            self._drain_inline(self._wb_clock.monotonic())
+            self._engine.drain(self._wb_clock.monotonic(), self._all_written)
+
+    def _all_written(self) -> bool:
+        return not self._jobs and self._busy == 0
 
     def flush(self, deadline: float) -> bool:
         """Seal every window and wait until each is written or failed, or ``deadline``
         (on the pipeline clock). Pipeline thread; blocks."""
         self._seal_all()
-        return self._wait(lambda: bool(self._jobs) or self._busy > 0, deadline)
+        return self._engine.wait(deadline, self._all_written)
 
     def flush_lanes(self, lanes: Collection[Lane], deadline: float) -> bool:
         """Seal the windows holding rows of ``lanes`` and wait until written (B40, B15).
@@ -242,20 +247,9 @@ class WindowedWriter(Generic[W]):
                 return True
             return any(job.window.holds(wanted) for job in self._jobs)
 
-        return self._wait(pending, deadline)
-
-    def _wait(self, pending: Callable[[], bool], deadline: float) -> bool:
-        """Wait until ``pending()`` is false (checked under the lock), or ``deadline``."""
-        if not self._threaded:
-            return self._drain_inline(deadline)
-        clock = self._wb_clock
-        with self._cond:
-            while pending():
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, _POLL))
-        return True
+        if not self._threaded:  # inline: write the whole queue, in order
+            return self._engine.drain(deadline, self._all_written)
+        return self._engine.wait(deadline, lambda: not pending())
 
     def abandon(self) -> int:
         """Fail the acks of every window not yet written (B4); return their rows."""
@@ -281,58 +275,6 @@ class WindowedWriter(Generic[W]):
                 return max(job.not_before, reopens)
         return job.not_before
 
-    def _run(self) -> None:
-        clock = self._wb_clock
-        while True:
-            with self._cond:
-                while True:
-                    if self._stopping:
-                        return
-                    if self._jobs:
-                        now = clock.monotonic()
-                        wait = self._due(self._jobs[0], now) - now
-                        if wait <= 0:
-                            break
-                        self._cond.wait(min(wait, _POLL))
-                    else:
-                        self._cond.wait()
-                job = self._jobs.popleft()
-                self._busy += 1
-                self._writing = job.window
-            try:
-                self._attempt(job)
-            except Exception:  # a bug in the engine itself: keep the writer alive, say so
-                logger.exception("sink %s: writer error", self.name)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._writing = None
-                    self._cond.notify_all()
-
-    def _drain_inline(self, deadline: float) -> bool:
-        """Write the queued jobs on this thread; False if ``deadline`` came first.
-
-        Waits for a retry with the clock's ``sleep`` (a ``ManualClock`` advances).
-        """
-        clock = self._wb_clock
-        while self._jobs:
-            job = self._jobs[0]
-            now = clock.monotonic()
-            wait = self._due(job, now) - now
-            if wait > 0:
-                if now + wait > deadline:
-                    return False
-                clock.sleep(wait)
-            self._jobs.popleft()
-            self._busy += 1
-            self._writing = job.window
-            try:
-                self._attempt(job)
-            finally:
-                self._busy -= 1
-                self._writing = None
-        return True
-
     def _attempt(self, job: _Job[W]) -> None:
         """Write and commit one window; on a failure that can pass, queue it again after
         a backoff; settle its acks once it is written or failed for good."""
@@ -353,30 +295,34 @@ class WindowedWriter(Generic[W]):
                 else:
                     self._commit_window(window)
 
-        error = attempt(write, logger, f"sink {self.name}: {self._describe(window)}")
-        result = outcome(error)
-        if breaker is not None:
-            with self._cond:
-                judge_breaker(breaker, result, self._wb_clock.monotonic())
-        if error is None:
+        judged = verdict(
+            write,
+            what=f"sink {self.name}: {self._describe(window)}",
+            clock=self._wb_clock,
+            backoff=self._backoff,
+            attempts=job.attempts,
+            breaker=breaker,
+            cond=self._cond,
+            delay=self._retry_delay,
+        )
+        if judged.error is None:
             self._settle(window, ok=True)
-        elif result == "retryable" and not self._backoff.exhausted(job.attempts):
-            self._retry(job, error)
+        elif judged.retry_at is not None:
+            self._retry(job, judged.error, judged.retry_at)
         else:
-            self._failed(window, job.attempts, error.reason)
+            self._failed(window, job.attempts, judged.error.reason)
 
-    def _retry(self, job: _Job[W], exc: SinkError) -> None:
-        delay = self._retry_delay(exc, job.attempts)
+    def _retry(self, job: _Job[W], exc: SinkError, due: float) -> None:
         self.write_retries += 1
         logger.warning(
             "sink %s: %s failed (attempt %d), retrying in %.1fs: %s",
             self.name,
             self._describe(job.window),
             job.attempts,
-            delay,
+            max(due - self._wb_clock.monotonic(), 0.0),
             exc.reason,
         )
-        job.not_before = self._wb_clock.monotonic() + delay
+        job.not_before = due
         with self._cond:
             self._jobs.appendleft(job)
             self._cond.notify_all()
@@ -395,9 +341,39 @@ class WindowedWriter(Generic[W]):
     def _settle(self, window: W, ok: bool) -> None:
         """Release the window's acks once, whoever gets there first (writer or abandon)."""
         with self._cond:
-            if window.settled:
+            if not claim(window):
                 return
-            window.settled = True
             if not ok:
                 self._unwritten(window)
-        release_all(window.acks, ok, window)
+        release(window, ok, window.acks)
+
+
+class _Windows(Generic[W]):
+    """The windowed writer as the engine's client: sealed windows in seal order, one at
+    a time, a retry at the front after its backoff (or while the breaker is open)."""
+
+    def __init__(self, writer: WindowedWriter[W]) -> None:
+        self._w = writer
+
+    def take(self, now: float) -> _Job[W] | None:
+        w = self._w
+        if w._busy or not w._jobs or w._due(w._jobs[0], now) > now:
+            return None
+        job = w._jobs.popleft()
+        w._busy += 1
+        w._writing = job.window
+        return job
+
+    def next_wake(self, now: float) -> float | None:
+        w = self._w
+        return w._due(w._jobs[0], now) if w._jobs and not w._busy else None
+
+    def write(self, job: _Job[W]) -> None:
+        w = self._w
+        try:
+            w._attempt(job)
+        finally:
+            with w._cond:
+                w._busy -= 1
+                w._writing = None
+                w._cond.notify_all()

@@ -1,7 +1,8 @@
 """The spool's writer thread: appends sealed batches to the store and makes them durable.
 
 The spool tier (:mod:`spate.sink.tiers._spool`) seals batches on the pipeline thread and
-queues them here; one writer thread appends them in the order they sealed and fsyncs as
+queues them here; one writer thread of the write-behind engine (:mod:`spate.sink._engine`,
+ADR 0028: this class is its client) appends them in the order they sealed and fsyncs as
 the policy says (``fsync: batch`` — after appending what was queued, so batches sealed
 during one fsync share the next; ``fsync: segment`` — when the tier asks, on segment
 rotation and every tick). At most ``_QUEUED`` sealed batches wait (queueing another
@@ -18,6 +19,7 @@ contents, tokens, handing on or the store's layout (the tier and the store do).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -28,6 +30,7 @@ from spate._clock import Clock
 from spate.errors import SinkError
 from spate.metrics import names
 from spate.metrics._meter import Meter
+from spate.sink._engine import WriteBehind
 from spate.sink.tiers._store import BatchRef, SpoolStore
 
 logger = logging.getLogger(__name__)
@@ -74,7 +77,7 @@ class SpoolWriter(Generic[B]):
         self._on_durable = on_durable
         self._clock = clock
         self.cond = threading.Condition(threading.Lock())
-        """Guards the state below (``queued`` to ``_thread``)."""
+        """Guards the state below (``queued`` to ``error``) and the engine's wake-ups."""
         self.queued: deque[B] = deque()
         """Sealed batches waiting to be appended, in seal order."""
         self.queued_bytes = 0
@@ -89,8 +92,9 @@ class SpoolWriter(Generic[B]):
         self.stalled = False
         """An append failed: the writer waits until the pipeline thread asks it to retry."""
         self._sync_wanted = False
-        self._halt = False
-        self._thread: threading.Thread | None = None
+        self._engine: WriteBehind[tuple[list[B], bool]] = WriteBehind(
+            f"spool {name}", self, cond=self.cond, clock=clock, threads=1, on_exit=self._exited
+        )
         self._abandoned = False
         """The batches in flight were failed: an fsync returning late hands nothing on
         (its batches stay on disk for the next start)."""
@@ -108,12 +112,8 @@ class SpoolWriter(Generic[B]):
         ``_QUEUED`` batches are ahead of it, unless the writer is stalled."""
         size = sum(map(len, batch.records)) + 4 * len(batch.records) + 20
         with self.cond:
-            if self._thread is None:
-                self._halt = False
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"spool-{self.name}", daemon=True
-                )
-                self._thread.start()
+            if not self._engine.running:
+                self._engine.start(f"spool-{self.name}")
             self.queued.append(batch)
             self.queued_bytes += size
             batch.size = size
@@ -125,21 +125,21 @@ class SpoolWriter(Generic[B]):
         """Wait until every queued batch is appended (``sync``: and what was appended is
         fsynced); False if an append failed (the batch stays queued) or ``deadline``
         passed first (see :meth:`writing`)."""
-        cond = self.cond
-        with cond:
-            if self._thread is None:
+        with self.cond:
+            if not self._engine.running:
                 return not self.queued
             if sync:
                 self._sync_wanted = True
-                cond.notify_all()
-            while self._busy or (not self.stalled and (self.queued or self._sync_wanted)):
-                if deadline is None:
-                    cond.wait()
-                elif self._clock.monotonic() >= deadline:
-                    return False
-                else:
-                    cond.wait(0.01)
+                self.cond.notify_all()
+        until = math.inf if deadline is None else deadline
+        if not self._engine.wait(until, self._settled):
+            return False
+        with self.cond:
             return not self.stalled
+
+    def _settled(self) -> bool:
+        """Nothing in flight and nothing left to do but a failed append (lock held)."""
+        return not (self._busy or (not self.stalled and (self.queued or self._sync_wanted)))
 
     def writing(self) -> bool:
         """Whether work is unfinished (a write or fsync in flight, or batches queued)
@@ -165,18 +165,14 @@ class SpoolWriter(Generic[B]):
         """Stop the thread once its current write and fsync returned; False when that
         took longer than ``timeout`` (the thread is left behind, its batches abandoned:
         a late fsync hands nothing on)."""
-        with self.cond:
-            thread, self._thread = self._thread, None
-            self._halt = True
-            self.cond.notify_all()
-        if thread is None:
+        if not self._engine.running:
             return True
-        thread.join(timeout)
-        if not thread.is_alive():
+        left = self._engine.stop(timeout)
+        if not left:
             return True
         with self.cond:
             self._abandoned = True
-            self.stuck = thread
+            self.stuck = left[0]
             self._busy = False
         return False
 
@@ -191,36 +187,47 @@ class SpoolWriter(Generic[B]):
         self.stalled = self.notice = self._sync_wanted = False
         return pending
 
-    def _loop(self) -> None:
-        """The writer thread: append queued batches in order, fsync as the policy says."""
-        cond = self.cond
-        while True:
-            with cond:
-                while not self._halt and (self.stalled or not (self.queued or self._sync_wanted)):
-                    cond.wait()
-                if self._halt:
-                    close_store = self._abandoned and self.close_store_later
-                    if self._abandoned:  # this writer was left behind by stop()
-                        self.stuck = None
-                        self.close_store_later = False
-                    break
-                self._busy = True
-                batches = list(self.queued)
-                sync = self._per_batch or self._sync_wanted
-                self._sync_wanted = False
-            try:
-                self._write(batches, sync)
-            except Exception as exc:  # a store's own bug: the batch stays queued, unacked
-                logger.exception("spool %s: the store failed unexpectedly", self.name)
-                self.error = str(exc)
-                with cond:
-                    self.stalled = self.notice = True
-            finally:
-                with cond:
-                    self._busy = False
-                    cond.notify_all()
+    # -- the engine's client (spool appends in seal order, one writer thread) --------
+
+    def take(self, now: float) -> tuple[list[B], bool] | None:
+        """What is queued (a snapshot, in seal order) and whether to fsync after it;
+        None while stalled or idle (lock held)."""
+        if self.stalled or not (self.queued or self._sync_wanted):
+            return None
+        self._busy = True
+        sync = self._per_batch or self._sync_wanted
+        self._sync_wanted = False
+        return list(self.queued), sync
+
+    def next_wake(self, now: float) -> float | None:
+        """Never on time: only news (a batch queued, a retry, a sync asked) wakes it."""
+        return None
+
+    def write(self, item: tuple[list[B], bool]) -> None:
+        """Append the batches, then fsync if asked (lock NOT held)."""
+        batches, sync = item
+        try:
+            self._write(batches, sync)
+        except Exception as exc:  # a store's own bug: the batch stays queued, unacked
+            logger.exception("spool %s: the store failed unexpectedly", self.name)
+            self.error = str(exc)
+            with self.cond:
+                self.stalled = self.notice = True
+        finally:
+            with self.cond:
+                self._busy = False
+                self.cond.notify_all()
+
+    def _exited(self) -> None:
+        """The writer thread returns: one that :meth:`stop` left behind closes the store
+        if the tier was closed meanwhile (its hung write or fsync returned after close)."""
+        with self.cond:
+            close_store = self._abandoned and self.close_store_later
+            if self._abandoned:
+                self.stuck = None
+                self.close_store_later = False
         if close_store:
-            self._store.close()  # its hung write or fsync returned after close()
+            self._store.close()
 
     def _write(self, batches: list[B], sync: bool) -> None:
         """Append ``batches`` (a snapshot of the queue), then fsync if ``sync``."""
