@@ -167,7 +167,9 @@ def test_b80_a_stalled_commit_times_out_releases_the_gate_and_is_retried(hub: Hu
         assert sink.flush(time.monotonic() + 60)
     finally:
         sink.close()
-    assert hub.attempts == 2 and token.status is AckStatus.DELIVERED
+    # The stalled first attempt timed out and a later one delivered; on a loaded machine
+    # the retry itself may outlast the 500 ms too, so more than two attempts are fine.
+    assert hub.attempts >= 2 and token.status is AckStatus.DELIVERED
     gate = gates.gate(f"{hub.endpoint}/datasets/{REPO}@main", 0.0)
     assert gate.acquire(0.0), "the gate is still held after the commit"
     gate.release()
