@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
@@ -79,22 +79,44 @@ AgainFn = Callable[[object, Origin, AckToken], bool]
 class RecordCell:
     """The record whose rows are being offered now (set by the chain per record)."""
 
-    __slots__ = ("batch", "index")
+    __slots__ = ("batch", "index", "records")
 
     def __init__(self) -> None:
         self.batch: PayloadBatch | None = None
         self.index = -1
+        self.records: Sequence[int] | None = None
+        """The record of each row of the source batch's rows being handed to a sink at
+        once (``prepare_rows``), when the chain collected them (B95); else None."""
 
 
 class HeldErrors:
     """The chain's record error policy for one sink's held rows (see the module docstring)."""
 
-    __slots__ = ("_again", "_report", "cell")
+    __slots__ = ("_again", "_kept", "_report", "_source", "cell", "positions_only")
 
-    def __init__(self, cell: RecordCell, report: ReportFn, again: AgainFn) -> None:
+    def __init__(
+        self, cell: RecordCell, report: ReportFn, again: AgainFn, *, positions_only: bool = False
+    ) -> None:
         self.cell = cell
         self._report = report
         self._again = again
+        self.positions_only = positions_only
+        """The policy needs only where a record was, not the record (``skip``, ``fail``):
+        a holder keeps each row's source position, not its source batch (B349)."""
+        self._source: PayloadBatch | None = None
+        self._kept: PayloadBatch | None = None
+
+    def kept(self) -> PayloadBatch | None:
+        """What a holder keeps of the source batch being offered now: the batch itself,
+        or under :attr:`positions_only` a batch of its lane and offsets alone
+        (:meth:`~spate.records.PayloadBatch.positions`, made once per source batch)."""
+        batch = self.cell.batch
+        if batch is None or not self.positions_only:
+            return batch
+        if batch is not self._source:
+            self._source = batch
+            self._kept = batch.positions()
+        return self._kept
 
     def origin(self) -> Origin | None:
         """The record whose row is being offered now (None outside the chain)."""
