@@ -35,8 +35,10 @@ it hands on rows whose records are gone (acknowledged, or read back from disk), 
 notes for each a record it makes of the spooled row (B323).
 
 A sink pool whose connector refuses rows at write time (``RowRefusingConnector``) is a
-holder too: its batches keep their rows' records, and a row the destination refused is
-charged through :meth:`HeldErrors.report` on the pipeline thread (B245-B249). A pool whose
+holder too: its batches keep their rows' records — only their positions when the policy
+needs no dead letter (:attr:`HeldErrors.positions_only`, ``skip``, B349) — and a row the
+destination refused is charged through :meth:`HeldErrors.report` on the pipeline thread
+(B245-B249). A pool whose
 connector never does binds nothing and tells the chain so (``bind_held_errors`` returns
 False).
 """
@@ -109,7 +111,9 @@ class HeldErrors:
     def kept(self) -> PayloadBatch | None:
         """What a holder keeps of the source batch being offered now: the batch itself,
         or under :attr:`positions_only` a batch of its lane and offsets alone
-        (:meth:`~spate.records.PayloadBatch.positions`, made once per source batch)."""
+        (:meth:`~spate.records.PayloadBatch.positions`, made once per source batch; the
+        last source batch stays referenced until the next one, so that one is never
+        mistaken for another)."""
         batch = self.cell.batch
         if batch is None or not self.positions_only:
             return batch

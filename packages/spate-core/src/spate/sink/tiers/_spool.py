@@ -31,12 +31,15 @@ not retried: with ``ack: spooled`` the spool keeps it, hands nothing more on, is
 ready, and raises ``FatalError`` from its next tick, flush or replay (B322). Either way a
 batch not yet accepted when the spool drains is replayed on the next start.
 
-Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter``) are
-charged to records the spool makes of the spooled rows — lane, key, the row as payload,
-offset -1 — noted in a record cell of its own while it hands them on one at a time
+Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter`` or
+``skip``) are charged to records the spool makes of the spooled rows — lane, key, the
+row as payload, the source offset spooled with the row (-1 for a row spooled without
+one) — noted in a record cell of its own while it hands them on one at a time
 (:meth:`SpoolTier.bind_held_errors`, B323): the records the rows came from are gone. A
 spooled frame is handed on whole with such a record for each of its rows — its lane and
-key, the row's columns as a JSON object — its row column numbering them (B348).
+key, the row's columns as a JSON object — its row column numbering them (B348). While
+bound so, the spool reads each offered row's source offset from the chain's record cell
+and keeps it with the row, in memory and in its segments (B421).
 
 A next tier that is an :class:`~spate.sink.IdentifiedSink` (the sink pool) gets each
 batch's identity (writing run, segment, position), from which it derives dedup tokens
