@@ -81,3 +81,28 @@ def test_b421_every_record_kind_keeps_its_rows_offsets() -> None:
         assert decoded.equals(frame)  # type: ignore[attr-defined]
         plain = decode_positioned_frame(encode_frame(frame, keys_of, LANE))
         assert plain[3] is None
+
+
+def test_b349_under_skip_a_holder_keeps_positions_not_records() -> None:
+    """A policy without dead letters binds ``positions_only``: what a holder keeps of the
+    source batch is its lane and offsets, no payload or key, made once per source batch;
+    under ``dead_letter`` it is the batch itself (B349)."""
+    from spate.records import PayloadBatch
+    from spate.sink._held import HeldErrors, RecordCell
+
+    source = PayloadBatch(LANE, [7, 8, 9], [memoryview(b"x")] * 3, [b"k"] * 3, [0] * 3, 10)
+    cell = RecordCell()
+    cell.batch, cell.index = source, 1
+    skip = HeldErrors(cell, lambda *_: None, lambda *_: True, positions_only=True)
+    kept = skip.kept()
+    assert kept is not None and kept is not source
+    assert (kept.lane, kept.offsets, kept.first_offset, kept.next_offset) == (
+        LANE,
+        [7, 8, 9],
+        7,
+        10,
+    )
+    assert kept.payloads == [] and kept.keys == []
+    assert skip.kept() is kept  # one per source batch
+    letters = HeldErrors(cell, lambda *_: None, lambda *_: True)
+    assert letters.kept() is source
