@@ -174,7 +174,7 @@ class PoolWorkers:
                         freshness.written(batch, self._clock.time(), column)
                 elif error.skipped:
                     # Skipped by the writer already: only their positions are unknown.
-                    logger.debug(
+                    logger.warning(
                         "sink %s shard %d: batch %d: %s; %s",
                         self.name,
                         shard.index,
