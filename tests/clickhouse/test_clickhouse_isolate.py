@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from spate.errors import ErrorClass, SinkError
-from spate.sink import WriteBatch
+from spate.sink import RowsRefused, WriteBatch
 
 from tests.clickhouse.sinkkit import Driver, build_sink, ids_on
 from tests.support.chfront_fixtures import ChFront
@@ -165,8 +165,13 @@ def test_b193_frames_the_server_refuses_are_bisected_like_rows(front: ChFront) -
             pa.table({"id": pa.array(ids, pa.uint64()), "v": pa.array(values, pa.int64())})
         )
     batch = WriteBatch(buffer, 600, 0, 0, 1, "frames-token", 1)
-    writer.write(batch)
-    writer.write(batch)  # a retry of the same batch: its sub-blocks deduplicate
+    # Under skip the write names the refused rows, for the pool to log them under their
+    # records' positions (B349); the rest is written.
+    for _ in range(2):  # then a retry of the same batch: its sub-blocks deduplicate
+        with pytest.raises(RowsRefused) as refused:
+            writer.write(batch)
+        assert refused.value.skipped
+        assert [row.row for row in refused.value.rows] == [5, 444]
     writer.close()
     built.sink.close()
     assert built.metric("spate_sink_server_rejected_rows_total", code="469", policy="skip") == 4

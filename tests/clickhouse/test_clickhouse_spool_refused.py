@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pytest
 from spate import Pipeline
@@ -167,6 +167,62 @@ PER_PARTITION = 1_500
 BAD = 1_000_700  # partition 1's record 700
 
 
+class SpooledRun(NamedTuple):
+    """A pipeline of :func:`spooled_pipeline`, its source's handle and its sink."""
+
+    pipeline: Pipeline
+    handle: Any
+    built: BuiltSink
+
+
+def spooled_pipeline(
+    name: str,
+    url: str,
+    data: dict[int, list[bytes]],
+    policy: str,
+    directory: Path,
+    ack: Ack | None,
+    drain: float = 30.0,
+    **pipeline: Any,
+) -> SpooledRun:
+    """A pipeline ``name`` (memory source over ``data`` on topic ``orders``, ``pipeline``'s
+    chains, deserializer or dead letters) into a ClickHouse sink on ``url`` writing table
+    ``name`` (``-`` as ``_``) under ``policy``, behind a spool over ``directory`` with
+    ``ack`` unless None."""
+    table = name.replace("-", "_")
+    source, handle = memory_source(data, stream="orders", batch_size=250)
+    budget = Pipeline.new_budget(BackpressureConfig())
+    meter = Meter(name)
+    built = build_sink(
+        {
+            "table": table,
+            "columns": ["id", "v"],
+            "shards": [{"replicas": [url]}],
+            "batch": {"max_rows": 100_000, "linger": "100ms"},
+            "retry": {"initial": "50ms", "max": "200ms", "max_attempts": 2},
+            "on_record_error": policy,
+        },
+        pipeline=name,
+        meter=meter,
+        budget=budget,
+    )
+    sink = built.sink if ack is None else _spool(directory, built, ack)
+    chains = pipeline.pop("chains", None)
+    run = Pipeline(
+        name,
+        source,
+        {"events": sink},
+        checkpoint=CheckpointConfig(interval=0.1, drain_timeout=drain),
+        budget=budget,
+        meter=meter,
+        handle_signals=False,
+        **pipeline,
+    )
+    if chains is not None:
+        run.chains(chains)
+    return SpooledRun(run, handle, built)
+
+
 def _dead_letter_run(
     front: ChFront, tmp_path: Path, ack: Ack, name: str, payload: bytes, **pipeline: Any
 ) -> dict[str, Any]:
@@ -177,39 +233,19 @@ def _dead_letter_run(
     table = name.replace("-", "_")
     client = _table(front, table, BAD)
     data = {p: [payload % (p * 1_000_000 + i) for i in range(PER_PARTITION)] for p in range(2)}
-    source, handle = memory_source(data, stream="orders", batch_size=250)
-    budget = Pipeline.new_budget(BackpressureConfig())
-    meter = Meter(name)
-    built = build_sink(
-        {
-            "table": table,
-            "columns": ["id", "v"],
-            "shards": [{"replicas": [front.url]}],
-            "batch": {"max_rows": 100_000, "linger": "100ms"},
-            "on_record_error": "dead_letter",
-        },
-        pipeline=name,
-        meter=meter,
-        budget=budget,
-    )
     directory = tmp_path / "spool"
-    spool = _spool(directory, built, ack)
     dlq, letters = capture_sink("dead_letter")
-    chains = pipeline.pop("chains", None)
-    run = Pipeline(
+    run, handle, built = spooled_pipeline(
         name,
-        source,
-        {"events": spool},
-        checkpoint=CheckpointConfig(interval=0.1, drain_timeout=30.0),
-        budget=budget,
-        meter=meter,
-        handle_signals=False,
+        front.url,
+        data,
+        "dead_letter",
+        directory,
+        ack,
         dead_letter=dlq,
         dead_letter_settings=DeadLetterSettings(format="row"),
         **pipeline,
     )
-    if chains is not None:
-        run.chains(chains)
     report = run.run()
     assert report.exit_code == 0, report.summary()
     ids = [p * 1_000_000 + i for p in data for i in range(PER_PARTITION)]
@@ -221,7 +257,8 @@ def _dead_letter_run(
     assert os.listdir(directory) == []
     (letter,) = letters.rows
     assert (letter["source_topic"], letter["source_partition"]) == ("orders", 1)
-    assert letter["source_offset"] == -1  # the spool keeps rows, not their records' offsets
+    # The spool keeps each row's source offset with it (B424).
+    assert letter["source_offset"] == BAD % 1_000_000
     assert letter["error_stage"] == "sink"
     assert "[code 469 VIOLATED_CONSTRAINT]" in letter["error_message"]
     assert "good" in letter["error_message"]  # the server's message names the constraint

@@ -157,10 +157,12 @@ class ClickHouseConnector:
         self.health: TableHealth | None = None
         """Set by the factory when ``health`` follows the parts or a rate (B224)."""
         self.refuses_rows = (
-            config.on_record_error is ErrorPolicy.DEAD_LETTER and config.isolate_max_inserts > 0
+            config.on_record_error in (ErrorPolicy.DEAD_LETTER, ErrorPolicy.SKIP)
+            and config.isolate_max_inserts > 0
         )
         """Whether a write may end in ``RowsRefused`` (a ``RowRefusingConnector``): rows
-        the server refuses on their own are dead-lettered by the pool (B245)."""
+        the server refuses on their own are dead-lettered by the pool (B245), or skipped
+        under their records' source positions (B349)."""
         self.targets: TargetPlan | None = None
         """The templates of a templated ``table``/``database`` (B290); set by :meth:`route`."""
         self.open_targets = OpenTargets(config.max_targets)
@@ -264,9 +266,11 @@ class ClickHouseConnector:
         """Apply ``on_record_error`` to rows the server refused on their own (B190).
 
         Worker thread. Logs the rows with the server's code and message and counts them;
-        returns under ``skip`` (the batch counts as written: its rows are written or
-        accounted for); under ``dead_letter`` raises ``RowsRefused`` naming each row with
-        its code and message, which the pool charges to the rows' records (B245); raises
+        under ``skip`` raises ``RowsRefused`` marked ``skipped``: the pool counts each row
+        as a skipped record and logs it under its record's source position (B349), and
+        the batch counts as written; under ``dead_letter`` raises ``RowsRefused`` naming
+        each row with its code and message, which the pool charges to the rows' records
+        (B245); raises
         ``RowsFailed`` (fatal) naming them under ``fail`` (the batch fails for good and
         its offsets are not committed past them; a spool keeps it, B322).
         """
@@ -313,8 +317,15 @@ class ClickHouseConnector:
                 tuple(_refused_row(row, endpoint) for row in rows),
             )
         if policy is ErrorPolicy.SKIP:
-            self._write_time_error(summary)  # logged, and the batch counts as written
-            return
+            if not self.refuses_rows:
+                self._write_time_error(summary)  # logged, and the batch counts as written
+                return
+            # The pool names each row's record in the skip log and counts it (B349).
+            raise RowsRefused(
+                f"sink {self.name}: {summary}; skipped (on_record_error: skip)",
+                tuple(_refused_row(row, endpoint) for row in rows),
+                skipped=True,
+            )
         raise RowsFailed(f"sink {self.name}: {summary}; the batch fails (on_record_error: fail)")
 
     def event_time(self, buffer: ColumnBuffer) -> float | None:
@@ -508,6 +519,9 @@ class ClickHouseShardWriter:
         # attributes) and keeps the batch's columns, so one per batch is cyclic garbage
         # that holds the rows until a full collection of the cyclic collector.
         self._contexts = threading.local()
+        self._found = threading.local()
+        """The rows refused in the write running on this thread, and the inserts spent
+        finding them (``rows``, ``inserts``): reported once the write ends (B244)."""
 
     def _get_client(self) -> Client:
         with self._lock:
@@ -726,7 +740,22 @@ class ClickHouseShardWriter:
             raise error from exc
 
     def write(self, batch: WriteBatch) -> None:
-        """One INSERT of the whole batch with its dedup token. Worker thread; blocks."""
+        """One INSERT of the whole batch with its dedup token. Worker thread; blocks.
+
+        The rows the server refuses on their own in any piece or target of the batch are
+        reported once every piece is written (B190, B244, B349): a refusal in one piece
+        never keeps the next ones from being inserted."""
+        found = self._found
+        found.rows, found.inserts = [], 0
+        try:
+            self._write(batch)
+            rows: list[Rejected] = found.rows
+            if rows:
+                self.connector.rejected(rows, found.inserts, batch.seq, self.endpoint)
+        finally:
+            found.rows = []
+
+    def _write(self, batch: WriteBatch) -> None:
         connector = self.connector
         buffer = batch.buffer
         if not isinstance(buffer, ColumnBuffer):
@@ -979,7 +1008,9 @@ class ClickHouseShardWriter:
         if found:
             if positions is not None:
                 found = [r._replace(row=positions[r.row]) for r in found]
-            self.connector.rejected(found, inserts, batch.seq, self.endpoint)
+            refused = self._found  # reported by write() once every piece is written
+            refused.rows.extend(found)
+            refused.inserts += inserts
 
     def _insert_context(self, client: Client, encoder: RowEncoder) -> InsertContext:
         """This thread's insert context for ``encoder``'s columns (made at its first use)."""

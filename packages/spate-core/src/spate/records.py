@@ -276,6 +276,23 @@ class PayloadBatch:
         batch._read_first_timestamp = first_timestamp if values else None
         return batch
 
+    def positions(self) -> PayloadBatch:
+        """A batch of this one's lane and offsets alone, for naming where a record was
+        after the batch is gone (a row a sink refuses at write time under ``skip``,
+        B349): it keeps no payload, key, timestamp or header of the records, so it holds
+        none of their memory; its payloads, keys and timestamps read empty."""
+        light = PayloadBatch.lazy(
+            self.lane,
+            [],
+            first_offset=self.first_offset,
+            next_offset=self.next_offset,
+            offsets=self.offsets,
+            keys=[],
+            timestamps=[],
+        )
+        light._first_offset = self.first_offset  # lazy() takes it from the values
+        return light
+
     @property
     def values(self) -> list[bytes] | None:
         """The payloads as whole ``bytes`` objects when the source holds them so, else None.

@@ -275,7 +275,11 @@ class ChainRuntime:
         self.holding = False
         for index, sink in enumerate(sink_objs):
             errors = HeldErrors(
-                self.cell, functools.partial(self.held_error, index), self.held_dead_letter
+                self.cell,
+                functools.partial(self.held_error, index),
+                self.held_dead_letter,
+                # Only a dead letter needs the record itself; skip and fail name it (B349).
+                positions_only=self.record_policies[index] is not ErrorPolicy.DEAD_LETTER,
             )
             if bind_held_errors(sink, errors):
                 self.holding = True
@@ -722,7 +726,14 @@ class ChainRuntime:
             prepare = functools.partial(
                 sink.prepare_rows, values, list(map(keys.__getitem__, records)), batch.lane
             )
-            prepared, _, count = self.check_prepared(index, prepare, records, len(values), batch)
+            if self.holding:
+                self.cell.records = records  # a spool keeps their positions (B421)
+            try:
+                prepared, _, count = self.check_prepared(
+                    index, prepare, records, len(values), batch
+                )
+            finally:
+                self.cell.records = None
             if count:
                 items.append((index, functools.partial(sink.offer_rows, prepared), count))
         if not items:

@@ -58,12 +58,16 @@ Append = Callable[[RowBuffer, object, int, int], int]
 
 class PreparedRows:
     """Rows :meth:`Admission.prepare_rows` checked and placed: ``(shard, rows)`` parts,
-    each a connector's :class:`~spate.sink.RowBlock`."""
+    each a connector's :class:`~spate.sink.RowBlock`, with the record of each part's rows
+    while the pool keeps them (rows refused at write time, B245, B349)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "records")
 
-    def __init__(self, parts: list[tuple[int, RowBlock]]) -> None:
+    def __init__(
+        self, parts: list[tuple[int, RowBlock]], records: list[list[int]] | None = None
+    ) -> None:
         self.parts = parts
+        self.records = records
 
 
 class _Column(Protocol):
@@ -174,7 +178,7 @@ class Admission:
                 ) from exc
             batch.rows += 1
             if batch.origins is not None:
-                batch.note_row(self.errors.cell, ack)  # type: ignore[union-attr]
+                batch.note_row(self.errors, ack)  # type: ignore[arg-type]
             nbytes = batch.nbytes + size
             batch.nbytes = nbytes
             if ack is not batch.last_ack:
@@ -273,7 +277,7 @@ class Admission:
         if records is None or errors is None:
             batch.origins = None
             return
-        batch.note(errors.cell.batch, records[start:stop], ack)
+        batch.note(errors.kept(), records[start:stop], ack)
 
     def fits(
         self, shard: Shard, count: int, batch: PoolBatch | None = None, lane: bool = False
@@ -323,6 +327,11 @@ class Admission:
         count = len(rows)
         bad: list[tuple[int, str]] = []
         shards: list[int] | None = None
+        # The rows' records, while batches keep them: the chain names them (B349).
+        errors = self.errors
+        records = None if errors is None else errors.cell.records
+        if records is not None and len(records) != count:
+            records = None
         router = self._router
         if router is not None:
             shards = []
@@ -337,6 +346,8 @@ class Admission:
                 placed.append(position)
             if bad:
                 rows = [rows[p] for p in placed]
+                if records is not None:
+                    records = [records[p] for p in placed]
         else:
             placed = []
         unplaced = bool(bad)
@@ -353,19 +364,27 @@ class Admission:
                     bad.append((original, error.reason))
                 else:
                     bad.append((original, f"sink {self.name}: cannot encode row: {error!r}"))
+            dropped = {position for position, _ in refused}
             if shards is not None:
-                dropped = {position for position, _ in refused}
                 shards = [s for i, s in enumerate(shards) if i not in dropped]
+            if records is not None:
+                records = [r for i, r in enumerate(records) if i not in dropped]
             bad.sort()
         parts: list[tuple[int, RowBlock]]
+        kept: list[list[int]] | None = None
         if shards is None or len(self._shards) == 1:
             parts = [(0, block)]
+            if records is not None:
+                kept = [list(records)]
         else:
+            by_shard = _by_shard(shards)
             parts = [
                 (i, block if len(positions) == len(block) else block.take(positions))
-                for i, positions in _by_shard(shards)
+                for i, positions in by_shard
             ]
-        return PreparedRows(parts), bad
+            if records is not None:
+                kept = [[records[p] for p in positions] for _, positions in by_shard]
+        return PreparedRows(parts, kept), bad
 
     def offer_rows(self, prepared: object, ack: AckToken) -> Offer:
         """Append prepared rows to their shards' open batches, all or nothing (B95), by
@@ -376,7 +395,7 @@ class Admission:
             )
         parts = [(self._shards[index], block, len(block)) for index, block in prepared.parts]
         with self._cond:
-            return self.admit(parts, ack, self._append_block)
+            return self.admit(parts, ack, self._append_block, prepared.records)
 
     def _append_block(self, buffer: RowBuffer, block: object, start: int, stop: int) -> int:
         """Append rows ``start:stop`` of a prepared :class:`RowBlock`."""

@@ -17,7 +17,7 @@ from typing import Literal
 
 from spate.checkpoint._ack import AckToken
 from spate.records import Lane, PayloadBatch
-from spate.sink._held import RecordCell
+from spate.sink._held import HeldErrors
 from spate.sink._intents import Intent, Position
 from spate.sink._writer import RowBuffer
 
@@ -103,15 +103,17 @@ class PoolBatch:
         """Whether a row of one of ``lanes`` is in this batch (under the pool lock)."""
         return any(ack.lane in lanes for ack in self.acks)
 
-    def note_row(self, cell: RecordCell, ack: AckToken) -> None:
-        """Keep the record of the row just appended: the one the chain is offering."""
+    def note_row(self, errors: HeldErrors, ack: AckToken) -> None:
+        """Keep the record of the row just appended: the one the chain is offering (or
+        only its position, :meth:`HeldErrors.kept <spate.sink._held.HeldErrors.kept>`)."""
         origins = self.origins
         if origins is None:
             return
-        if cell.batch is None:
+        kept = errors.kept()
+        if kept is None:
             self.origins = None
             return
-        origins.append((cell.batch, cell.index, ack))
+        origins.append((kept, errors.cell.index, ack))
 
     def note(self, cell_batch: PayloadBatch | None, records: Sequence[int], ack: AckToken) -> None:
         """Keep the records of the rows just appended (``records``: their indexes in

@@ -35,8 +35,10 @@ it hands on rows whose records are gone (acknowledged, or read back from disk), 
 notes for each a record it makes of the spooled row (B323).
 
 A sink pool whose connector refuses rows at write time (``RowRefusingConnector``) is a
-holder too: its batches keep their rows' records, and a row the destination refused is
-charged through :meth:`HeldErrors.report` on the pipeline thread (B245-B249). A pool whose
+holder too: its batches keep their rows' records — only their positions when the policy
+needs no dead letter (:attr:`HeldErrors.positions_only`, ``skip``, B349) — and a row the
+destination refused is charged through :meth:`HeldErrors.report` on the pipeline thread
+(B245-B249). A pool whose
 connector never does binds nothing and tells the chain so (``bind_held_errors`` returns
 False).
 """
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from spate.checkpoint._ack import AckToken
@@ -79,22 +81,46 @@ AgainFn = Callable[[object, Origin, AckToken], bool]
 class RecordCell:
     """The record whose rows are being offered now (set by the chain per record)."""
 
-    __slots__ = ("batch", "index")
+    __slots__ = ("batch", "index", "records")
 
     def __init__(self) -> None:
         self.batch: PayloadBatch | None = None
         self.index = -1
+        self.records: Sequence[int] | None = None
+        """The record of each row of the source batch's rows being handed to a sink at
+        once (``prepare_rows``), when the chain collected them (B95); else None."""
 
 
 class HeldErrors:
     """The chain's record error policy for one sink's held rows (see the module docstring)."""
 
-    __slots__ = ("_again", "_report", "cell")
+    __slots__ = ("_again", "_kept", "_report", "_source", "cell", "positions_only")
 
-    def __init__(self, cell: RecordCell, report: ReportFn, again: AgainFn) -> None:
+    def __init__(
+        self, cell: RecordCell, report: ReportFn, again: AgainFn, *, positions_only: bool = False
+    ) -> None:
         self.cell = cell
         self._report = report
         self._again = again
+        self.positions_only = positions_only
+        """The policy needs only where a record was, not the record (``skip``, ``fail``):
+        a holder keeps each row's source position, not its source batch (B349)."""
+        self._source: PayloadBatch | None = None
+        self._kept: PayloadBatch | None = None
+
+    def kept(self) -> PayloadBatch | None:
+        """What a holder keeps of the source batch being offered now: the batch itself,
+        or under :attr:`positions_only` a batch of its lane and offsets alone
+        (:meth:`~spate.records.PayloadBatch.positions`, made once per source batch; the
+        last source batch stays referenced until the next one, so that one is never
+        mistaken for another)."""
+        batch = self.cell.batch
+        if batch is None or not self.positions_only:
+            return batch
+        if batch is not self._source:
+            self._source = batch
+            self._kept = batch.positions()
+        return self._kept
 
     def origin(self) -> Origin | None:
         """The record whose row is being offered now (None outside the chain)."""

@@ -166,7 +166,7 @@ class EffectivelyOnceLanes:
             batch.last = pos
             batch.rows += 1
             if batch.origins is not None:
-                batch.note_row(admission.errors.cell, ack)  # type: ignore[union-attr]
+                batch.note_row(admission.errors, ack)  # type: ignore[arg-type]
             batch.nbytes += size
             if ack is not batch.last_ack:
                 batch.hold(ack)

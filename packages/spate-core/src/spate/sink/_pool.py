@@ -30,9 +30,10 @@ pool does the rest:
   (``RECORD``) goes back to the chain, which applies :attr:`SinkPool.on_record_error`;
 * **rows refused at write time** (B245-B247): with a connector that may refuse rows
   on their own once the rest of the batch is written
-  (:class:`~spate.sink.RowRefusingConnector`, the ClickHouse sink under ``dead_letter``)
-  the pool is a :class:`~spate.sink._held.HoldingSink`: each batch keeps its rows'
-  records, a write ending in :class:`~spate.sink.RowsRefused` queues the batch, and on
+  (:class:`~spate.sink.RowRefusingConnector`, the ClickHouse sink under ``dead_letter``
+  or ``skip``) the pool is a :class:`~spate.sink._held.HoldingSink`: each batch keeps its
+  rows' records (under ``skip`` their positions only, B349), a write ending in
+  :class:`~spate.sink.RowsRefused` queues the batch, and on
   the pipeline thread (``tick``, ``flush``, frame and row-batch offers) each refused row
   is charged to its own record through the chain's record policy — its dead letter is
   offered with the row's source ack, again later while the dead-letter sink is full —

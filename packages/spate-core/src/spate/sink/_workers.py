@@ -171,6 +171,21 @@ class PoolWorkers:
                     shard.m_bytes.inc(batch.nbytes)
                     if freshness is not None:
                         freshness.written(batch, self._clock.time(), column)
+                elif error.skipped:
+                    # Skipped by the writer already: only their positions are unknown.
+                    logger.warning(
+                        "sink %s shard %d: batch %d: %s; %s",
+                        self.name,
+                        shard.index,
+                        batch.seq,
+                        error.reason,
+                        why,
+                    )
+                    shard.m_records.inc(batch.rows - len(error.rows))
+                    shard.m_bytes.inc(batch.nbytes)
+                    if freshness is not None:
+                        freshness.written(batch, self._clock.time(), column)
+                    settled.append(settle_batch(batch, True))
                 else:
                     logger.error(
                         "sink %s shard %d: batch %d failed on %s: %s; %s",

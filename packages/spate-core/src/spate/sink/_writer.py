@@ -134,11 +134,17 @@ class RowsRefused(SinkError):
     pool then charges each refused row to its own record through the chain's record
     policy (:mod:`spate.sink._held`: a dead letter with the row's source ack) on the
     pipeline thread, and settles the batch once every one is charged.
+
+    ``skipped`` says the writer already logged and counted the rows under
+    ``on_record_error: skip``: the pool charges them to their records only to name their
+    source positions (B349), and a batch whose records it does not know counts as
+    written rather than failed.
     """
 
-    def __init__(self, reason: str, rows: tuple[RefusedRow, ...]) -> None:
+    def __init__(self, reason: str, rows: tuple[RefusedRow, ...], *, skipped: bool = False) -> None:
         super().__init__(reason, ErrorClass.RECORD)
         self.rows = rows
+        self.skipped = skipped
 
 
 class RowsFailed(SinkError):
@@ -194,9 +200,11 @@ class RowRefusingConnector(Protocol):
     """A :class:`SinkConnector` whose writers may raise :class:`RowsRefused` (B245).
 
     ``refuses_rows`` says whether they do now (the ClickHouse sink under
-    ``on_record_error: dead_letter``). The pool then keeps each buffered row's record
-    (its source batch, index and ack), so a row refused at write time can be charged to
-    its own record; the cost is one small tuple per row, paid only while it is set.
+    ``on_record_error: dead_letter`` or ``skip``, B349). The pool then keeps each
+    buffered row's record (its source batch, index and ack — under ``skip`` only a batch
+    of the source batch's lane and offsets, B349), so a row refused at write time can be
+    charged to its own record; the cost is one small tuple per row, paid only while it
+    is set.
     """
 
     refuses_rows: bool

@@ -31,12 +31,15 @@ not retried: with ``ack: spooled`` the spool keeps it, hands nothing more on, is
 ready, and raises ``FatalError`` from its next tick, flush or replay (B322). Either way a
 batch not yet accepted when the spool drains is replayed on the next start.
 
-Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter``) are
-charged to records the spool makes of the spooled rows — lane, key, the row as payload,
-offset -1 — noted in a record cell of its own while it hands them on one at a time
+Rows the next tier refuses at write time (a ClickHouse sink under ``dead_letter`` or
+``skip``) are charged to records the spool makes of the spooled rows — lane, key, the
+row as payload, the source offset spooled with the row (-1 for a row spooled without
+one) — noted in a record cell of its own while it hands them on one at a time
 (:meth:`SpoolTier.bind_held_errors`, B323): the records the rows came from are gone. A
 spooled frame is handed on whole with such a record for each of its rows — its lane and
-key, the row's columns as a JSON object — its row column numbering them (B348).
+key, the row's columns as a JSON object — its row column numbering them (B348). While
+bound so, the spool reads each offered row's source offset from the chain's record cell
+and keeps it with the row, in memory and in its segments (B421).
 
 A next tier that is an :class:`~spate.sink.IdentifiedSink` (the sink pool) gets each
 batch's identity (writing run, segment, position), from which it derives dedup tokens
@@ -93,8 +96,8 @@ from spate.sink.config import RetryConfig
 from spate.sink.tiers._frames import ForwardsFrames, frame_rows, frame_sink
 from spate.sink.tiers._spool_codec import (
     FRAME_TAG,
-    decode_frame,
-    decode_records,
+    decode_positioned_frame,
+    decode_runs,
     encode_batch,
     encode_frame,
     encode_record,
@@ -157,14 +160,19 @@ class SpoolConfig:
             yield "replay_timeout", "must be positive"
 
 
+SpooledFrame = tuple[object, list[bytes | None] | None, Lane, list[int] | None]
+"""A spooled frame: the frame, its keys (when the next tier needs them), its lane and its
+rows' source offsets (when kept, B421)."""
+
+
 def _load(batch: _Batch, records: Iterable[bytes]) -> None:
     """Fill a replayed batch from its stored records (rows, or frames: B151)."""
     for payload in records:
         if payload[:1] == FRAME_TAG.to_bytes(1, "little"):
-            batch.add_frame(*decode_frame(payload))
+            batch.add_frame(*decode_positioned_frame(payload))
         else:
-            for rows, keys, lane in decode_records((payload,)):
-                batch.extend(rows, keys, lane)
+            for rows, keys, lane, offsets in decode_runs((payload,)):
+                batch.extend(rows, keys, lane, offsets)
 
 
 @dataclass(slots=True, eq=False)
@@ -182,8 +190,12 @@ class _Batch:
     """The lane of the last run."""
     encoded: dict[int, bytes] = field(default_factory=dict)
     """Rows that are not ``bytes``, encoded as they were offered (by index)."""
-    frames: list[tuple[object, list[bytes | None] | None, Lane]] = field(default_factory=list)
-    """Prepared frames with their keys and lane (a batch holds rows or frames, B151)."""
+    offsets: list[int] | None = None
+    """The source offset of each row (-1 where unknown), while the spool keeps them
+    (B421); None while no row has one."""
+    frames: list[SpooledFrame] = field(default_factory=list)
+    """Prepared frames with their keys, lane and rows' source offsets (a batch holds rows
+    or frames, B151)."""
     frame_rows: int = 0
     """Rows of ``frames``."""
     records: list[bytes] = field(default_factory=list)
@@ -210,35 +222,60 @@ class _Batch:
     holder: object = field(default_factory=object)
     """This batch's identity as a holder of its source acks (B39)."""
 
-    def add(self, row: object, key: bytes | None, lane: Lane) -> None:
+    def add(self, row: object, key: bytes | None, lane: Lane, offset: int | None = None) -> None:
         """Append one row (its ``bytes`` encoding, if any, is already in ``encoded``)."""
         if lane is not self.lane and lane != self.lane:
             self.runs.append((len(self.rows), lane))
             self.lane = lane
+        if offset is not None or self.offsets is not None:
+            self._positions(1, None if offset is None else (offset,))
         self.rows.append(row)
         self.keys.append(key)
 
-    def extend(self, rows: Sequence[object], keys: Sequence[bytes | None], lane: Lane) -> None:
+    def extend(
+        self,
+        rows: Sequence[object],
+        keys: Sequence[bytes | None],
+        lane: Lane,
+        offsets: Sequence[int] | None = None,
+    ) -> None:
         """Append rows of one lane (none of them encoded on offer)."""
         if lane is not self.lane and lane != self.lane:
             self.runs.append((len(self.rows), lane))
             self.lane = lane
+        if offsets is not None or self.offsets is not None:
+            self._positions(len(rows), offsets)
         self.rows.extend(rows)
         self.keys.extend(keys)
+
+    def _positions(self, count: int, offsets: Sequence[int] | None) -> None:
+        """Keep the offsets of ``count`` rows about to be appended (-1 for unknown)."""
+        kept = self.offsets
+        if kept is None:
+            kept = self.offsets = [-1] * len(self.rows)
+        kept.extend([-1] * count if offsets is None else offsets)
 
     @property
     def count(self) -> int:
         """The records of the batch (rows, or the rows of its frames)."""
         return len(self.rows) + self.frame_rows
 
-    def add_frame(self, frame: object, keys: Sequence[bytes | None] | None, lane: Lane) -> None:
-        """Append one prepared frame of ``lane`` (with its keys when the next tier needs them)."""
-        self.frames.append((frame, None if keys is None else list(keys), lane))
+    def add_frame(
+        self,
+        frame: object,
+        keys: Sequence[bytes | None] | None,
+        lane: Lane,
+        offsets: list[int] | None = None,
+    ) -> None:
+        """Append one prepared frame of ``lane`` (with its keys when the next tier needs
+        them, and its rows' source offsets when known)."""
+        self.frames.append((frame, None if keys is None else list(keys), lane, offsets))
         self.frame_rows += frame_rows(frame)
 
     def drop_rows(self) -> None:
         """Forget the rows (handed on for good, or left to the next run's replay)."""
         self.rows, self.keys, self.runs, self.lane = [], [], [], None
+        self.offsets = None
         self.frames, self.frame_rows = [], 0
         self.prepared = None
 
@@ -265,11 +302,13 @@ def _store_order(batch: _Batch) -> tuple[int, int]:
 @dataclass(slots=True)
 class SpoolRows:
     """A source batch's rows prepared for :meth:`SpoolTier.offer_rows`: the rows, their
-    keys, and the encoded payload of each row that is not ``bytes`` (by position)."""
+    keys, the encoded payload of each row that is not ``bytes`` (by position), and the
+    rows' source offsets while the spool keeps them (B421)."""
 
     rows: list[object]
     keys: list[bytes | None]
     encoded: dict[int, bytes]
+    offsets: list[int] | None = None
 
 
 class SpoolTier(ForwardsFrames):
@@ -315,6 +354,9 @@ class SpoolTier(ForwardsFrames):
         self._errors: HeldErrors | None = None
         """Where the next tier charges the rows it refuses at write time, over the
         spool's own record cell (B323); None while it charges none."""
+        self._chain: RecordCell | None = None
+        """The chain's record cell while the next tier charges refused rows: the spool
+        keeps each row's source offset from it (B421); None otherwise."""
         self._lettered: set[AckToken] = set()
         """Tokens of batches with a refused row charged to the dead-letter sink, which
         holds them until it wrote the letter (guarded by the lock, B323)."""
@@ -341,23 +383,29 @@ class SpoolTier(ForwardsFrames):
 
     def bind_held_errors(self, errors: HeldErrors) -> bool:
         """Let the next tier charge the rows it refuses at write time (a ClickHouse sink
-        under ``dead_letter``, B245) to records the spool makes of its spooled rows: the
-        records the rows came from are gone once spooled (B323). The chain notes no
-        record for the spool itself: False."""
+        under ``dead_letter`` or ``skip``, B245, B349) to records the spool makes of its
+        spooled rows: the records the rows came from are gone once spooled (B323), but
+        the spool keeps each row's source offset with it (B421), which the chain's
+        record cell names as the row is offered: True then (the chain notes the record
+        of each offer), else False."""
         lettered = self._lettered
+        letters = not errors.positions_only
 
         def report(origin: Origin, exc: SinkError, ack: AckToken) -> object | None:
             pending = errors.report(origin, exc, ack)
-            with self._lock:
-                lettered.add(ack)  # its dead letter holds it now, or will
+            if letters:
+                with self._lock:
+                    lettered.add(ack)  # its dead letter holds it now, or will
             return None if pending is None else pending.row
 
         def again(row: object, origin: Origin, ack: AckToken) -> bool:
             return errors.offer_again(PendingDeadLetter(row, origin, ack))
 
-        inner = HeldErrors(RecordCell(), report, again)
+        inner = HeldErrors(RecordCell(), report, again, positions_only=errors.positions_only)
         if bind_held_errors(self.next, inner):
             self._errors = inner
+            self._chain = errors.cell
+            return True
         return False
 
     def start(self) -> None:
@@ -433,13 +481,20 @@ class SpoolTier(ForwardsFrames):
             if batch is None:
                 return REJECTED
         rows = batch.rows
-        if type(row) is not bytes:
-            batch.encoded[len(rows)] = encode_record(row, key, lane)
-        if lane is not batch.lane:
-            batch.add(row, key, lane)
+        chain = self._chain
+        if chain is not None:  # the row's source offset goes with it (B421)
+            offset = _offset_of(chain)
+            if type(row) is not bytes:
+                batch.encoded[len(rows)] = encode_record(row, key, lane, offset)
+            batch.add(row, key, lane, offset)
         else:
-            rows.append(row)
-            batch.keys.append(key)
+            if type(row) is not bytes:
+                batch.encoded[len(rows)] = encode_record(row, key, lane)
+            if lane is not batch.lane:
+                batch.add(row, key, lane)
+            else:
+                rows.append(row)
+                batch.keys.append(key)
         if batch.last is not ack:
             batch.hold(ack)
         if len(rows) >= self._max_records:
@@ -462,17 +517,19 @@ class SpoolTier(ForwardsFrames):
         the reason :meth:`offer` raises for it.
         """
         bad: list[tuple[int, str]] = []
+        offsets = None if self._chain is None else _offsets_of(self._chain, len(rows))
         if all(map(_IS_BYTES, rows)):
-            return SpoolRows(rows, list(keys), {}), bad  # nothing to encode now
+            return SpoolRows(rows, list(keys), {}, offsets), bad  # nothing to encode now
         encoded: dict[int, bytes] = {}
         for i, row in enumerate(rows):
             if type(row) is not bytes:
                 try:
-                    encoded[i] = encode_record(row, keys[i], lane)
+                    offset = None if offsets is None else offsets[i]
+                    encoded[i] = encode_record(row, keys[i], lane, offset)
                 except SinkError as exc:
                     bad.append((i, exc.reason))
         if not bad:
-            return SpoolRows(rows, list(keys), encoded), bad
+            return SpoolRows(rows, list(keys), encoded, offsets), bad
         refused = {i for i, _ in bad}
         kept = [i for i in range(len(rows)) if i not in refused]
         return (
@@ -480,6 +537,7 @@ class SpoolTier(ForwardsFrames):
                 [rows[i] for i in kept],
                 [keys[i] for i in kept],
                 {n: encoded[i] for n, i in enumerate(kept) if i in encoded},
+                None if offsets is None else [offsets[i] for i in kept],
             ),
             bad,
         )
@@ -501,14 +559,19 @@ class SpoolTier(ForwardsFrames):
             batch = self._opened()
             if batch is None:
                 return REJECTED
-        encoded = prepared.encoded
+        encoded, offsets = prepared.encoded, prepared.offsets
         done = 0
         total = len(rows)
         while True:
             room = self._max_records - len(batch.rows)
             take = min(room, total - done)
             start = len(batch.rows)
-            batch.extend(rows[done : done + take], keys[done : done + take], lane)
+            batch.extend(
+                rows[done : done + take],
+                keys[done : done + take],
+                lane,
+                None if offsets is None else offsets[done : done + take],
+            )
             for i, record in encoded.items():
                 if done <= i < done + take:
                     batch.encoded[start + i - done] = record
@@ -554,7 +617,8 @@ class SpoolTier(ForwardsFrames):
             batch = self._opened(frames=True)
             if batch is None:
                 return REJECTED
-        batch.add_frame(frame, keys, lane)
+        chain = self._chain
+        batch.add_frame(frame, keys, lane, None if chain is None else _frame_offsets(chain, frame))
         batch.hold(ack)
         if batch.count >= self._max_records:
             self._seal()
@@ -739,12 +803,14 @@ class SpoolTier(ForwardsFrames):
         batch = self._open
         if batch is not None and batch.frames:
             self._open = None
-            batch.records = [encode_frame(f, keys, lane) for f, keys, lane in batch.frames]
+            batch.records = [encode_frame(*spooled) for spooled in batch.frames]
             self._m_flushes.inc()
             self._writer.enqueue(batch)
         elif batch is not None and batch.rows:
             self._open = None
-            batch.records = encode_batch(batch.rows, batch.keys, batch.runs, batch.encoded)
+            batch.records = encode_batch(
+                batch.rows, batch.keys, batch.runs, batch.encoded, batch.offsets
+            )
             batch.encoded = {}
             self._m_flushes.inc()
             self._writer.enqueue(batch)
@@ -897,22 +963,19 @@ class SpoolTier(ForwardsFrames):
 
         While the next tier charges the rows it refuses at write time to records (B323),
         the spool's cell names for each row the record the spool makes of it: its lane
-        and key, the row as its payload (:func:`row_payload`), no offset (-1) and no
-        timestamp, since the records it came from were acknowledged when spooled, or are
-        read back from disk."""
+        and key, the row as its payload (:func:`row_payload`), the source offset spooled
+        with it (B421; -1 for a row spooled without one) and no timestamp, since the
+        records it came from were acknowledged when spooled, or are read back from disk."""
         rows, keys = batch.rows, batch.keys
         cell = None if self._errors is None else self._errors.cell
         records: PayloadBatch | None = None
         if cell is not None:
-            count = stop - start
-            records = PayloadBatch.lazy(
+            offsets = batch.offsets
+            records = _spooled_records(
                 lane,
                 [row_payload(row) for row in rows[start:stop]],
-                first_offset=-1,
-                next_offset=-1,
-                offsets=lambda: [-1] * count,
-                keys=keys[start:stop],
-                timestamps=lambda: [0] * count,
+                keys[start:stop],
+                None if offsets is None else offsets[start:stop],
             )
         offer = self.next.offer
         try:
@@ -951,8 +1014,8 @@ class SpoolTier(ForwardsFrames):
         nxt = frame_sink(self.next, f"spool {self.name}")
         cell = None if self._errors is None else self._errors.cell
         while batch.handed < len(frames):
-            frame, keys, lane = frames[batch.handed]
-            records = None if cell is None else _frame_records(frame, keys, lane)
+            frame, keys, lane, offsets = frames[batch.handed]
+            records = None if cell is None else _frame_records(frame, keys, lane, offsets)
             if records is not None:
                 frame = _numbered(frame)
             pending = batch.prepared
@@ -1095,28 +1158,79 @@ class SpoolTier(ForwardsFrames):
         self._m_oldest.set(0.0 if oldest is None else self._clock.monotonic() - oldest)
 
 
+def _spooled_records(
+    lane: Lane, payloads: list[bytes], keys: Sequence[bytes | None], offsets: list[int] | None
+) -> PayloadBatch:
+    """The records the spool makes of spooled rows (B323, B348): their lane, keys and
+    payloads, the source offsets spooled with them (-1 where none, B421), no timestamp."""
+    count = len(payloads)
+    kept = [-1] * count if offsets is None else offsets
+    return PayloadBatch.lazy(
+        lane,
+        payloads,
+        first_offset=kept[0] if kept else -1,
+        next_offset=kept[-1] + 1 if kept and kept[-1] >= 0 else -1,
+        offsets=kept,
+        keys=list(keys),
+        timestamps=lambda: [0] * count,
+    )
+
+
 def _frame_records(
-    frame: object, keys: Sequence[bytes | None] | None, lane: Lane
+    frame: object,
+    keys: Sequence[bytes | None] | None,
+    lane: Lane,
+    offsets: list[int] | None = None,
 ) -> PayloadBatch | None:
     """The records the spool makes of a spooled frame's rows for the next tier to charge
     the rows it refuses at write time to (B348): as for rows (B323), the frame's lane and
     keys, each row as its payload — a JSON object of its columns (:func:`row_payload`) —
-    no offset (-1) and no timestamp. None for a frame that is not a polars DataFrame."""
+    the rows' source offsets (-1 when not kept, B421) and no timestamp. None for a frame
+    that is not a polars DataFrame."""
     import polars as pl
 
     if not isinstance(frame, pl.DataFrame):
         return None
     count = frame.height
     columns = [c for c in frame.columns if c != ROW_COLUMN]
-    return PayloadBatch.lazy(
+    return _spooled_records(
         lane,
         [row_payload(row) for row in frame.select(columns).to_dicts()],
-        first_offset=-1,
-        next_offset=-1,
-        offsets=lambda: [-1] * count,
-        keys=list(keys) if keys is not None else [None] * count,
-        timestamps=lambda: [0] * count,
+        list(keys) if keys is not None else [None] * count,
+        offsets,
     )
+
+
+def _offset_of(cell: RecordCell) -> int:
+    """The source offset of the record the chain offers now (-1 when not known)."""
+    batch = cell.batch
+    if batch is None:
+        return -1
+    offsets = batch.offsets
+    index = cell.index
+    return offsets[index] if 0 <= index < len(offsets) else -1
+
+
+def _offsets_of(cell: RecordCell, count: int) -> list[int] | None:
+    """The source offsets of ``count`` rows the chain hands on at once (B95): by the
+    records the chain noted for them; None when it noted none."""
+    batch, records = cell.batch, cell.records
+    if batch is None or records is None or len(records) != count:
+        return None
+    offsets = batch.offsets
+    return [offsets[r] for r in records]
+
+
+def _frame_offsets(cell: RecordCell, frame: object) -> list[int] | None:
+    """The source offsets of a frame's rows, by its row column (the record of each row);
+    None without one or without the chain's source batch."""
+    import polars as pl
+
+    batch = cell.batch
+    if batch is None or not isinstance(frame, pl.DataFrame) or ROW_COLUMN not in frame.columns:
+        return None
+    offsets = batch.offsets
+    return [offsets[r] for r in frame.get_column(ROW_COLUMN).to_list()]
 
 
 def _numbered(frame: object) -> object:

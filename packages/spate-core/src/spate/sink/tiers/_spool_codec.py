@@ -9,8 +9,15 @@ kinds, told apart by their first byte:
 * a frame record (``0x02``, :func:`encode_frame`): a frame of
   the columnar path as an Arrow IPC stream (B151), :func:`encode_frame`.
 
-:func:`encode_batch` and :func:`decode_records` encode and read a batch's rows. Does not
-own: batches, acks, the store or the writer thread (:mod:`spate.sink.tiers._spool`).
+Each kind may carry its rows' source offsets (B421): a JSON record an ``"o"`` member, a
+packed run and a frame record a flag bit (``OFFSETS``) in their header with one signed
+64-bit offset per row. A record written before offsets were kept has neither and reads
+back with no offsets (None), so a spool directory written by an earlier version replays
+as before; the flag is the format's version mark, and nothing else in a record moved.
+
+:func:`encode_batch` and :func:`decode_runs` encode and read a batch's rows
+(:func:`decode_records` without the offsets). Does not own: batches, acks, the store or
+the writer thread (:mod:`spate.sink.tiers._spool`).
 """
 
 from __future__ import annotations
@@ -88,23 +95,26 @@ def _lane_prefix(lane: Lane, dumps: Callable[[object], bytes]) -> bytes:
     return prefix
 
 
-def encode_record(row: object, key: bytes | None, lane: Lane) -> bytes:
+def encode_record(row: object, key: bytes | None, lane: Lane, offset: int | None = None) -> bytes:
     """The spool's JSON payload for one row; ``SinkError(RECORD)`` if it cannot be spooled.
 
     Rows are JSON values; ``datetime``, ``date``, ``Decimal`` and ``bytes`` values are
     kept through one-key tagged objects, a ``UUID`` becomes its text, and a tuple row
-    stays a tuple. The payload is ``{"s":stream,"p":partition[,"k":key],<slot>:value}``
-    with the slot ``b`` (raw bytes), ``t`` (a tuple) or ``r`` (any other row). orjson
-    encodes when installed (the same output; the lane's part is encoded once per lane),
-    else the standard library.
+    stays a tuple. The payload is
+    ``{"s":stream,"p":partition[,"o":offset][,"k":key],<slot>:value}`` with the slot
+    ``b`` (raw bytes), ``t`` (a tuple) or ``r`` (any other row); ``o`` is the row's
+    source offset when known (B421). orjson encodes when installed (the same output; the
+    lane's part is encoded once per lane), else the standard library.
     """
     encoders = _orjson_encoders()
     if encoders is None:
-        return _encode_with_json(row, key, lane)
+        return _encode_with_json(row, key, lane, offset)
     dumps, dumps_str = encoders
     prefix = _PREFIXES.get(lane)
     if prefix is None:
         prefix = _lane_prefix(lane, dumps)
+    if offset is not None:
+        prefix = b'%s"o":%d,' % (prefix, offset)
     try:
         if type(row) is bytes:
             value = b'"b":' + dumps_str(row.decode("latin-1"))
@@ -137,43 +147,74 @@ _PACKED = 1
 """The first byte of a packed run record (a JSON record starts with ``{``)."""
 
 _RUN = struct.Struct("<BBIqI")
-"""A packed run's header: the tag, flags (1: keys follow), the row count, the lane's
-partition and the length of its stream name."""
+"""A packed run's header: the tag, flags (1: keys follow; :data:`OFFSETS`: offsets
+follow), the row count, the lane's partition and the length of its stream name."""
+
+_KEYED = 1
+OFFSETS = 2
+"""The header flag of a packed run or frame record that carries its rows' source
+offsets (B421); a record written without it (an older spool) has none."""
+
+
+def _pack_offsets(offsets: Sequence[int], count: int) -> bytes:
+    if len(offsets) != count:
+        raise ValueError(f"{len(offsets)} offsets for {count} rows")
+    return struct.pack(f"<{count}q", *offsets)
+
+
+def _unpack_offsets(payload: bytes, at: int, count: int) -> list[int]:
+    end = at + 8 * count
+    if end > len(payload):
+        raise ValueError("record shorter than its offsets")
+    return list(struct.unpack_from(f"<{count}q", payload, at))
+
 
 _NO_KEY = 0xFFFFFFFF
 """The key length that stands for no key in a packed run."""
 
 
-def pack_run(rows: Sequence[bytes], keys: Sequence[bytes | None], lane: Lane) -> bytes:
+def pack_run(
+    rows: Sequence[bytes],
+    keys: Sequence[bytes | None],
+    lane: Lane,
+    offsets: Sequence[int] | None = None,
+) -> bytes:
     """One record for a run of raw ``bytes`` rows of one lane, without JSON.
 
     The header, the lane's stream name, the rows' lengths (one ``u32`` each), the keys'
-    lengths when any row has a key (``0xFFFFFFFF`` for none), then the rows and the keys
-    back to back: one join, no per-row Python work unless some rows have keys and some
-    have none. Raises ``struct.error`` or ``UnicodeEncodeError`` for what it cannot hold
-    (the caller encodes such a run as JSON)."""
+    lengths when any row has a key (``0xFFFFFFFF`` for none), the rows' source offsets
+    (one ``i64`` each) when given (B421), then the rows and the keys back to back: one
+    join, no per-row Python work unless some rows have keys and some have none. Raises
+    ``struct.error`` or ``UnicodeEncodeError`` for what it cannot hold (the caller
+    encodes such a run as JSON)."""
     stream = lane.stream.encode()
     count = len(rows)
     unkeyed = keys.count(None)
-    head = _RUN.pack(_PACKED, unkeyed != count, count, lane.partition, len(stream))
+    flags = (_KEYED if unkeyed != count else 0) | (OFFSETS if offsets is not None else 0)
+    head = _RUN.pack(_PACKED, flags, count, lane.partition, len(stream))
     lengths = pack_lengths(map(len, rows), count)
+    at = b"" if offsets is None else _pack_offsets(offsets, count)
     if unkeyed == count:
-        return b"".join([head, stream, lengths, *rows])
+        return b"".join([head, stream, lengths, at, *rows])
     if not unkeyed:  # every row has a key (a keyed Kafka topic): no per-row Python work
         key_lengths = pack_lengths(map(len, keys), count)  # type: ignore[arg-type]
         present: Sequence[bytes | None] = keys
     else:
         key_lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], count)
         present = [k for k in keys if k is not None]
-    return b"".join([head, stream, lengths, key_lengths, *rows, *present])  # type: ignore[list-item]
+    return b"".join([head, stream, lengths, key_lengths, at, *rows, *present])  # type: ignore[list-item]
 
 
-def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
-    """Inverse of :func:`pack_run`: ``(rows, keys, lane)``; ``ValueError`` if malformed."""
+def unpack_run(
+    payload: bytes,
+) -> tuple[list[bytes], list[bytes | None], Lane, list[int] | None]:
+    """Inverse of :func:`pack_run`: ``(rows, keys, lane, offsets)`` — offsets None for a
+    run written without them; ``ValueError`` if malformed."""
     try:
-        _, keyed, count, partition, size = _RUN.unpack_from(payload)
+        _, flags, count, partition, size = _RUN.unpack_from(payload)
     except struct.error as exc:
         raise ValueError(f"packed run too short: {exc}") from exc
+    keyed = flags & _KEYED
     at = _RUN.size + size
     lane = Lane(payload[_RUN.size : at].decode(), partition)
     lengths = unpack_lengths(payload[at : at + 4 * count])
@@ -183,6 +224,10 @@ def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
         at += 4 * count
     if len(lengths) != count or (key_lengths is not None and len(key_lengths) != count):
         raise ValueError("packed run shorter than its header says")
+    offsets: list[int] | None = None
+    if flags & OFFSETS:
+        offsets = _unpack_offsets(payload, at, count)
+        at += 8 * count
     rows: list[bytes] = []
     for n in lengths:
         rows.append(payload[at : at + n])
@@ -195,7 +240,7 @@ def unpack_run(payload: bytes) -> tuple[list[bytes], list[bytes | None], Lane]:
                 at += n
     if at != len(payload):
         raise ValueError(f"packed run of {len(payload)} bytes holds {at}")
-    return rows, keys, lane
+    return rows, keys, lane, offsets
 
 
 def encode_batch(
@@ -203,10 +248,12 @@ def encode_batch(
     keys: Sequence[bytes | None],
     runs: Sequence[tuple[int, Lane]],
     encoded: dict[int, bytes],
+    offsets: Sequence[int] | None = None,
 ) -> list[bytes]:
-    """The records of a batch: ``rows[i]`` with ``keys[i]`` in the lane of the run it
-    falls in (``runs``: the first index and lane of each run of one lane's rows), or
-    ``encoded[i]`` for a row encoded when it was offered.
+    """The records of a batch: ``rows[i]`` with ``keys[i]`` (and source offset
+    ``offsets[i]`` when given, B421) in the lane of the run it falls in (``runs``: the
+    first index and lane of each run of one lane's rows), or ``encoded[i]`` for a row
+    encoded when it was offered (with its offset).
 
     A run of raw ``bytes`` rows only (what a pipeline without a deserializer spools) is
     one packed record (:func:`pack_run`); a run with other rows is one JSON record per
@@ -224,36 +271,55 @@ def encode_batch(
                         rows if whole else rows[start:end],  # type: ignore[arg-type]
                         keys if whole else keys[start:end],
                         lane,
+                        None if offsets is None else offsets[start:end],
                     )
                 )
                 continue
             except (struct.error, UnicodeEncodeError, TypeError):
                 pass  # a lane or row a packed run cannot hold: JSON below
         records += [
-            encoded[i] if i in encoded else encode_record(rows[i], keys[i], lane)
+            encoded[i]
+            if i in encoded
+            else encode_record(rows[i], keys[i], lane, None if offsets is None else offsets[i])
             for i in range(start, end)
         ]
     return records
 
 
-def decode_records(
-    records: Iterable[bytes],
-) -> Iterator[tuple[list[object], list[bytes | None], Lane]]:
-    """The rows of a batch's records (:func:`encode_batch`), as ``(rows, keys, lane)``
-    runs; a JSON record is a run of one row. ``ValueError`` for a record neither reads."""
+Run = tuple[list[object], list[bytes | None], Lane, list[int] | None]
+"""Rows of one lane as :func:`decode_runs` reads them: rows, keys, lane and the rows'
+source offsets (None when the records were written without them)."""
+
+
+def decode_runs(records: Iterable[bytes]) -> Iterator[Run]:
+    """The rows of a batch's records (:func:`encode_batch`), as ``(rows, keys, lane,
+    offsets)`` runs; a JSON record is a run of one row. ``ValueError`` for a record
+    neither reads."""
     for payload in records:
         if payload[:1] == b"{":
-            row, key, lane = decode_record(payload)
-            yield [row], [key], lane
+            row, key, lane, offset = decode_positioned(payload)
+            yield [row], [key], lane, None if offset is None else [offset]
         elif payload[:1] == b"\x01":
             yield unpack_run(payload)  # type: ignore[misc]
         else:
             raise ValueError(f"a record starting with {payload[:1]!r} is neither JSON nor packed")
 
 
-def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
+def decode_records(
+    records: Iterable[bytes],
+) -> Iterator[tuple[list[object], list[bytes | None], Lane]]:
+    """:func:`decode_runs` without the offsets: ``(rows, keys, lane)`` runs."""
+    for rows, keys, lane, _ in decode_runs(records):
+        yield rows, keys, lane
+
+
+def _encode_with_json(
+    row: object, key: bytes | None, lane: Lane, offset: int | None = None
+) -> bytes:
     """:func:`encode_record` with the standard library's encoder."""
     body: dict[str, object] = {"s": lane.stream, "p": lane.partition}
+    if offset is not None:
+        body["o"] = offset
     if key is not None:
         body["k"] = key.decode("latin-1")
     if isinstance(row, (bytes, bytearray, memoryview)):
@@ -269,8 +335,9 @@ def _encode_with_json(row: object, key: bytes | None, lane: Lane) -> bytes:
     return text.encode()
 
 
-def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
-    """Inverse of :func:`encode_record`: ``(row, key, lane)``."""
+def decode_positioned(payload: bytes) -> tuple[object, bytes | None, Lane, int | None]:
+    """Inverse of :func:`encode_record`: ``(row, key, lane, offset)``, the offset None
+    for a record written without one."""
     body = json.loads(payload, object_hook=_untag)
     key = body.get("k")
     if "b" in body:
@@ -279,7 +346,15 @@ def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
         row = tuple(body["t"])
     else:
         row = body.get("r")
-    return row, None if key is None else key.encode("latin-1"), Lane(body["s"], body["p"])
+    offset = body.get("o")
+    lane = Lane(body["s"], body["p"])
+    return row, None if key is None else key.encode("latin-1"), lane, offset
+
+
+def decode_record(payload: bytes) -> tuple[object, bytes | None, Lane]:
+    """Inverse of :func:`encode_record` without the offset: ``(row, key, lane)``."""
+    row, key, lane, _ = decode_positioned(payload)
+    return row, key, lane
 
 
 # -- the spool's frame record ----------------------------------------------------------
@@ -288,14 +363,20 @@ FRAME_TAG = 2
 """The first byte of a frame record (a JSON record starts with ``{``, a packed run with 1)."""
 
 _FRAME_HEAD = struct.Struct("<BBIqIQ")
-"""The tag, flags (1: keys follow), the row count, the lane's partition, the length of
-its stream name and of the Arrow IPC stream."""
+"""The tag, flags (1: keys follow; :data:`OFFSETS`: offsets follow), the row count, the
+lane's partition, the length of its stream name and of the Arrow IPC stream."""
 
 
-def encode_frame(frame: object, keys: Sequence[bytes | None] | None, lane: Lane) -> bytes:
+def encode_frame(
+    frame: object,
+    keys: Sequence[bytes | None] | None,
+    lane: Lane,
+    offsets: Sequence[int] | None = None,
+) -> bytes:
     """One record for a chain's frame (a polars DataFrame): the header, the lane's stream
     name, the frame as an Arrow IPC stream, then the keys (lengths, then the bytes, as a
-    packed run has them) when given. ``SinkError(FATAL)`` for a frame Arrow cannot hold."""
+    packed run has them) when given, then the rows' source offsets (one ``i64`` each)
+    when given (B421). ``SinkError(FATAL)`` for a frame Arrow cannot hold."""
     import polars as pl
 
     if not isinstance(frame, pl.DataFrame):
@@ -310,23 +391,33 @@ def encode_frame(frame: object, keys: Sequence[bytes | None] | None, lane: Lane)
     data = out.getvalue()
     rows = frame.height
     stream = lane.stream.encode()
-    head = _FRAME_HEAD.pack(
-        FRAME_TAG, keys is not None, rows, lane.partition, len(stream), len(data)
-    )
+    flags = (_KEYED if keys is not None else 0) | (OFFSETS if offsets is not None else 0)
+    head = _FRAME_HEAD.pack(FRAME_TAG, flags, rows, lane.partition, len(stream), len(data))
+    at = b"" if offsets is None else _pack_offsets(offsets, rows)
     if keys is None:
-        return b"".join([head, stream, data])
+        return b"".join([head, stream, data, at])
     lengths = pack_lengths([_NO_KEY if k is None else len(k) for k in keys], rows)
-    return b"".join([head, stream, data, lengths, *(k for k in keys if k is not None)])
+    return b"".join([head, stream, data, lengths, *(k for k in keys if k is not None), at])
 
 
 def decode_frame(payload: bytes) -> tuple[object, list[bytes | None] | None, Lane]:
-    """Inverse of :func:`encode_frame`: ``(frame, keys, lane)``; ``ValueError`` if malformed."""
+    """Inverse of :func:`encode_frame` without the offsets: ``(frame, keys, lane)``."""
+    frame, keys, lane, _ = decode_positioned_frame(payload)
+    return frame, keys, lane
+
+
+def decode_positioned_frame(
+    payload: bytes,
+) -> tuple[object, list[bytes | None] | None, Lane, list[int] | None]:
+    """Inverse of :func:`encode_frame`: ``(frame, keys, lane, offsets)``, the offsets
+    None for a record written without them; ``ValueError`` if malformed."""
     import polars as pl
 
     try:
-        _, keyed, rows, partition, size, length = _FRAME_HEAD.unpack_from(payload)
+        _, flags, rows, partition, size, length = _FRAME_HEAD.unpack_from(payload)
     except struct.error as exc:
         raise ValueError(f"frame record too short: {exc}") from exc
+    keyed = flags & _KEYED
     at = _FRAME_HEAD.size
     lane = Lane(payload[at : at + size].decode(), partition)
     at += size
@@ -350,6 +441,10 @@ def decode_frame(payload: bytes) -> tuple[object, list[bytes | None] | None, Lan
             if n != _NO_KEY:
                 keys[i] = payload[at : at + n]
                 at += n
+    offsets: list[int] | None = None
+    if flags & OFFSETS:
+        offsets = _unpack_offsets(payload, at, rows)
+        at += 8 * rows
     if at != len(payload):
         raise ValueError(f"frame record of {len(payload)} bytes holds {at}")
-    return frame, keys, lane
+    return frame, keys, lane, offsets
