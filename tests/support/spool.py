@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from spate.sink.tiers._spool import decode_records
+from spate.sink.tiers._spool_codec import decode_records
 from spate.sink.tiers._store import _parse_name, _read_batches, _read_released
 
 
