@@ -145,7 +145,7 @@ def test_b125_an_intent_landing_after_the_next_owner_read_the_intents_is_never_i
     front.inject("slow", only="insert", count=1, delay=300)
     offer(old, old_position, range(1, 4), lane)  # a full block: its intent is held
     held_requests(front, before + 1)
-    worker = old._threads[0]
+    worker = old._engine._threads[0]
     if how == "revoked":
         assert not old.flush_lanes([lane], time.monotonic() + 0.2)  # the drain gives up
         old.lanes_revoked([lane])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -183,6 +184,9 @@ def test_b366_connect_refuses_another_kafka_version_than_the_brokers(
         pom = checkout / "scripts" / name / "pom.xml"
         pom.parent.mkdir(parents=True)
         pom.write_text(f"<project><kafka.version>{version}</kafka.version></project>\n")
-    up = _services(checkout, _shell_env(tmp_path, CONNECT=28083), "up", "connect")
+    with socket.socket() as probe:  # a port nothing listens on: the version is checked
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    up = _services(checkout, _shell_env(tmp_path, CONNECT=port), "up", "connect")
     assert up.returncode == 1
     assert "Kafka 4.0.0" in up.stderr and "broker is 4.1.1" in up.stderr
